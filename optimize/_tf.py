@@ -1,0 +1,67 @@
+"""The one place TensorFlow, tf_keras and tfmot are imported, lazily.
+
+tfmot works only with Keras 2 (`tf_keras`) and sets TF_USE_LEGACY_KERAS=1 on import, which silently
+changes what `tf.keras` means depending on import order. We set it here, before TensorFlow is first
+imported, and always use `tf_keras` explicitly. `optimize --help` never pays for any of this.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+
+def _env() -> None:
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "3")
+
+
+def tf():
+    """tensorflow, with the environment fixed first."""
+    _env()
+    import tensorflow
+
+    tensorflow.get_logger().setLevel(logging.ERROR)
+    return tensorflow
+
+
+def keras():
+    """Keras 2 (`tf_keras`): the Keras that tfmot understands."""
+    tf()
+    import tf_keras
+
+    return tf_keras
+
+
+def keras3():
+    """Keras 3, for reading models saved with it (post-training conversion only)."""
+    tf()
+    import keras
+
+    return keras
+
+
+def tfmot():
+    """tensorflow-model-optimization."""
+    tf()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import tensorflow_model_optimization
+
+    return tensorflow_model_optimization
+
+
+def versions() -> dict[str, str]:
+    """Versions of the libraries that produce and run artifacts (importlib.metadata: no imports)."""
+    from importlib import metadata
+
+    out = {}
+    for dist in ("optimize", "tensorflow", "tf-keras", "tensorflow-model-optimization", "ai-edge-litert",
+                 "litert-quantizer", "numpy"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out

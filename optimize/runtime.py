@@ -1,0 +1,208 @@
+"""The only place that builds a LiteRT interpreter: load, feed (quantizing I/O), invoke, time, measure memory.
+
+Uses `ai_edge_litert.interpreter` (no TensorFlow import, ~0.1 s). XNNPACK is applied by default, as in
+the shipped runtime; every figure records the thread count and whether XNNPACK was on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ModelError
+
+
+def runtime_label() -> str:
+    try:
+        return f"ai-edge-litert {metadata.version('ai-edge-litert')} (host CPU)"
+    except metadata.PackageNotFoundError:
+        return "ai-edge-litert (host CPU)"
+
+
+@contextlib.contextmanager
+def captured_stderr():
+    """Capture what the C++ runtime writes to fd 2 (delegate logs, errors) into a list of lines."""
+    lines: list[str] = []
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as tmp:
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            lines.extend(tmp.read().decode(errors="replace").splitlines())
+
+
+def _interpreter_class():
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    return Interpreter, OpResolverType
+
+
+@dataclass
+class Loaded:
+    interpreter: object
+    init_ms: float
+    log: list[str]
+    xnnpack: bool
+    threads: int
+
+
+def load(model: str | Path | bytes, threads: int = 2, xnnpack: bool = True) -> Loaded:
+    """Build and allocate an interpreter. A model the runtime rejects is a ModelError with its reason."""
+    Interpreter, OpResolverType = _interpreter_class()
+    kwargs: dict = {"num_threads": threads}
+    if isinstance(model, bytes):
+        kwargs["model_content"] = model
+    else:
+        kwargs["model_path"] = str(model)
+    if not xnnpack:
+        kwargs["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    t0 = time.perf_counter()
+    with captured_stderr() as log:
+        try:
+            it = Interpreter(**kwargs)
+            it.allocate_tensors()
+        except (ValueError, RuntimeError) as e:
+            err = None
+            errs = [ln for ln in log if "ERROR" in ln or "failed" in ln.lower()]
+            err = errs[-1].strip() if errs else str(e).strip().splitlines()[-1]
+            raise ModelError(f"The LiteRT runtime cannot load this model: {err}") from None
+    init_ms = (time.perf_counter() - t0) * 1000
+    used_xnn = xnnpack and any(d["op_name"] == "DELEGATE" for d in it._get_ops_details())
+    return Loaded(it, init_ms, log, used_xnn, threads)
+
+
+def _to_input(x: np.ndarray, detail: dict) -> np.ndarray:
+    """Cast or quantize one float sample to what the input tensor wants (integer-only I/O models)."""
+    dtype = detail["dtype"]
+    x = np.asarray(x)
+    if np.issubdtype(dtype, np.integer) and not np.issubdtype(x.dtype, np.integer):
+        scale, zero = detail["quantization"]
+        if scale:
+            info = np.iinfo(dtype)
+            x = np.clip(np.round(x / scale + zero), info.min, info.max)
+    return x.astype(dtype).reshape(detail["shape"])
+
+
+def _from_output(y: np.ndarray, detail: dict) -> np.ndarray:
+    """Dequantize an integer output back to float, so accuracy and fidelity compare like with like."""
+    scale, zero = detail["quantization"]
+    if np.issubdtype(y.dtype, np.integer) and scale:
+        return (y.astype(np.float32) - zero) * scale
+    return y.astype(np.float32)
+
+
+class Runner:
+    """Feeds float samples one at a time and returns float outputs, whatever the model's I/O types."""
+
+    def __init__(self, loaded: Loaded):
+        self.loaded = loaded
+        it = loaded.interpreter
+        self.it = it
+        self.inputs = it.get_input_details()
+        self.outputs = it.get_output_details()
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(int(d) for d in self.inputs[0]["shape"])
+
+    def output_names(self) -> list[str]:
+        return [d["name"] for d in self.outputs]
+
+    def set_input(self, sample: np.ndarray | list[np.ndarray]) -> None:
+        samples = sample if isinstance(sample, (list, tuple)) else [sample]
+        if len(samples) != len(self.inputs):
+            raise ModelError(f"The model has {len(self.inputs)} inputs; got {len(samples)}.")
+        for x, d in zip(samples, self.inputs):
+            expected = int(np.prod(d["shape"]))
+            if np.asarray(x).size != expected:
+                raise ModelError(
+                    f"A sample of shape {np.asarray(x).shape} does not fit input {d['name']} {list(d['shape'])}."
+                )
+            self.it.set_tensor(d["index"], _to_input(x, d))
+
+    def run(self, sample) -> list[np.ndarray]:
+        self.set_input(sample)
+        self.it.invoke()
+        return [_from_output(self.it.get_tensor(d["index"]), d)[0] for d in self.outputs]
+
+    def predict(self, xs: np.ndarray, limit: int | None = None) -> list[np.ndarray]:
+        """Outputs for each sample in xs (first axis), stacked per output."""
+        n = len(xs) if limit is None else min(limit, len(xs))
+        outs = [self.run(xs[i : i + 1]) for i in range(n)]
+        return [np.stack([o[j] for o in outs]) for j in range(len(self.outputs))]
+
+
+def time_invoke(runner: Runner, sample: np.ndarray, warmup: int = 5, runs: int = 50) -> dict:
+    """Latency the way benchmark_model reports it: first inference, warm-up, then steady-state stats."""
+    runner.set_input(sample)
+    t0 = time.perf_counter()
+    runner.it.invoke()
+    first_ms = (time.perf_counter() - t0) * 1000
+    for _ in range(warmup):
+        runner.it.invoke()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        runner.it.invoke()
+        times.append((time.perf_counter() - t0) * 1000)
+    times.sort()
+    return {
+        "first_ms": first_ms,
+        "warmup_runs": warmup,
+        "runs": runs,
+        "mean_ms": statistics.fmean(times),
+        "std_ms": statistics.pstdev(times),
+        "p50_ms": times[len(times) // 2],
+        "p90_ms": times[min(len(times) - 1, int(len(times) * 0.9))],
+        "min_ms": times[0],
+    }
+
+
+def peak_memory_bytes(model: str | Path, threads: int = 2) -> int | None:
+    """Peak RSS growth of a fresh process that imports the runtime, loads, allocates and runs the model once.
+
+    A child process is the only honest way to get a peak: ru_maxrss never goes down in ours.
+    """
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "optimize.runtime", str(model), str(threads)],
+            capture_output=True, text=True, timeout=300,
+        )
+        return int(json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_bytes"])
+    except (subprocess.SubprocessError, ValueError, IndexError, KeyError):
+        return None
+
+
+def _probe(path: str, threads: int) -> None:
+    import resource
+
+    Interpreter, _ = _interpreter_class()
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with captured_stderr():
+        it = Interpreter(model_path=path, num_threads=threads)
+        it.allocate_tensors()
+        for d in it.get_input_details():
+            it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
+        it.invoke()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_rss_bytes": (peak - base) * 1024}))
+
+
+if __name__ == "__main__":
+    _probe(sys.argv[1], int(sys.argv[2]))

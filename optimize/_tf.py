@@ -58,8 +58,15 @@ def versions() -> dict[str, str]:
     from importlib import metadata
 
     out = {}
-    for dist in ("optimize", "tensorflow", "tf-keras", "tensorflow-model-optimization", "ai-edge-litert",
-                 "litert-quantizer", "numpy"):
+    for dist in (
+        "optimize",
+        "tensorflow",
+        "tf-keras",
+        "tensorflow-model-optimization",
+        "ai-edge-litert",
+        "litert-quantizer",
+        "numpy",
+    ):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

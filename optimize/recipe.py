@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
 from pathlib import Path
 
+import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import registry

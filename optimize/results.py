@@ -55,7 +55,7 @@ class Memory(Record):
     """Peak resident memory of a fresh process that loads, allocates and runs the model once."""
 
     peak_rss_bytes: int = Field(description="Peak RSS growth over the bare runtime import.")
-    method: str = Field(default="child process ru_maxrss delta")
+    method: str = Field(default="child process: VmHWM after one run minus VmRSS after importing the runtime")
 
 
 class OutputFidelity(Record):
@@ -209,7 +209,9 @@ def load_study(path: str | os.PathLike) -> Study:
     try:
         raw = json.loads(p.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise StudyError(f"{p} is not JSON ({e.__class__.__name__}).", "Pass a study.json written by `optimize sweep`.") from None
+        raise StudyError(
+            f"{p} is not JSON ({e.__class__.__name__}).", "Pass a study.json written by `optimize sweep`."
+        ) from None
     if not isinstance(raw, dict) or raw.get("schema_version") != SCHEMA_VERSION:
         found = raw.get("schema_version") if isinstance(raw, dict) else None
         raise StudyError(

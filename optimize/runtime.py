@@ -182,26 +182,35 @@ def peak_memory_bytes(model: str | Path, threads: int = 2) -> int | None:
     try:
         out = subprocess.run(
             [sys.executable, "-m", "optimize.runtime", str(model), str(threads)],
-            capture_output=True, text=True, timeout=300,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         return int(json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_bytes"])
     except (subprocess.SubprocessError, ValueError, IndexError, KeyError):
         return None
 
 
-def _probe(path: str, threads: int) -> None:
-    import resource
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
 
+
+def _probe(path: str, threads: int) -> None:
+    """Child-process body: resident set after importing the runtime vs the high-water mark after one run."""
     Interpreter, _ = _interpreter_class()
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base = _status_kb("VmRSS")
     with captured_stderr():
         it = Interpreter(model_path=path, num_threads=threads)
         it.allocate_tensors()
         for d in it.get_input_details():
             it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
         it.invoke()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"peak_rss_bytes": (peak - base) * 1024}))
+    peak = _status_kb("VmHWM")
+    print(json.dumps({"peak_rss_bytes": max(0, peak - base) * 1024}))
 
 
 if __name__ == "__main__":

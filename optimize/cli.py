@@ -1,0 +1,503 @@
+"""The `optimize` command line: a thin Typer shell. Each command parses options, calls one API function,
+and renders the result (a table, or JSON with --json). User errors end in one line and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from .errors import OptimizeError, RecipeError
+
+app = typer.Typer(
+    help="Optimize TensorFlow models for LiteRT: quantize, prune, cluster, QAT; measure every variant; "
+    "check GPU/NNAPI/Hexagon/Core ML/XNNPACK; recommend one.\n\nStart with: optimize sweep",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+recipes_app = typer.Typer(help="List, show and validate recipes.", no_args_is_help=True)
+app.add_typer(recipes_app, name="recipes")
+
+
+class Scheme(str, Enum):
+    float32 = "float32"
+    float16 = "float16"
+    dynamic = "dynamic"
+    int8 = "int8"
+    int16x8 = "int16x8"
+
+
+class IO(str, Enum):
+    float = "float"
+    int8 = "int8"
+    uint8 = "uint8"
+    int16 = "int16"
+
+
+class Backend(str, Enum):
+    converter = "converter"
+    litert = "litert"
+
+
+THREADS = typer.Option(2, "--threads", "-t", min=1, help="Interpreter threads for latency (recorded with it).")
+JSON = typer.Option(False, "--json", help="Print the result record as JSON instead of a table.")
+DELEGATES = typer.Option(True, "--delegates/--no-delegates", help="Check each result against the delegates.")
+
+
+def _log(msg: str) -> None:
+    typer.echo(msg, err=True)
+
+
+def _quiet(msg: str) -> None:
+    pass
+
+
+def _print_json(record) -> None:
+    typer.echo(record.model_dump_json(indent=2) if hasattr(record, "model_dump_json") else json.dumps(record, indent=2))
+
+
+def _then_steps(then: str | None, after_prune: bool = False) -> list[dict]:
+    """`--then cluster,int8` -> steps. Tokens: prune, cluster, qat, or a scheme (the final conversion)."""
+    steps: list[dict] = []
+    for tok in [t.strip() for t in (then or "").split(",") if t.strip()]:
+        if tok in ("prune", "qat"):
+            steps.append({"technique": tok})
+        elif tok == "cluster":
+            steps.append({"technique": "cluster", "preserve_sparsity": after_prune})
+        elif tok in Scheme.__members__:
+            steps.append({"technique": "convert", "scheme": tok})
+        else:
+            raise RecipeError(
+                f"--then: unknown step {tok!r}.",
+                "Use prune, cluster, qat or a scheme: " + ", ".join(Scheme.__members__) + ".",
+            )
+    return steps
+
+
+def _run_and_show(
+    name: str,
+    steps: list[dict],
+    model,
+    data,
+    output,
+    threads,
+    as_json,
+    delegates,
+    backend: Backend | None = None,
+    reference=None,
+) -> None:
+    from . import pipeline, report_text
+    from .recipe import build
+
+    recipe = pipeline.with_backend(build(name, steps), backend.value if backend else None)
+    out = Path(output) if output else Path("optimize-out")
+    if out.suffix == ".tflite":
+        recipe = recipe.model_copy(update={"name": out.stem})
+        out = out.parent
+    cand = pipeline.run(
+        recipe,
+        model,
+        data,
+        out,
+        threads=threads,
+        reference=reference,
+        delegates=delegates,
+        log=_quiet if as_json else _log,
+    )
+    if as_json:
+        _print_json(cand)
+    else:
+        report_text.print_candidates([cand], out)
+    if cand.error:
+        raise typer.Exit(1)
+
+
+@app.command()
+def sweep(
+    model: Path | None = typer.Argument(
+        None, help="Keras .keras/.h5, SavedModel dir or float .tflite. Omit for the built-in demo."
+    ),
+    data: Path | None = typer.Option(None, "--data", "-d", help=".npz with x/y or x_train/y_train/x_test/y_test."),
+    output: Path = typer.Option(Path("optimize-out"), "--output", "-o", help="Folder for artifacts and study.json."),
+    backend: Backend | None = typer.Option(None, help="Who quantizes: converter or litert (default: per scheme)."),
+    target: str | None = typer.Option(
+        None, help="Recommend for this target at the end (cpu, gpu, nnapi, hexagon, coreml, edgetpu, mcu)."
+    ),
+    max_accuracy_drop: float | None = typer.Option(None, help="Goal for --target: e.g. 0.01 = one point."),
+    threads: int = THREADS,
+    delegates: bool = DELEGATES,
+    as_json: bool = JSON,
+) -> None:
+    """Run the float32 baseline and every technique and chain; measure each; write study.json.
+
+    Example: optimize sweep            (the built-in demo, offline)
+             optimize sweep model.keras --data data.npz -o out --target gpu
+    """
+    from . import pipeline, report_text
+
+    log = _quiet if as_json else _log
+    study = pipeline.sweep(
+        model, data, output, threads=threads, backend=backend.value if backend else None, delegates=delegates, log=log
+    )
+    rec = None
+    if target:
+        from .recommend import recommend
+        from .results import Goals
+
+        rec = recommend(study, target, Goals(max_accuracy_drop=max_accuracy_drop))
+    if as_json:
+        _print_json(study)
+    else:
+        report_text.print_study(study, output)
+        if rec is not None:
+            from .recommend import format_recommendation
+
+            typer.echo(format_recommendation(rec))
+    if rec is not None and rec.chosen is None:
+        raise typer.Exit(1)
+
+
+@app.command()
+def quantize(
+    model: Path = typer.Argument(..., help="Keras .keras/.h5, SavedModel dir or float .tflite."),
+    scheme: Scheme = typer.Option(Scheme.int8, "--scheme", "-s", help="Post-training scheme."),
+    calibration: Path | None = typer.Option(None, "--calibration", "-c", help=".npz of calibration samples (x)."),
+    data: Path | None = typer.Option(None, "--data", "-d", help=".npz test data for accuracy (default: calibration)."),
+    samples: int = typer.Option(200, min=1, help="Calibration samples for int8/int16x8."),
+    io: IO = typer.Option(IO.float, "--io", help="Input/output type: float, int8/uint8 (int8), int16 (int16x8)."),
+    float_fallback: bool = typer.Option(False, help="Keep ops that cannot be quantized in float."),
+    backend: Backend | None = typer.Option(None, help="converter (TFLite converter) or litert (LiteRT Quantizer)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Output .tflite file or folder."),
+    threads: int = THREADS,
+    delegates: bool = DELEGATES,
+    as_json: bool = JSON,
+) -> None:
+    """Post-training quantization, measured against the float32 model.
+
+    Example: optimize quantize model.keras --scheme int8 --calibration data.npz --io int8 -o model_int8.tflite
+    """
+    from .errors import DataError
+
+    if scheme.value in ("int8", "int16x8") and calibration is None and data is None:
+        raise DataError(f"{scheme.value} needs calibration data.", "Pass --calibration DATA.npz (an .npz with x).")
+    from .data import load_data
+
+    ds = load_data(data or calibration) if (data or calibration) else None
+    if calibration is not None and data is not None:
+        from dataclasses import replace
+
+        ds = replace(ds, x_cal=load_data(calibration).x_cal)
+    if model.suffix == ".tflite" or (model.is_file() and model.read_bytes()[4:8] == b"TFL3"):
+        steps = [{"technique": "quantize", "scheme": scheme.value, "samples": samples, "io": io.value}]
+        if scheme is Scheme.float32:
+            raise RecipeError("This model is already a float32 .tflite.", "Pick --scheme float16/dynamic/int8/int16x8.")
+    else:
+        steps = [
+            {
+                "technique": "convert",
+                "scheme": scheme.value,
+                "samples": samples,
+                "io": io.value,
+                "float_fallback": float_fallback,
+            }
+        ]
+    _run_and_show(scheme.value, steps, model, ds, output, threads, as_json, delegates, backend)
+
+
+@app.command()
+def prune(
+    model: Path = typer.Argument(..., help="Keras 2 (tf_keras) .keras/.h5 model."),
+    data: Path = typer.Option(..., "--data", "-d", help=".npz with labelled training data (x/y)."),
+    sparsity: float = typer.Option(0.5, help="Final fraction of zero weights, in (0, 1)."),
+    schedule: str = typer.Option("polynomial", help="constant or polynomial."),
+    structured: str | None = typer.Option(None, help="'2:4' for structured sparsity."),
+    epochs: int = typer.Option(2, min=1, help="Fine-tuning epochs."),
+    then: str | None = typer.Option("float32", help="What follows: e.g. 'int8' or 'cluster,int8' or 'qat,int8'."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Output .tflite file or folder."),
+    threads: int = THREADS,
+    delegates: bool = DELEGATES,
+    as_json: bool = JSON,
+) -> None:
+    """Magnitude pruning (tfmot), fine-tuned, then converted (shrinks the gzip size, not the raw file).
+
+    Example: optimize prune model.keras --data data.npz --sparsity 0.5 --then cluster,int8
+    """
+    steps = [
+        {
+            "technique": "prune",
+            "target_sparsity": sparsity,
+            "schedule": schedule,
+            "structured": structured,
+            "epochs": epochs,
+        }
+    ] + _then_steps(then, after_prune=True)
+    if any(s["technique"] == "qat" for s in steps):
+        for s in steps:
+            if s["technique"] == "qat":
+                s["preserve"] = "clusters+sparsity" if any(x["technique"] == "cluster" for x in steps) else "sparsity"
+    _run_and_show(
+        "prune-" + (then or "float32").replace(",", "-"), steps, model, data, output, threads, as_json, delegates
+    )
+
+
+@app.command()
+def cluster(
+    model: Path = typer.Argument(..., help="Keras 2 (tf_keras) .keras/.h5 model."),
+    data: Path = typer.Option(..., "--data", "-d", help=".npz with labelled training data (x/y)."),
+    clusters: int = typer.Option(16, help="Distinct weight values per layer (>= 2)."),
+    init: str = typer.Option("kmeans++", help="kmeans++, density, linear or random."),
+    preserve_sparsity: bool = typer.Option(False, help="Keep zeros from an earlier pruning at zero."),
+    epochs: int = typer.Option(1, min=1, help="Fine-tuning epochs."),
+    then: str | None = typer.Option("float32", help="What follows: e.g. 'int8' or 'qat,int8'."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Output .tflite file or folder."),
+    threads: int = THREADS,
+    delegates: bool = DELEGATES,
+    as_json: bool = JSON,
+) -> None:
+    """Weight clustering (tfmot), fine-tuned, then converted.
+
+    Example: optimize cluster model.keras --data data.npz --clusters 16 --then int8
+    """
+    steps = [
+        {
+            "technique": "cluster",
+            "clusters": clusters,
+            "init": init,
+            "preserve_sparsity": preserve_sparsity,
+            "epochs": epochs,
+        }
+    ] + _then_steps(then)
+    for s in steps:
+        if s["technique"] == "qat":
+            s["preserve"] = "clusters+sparsity" if preserve_sparsity else "clusters"
+    _run_and_show(
+        "cluster-" + (then or "float32").replace(",", "-"), steps, model, data, output, threads, as_json, delegates
+    )
+
+
+@app.command()
+def qat(
+    model: Path = typer.Argument(..., help="Keras 2 (tf_keras) .keras/.h5 model."),
+    data: Path = typer.Option(..., "--data", "-d", help=".npz with labelled training data (x/y)."),
+    epochs: int = typer.Option(2, min=1, help="Fine-tuning epochs."),
+    preserve: str = typer.Option("none", help="none, sparsity, clusters or clusters+sparsity (after prune/cluster)."),
+    then: str = typer.Option("int8", help="The conversion that follows: int8 or dynamic."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Output .tflite file or folder."),
+    threads: int = THREADS,
+    delegates: bool = DELEGATES,
+    as_json: bool = JSON,
+) -> None:
+    """Quantization-aware training (tfmot), then int8 conversion.
+
+    Example: optimize qat model.keras --data data.npz --epochs 2
+    """
+    steps = [{"technique": "qat", "epochs": epochs, "preserve": preserve}] + _then_steps(then)
+    _run_and_show("qat-" + then.replace(",", "-"), steps, model, data, output, threads, as_json, delegates)
+
+
+@app.command()
+def evaluate(
+    model: Path = typer.Argument(..., help="A .tflite file."),
+    data: Path | None = typer.Option(None, "--data", "-d", help=".npz test data (x, and y for accuracy)."),
+    reference: Path | None = typer.Option(None, "--reference", "-r", help="Float .tflite to compare outputs with."),
+    runs: int = typer.Option(50, min=1, help="Timed invocations after warm-up."),
+    threads: int = THREADS,
+    as_json: bool = JSON,
+) -> None:
+    """Measure a .tflite: size (raw, gzip), accuracy, fidelity to a reference, latency, peak memory.
+
+    Example: optimize evaluate model_int8.tflite --data test.npz --reference model_float.tflite
+    """
+    from . import report_text
+    from .measure import evaluate as run_eval
+
+    metrics = run_eval(model, data, reference=reference, threads=threads, runs=runs)
+    if as_json:
+        _print_json(metrics)
+    else:
+        report_text.print_metrics(model.name, metrics)
+
+
+@app.command()
+def compat(
+    model: Path = typer.Argument(..., help="A .tflite file."),
+    delegate: str = typer.Option("gpu,nnapi,hexagon,coreml,xnnpack", "--delegate", help="Comma-separated delegates."),
+    android_api: int = typer.Option(30, help="Android API level for NNAPI (27..35)."),
+    coreml_version: int = typer.Option(3, help="Core ML delegate version (2 or 3; iOS 13+ means 3)."),
+    gpu_allow_quant: bool = typer.Option(True, help="GPU delegate's quantized-model flag (default on)."),
+    gpu_opencl: bool = typer.Option(True, help="OpenCL available on the device (SPLIT/SPLIT_V need it)."),
+    threads: int = THREADS,
+    as_json: bool = JSON,
+) -> None:
+    """Which operators each delegate would run, how many partitions, and why the rest falls back to CPU.
+
+    Example: optimize compat model_int8.tflite --delegate gpu,hexagon
+    """
+    from .delegates import TargetParams, check_delegates, format_report
+
+    target = TargetParams(
+        android_api=android_api, coreml_version=coreml_version, gpu_allow_quant=gpu_allow_quant, gpu_opencl=gpu_opencl
+    )
+    names = [d.strip() for d in delegate.split(",") if d.strip()]
+    reports = check_delegates(model, names, target=target, threads=threads)
+    if as_json:
+        typer.echo(json.dumps({k: v.model_dump(mode="json") for k, v in reports.items()}, indent=2))
+    else:
+        typer.echo(format_report(reports))
+
+
+@app.command()
+def recommend(
+    study: Path | None = typer.Argument(
+        None, help="A study.json (or its folder) to choose from. Omit for the decision tree alone."
+    ),
+    target: str = typer.Option("cpu", help="cpu, gpu, nnapi, hexagon, coreml, edgetpu or mcu."),
+    have_calibration_data: bool = typer.Option(True, help="You have a few hundred representative inputs."),
+    have_training_data: bool = typer.Option(False, help="You have labelled data to fine-tune with."),
+    max_accuracy_drop: float | None = typer.Option(None, help="e.g. 0.01 = at most one point of top-1."),
+    max_size_bytes: int | None = typer.Option(None, help="Largest acceptable .tflite."),
+    max_latency_ms: float | None = typer.Option(None, help="Slowest acceptable p50 latency (host CPU)."),
+    objective: str = typer.Option("size", help="Rank by size, latency or accuracy."),
+    as_json: bool = JSON,
+) -> None:
+    """Pick a scheme for a target and a budget: the decision path, then the measured choice.
+
+    Example: optimize recommend optimize-out/study.json --target gpu --max-accuracy-drop 0.01
+    """
+    from pydantic import ValidationError
+
+    from . import recommend as rec_mod
+    from .results import Goals, load_study
+
+    try:
+        goals = Goals(
+            max_accuracy_drop=max_accuracy_drop,
+            max_size_bytes=max_size_bytes,
+            max_latency_ms=max_latency_ms,
+            objective=objective,
+        )
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise OptimizeError(f"Goal {err['loc'][0]}: {err['msg']}.", "See optimize recommend --help.") from None
+    if study is None:
+        advice = rec_mod.advise(
+            target, have_calibration_data=have_calibration_data, have_training_data=have_training_data, goals=goals
+        )
+        typer.echo(advice.model_dump_json(indent=2) if as_json else rec_mod.format_advice(advice))
+        return
+    rec = rec_mod.recommend(load_study(study), target, goals)
+    typer.echo(rec.model_dump_json(indent=2) if as_json else rec_mod.format_recommendation(rec))
+    if rec.chosen is None:
+        raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    study: Path = typer.Argument(..., help="A study.json (or its folder)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Folder for report.md and report.html."),
+    target: str | None = typer.Option(None, help="Mark the recommended candidate for this target."),
+) -> None:
+    """Write report.md and a self-contained report.html: table, plots, Pareto front, delegate matrix.
+
+    Example: optimize report optimize-out/study.json --target gpu
+    """
+    from .report import write_report
+    from .results import load_study
+
+    st = load_study(study)
+    rec = None
+    if target:
+        from .recommend import recommend as rec_fn
+
+        rec = rec_fn(st, target)
+    folder = output or (study if study.is_dir() else study.parent)
+    paths = write_report(st, folder, rec)
+    for p in paths.values():
+        typer.echo(str(p))
+
+
+@app.command("run")
+def run_recipe(
+    recipe: str = typer.Argument(..., help="A recipe .toml, or a shipped recipe's name (optimize recipes list)."),
+    model: Path | None = typer.Argument(None, help="Model (default: the recipe's, else the demo)."),
+    data: Path | None = typer.Option(None, "--data", "-d", help=".npz data (default: the recipe's)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Folder (default: the recipe's)."),
+    threads: int = THREADS,
+    delegates: bool = DELEGATES,
+    as_json: bool = JSON,
+) -> None:
+    """Run a recipe: its steps on the model, measured, checked, and judged against its goals.
+
+    Example: optimize run mobile-gpu model.keras --data data.npz
+    """
+    from . import pipeline, report_text
+    from .recipe import load_recipe
+
+    r = load_recipe(recipe)
+    out = Path(output or r.output or "optimize-out")
+    cand = pipeline.run(r, model, data, out, threads=threads, delegates=delegates, log=_quiet if as_json else _log)
+    if as_json:
+        _print_json(cand)
+    else:
+        report_text.print_candidates([cand], out)
+    if cand.error:
+        raise typer.Exit(1)
+
+
+@recipes_app.command("list")
+def recipes_list() -> None:
+    """The shipped recipes and what each is for.  Example: optimize recipes list"""
+    from .recipe import load_recipe, shipped_recipes
+
+    for name, path in shipped_recipes().items():
+        r = load_recipe(path)
+        typer.echo(f"{name:24} {', '.join(r.targets) or '-':12} {r.description}")
+
+
+@recipes_app.command("show")
+def recipes_show(recipe: str = typer.Argument(..., help="Recipe name or path.")) -> None:
+    """Print a recipe resolved (defaults filled in).  Example: optimize recipes show mobile-gpu"""
+    from .recipe import load_recipe
+
+    typer.echo(load_recipe(recipe).to_toml())
+
+
+@recipes_app.command("validate")
+def recipes_validate(recipes: list[str] = typer.Argument(..., help="Recipe files or names.")) -> None:
+    """Check recipes without loading any model.  Example: optimize recipes validate recipes/*.toml"""
+    from .recipe import load_recipe
+
+    for r in recipes:
+        load_recipe(r)
+        typer.echo(f"ok  {r}")
+
+
+@recipes_app.command("techniques")
+def recipes_techniques() -> None:
+    """Every technique a step can name, with its params.  Example: optimize recipes techniques"""
+    from .registry import techniques
+
+    for name, t in sorted(techniques().items()):
+        typer.echo(f"{name} ({t.stage.value}): {t.summary}")
+        for fname, f in t.params.model_fields.items():
+            typer.echo(f"    {fname} = {f.default!r}  {f.description or ''}")
+
+
+def main() -> None:
+    """Entry point: OptimizeErrors become one line on stderr and their exit code, never a traceback."""
+    try:
+        app()
+    except OptimizeError as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""The built-in demo: a small CNN trained deterministically on scikit-learn's bundled digits, cached.
+
+It lets a newcomer see the whole value of optimize in one command, offline. The split is fixed:
+train (fine-tuning), calibration (drawn from train), test (accuracy and fidelity).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from . import _tf
+from .results import write_atomic
+
+DEMO_VERSION = 1
+SEED = 0
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("OPTIMIZE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "optimize"
+    )
+    return Path(root)
+
+
+def demo_data_arrays() -> dict[str, np.ndarray]:
+    """Digits (1,797 8x8 grey images, 10 classes) scaled to 0..1, shuffled with a fixed seed, split 80/20."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = (digits.images / 16.0).astype(np.float32)[..., None]
+    y = digits.target.astype(np.int64)
+    order = np.random.default_rng(SEED).permutation(len(x))
+    x, y = x[order], y[order]
+    n_test = 360
+    return {"x_train": x[:-n_test], "y_train": y[:-n_test], "x_test": x[-n_test:], "y_test": y[-n_test:]}
+
+
+def build_demo_model():
+    """A CNN sized so weights dominate the file (~190k parameters), as in a real mobile model."""
+    keras = _tf.keras()
+    layers = keras.layers
+    return keras.Sequential(
+        [
+            layers.Input((8, 8, 1), name="image"),
+            layers.Conv2D(32, 3, padding="same", activation="relu"),
+            layers.Conv2D(64, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(64, 3, padding="same", activation="relu"),
+            layers.Flatten(),
+            layers.Dense(128, activation="relu"),
+            layers.Dense(10, name="logits"),
+        ],
+        name="digits_cnn",
+    )
+
+
+def demo(log=print) -> tuple[Path, Path]:
+    """Paths of the demo model (.keras, Keras 2) and its data (.npz); trained on first use (~20 s)."""
+    folder = cache_dir() / f"demo-v{DEMO_VERSION}"
+    model_path, data_path = folder / "digits_cnn.keras", folder / "digits.npz"
+    if model_path.is_file() and data_path.is_file():
+        return model_path, data_path
+    log("Training the built-in demo model (digits CNN, once; cached in %s)..." % folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = demo_data_arrays()
+    keras = _tf.keras()
+    tf = _tf.tf()
+    keras.utils.set_random_seed(SEED)
+    tf.config.experimental.enable_op_determinism()
+    model = build_demo_model()
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    model.fit(arrays["x_train"], arrays["y_train"], epochs=12, batch_size=32, verbose=0, shuffle=True)
+    tmp = folder / "digits_cnn.tmp.keras"
+    model.save(tmp)
+    os.replace(tmp, model_path)
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    write_atomic(data_path, buf.getvalue())
+    return model_path, data_path

@@ -1,0 +1,446 @@
+"""Run recipes on a model: steps -> artifact -> measured candidate; many recipes -> one study.
+
+Data flows one way: keras steps (prune, cluster, QAT) -> one convert step -> tflite steps (quantize).
+Within a run, every step prefix is produced once and shared (prune -> int8 and prune -> cluster -> int8
+prune once), and every Keras step starts from a fresh load from disk (tfmot mutates what it wraps).
+A candidate that fails records its reason; the rest of the study carries on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import shutil
+import socket
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import _tf, measure, models, registry
+from .data import Dataset, load_data
+from .errors import DataError, ModelError, OptimizeError, RecipeError, TechniqueFailed
+from .recipe import Recipe, build
+from .registry import Context, Stage
+from .results import Candidate, Environment, Metrics, Step, Study
+
+Log = Callable[[str], None]
+
+PTQ_SCHEMES = ("float16", "dynamic", "int8", "int16x8")
+
+#: The default sweep: the float baseline, every post-training scheme and the useful chains.
+DEFAULT_SWEEP: tuple[tuple[str, list[dict]], ...] = (
+    ("float32", [{"technique": "convert", "scheme": "float32"}]),
+    ("float16", [{"technique": "convert", "scheme": "float16"}]),
+    ("dynamic", [{"technique": "convert", "scheme": "dynamic"}]),
+    ("int8", [{"technique": "convert", "scheme": "int8"}]),
+    ("int8-int8io", [{"technique": "convert", "scheme": "int8", "io": "int8"}]),
+    ("int16x8", [{"technique": "convert", "scheme": "int16x8"}]),
+    ("prune-int8", [{"technique": "prune"}, {"technique": "convert", "scheme": "int8"}]),
+    ("cluster-int8", [{"technique": "cluster"}, {"technique": "convert", "scheme": "int8"}]),
+    (
+        "prune-cluster-int8",
+        [
+            {"technique": "prune"},
+            {"technique": "cluster", "preserve_sparsity": True},
+            {"technique": "convert", "scheme": "int8"},
+        ],
+    ),
+    ("qat-int8", [{"technique": "qat"}, {"technique": "convert", "scheme": "int8"}]),
+)
+
+
+def default_recipes(include_training: bool = True, backend: str | None = None) -> list[Recipe]:
+    out = []
+    for name, steps in DEFAULT_SWEEP:
+        if not include_training and any(s["technique"] in ("prune", "cluster", "qat") for s in steps):
+            continue
+        out.append(with_backend(build(name, steps), backend))
+    return out
+
+
+def with_backend(recipe: Recipe, backend: str | None) -> Recipe:
+    """Express a recipe's post-training scheme with the chosen backend.
+
+    'converter': the TFLite converter quantizes while converting. 'litert': convert to float32 once and
+    quantize the flatbuffer with LiteRT Quantizer (the `quantize` step). None keeps the recipe as written.
+    """
+    if backend not in ("converter", "litert"):
+        return recipe
+    steps = [s.model_dump() for s in recipe.steps]
+    raw = []
+    for s in steps:
+        p = dict(s["params"])
+        if backend == "litert" and s["technique"] == "convert" and p.get("scheme") in PTQ_SCHEMES:
+            qat = any(x["technique"] == "qat" for x in steps)
+            if not qat and p.get("io", "float") == "float" and not p.get("float_fallback"):
+                raw.append({"technique": "convert", "scheme": "float32"})
+                raw.append({"technique": "quantize", "scheme": p["scheme"], "samples": p.get("samples", 200)})
+                continue
+        if backend == "converter" and s["technique"] == "quantize":
+            raw = [r for r in raw if not (r["technique"] == "convert" and r.get("scheme") == "float32")]
+            raw.append({"technique": "convert", "scheme": p["scheme"], "samples": p.get("samples", 200)})
+            continue
+        raw.append({"technique": s["technique"], **p})
+    return recipe.model_copy(update={"steps": build(recipe.name, raw).steps})
+
+
+def _key(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class _State:
+    kind: str  # "source" | "keras" | "tflite"
+    path: Path
+    saved_model: Path | None = None
+    notes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+class Workspace:
+    """Produces artifacts for step lists, sharing every step prefix within one run."""
+
+    def __init__(
+        self, src: models.ModelSource, data: Dataset | None, workdir: Path, threads: int = 2, log: Log = print
+    ):
+        self.src, self.data, self.workdir, self.threads, self.log = src, data, workdir, threads, log
+        self.memo: dict[str, _State] = {}
+        self.root = _key(src.fingerprint, data.fingerprint if data else None)
+
+    def _context(self, key: str, state: _State) -> Context:
+        folder = self.workdir / key
+        folder.mkdir(parents=True, exist_ok=True)
+        return Context(
+            workdir=folder,
+            data=self.data,
+            threads=self.threads,
+            log=self.log,
+            notes=list(state.notes),
+            skipped_layers=list(state.skipped),
+        )
+
+    def _keras_model(self, state: _State):
+        if state.kind == "source":
+            return models.load_keras2(self.src)
+        if state.kind == "keras":
+            return models.load_keras2(models.ModelSource(state.path, "keras2", ""))
+        raise RecipeError("A Keras step cannot follow a .tflite step.", "Put prune/cluster/qat before convert.")
+
+    def _saved_model(self, state: _State, key: str) -> Path:
+        if state.saved_model is not None:
+            return state.saved_model
+        if state.kind == "source" and self.src.kind == "savedmodel":
+            state.saved_model = self.src.path
+        elif state.kind == "source" and self.src.kind == "keras3":
+            state.saved_model = models.export_saved_model(
+                models.load_keras3(self.src), self.workdir / key / "saved_model"
+            )
+        elif state.kind in ("source", "keras"):
+            state.saved_model = models.export_saved_model(self._keras_model(state), self.workdir / key / "saved_model")
+        else:
+            raise RecipeError(
+                "This model is already a .tflite: it cannot be converted again.",
+                "Use the quantize step (--backend litert) on a float .tflite.",
+            )
+        return state.saved_model
+
+    def produce(self, steps: Iterable[Step]) -> _State:
+        state = _State("source", self.src.path)
+        prefix: list = []
+        for step in steps:
+            prefix.append(step.model_dump())
+            key = _key(self.root, prefix)
+            if key in self.memo:
+                state = self.memo[key]
+                continue
+            tech = registry.get(step.technique)
+            params = tech.params.model_validate(step.params)
+            self.log(f"  {tech.name} {_brief(step.params)}")
+            if tech.stage is Stage.KERAS:
+                ctx = self._context(key, state)
+                model = tech.fn(self._keras_model(state), params, ctx)
+                path = self.workdir / key / "model.keras"
+                model.save(path)
+                sm = models.export_saved_model(model, self.workdir / key / "saved_model")
+                state = _State("keras", path, sm, ctx.notes, ctx.skipped_layers)
+            elif tech.stage is Stage.CONVERT:
+                sm = self._saved_model(state, _key(self.root, prefix[:-1]))
+                ctx = self._context(key, state)
+                state = _State("tflite", tech.fn(sm, params, ctx), None, ctx.notes, ctx.skipped_layers)
+            else:
+                if state.kind == "source" and self.src.kind != "tflite":
+                    raise RecipeError(
+                        f"{tech.name} quantizes a .tflite; this recipe has no convert step before it.",
+                        "Add a convert step with scheme float32 first.",
+                    )
+                if state.kind == "keras":
+                    raise RecipeError(f"{tech.name} needs a .tflite; add a convert step before it.")
+                ctx = self._context(key, state)
+                state = _State("tflite", tech.fn(state.path, params, ctx), None, ctx.notes, ctx.skipped_layers)
+            self.memo[key] = state
+        if state.kind != "tflite":
+            if state.kind == "source" and self.src.kind == "tflite":
+                return state
+            raise RecipeError("The recipe never converts to .tflite.", "Add a convert step.")
+        return state
+
+
+def _brief(params: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items() if v not in (None, False))
+
+
+def resolve(recipe: Recipe, src: models.ModelSource) -> Recipe:
+    """Fill in what a recipe leaves implicit: a float32 conversion when it has no convert step."""
+    has_convert = any(registry.get(s.technique).stage is Stage.CONVERT for s in recipe.steps)
+    if has_convert or src.kind == "tflite":
+        if src.kind == "tflite" and any(registry.get(s.technique).stage is not Stage.TFLITE for s in recipe.steps):
+            raise ModelError(
+                f"{src.path.name} is already a .tflite: only .tflite steps (quantize) apply to it.",
+                "Pass the Keras or SavedModel model for prune/cluster/qat/convert, or use --backend litert.",
+            )
+        return recipe
+    raw = [s.model_dump() for s in recipe.steps]
+    first_tflite = next(
+        (i for i, s in enumerate(recipe.steps) if registry.get(s.technique).stage is Stage.TFLITE), len(raw)
+    )
+    raw.insert(first_tflite, {"technique": "convert", "params": {"scheme": "float32"}})
+    flat = [{"technique": s["technique"], **s["params"]} for s in raw]
+    return recipe.model_copy(update={"steps": build(recipe.name, flat).steps})
+
+
+def check_data(src: models.ModelSource, data: Dataset | None) -> None:
+    """Check data against the model's input before any work starts (one clear line if it does not fit)."""
+    if data is None:
+        return
+    keras_model = None
+    if src.kind == "keras2":
+        keras_model = models.load_keras2(src)
+    elif src.kind == "keras3":
+        keras_model = models.load_keras3(src)
+    data.check_input(models.input_shape(src, keras_model))
+
+
+def environment(threads: int) -> Environment:
+    return Environment(
+        python=platform.python_version(),
+        platform=platform.platform(),
+        host=socket.gethostname(),
+        cpu_count=os.cpu_count() or 1,
+        versions=_tf.versions(),
+        threads=threads,
+    )
+
+
+def _error_text(e: BaseException) -> str:
+    if isinstance(e, (TechniqueFailed, OptimizeError)):
+        return str(e)
+    last = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    where = f" (at {Path(last.filename).name}:{last.lineno})" if last else ""
+    msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+    return f"{e.__class__.__name__}: {msg}{where}"
+
+
+def make_candidate(
+    ws: Workspace,
+    recipe: Recipe,
+    out_dir: Path,
+    *,
+    measure_it: bool = True,
+    reference: Path | None = None,
+    baseline: Metrics | None = None,
+    delegates: bool = True,
+    runs: int = 50,
+    memory: bool = True,
+) -> Candidate:
+    """Produce, copy out, measure and check one candidate. Failures become the candidate's error."""
+    t0 = time.perf_counter()
+    base = dict(
+        name=recipe.name,
+        steps=list(recipe.steps),
+        recipe_hash=recipe.hash,
+        scheme=recipe.scheme,
+        backend=recipe.backend,
+    )
+    try:
+        state = ws.produce(recipe.steps)
+        artifact = out_dir / f"{recipe.name}.tflite"
+        if state.path.resolve() != artifact.resolve():
+            tmp = artifact.with_suffix(".tflite.tmp")
+            shutil.copyfile(state.path, tmp)
+            os.replace(tmp, artifact)
+        metrics = None
+        if measure_it:
+            metrics = measure.evaluate(
+                artifact,
+                ws.data,
+                reference=reference,
+                threads=ws.threads,
+                runs=runs,
+                baseline_accuracy=baseline.accuracy if baseline else None,
+                memory=memory,
+            )
+        reports = check_all_delegates(artifact, ws.threads) if delegates else {}
+        return Candidate(
+            **base,
+            artifact=artifact.name,
+            metrics=metrics,
+            delegates=reports,
+            skipped_layers=state.skipped,
+            notes=state.notes,
+            seconds=time.perf_counter() - t0,
+        )
+    except (DataError, RecipeError):
+        raise
+    except Exception as e:  # a technique failing on this model is a failed candidate, not a crashed run
+        ws.log(f"  failed: {_error_text(e)}")
+        return Candidate(**base, error=_error_text(e), seconds=time.perf_counter() - t0)
+
+
+def check_all_delegates(artifact: Path, threads: int) -> dict:
+    """Delegate reports for one artifact; an internal checker failure is noted, never fatal."""
+    try:
+        from .delegates import check_delegates
+    except ImportError:
+        return {}
+    try:
+        return check_delegates(artifact, threads=threads)
+    except OptimizeError:
+        return {}
+
+
+def open_inputs(model: str | Path | None, data: str | Path | Dataset | None, log: Log = print):
+    """The model source and dataset; the built-in demo (and its data) when no model is given."""
+    if model is None or str(model) == "demo":
+        from .demo import demo
+
+        model_path, data_path = demo(log=log)
+        model = model_path
+        data = data if data is not None else data_path
+    src = models.open_model(model)
+    ds = data if isinstance(data, Dataset) or data is None else load_data(data)
+    return src, ds
+
+
+def run(
+    recipe: Recipe,
+    model: str | Path | None = None,
+    data: str | Path | Dataset | None = None,
+    output: str | Path | None = None,
+    threads: int = 2,
+    reference: str | Path | None = None,
+    measure_it: bool = True,
+    delegates: bool = True,
+    log: Log = print,
+) -> Candidate:
+    """Run one recipe on a model and measure the result. `reference` defaults to a float32 conversion."""
+    src, ds = open_inputs(model or recipe.model, data or recipe.data, log)
+    recipe = resolve(recipe, src)
+    check_data(src, ds)
+    out_dir = Path(output or recipe.output or "optimize-out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ws = Workspace(src, ds, out_dir / ".work", threads, log)
+    ref = Path(reference) if reference else None
+    baseline = None
+    if measure_it and ref is None and ds is not None and recipe.scheme != "float32":
+        float_recipe = (
+            resolve(build("float32", [{"technique": "convert", "scheme": "float32"}]), src)
+            if src.kind != "tflite"
+            else None
+        )
+        if float_recipe is not None:
+            base = make_candidate(ws, float_recipe, ws.workdir, delegates=False, runs=5, memory=False)
+            if base.ok:
+                ref, baseline = ws.workdir / base.artifact, base.metrics
+        elif src.kind == "tflite":
+            ref = src.path
+    if ref is not None and baseline is None and ds is not None and measure_it:
+        baseline = measure.evaluate(ref, ds, threads=threads, runs=5, memory=False)
+    try:
+        return make_candidate(
+            ws, recipe, out_dir, measure_it=measure_it, reference=ref, baseline=baseline, delegates=delegates
+        )
+    finally:
+        shutil.rmtree(ws.workdir, ignore_errors=True)
+
+
+def sweep(
+    model: str | Path | None = None,
+    data: str | Path | Dataset | None = None,
+    output: str | Path = "optimize-out",
+    recipes: list[Recipe] | None = None,
+    threads: int = 2,
+    backend: str | None = None,
+    delegates: bool = True,
+    runs: int = 50,
+    log: Log = print,
+    on_candidate: Callable[[Candidate], None] | None = None,
+) -> Study:
+    """The float32 baseline plus every recipe, each measured against it; written to output/study.json."""
+    src, ds = open_inputs(model, data, log)
+    check_data(src, ds)
+    include_training = src.kind == "keras2" and ds is not None and ds.y_train is not None
+    if recipes is None:
+        recipes = default_recipes(include_training, backend)
+        if src.kind == "tflite":
+            recipes = [build("float32", [])] + [
+                with_backend(build(s, [{"technique": "quantize", "scheme": s}]), None) for s in PTQ_SCHEMES
+            ]
+        if ds is None:
+            recipes = [r for r in recipes if r.scheme not in ("int8", "int16x8")]
+            log("No data given: skipping int8 and int16x8 (they need calibration data) and accuracy.")
+    else:
+        recipes = [with_backend(r, backend) for r in recipes]
+    recipes = [resolve(r, src) if r.steps else r for r in recipes]
+    out_dir = Path(output)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ws = Workspace(src, ds, out_dir / ".work", threads, log)
+    candidates: list[Candidate] = []
+    baseline_recipe = next((r for r in recipes if r.scheme == "float32" and len(r.steps) <= 1), None)
+    ref = baseline = None
+    ordered = ([baseline_recipe] if baseline_recipe else []) + [r for r in recipes if r is not baseline_recipe]
+    for i, recipe in enumerate(ordered, 1):
+        log(f"[{i}/{len(ordered)}] {recipe.name}")
+        if not recipe.steps:  # a float .tflite input is its own baseline
+            cand = _measure_source(src, ds, out_dir, threads, runs, delegates)
+        else:
+            cand = make_candidate(ws, recipe, out_dir, reference=ref, baseline=baseline, delegates=delegates, runs=runs)
+        if recipe is baseline_recipe and cand.ok:
+            ref, baseline = out_dir / cand.artifact, cand.metrics
+        candidates.append(cand)
+        if on_candidate:
+            on_candidate(cand)
+    study = Study(
+        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        model="demo" if model is None else str(model),
+        model_fingerprint=src.fingerprint,
+        data=ds.source if ds else None,
+        baseline=baseline_recipe.name if baseline_recipe else "float32",
+        environment=environment(threads),
+        candidates=candidates,
+    )
+    study.save(out_dir / "study.json")
+    shutil.rmtree(out_dir / ".work", ignore_errors=True)
+    return study
+
+
+def _measure_source(src, ds, out_dir: Path, threads: int, runs: int, delegates: bool) -> Candidate:
+    artifact = out_dir / "float32.tflite"
+    if src.path.resolve() != artifact.resolve():
+        shutil.copyfile(src.path, artifact)
+    metrics = measure.evaluate(artifact, ds, threads=threads, runs=runs)
+    reports = check_all_delegates(artifact, threads) if delegates else {}
+    return Candidate(
+        name="float32",
+        steps=[],
+        recipe_hash=_key([]),
+        scheme="float32",
+        backend=None,
+        artifact=artifact.name,
+        metrics=metrics,
+        delegates=reports,
+    )

@@ -1,0 +1,324 @@
+"""A study as a report: Markdown beside SVG plots, and one self-contained HTML page.
+
+The page holds the candidates table, the plots (size vs accuracy, latency vs accuracy, the Pareto
+front highlighted, the chosen candidate marked), the delegate matrix as a coloured grid whose cells
+carry the fallback reasons, and, given a recommendation, the decision path, the choice, every
+rejection and the facts. Everything taken from the study is HTML-escaped; the page loads nothing
+from outside (plots are inline SVG, styles inline). Pure Python apart from matplotlib, imported lazily.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from .recommend import Recommendation, accuracy_score, candidate_io, pareto_front
+from .results import Candidate, DelegateReport, Study, write_atomic
+
+DELEGATE_COLUMNS = ("gpu", "nnapi", "hexagon", "coreml", "xnnpack")
+PLOT_TITLES = {"size_vs_accuracy": "Size vs accuracy", "latency_vs_accuracy": "Latency vs accuracy"}
+HOST_NOTE = "Latency is host-CPU latency in the LiteRT interpreter, not a device figure."
+
+
+# ------------------------------------------------------------------------------------ formatting
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return ""
+    return f"{n / 1e6:.2f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
+def _accuracy(c: Candidate) -> str:
+    m = c.metrics
+    if m is None or m.accuracy is None:
+        return ""
+    a = m.accuracy
+    value = f"top-1 {a.top1 * 100:.2f}%" if a.top1 is not None else (f"MAE {a.mae:.4g}" if a.mae is not None else "")
+    if m.accuracy_delta is not None:
+        value += f" ({m.accuracy_delta * 100:+.2f} pt)"
+    return value.strip()
+
+
+def _fidelity(c: Candidate) -> str:
+    f = c.metrics.fidelity if c.metrics else None
+    if f is None:
+        return ""
+    parts = []
+    if f.top1_agreement is not None:
+        parts.append(f"agree {f.top1_agreement * 100:.1f}%")
+    if f.outputs:
+        parts.append(f"max |Δ| {max(o.max_abs_diff for o in f.outputs):.3g}")
+    return ", ".join(parts)
+
+
+def _latency(c: Candidate) -> str:
+    lat = c.metrics.latency if c.metrics else None
+    if lat is None:
+        return ""
+    return f"{lat.p50_ms:.3g} ms ({lat.threads} thr{', XNNPACK' if lat.xnnpack else ', no XNNPACK'})"
+
+
+def _status(c: Candidate, rec: Recommendation | None, front: set[str]) -> str:
+    if c.error:
+        return "failed"
+    if rec is not None and c.name == rec.chosen:
+        return "chosen"
+    reason = next((r.reason for r in rec.rejected if r.candidate == c.name), None) if rec else None
+    if reason:
+        return f"rejected: {reason}"
+    return "Pareto front" if c.name in front else ""
+
+
+def _rows(study: Study, rec: Recommendation | None) -> list[tuple[str, ...]]:
+    """One tuple of display strings per candidate, shared by the Markdown and HTML tables."""
+    front = set(rec.pareto if rec else pareto_front(study.candidates))
+    rows = []
+    for c in study.candidates:
+        size = c.metrics.size if c.metrics else None
+        scheme = c.scheme if candidate_io(c) == "float" else f"{c.scheme} ({candidate_io(c)} I/O)"
+        rows.append(
+            (
+                c.name,
+                scheme,
+                c.backend or "",
+                fmt_bytes(size.bytes) if size else "",
+                fmt_bytes(size.gzip_bytes) if size else "",
+                _accuracy(c),
+                _fidelity(c),
+                _latency(c),
+                _status(c, rec, front),
+                c.error or "",
+            )
+        )
+    return rows
+
+
+HEADERS = (
+    "Candidate",
+    "Scheme",
+    "Backend",
+    "Size",
+    "Gzip",
+    "Accuracy (Δ vs baseline)",
+    "Fidelity",
+    "Latency p50",
+    "Status",
+    "Error",
+)
+
+
+def _cell_text(r: DelegateReport) -> str:
+    return f"{r.verdict}: {r.nodes_delegated}/{r.nodes_total} nodes, {r.partitions} partition{'s' if r.partitions != 1 else ''}"
+
+
+def _reasons(r: DelegateReport) -> list[str]:
+    """Why nodes stay on the CPU: the veto, each CPU node with its reason, then the hints."""
+    out = [f"vetoed: {r.vetoed}"] if r.vetoed else []
+    out += [f"#{n.index} {n.op} v{n.version}: {n.reason}" for n in r.cpu_nodes]
+    out += [f"hint: {h}" for h in r.hints]
+    return out
+
+
+# -------------------------------------------------------------------------------------- Markdown
+def _md(text: str) -> str:
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(study: Study, rec: Recommendation | None = None, images: dict[str, str] | None = None) -> str:
+    """The report as Markdown. `images` maps plot keys to relative file paths (write_report writes them)."""
+    lines = [f"# Optimization report: {_md(study.model)}", ""]
+    lines.append(
+        f"Study created {_md(study.created)}; data: {_md(study.data or 'none')}; baseline: {_md(study.baseline)}."
+    )
+    lines += ["", f"_{HOST_NOTE}_", "", "## Candidates", ""]
+    lines.append("| " + " | ".join(HEADERS) + " |")
+    lines.append("|" + "---|" * len(HEADERS))
+    lines += ["| " + " | ".join(_md(x) for x in row) + " |" for row in _rows(study, rec)]
+    if not study.candidates:
+        lines += ["", "The study has no candidates."]
+    if images:
+        lines += ["", "## Plots", ""]
+        lines += [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})" for k, v in images.items()]
+    lines += ["", "## Delegate matrix", "", "| Candidate | " + " | ".join(DELEGATE_COLUMNS) + " |"]
+    lines.append("|---|" + "---|" * len(DELEGATE_COLUMNS))
+    for c in study.candidates:
+        cells = []
+        for d in DELEGATE_COLUMNS:
+            r = c.delegates.get(d)
+            if r is None:
+                cells.append("-")
+                continue
+            why = "; ".join(_reasons(r))
+            cells.append(_md(f"{_cell_text(r)} ({r.source})" + (f": {why}" if why else "")))
+        lines.append(f"| {_md(c.name)} | " + " | ".join(cells) + " |")
+    if rec is not None:
+        lines += ["", f"## Recommendation for {rec.target}", ""]
+        lines.append(f"**Chosen: {_md(rec.chosen)}**" if rec.chosen else "**No candidate meets the goals.**")
+        lines += ["", "Decision path (rule of thumb):", ""]
+        lines += [
+            f"{i}. {_md(q.question)} {_md(q.answer)} → {_md(q.decided)}" for i, q in enumerate(rec.advice.path, 1)
+        ]
+        if rec.chosen_recipe_toml:
+            lines += ["", "Recipe:", "", "```toml", rec.chosen_recipe_toml.rstrip(), "```"]
+        lines += [
+            "",
+            "Ranked: " + (", ".join(rec.ranked) or "none") + ".",
+            "",
+            "Pareto front: " + (", ".join(rec.pareto) or "none") + ".",
+        ]
+        if rec.rejected:
+            lines += ["", "Rejected:", ""] + [f"- {_md(r.candidate)}: {_md(r.reason)}" for r in rec.rejected]
+        if rec.facts:
+            lines += ["", "Good to know:", ""] + [f"- {_md(f)}" for f in rec.facts]
+    env = study.environment
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(env.versions.items()))
+    lines += [
+        "",
+        "## Environment",
+        "",
+        f"{_md(env.host)}, {_md(env.platform)}, Python {_md(env.python)}, {env.cpu_count} CPUs, {env.threads} threads; {_md(versions)}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ HTML
+def _e(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em;color:#212121;max-width:1400px}
+table{border-collapse:collapse;margin:1em 0;font-size:14px}
+th,td{border:1px solid #cfd8dc;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#eceff1}
+tr.chosen td{background:#fff8e1;font-weight:600}
+tr.failed td{color:#b71c1c}
+td.full{background:#c8e6c9} td.partial{background:#ffe0b2} td.none{background:#ffcdd2} td.missing{background:#f5f5f5;color:#9e9e9e}
+th.target{outline:3px solid #1565c0}
+td.num{text-align:right;white-space:nowrap}
+figure{display:inline-block;margin:0 1em 1em 0} figure svg{width:560px;height:auto}
+.note{color:#546e7a;font-size:13px} details{font-size:12px} code,pre{background:#f5f5f5}
+"""
+
+
+def _html_candidates(study: Study, rec: Recommendation | None) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in HEADERS)
+    body = []
+    for c, row in zip(study.candidates, _rows(study, rec), strict=True):
+        cls = "chosen" if rec and c.name == rec.chosen else ("failed" if c.error else "")
+        cells = "".join(
+            f'<td class="num">{_e(x)}</td>' if i in (3, 4) else f"<td>{_e(x)}</td>" for i, x in enumerate(row)
+        )
+        body.append(f'<tr class="{cls}" data-candidate="{_e(c.name)}">{cells}</tr>')
+    empty = "" if study.candidates else f'<tr><td colspan="{len(HEADERS)}">The study has no candidates.</td></tr>'
+    return f'<table id="candidates"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}{empty}</tbody></table>'
+
+
+def _html_matrix(study: Study, rec: Recommendation | None) -> str:
+    from .recommend import TARGET_DELEGATE
+
+    target_col = TARGET_DELEGATE.get(rec.target) if rec else None
+    head = "".join(f'<th class="{"target" if d == target_col else ""}">{_e(d)}</th>' for d in DELEGATE_COLUMNS)
+    rows = []
+    for c in study.candidates:
+        cells = []
+        for d in DELEGATE_COLUMNS:
+            r = c.delegates.get(d)
+            if r is None:
+                cells.append('<td class="missing" title="not checked">-</td>')
+                continue
+            reasons = _reasons(r)
+            details = ""
+            if reasons:
+                items = "".join(f"<li>{_e(x)}</li>" for x in reasons)
+                summary = f"{len(r.cpu_nodes)} op(s) on CPU" if r.cpu_nodes else "why"
+                details = f"<details><summary>{summary}</summary><ul>{items}</ul></details>"
+            title = _e("\n".join(reasons) or "every node delegated")
+            cells.append(
+                f'<td class="{_e(r.verdict)}" title="{title}"><b>{_e(_cell_text(r))}</b><br><span class="note">{_e(r.source)}</span>{details}</td>'
+            )
+        rows.append(f"<tr><th>{_e(c.name)}</th>{''.join(cells)}</tr>")
+    return (
+        f'<table id="delegates"><thead><tr><th>Candidate</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    )
+
+
+def _html_recommendation(rec: Recommendation) -> str:
+    parts = [f'<section id="recommendation"><h2>Recommendation for {_e(rec.target)}</h2>']
+    if rec.chosen:
+        parts.append(f'<p>Chosen: <strong id="chosen">{_e(rec.chosen)}</strong></p>')
+    else:
+        parts.append('<p><strong id="chosen">No candidate meets the goals.</strong></p>')
+    goals = ", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None)
+    parts.append(f"<p>Goals: {_e(goals)}</p><h3>Decision path (rule of thumb)</h3><ol>")
+    parts += [f"<li>{_e(q.question)} <em>{_e(q.answer)}</em> → {_e(q.decided)}</li>" for q in rec.advice.path]
+    parts.append("</ol>")
+    if rec.chosen_recipe_toml:
+        parts.append(f"<h3>Recipe</h3><pre>{_e(rec.chosen_recipe_toml)}</pre>")
+    parts.append(
+        f"<p>Ranked: {_e(', '.join(rec.ranked) or 'none')}. Pareto front: {_e(', '.join(rec.pareto) or 'none')}.</p>"
+    )
+    if rec.rejected:
+        parts.append(
+            "<h3>Rejected</h3><ul>"
+            + "".join(f"<li><b>{_e(r.candidate)}</b>: {_e(r.reason)}</li>" for r in rec.rejected)
+            + "</ul>"
+        )
+    if rec.facts:
+        parts.append("<h3>Good to know</h3><ul>" + "".join(f"<li>{_e(f)}</li>" for f in rec.facts) + "</ul>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def make_plots(study: Study, rec: Recommendation | None = None) -> dict[str, str]:
+    """The study's plots as SVG text, keyed by name (matplotlib is imported here, not before)."""
+    from .plots import study_plots
+
+    pareto = rec.pareto if rec else pareto_front(study.candidates)
+    return study_plots(study, pareto=pareto, chosen=rec.chosen if rec else None, goals=rec.goals if rec else None)
+
+
+def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str, str] | None = None) -> str:
+    """The report as one self-contained HTML page (inline CSS and SVG; nothing loaded from outside)."""
+    plots = make_plots(study, rec) if plots is None else plots
+    figures = "".join(
+        f'<figure id="{_e(k)}">{svg}<figcaption>{_e(PLOT_TITLES.get(k, k))}</figcaption></figure>'
+        for k, svg in plots.items()
+    )
+    if not figures:
+        figures = '<p class="note">Nothing to plot: no candidate has both accuracy and the measurement.</p>'
+    unplotted = [c.name for c in study.candidates if c.ok and accuracy_score(c) is None]
+    if unplotted:
+        figures += f'<p class="note">Not plotted (no accuracy): {_e(", ".join(unplotted))}.</p>'
+    env = study.environment
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(env.versions.items()))
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>optimize report: {_e(study.model)}</title><style>{CSS}</style></head><body>"
+        f"<h1>Optimization report: {_e(study.model)}</h1>"
+        f'<p class="note">Study created {_e(study.created)}; data: {_e(study.data or "none")}; baseline: {_e(study.baseline)}. {_e(HOST_NOTE)}</p>'
+        + (_html_recommendation(rec) if rec else "")
+        + f"<h2>Candidates</h2>{_html_candidates(study, rec)}"
+        + f'<h2>Plots</h2><section id="plots">{figures}</section>'
+        + '<h2>Delegate matrix</h2><p class="note">Green: the delegate takes every node; amber: some ops fall back to the CPU; '
+        "red: the model stays on the CPU. Hover or open a cell for the reasons; the small text says whether the verdict comes "
+        "from the delegate's rules or from a runtime run.</p>"
+        + _html_matrix(study, rec)
+        + f'<h2>Environment</h2><p class="note">{_e(env.host)}, {_e(env.platform)}, Python {_e(env.python)}, '
+        f"{env.cpu_count} CPUs, {env.threads} threads; {_e(versions)}.</p></body></html>\n"
+    )
+
+
+def write_report(study: Study, out_dir: Path, recommendation: Recommendation | None = None) -> dict[str, Path]:
+    """Write report.md (with its SVG plots beside it) and a self-contained report.html, atomically.
+
+    Returns {"markdown": path, "html": path, <plot name>: path, ...}.
+    """
+    out_dir = Path(out_dir)
+    plots = make_plots(study, recommendation)
+    paths: dict[str, Path] = {}
+    for key, svg in plots.items():
+        paths[key] = write_atomic(out_dir / f"{key}.svg", svg.encode())
+    images = {k: f"{k}.svg" for k in plots}
+    paths["markdown"] = write_atomic(out_dir / "report.md", render_markdown(study, recommendation, images).encode())
+    paths["html"] = write_atomic(out_dir / "report.html", render_html(study, recommendation, plots).encode())
+    return paths

@@ -21,6 +21,15 @@ def _env() -> None:
 def tf():
     """tensorflow, with the environment fixed first."""
     _env()
+    import sys
+
+    if "tensorflow" not in sys.modules:
+        from .runtime import captured_stderr
+
+        with captured_stderr():  # absl/oneDNN/CUDA start-up chatter that TF_CPP_MIN_LOG_LEVEL does not silence
+            import tensorflow
+
+            tensorflow.config.list_physical_devices()  # device probing (cuInit) logs here, once
     import tensorflow
 
     tensorflow.get_logger().setLevel(logging.ERROR)

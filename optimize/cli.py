@@ -145,10 +145,9 @@ def sweep(
     )
     rec = None
     if target:
-        from .recommend import recommend
-        from .results import Goals
+        from .recommend import make_goals, recommend
 
-        rec = recommend(study, target, Goals(max_accuracy_drop=max_accuracy_drop))
+        rec = recommend(study, target, make_goals(max_accuracy_drop))
     if as_json:
         _print_json(study)
     else:
@@ -157,8 +156,10 @@ def sweep(
             from .recommend import format_recommendation
 
             typer.echo(format_recommendation(rec))
-    if rec is not None and rec.chosen is None:
-        raise typer.Exit(1)
+    if rec is not None:
+        from .recommend import raise_if_unmet
+
+        raise_if_unmet(rec)
 
 
 @app.command()
@@ -180,31 +181,25 @@ def quantize(
 
     Example: optimize quantize model.keras --scheme int8 --calibration data.npz --io int8 -o model_int8.tflite
     """
+    from .data import load_data
     from .errors import DataError
+    from .models import open_model
 
+    src = open_model(model)  # the model is checked first: a bad file is named before missing data
     if scheme.value in ("int8", "int16x8") and calibration is None and data is None:
         raise DataError(f"{scheme.value} needs calibration data.", "Pass --calibration DATA.npz (an .npz with x).")
-    from .data import load_data
-
     ds = load_data(data or calibration) if (data or calibration) else None
     if calibration is not None and data is not None:
         from dataclasses import replace
 
         ds = replace(ds, x_cal=load_data(calibration).x_cal)
-    if model.suffix == ".tflite" or (model.is_file() and model.read_bytes()[4:8] == b"TFL3"):
-        steps = [{"technique": "quantize", "scheme": scheme.value, "samples": samples, "io": io.value}]
+    if src.kind == "tflite":
         if scheme is Scheme.float32:
             raise RecipeError("This model is already a float32 .tflite.", "Pick --scheme float16/dynamic/int8/int16x8.")
+        steps = [{"technique": "quantize", "scheme": scheme.value, "samples": samples, "io": io.value}]
     else:
-        steps = [
-            {
-                "technique": "convert",
-                "scheme": scheme.value,
-                "samples": samples,
-                "io": io.value,
-                "float_fallback": float_fallback,
-            }
-        ]
+        steps = [{"technique": "convert", "scheme": scheme.value, "samples": samples, "io": io.value,
+                  "float_fallback": float_fallback}]
     _run_and_show(scheme.value, steps, model, ds, output, threads, as_json, delegates, backend)
 
 
@@ -368,31 +363,18 @@ def recommend(
 
     Example: optimize recommend optimize-out/study.json --target gpu --max-accuracy-drop 0.01
     """
-    from pydantic import ValidationError
-
     from . import recommend as rec_mod
-    from .results import Goals, load_study
+    from .results import load_study
 
-    try:
-        goals = Goals(
-            max_accuracy_drop=max_accuracy_drop,
-            max_size_bytes=max_size_bytes,
-            max_latency_ms=max_latency_ms,
-            objective=objective,
-        )
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise OptimizeError(f"Goal {err['loc'][0]}: {err['msg']}.", "See optimize recommend --help.") from None
+    goals = rec_mod.make_goals(max_accuracy_drop, max_size_bytes, max_latency_ms, objective)
     if study is None:
-        advice = rec_mod.advise(
-            target, have_calibration_data=have_calibration_data, have_training_data=have_training_data, goals=goals
-        )
+        advice = rec_mod.advise(target, have_calibration_data=have_calibration_data,
+                                have_training_data=have_training_data, goals=goals)
         typer.echo(advice.model_dump_json(indent=2) if as_json else rec_mod.format_advice(advice))
         return
     rec = rec_mod.recommend(load_study(study), target, goals)
     typer.echo(rec.model_dump_json(indent=2) if as_json else rec_mod.format_recommendation(rec))
-    if rec.chosen is None:
-        raise typer.Exit(1)
+    rec_mod.raise_if_unmet(rec)
 
 
 @app.command()

@@ -63,7 +63,7 @@ def demo(log=print) -> tuple[Path, Path]:
     model_path, data_path = folder / "digits_cnn.keras", folder / "digits.npz"
     if model_path.is_file() and data_path.is_file():
         return model_path, data_path
-    log("Training the built-in demo model (digits CNN, once; cached in %s)..." % folder)
+    log(f"Training the built-in demo model (digits CNN, once; cached in {folder})...")
     folder.mkdir(parents=True, exist_ok=True)
     arrays = demo_data_arrays()
     keras = _tf.keras()

@@ -84,6 +84,9 @@ def open_model(path: str | Path) -> ModelSource:
     with open(p, "rb") as f:
         head = f.read(16)
     if is_tflite(head):
+        from . import runtime
+
+        runtime.load(p, threads=1)  # a truncated or corrupt flatbuffer fails here, with the runtime's reason
         return ModelSource(p, "tflite", _fingerprint(p))
     if p.suffix == ".tflite":
         raise ModelError(
@@ -100,6 +103,11 @@ def open_model(path: str | Path) -> ModelSource:
 def load_keras2(src: ModelSource):
     """A fresh tf_keras model from disk. Keras 3 files get a clear line: tfmot needs Keras 2."""
     if src.kind != "keras2":
+        if src.kind == "tflite":
+            raise ModelError(
+                f"{src.path.name} is already a .tflite: pruning, clustering and QAT need the Keras 2 model.",
+                "Pass the tf_keras .keras/.h5 model, or quantize the .tflite with optimize quantize.",
+            )
         raise ModelError(
             f"Pruning, clustering and QAT need a Keras 2 (tf_keras) model; {src.path.name} is {src.kind}.",
             "Save it with tf_keras (pip install tf-keras), or use a post-training scheme: optimize quantize.",

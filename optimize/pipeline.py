@@ -197,6 +197,9 @@ def _brief(params: dict) -> str:
 def resolve(recipe: Recipe, src: models.ModelSource) -> Recipe:
     """Fill in what a recipe leaves implicit: a float32 conversion when it has no convert step."""
     has_convert = any(registry.get(s.technique).stage is Stage.CONVERT for s in recipe.steps)
+    keras_steps = [s.technique for s in recipe.steps if registry.get(s.technique).stage is Stage.KERAS]
+    if keras_steps and src.kind in ("keras3", "savedmodel"):
+        models.load_keras2(src)  # raises the one-line "needs a Keras 2 (tf_keras) model" error
     if has_convert or src.kind == "tflite":
         if src.kind == "tflite" and any(registry.get(s.technique).stage is not Stage.TFLITE for s in recipe.steps):
             raise ModelError(

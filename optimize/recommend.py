@@ -589,7 +589,13 @@ def recommend(
             eligible.append((_rank_key(c, goals.objective, i), c))
     ranked = [c for _, c in sorted(eligible, key=lambda kc: kc[0])]
     chosen = ranked[0] if ranked else None
-    facts = list(advice.facts) + sorted(target_facts) + _study_facts(study, target, goals, float_ms)
+    study_facts = _study_facts(study, target, goals, float_ms)
+    generic = [
+        f
+        for f in advice.facts
+        if not (f == PRUNE_FACT and any(x.startswith(PRUNE_FACT[:-1] + " (") for x in study_facts))
+    ]
+    facts = generic + sorted(target_facts) + study_facts
     return Recommendation(
         target=target,
         goals=goals,

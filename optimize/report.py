@@ -120,7 +120,9 @@ def _reasons(r: DelegateReport) -> list[str]:
 
 # -------------------------------------------------------------------------------------- Markdown
 def _md(text: str) -> str:
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """One Markdown table cell or list item: no pipes, newlines or raw HTML tags from the study."""
+    text = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def render_markdown(study: Study, rec: Recommendation | None = None, images: dict[str, str] | None = None) -> str:

@@ -234,6 +234,9 @@ def write_atomic(path: Path, data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; an output file should read like any other
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

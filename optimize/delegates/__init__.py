@@ -1,0 +1,86 @@
+"""Delegate compatibility matrix: would GPU, NNAPI, Hexagon, Core ML (and XNNPACK) take this model?
+
+GPU, NNAPI, Hexagon and Core ML are predicted from each delegate's own acceptance rules (one module each,
+tagged with the source it follows), partitioned the way the runtime partitions. XNNPACK is observed in
+the real interpreter. Every report says which it is (`source`: "rules" or "runtime").
+
+    >>> reports = check_delegates("model.tflite", ["gpu", "xnnpack"])
+    >>> print(format_report(reports))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..errors import OptimizeError
+from ..results import DelegateReport
+from .target import TargetParams
+
+DELEGATES: tuple[str, ...] = ("gpu", "nnapi", "hexagon", "coreml", "xnnpack")
+
+__all__ = ["DELEGATES", "TargetParams", "check_delegates", "format_report"]
+
+
+def _rules_module(name: str):
+    from . import coreml, gpu, hexagon, nnapi
+
+    return {"gpu": gpu, "nnapi": nnapi, "hexagon": hexagon, "coreml": coreml}[name]
+
+
+def check_delegates(
+    model: str | Path | bytes,
+    delegates: Iterable[str] = DELEGATES,
+    target: TargetParams | None = None,
+    threads: int = 2,
+) -> dict[str, DelegateReport]:
+    """One DelegateReport per requested delegate, in the order asked.
+
+    Raises ModelError for a file that is not a readable TFLite model, OptimizeError for an unknown delegate.
+    """
+    from .engine import run_rules
+    from .flatbuffer import read_model
+
+    names = [d.strip().lower() for d in ([delegates] if isinstance(delegates, str) else delegates) if d.strip()]
+    unknown = [d for d in names if d not in DELEGATES]
+    if unknown:
+        raise OptimizeError(f"Unknown delegate {', '.join(unknown)}.", f"Choose from {', '.join(DELEGATES)}.")
+    target = target or TargetParams()
+    parsed = read_model(model)
+    out: dict[str, DelegateReport] = {}
+    for name in dict.fromkeys(names):
+        if name == "xnnpack":
+            from . import xnnpack
+
+            versions = {op.index: op.version for op in parsed.main.ops}
+            out[name] = xnnpack.check(model, threads=threads, versions=versions)
+        else:
+            out[name] = run_rules(parsed, _rules_module(name), target)
+    return out
+
+
+_VERDICT = {"full": "fully delegated", "partial": "partial", "none": "none"}
+
+
+def format_report(reports: dict[str, DelegateReport], max_nodes: int = 25) -> str:
+    """Plain text for the terminal: one block per delegate, CPU nodes with reasons, hints."""
+    lines: list[str] = []
+    for name, r in reports.items():
+        how = "observed in the runtime" if r.source == "runtime" else "predicted from the delegate's rules"
+        lines.append(
+            f"{name.upper():8} {_VERDICT[r.verdict]:15} {r.nodes_delegated}/{r.nodes_total} nodes, "
+            f"{r.partitions} partition(s)  [{how}]"
+        )
+        if r.rules_version:
+            lines.append(f"  source: {r.rules_version}")
+        if r.vetoed:
+            lines.append(f"  vetoed: {r.vetoed}")
+        for v in r.cpu_nodes[:max_nodes]:
+            where = f"{v.subgraph}:" if v.subgraph else ""
+            lines.append(f"  cpu  #{where}{v.index:<4} {v.op} v{v.version}: {v.reason}")
+        if len(r.cpu_nodes) > max_nodes:
+            lines.append(f"  ... and {len(r.cpu_nodes) - max_nodes} more node(s) on the CPU (use --json for all)")
+        for h in r.hints:
+            lines.append(f"  hint: {h}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,252 @@
+"""quantize: quantize a float32 .tflite with LiteRT Quantizer (`litert-quantizer`), no TensorFlow needed.
+
+Convert once to float32, then quantize the flatbuffer as often as you like: LiteRT Quantizer rewrites
+the .tflite directly, an order of magnitude faster than one converter run per scheme. Schemes map to
+the quantizer's recipes:
+
+    float16  -> weight-only float16 (its `float_casting` algorithm; it has no named float16 recipe)
+    dynamic  -> dynamic_wi8_afp32  (int8 weights, float activations quantized on the fly)
+    int8     -> static_wi8_ai8     (int8 weights and activations, calibrated)
+    int16x8  -> static_wi8_ai16    (int8 weights, int16 activations, calibrated)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, ValidationInfo, field_validator
+
+from ..errors import DataError, ModelError, OptimizeError, TechniqueFailed
+from ..registry import Context, Params, Stage, technique
+from ..results import write_atomic
+
+RECIPES = {
+    "float16": "weight-only float16 (float_casting)",
+    "dynamic": "dynamic_wi8_afp32",
+    "int8": "static_wi8_ai8",
+    "int16x8": "static_wi8_ai16",
+}
+CALIBRATED = ("int8", "int16x8")
+# What each scheme can offer as model inputs/outputs. Weight-only and dynamic schemes keep float
+# activations, so their I/O is float; static schemes can expose their activation type at the edges.
+IO_BY_SCHEME = {
+    "float16": ("float",),
+    "dynamic": ("float",),
+    "int8": ("float", "int8", "uint8"),
+    "int16x8": ("float", "int16"),
+}
+_QUANTIZED_DTYPES = ("int8", "uint8", "int16", "float16")
+
+
+class QuantizeParams(Params):
+    scheme: Literal["float16", "dynamic", "int8", "int16x8"] = Field(
+        description="float16 weights; dynamic (int8 weights); int8 (calibrated); int16x8 (int16 activations, calibrated)."
+    )
+    io: Literal["float", "int8", "uint8", "int16"] = Field(
+        "float",
+        description="Model input/output type. 'float' keeps float I/O (QUANTIZE/DEQUANTIZE at the edges); "
+        "int8 or uint8 with scheme int8, int16 with int16x8, for integer-only pipelines.",
+    )
+    samples: int = Field(200, ge=1, le=10000, description="Calibration samples for int8/int16x8.")
+    granularity: Literal["channel", "tensor"] = Field(
+        "channel",
+        description="Weight scales per output channel (best accuracy) or one per tensor (for older NPUs/delegates).",
+    )
+    calibration: Literal["minmax", "moving_average"] = Field(
+        "minmax",
+        description="Activation ranges: global min/max over all samples (as the converter does), or the "
+        "quantizer's own default, a moving average of per-sample ranges (clips outliers, depends on order).",
+    )
+
+    @field_validator("io")
+    @classmethod
+    def _io_fits_scheme(cls, io_type: str, info: ValidationInfo) -> str:
+        scheme = info.data.get("scheme")
+        allowed = IO_BY_SCHEME.get(scheme, ("float",))
+        if io_type not in allowed:
+            raise ValueError(f"scheme {scheme!r} supports io {' or '.join(repr(a) for a in allowed)}")
+        return io_type
+
+
+@technique("quantize", stage=Stage.TFLITE, params=QuantizeParams)
+def quantize(model: Path, params: QuantizeParams, ctx: Context) -> Path:
+    """Quantize a float32 .tflite with LiteRT Quantizer (litert-quantizer): float16, dynamic, int8 or int16x8.
+
+    Works on the converted flatbuffer, so any float .tflite qualifies, whatever framework made it.
+    int8 and int16x8 are calibrated on the context's data, fed to the model's signature by input name.
+    Inputs and outputs stay float unless `io` asks for an integer type. Already-quantized models are
+    refused: quantize the float32 model instead.
+    """
+    model = Path(model)
+    content = _read_model(model)
+    signature, inputs = _inspect(content, model)
+    calibration = None
+    if params.scheme in CALIBRATED:
+        calibration = _calibration_data(params, ctx, signature, inputs, model)
+    data = _run_quantizer(content, params, ctx, signature, calibration)
+    _check_loads(data, params, ctx)
+    out = ctx.workdir / f"quantize-{params.scheme}{'' if params.io == 'float' else '-' + params.io}.tflite"
+    write_atomic(out, data)
+    ctx.notes.append(
+        f"quantize: LiteRT Quantizer recipe {RECIPES[params.scheme]}, {params.granularity}-wise weights, {params.io} I/O"
+        + (f", {params.calibration} ranges from {_count(calibration, params)} samples" if calibration else "")
+        + "."
+    )
+    return out
+
+
+def _count(calibration: dict, params: QuantizeParams) -> str:
+    n = sum(len(v) for v in calibration.values())
+    return str(n) if n == params.samples else f"{n} (of {params.samples} asked)"
+
+
+def _read_model(model: Path) -> bytes:
+    if not model.is_file():
+        raise ModelError(f"No .tflite at {model}.", "Pass the path of a float32 .tflite model.")
+    return model.read_bytes()
+
+
+def _inspect(content: bytes, model: Path) -> tuple[str | None, dict[str, dict]]:
+    """The signature to calibrate and its input details; refuse models that are quantized already."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from ..runtime import captured_stderr
+
+    with captured_stderr():
+        try:
+            it = Interpreter(
+                model_content=content,
+                experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+            )
+        except (ValueError, RuntimeError) as e:
+            reason = str(e).strip().splitlines()[-1] if str(e).strip() else e.__class__.__name__
+            raise ModelError(
+                f"{model} is not a readable .tflite ({reason}).", "Pass a float32 .tflite model."
+            ) from None
+    ops = {op["op_name"] for op in it._get_ops_details()}
+    tensors = it.get_tensor_details()
+    scaled = any(len(t["quantization_parameters"]["scales"]) for t in tensors)
+    if scaled or ops & {"QUANTIZE", "DEQUANTIZE"}:
+        kinds = sorted({np.dtype(t["dtype"]).name for t in tensors} & set(_QUANTIZED_DTYPES))
+        what = f" ({', '.join(kinds)} tensors)" if kinds else ""
+        raise ModelError(
+            f"{model.name}: this .tflite is already quantized{what}; pass the float32 model.",
+            "Quantize the float32 .tflite it was made from (convert without quantization).",
+        )
+    signatures = it.get_signature_list()
+    if not signatures:
+        return None, {}
+    key = "serving_default" if "serving_default" in signatures else sorted(signatures)[0]
+    return key, it.get_signature_runner(key).get_input_details()
+
+
+def _calibration_data(
+    params: QuantizeParams, ctx: Context, signature: str | None, inputs: dict[str, dict], model: Path
+) -> dict[str, list[dict[str, np.ndarray]]]:
+    """Calibration samples keyed the way the quantizer wants them: {signature: [{input_name: batch_of_1}]}."""
+    if ctx.data is None:
+        raise DataError(f"{params.scheme} needs calibration data.", "Pass --calibration DATA (an .npz with x).")
+    if signature is None:
+        raise ModelError(
+            f"{model.name} has no signature, which LiteRT Quantizer needs to feed calibration data.",
+            "Convert from a SavedModel or Keras model (they export a serving_default signature).",
+        )
+    if len(inputs) != 1:
+        raise DataError(
+            f"{model.name} has {len(inputs)} inputs ({', '.join(inputs)}); calibration data holds one array x.",
+            "Quantize a single-input model, or use dynamic/float16, which need no calibration.",
+        )
+    ((name, detail),) = inputs.items()
+    ctx.data.check_input(tuple(detail["shape_signature"]), name=name)
+    samples = ctx.data.calibration(params.samples).astype(np.dtype(detail["dtype"]), copy=False)
+    return {signature: [{name: samples[i : i + 1]} for i in range(len(samples))]}
+
+
+def _recipe(params: QuantizeParams):
+    """The quantizer's RecipeManager holding the recipe for a scheme, granularity and I/O type."""
+    from litert_quantizer import qtyping, recipe_manager
+    from litert_quantizer.algorithm_manager import AlgorithmName
+
+    op = qtyping.TFLOperationName
+    gran = (
+        qtyping.QuantGranularity.CHANNELWISE if params.granularity == "channel" else qtyping.QuantGranularity.TENSORWISE
+    )
+    rm = recipe_manager.RecipeManager()
+    if params.scheme == "float16":
+        rm.add_weight_only_config(".*", op.ALL_SUPPORTED, 16, gran, AlgorithmName.FLOAT_CASTING)
+    elif params.scheme == "dynamic":
+        rm.add_dynamic_config(".*", op.ALL_SUPPORTED, 8, gran)
+    else:
+        rm.add_static_config(".*", op.ALL_SUPPORTED, 16 if params.scheme == "int16x8" else 8, 8, gran)
+        if params.io == "float":
+            for edge in (op.INPUT, op.OUTPUT):
+                rm.add_quantization_config(".*", edge, None, AlgorithmName.NO_QUANTIZE)
+        elif params.io == "uint8":
+            uint8 = qtyping.OpQuantizationConfig(
+                activation_tensor_config=qtyping.TensorQuantizationConfig(
+                    num_bits=8, symmetric=False, dtype=qtyping.TensorDataType.UINT
+                ),
+                weight_tensor_config=qtyping.TensorQuantizationConfig(num_bits=8, symmetric=True, granularity=gran),
+                compute_precision=qtyping.ComputePrecision.INTEGER,
+            )
+            for edge in (op.INPUT, op.OUTPUT):
+                rm.add_quantization_config(".*", edge, uint8)
+        # io int8 (with int8) and int16 (with int16x8) are the static recipes' own default.
+    return rm
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence the quantizer: its progress bars and reports, Python warnings and the C++ runtime's logs."""
+    from ..runtime import captured_stderr
+
+    sink = io.StringIO()
+    with (
+        captured_stderr(),
+        contextlib.redirect_stdout(sink),
+        contextlib.redirect_stderr(sink),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _run_quantizer(content: bytes, params: QuantizeParams, ctx: Context, signature, calibration) -> bytes:
+    """Calibrate (if needed) and quantize; a failure inside the quantizer is a failed candidate."""
+    try:
+        with _quiet():
+            from litert_quantizer import calibrator, quantizer
+            from litert_quantizer.utils import qsv_utils
+
+            recipe = _recipe(params)
+            qsvs = None
+            if calibration is not None and recipe.need_calibration():
+                update = qsv_utils.min_max_update if params.calibration == "minmax" else qsv_utils.moving_average_update
+                calib = calibrator.Calibrator(content, num_threads=max(1, ctx.threads), qsv_update_func=update)
+                calib.calibrate(calibration, recipe)
+                qsvs = calib.get_model_qsvs()
+            qt = quantizer.Quantizer(bytearray(content), recipe.get_quantization_recipe())
+            quantized = qt.quantize(qsvs, enable_progress_bar=False, enable_progress_report=False).quantized_model
+    except OptimizeError:
+        raise
+    except Exception as e:  # the quantizer raises ValueError, RuntimeError, KeyError, ... on models it cannot handle
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+        raise TechniqueFailed(f"LiteRT Quantizer could not apply {RECIPES[params.scheme]}: {reason}") from e
+    if not quantized:
+        raise TechniqueFailed(f"LiteRT Quantizer returned no model for {RECIPES[params.scheme]}.")
+    return bytes(quantized)
+
+
+def _check_loads(data: bytes, params: QuantizeParams, ctx: Context) -> None:
+    """Fail the candidate now if the runtime cannot prepare the result (e.g. int16x8 kernels refusing a layer)."""
+    from .. import runtime
+
+    try:
+        runtime.load(data, threads=max(1, ctx.threads), xnnpack=False)
+    except ModelError as e:
+        raise TechniqueFailed(f"{params.scheme} model from LiteRT Quantizer does not load: {e.problem}") from None

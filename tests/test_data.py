@@ -1,0 +1,63 @@
+"""Datasets: .npz layouts, splits, and one clear error for data that does not fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optimize.data import from_arrays, load_data
+from optimize.errors import DataError
+
+
+def test_x_y_is_split_80_20(tmp_path):
+    p = tmp_path / "d.npz"
+    np.savez(p, x=np.zeros((100, 4), np.float32), y=np.arange(100))
+    d = load_data(p)
+    assert len(d.x_train) == 80 and len(d.x_test) == 20 and len(d.x_cal) == 80
+    assert d.sample_shape == (4,)
+    assert d.fingerprint == load_data(p).fingerprint
+
+
+def test_explicit_split_and_calibration_only():
+    d = from_arrays(x_train=np.ones((5, 3)), y_train=np.arange(5), x_test=np.ones((2, 3)), y_test=np.arange(2))
+    assert len(d.x_test) == 2
+    c = from_arrays(x_cal=np.ones((7, 3)))
+    assert c.y_test is None and len(c.calibration(3)) == 3 and c.calibration(3).dtype == np.float32
+    with pytest.raises(DataError, match="needs labelled training data"):
+        c.require_training("prune")
+
+
+@pytest.mark.parametrize(
+    "arrays, match",
+    [
+        ({"x": np.ones((4, 3)), "x_train": np.ones((4, 3))}, "both x and x_train"),
+        ({"x_train": np.ones((4, 3)), "y_train": np.arange(3)}, "x_train has 4 samples but y_train has 3"),
+        ({"y": np.arange(3)}, "no x"),
+        ({"x": np.ones((4, 3)), "labels": np.arange(4)}, "unknown array 'labels'"),
+    ],
+)
+def test_bad_npz(tmp_path, arrays, match):
+    p = tmp_path / "d.npz"
+    np.savez(p, **arrays)
+    with pytest.raises(DataError, match=match):
+        load_data(p)
+
+
+def test_not_an_npz(tmp_path):
+    p = tmp_path / "d.npz"
+    p.write_text("hello")
+    with pytest.raises(DataError, match="not a readable .npz"):
+        load_data(p)
+    with pytest.raises(DataError, match="No data file"):
+        load_data(tmp_path / "missing.npz")
+
+
+def test_shape_and_dtype_checks():
+    d = from_arrays(x=np.ones((10, 8, 8, 1), np.float32))
+    d.check_input((None, 8, 8, 1))
+    d.check_input((1, 8, 8, 1))
+    with pytest.raises(DataError, match=r"shape \[8, 8, 1\] but the model's input takes \[28, 28, 1\]"):
+        d.check_input((None, 28, 28, 1))
+    s = from_arrays(x=np.array([["a", "b"]] * 4))
+    with pytest.raises(DataError, match="dtype"):
+        s.check_input((None, 2))

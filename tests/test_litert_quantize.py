@@ -1,0 +1,135 @@
+"""The `quantize` technique: LiteRT Quantizer on a tiny float32 .tflite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import optimize.data
+import optimize.techniques.litert_quantize  # noqa: F401  (registers the technique)
+from optimize import registry, runtime
+from optimize.errors import DataError, ModelError, RecipeError
+from optimize.registry import Context
+
+
+@pytest.fixture(scope="module")
+def float_model(tmp_path_factory) -> Path:
+    """A seeded conv net (weights big enough that quantizing them shows in the file size), as float32 .tflite."""
+    from optimize import _tf
+
+    tf, k = _tf.tf(), _tf.keras()
+    k.utils.set_random_seed(0)
+    model = k.Sequential(
+        [
+            k.layers.Input((8, 8, 1)),
+            k.layers.Conv2D(16, 3, padding="same", activation="relu"),
+            k.layers.DepthwiseConv2D(3, padding="same", activation="relu6"),
+            k.layers.Flatten(),
+            k.layers.Dense(64, activation="relu"),
+            k.layers.Dense(10, activation="softmax"),
+        ]
+    )
+    folder = tmp_path_factory.mktemp("float")
+    model.export(str(folder / "saved"))
+    path = folder / "float32.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_saved_model(str(folder / "saved")).convert())
+    return path
+
+
+@pytest.fixture(scope="module")
+def x() -> np.ndarray:
+    return np.random.default_rng(0).uniform(0, 1, (40, 8, 8, 1)).astype(np.float32)
+
+
+@pytest.fixture
+def ctx(tmp_path, x) -> Context:
+    return Context(workdir=tmp_path, data=optimize.data.from_arrays(x=x, y=np.arange(len(x)) % 10))
+
+
+def run(model: Path, ctx: Context, **raw) -> Path:
+    tech = registry.get("quantize")
+    return tech.fn(model, tech.parse(raw), ctx)
+
+
+def outputs(path: Path, x: np.ndarray) -> np.ndarray:
+    return runtime.Runner(runtime.load(path)).predict(x[:10])[0]
+
+
+@pytest.mark.parametrize("scheme", ["float16", "dynamic", "int8", "int16x8"])
+def test_each_scheme_is_smaller_and_runs(float_model, ctx, x, scheme):
+    out = run(float_model, ctx, scheme=scheme, samples=20)
+    assert out.parent == ctx.workdir and out.is_file()
+    size, float_size = out.stat().st_size, float_model.stat().st_size
+    if scheme == "float16":
+        assert size < 0.65 * float_size
+    else:
+        assert size < 0.45 * float_size
+    y, ref = outputs(out, x), outputs(float_model, x)
+    assert y.shape == ref.shape
+    assert np.abs(y - ref).mean() < 0.02
+    assert any("LiteRT Quantizer" in n for n in ctx.notes)
+
+
+def test_float_io_by_default_and_integer_io_on_request(float_model, ctx, x):
+    for io, dtype in (("float", np.float32), ("int8", np.int8), ("uint8", np.uint8)):
+        r = runtime.Runner(runtime.load(run(float_model, ctx, scheme="int8", io=io, samples=20)))
+        assert r.inputs[0]["dtype"] == dtype and r.outputs[0]["dtype"] == dtype
+    r = runtime.Runner(runtime.load(run(float_model, ctx, scheme="int16x8", io="int16", samples=20)))
+    assert r.inputs[0]["dtype"] == np.int16
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [{"scheme": "dynamic", "io": "int8"}, {"scheme": "int16x8", "io": "uint8"}, {"scheme": "int8", "samples": 0}, {}],
+)
+def test_bad_params_are_recipe_errors(raw):
+    with pytest.raises(RecipeError):
+        registry.get("quantize").parse(raw)
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int16x8"])
+def test_calibrated_scheme_without_data(float_model, tmp_path, scheme):
+    with pytest.raises(DataError, match="calibration data"):
+        run(float_model, Context(workdir=tmp_path), scheme=scheme)
+
+
+def test_dynamic_needs_no_data(float_model, tmp_path):
+    assert run(float_model, Context(workdir=tmp_path), scheme="dynamic").is_file()
+
+
+def test_data_of_the_wrong_shape(float_model, tmp_path):
+    bad = Context(workdir=tmp_path, data=optimize.data.from_arrays(x=np.zeros((10, 4, 4, 1), np.float32)))
+    with pytest.raises(DataError, match="shape"):
+        run(float_model, bad, scheme="int8")
+
+
+def test_already_quantized_input(float_model, ctx):
+    quantized = run(float_model, ctx, scheme="int8", samples=10)
+    with pytest.raises(ModelError, match="already quantized"):
+        run(quantized, ctx, scheme="dynamic")
+    half = run(float_model, ctx, scheme="float16")
+    with pytest.raises(ModelError, match="already quantized"):
+        run(half, ctx, scheme="int8")
+
+
+def test_not_a_model(tmp_path, ctx):
+    junk = tmp_path / "junk.tflite"
+    junk.write_bytes(b"not a flatbuffer")
+    with pytest.raises(ModelError):
+        run(junk, ctx, scheme="dynamic")
+    with pytest.raises(ModelError, match="No .tflite"):
+        run(tmp_path / "missing.tflite", ctx, scheme="dynamic")
+
+
+def test_model_without_signature(float_model, ctx, tmp_path):
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    fb = flatbuffer_utils.read_model_from_bytearray(bytearray(float_model.read_bytes()))
+    fb.signatureDefs = []
+    bare = tmp_path / "bare.tflite"
+    bare.write_bytes(bytes(flatbuffer_utils.convert_object_to_bytearray(fb)))
+    with pytest.raises(ModelError, match="no signature"):
+        run(bare, ctx, scheme="int8")
+    assert run(bare, ctx, scheme="dynamic").is_file()  # no calibration, no signature needed

@@ -1,0 +1,60 @@
+"""Model inputs: each kind is recognised; anything else is one clear ModelError line."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from optimize import models
+from optimize.errors import ModelError
+
+
+def test_kinds(keras_model, float_tflite, tmp_path):
+    assert models.open_model(keras_model).kind == "keras2"
+    assert models.open_model(float_tflite).kind == "tflite"
+    sm = models.export_saved_model(models.load_keras2(models.open_model(keras_model)), tmp_path / "sm")
+    src = models.open_model(sm)
+    assert src.kind == "savedmodel" and models.input_shape(src) == (None, 8, 8, 1)
+    assert models.open_model(keras_model).fingerprint == models.open_model(keras_model).fingerprint
+
+
+@pytest.fixture(scope="module")
+def keras3_model(tmp_path_factory):
+    from optimize import _tf
+
+    k3 = _tf.keras3()
+    m = k3.Sequential([k3.layers.Input((8, 8, 1)), k3.layers.Flatten(), k3.layers.Dense(10)])
+    p = tmp_path_factory.mktemp("k3") / "m3.keras"
+    m.save(p)
+    return p
+
+
+def test_keras3_is_recognised_and_refused_for_tfmot(keras3_model):
+    src = models.open_model(keras3_model)
+    assert src.kind == "keras3"
+    with pytest.raises(ModelError, match="need a Keras 2 \\(tf_keras\\) model; m3.keras is keras3"):
+        models.load_keras2(src)
+
+
+@pytest.mark.parametrize(
+    "name, content, match",
+    [
+        ("random.tflite", os.urandom(64), "not a TFLite flatbuffer"),
+        ("random.bin", os.urandom(64), "not a model optimize can read"),
+        ("notes.txt", b"hello world\n", "not a model optimize can read"),
+        ("broken.keras", b"PK\x03\x04garbage", "not a model optimize can read"),
+    ],
+)
+def test_bad_files(tmp_path, name, content, match):
+    p = tmp_path / name
+    p.write_bytes(content)
+    with pytest.raises(ModelError, match=match):
+        models.open_model(p)
+
+
+def test_missing_and_plain_directory(tmp_path):
+    with pytest.raises(ModelError, match="No model at"):
+        models.open_model(tmp_path / "nope.keras")
+    with pytest.raises(ModelError, match="not a SavedModel"):
+        models.open_model(tmp_path)

@@ -1,0 +1,116 @@
+"""The pipeline: recipes become measured candidates; chains share work; failures stay candidates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optimize import pipeline, registry
+from optimize.errors import DataError, ModelError
+from optimize.recipe import build
+from optimize.results import load_study
+
+
+def quiet(msg):
+    pass
+
+
+def test_int8_run_is_measured_against_float(keras_model, data_npz, tmp_path):
+    c = pipeline.run(build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, data_npz, tmp_path,
+                     delegates=False, log=quiet)
+    assert c.ok, c.error
+    m = c.metrics
+    assert (tmp_path / "int8.tflite").is_file() and not (tmp_path / ".work").exists()
+    assert m.accuracy.top1 > 0.8 and m.accuracy.samples == 120
+    assert abs(m.accuracy_delta) < 0.05
+    assert m.fidelity.top1_agreement > 0.9 and m.fidelity.reference == "float32.tflite"
+    assert m.latency.threads == 2 and m.latency.runs == 50 and m.latency.p50_ms > 0
+    assert m.memory.peak_rss_bytes > 0
+    assert m.size.gzip_bytes < m.size.bytes
+
+
+def test_integer_io_model_is_fed_quantized_inputs(keras_model, data_npz, tmp_path):
+    c = pipeline.run(build("int8io", [{"technique": "convert", "scheme": "int8", "io": "uint8"}]), keras_model,
+                     data_npz, tmp_path, delegates=False, log=quiet)
+    assert c.ok, c.error
+    assert c.metrics.fidelity.top1_agreement > 0.9
+
+
+def test_prune_cluster_int8_chain_shrinks_gzip(keras_model, data_npz, tmp_path):
+    recipe = build("pci", [{"technique": "prune", "target_sparsity": 0.5}, {"technique": "cluster", "clusters": 8,
+                   "preserve_sparsity": True}, {"technique": "convert", "scheme": "int8"}])
+    c = pipeline.run(recipe, keras_model, data_npz, tmp_path, delegates=False, log=quiet)
+    plain = pipeline.run(build("i8", [{"technique": "convert", "scheme": "int8"}]), keras_model, data_npz, tmp_path,
+                         delegates=False, log=quiet)
+    assert c.ok, c.error
+    assert c.metrics.size.gzip_bytes < 0.8 * plain.metrics.size.gzip_bytes
+
+
+def test_keras_only_recipe_gets_an_implicit_float32_conversion(keras_model, data_npz, tmp_path):
+    c = pipeline.run(build("p", [{"technique": "prune", "epochs": 1}]), keras_model, data_npz, tmp_path,
+                     delegates=False, log=quiet)
+    assert c.ok and c.scheme == "float32"
+    assert [s.technique for s in c.steps] == ["prune", "convert"]
+
+
+def test_failed_technique_is_a_failed_candidate(keras_model, data_npz, tmp_path, monkeypatch):
+    tech = registry.get("cluster")
+    from optimize.errors import TechniqueFailed
+
+    def broken(model, params, ctx):
+        raise TechniqueFailed("cluster: nothing to cluster here")
+
+    monkeypatch.setitem(registry._REGISTRY, "cluster", tech.__class__(tech.name, tech.stage, tech.params, broken,
+                                                                      tech.summary))
+    recipes = [build("float32", [{"technique": "convert"}]),
+               build("cluster-int8", [{"technique": "cluster"}, {"technique": "convert", "scheme": "int8"}]),
+               build("float16", [{"technique": "convert", "scheme": "float16"}])]
+    study = pipeline.sweep(keras_model, data_npz, tmp_path, recipes=recipes, delegates=False, runs=5, log=quiet)
+    names = {c.name: c for c in study.candidates}
+    assert names["cluster-int8"].error == "cluster: nothing to cluster here"
+    assert names["float16"].ok and names["float32"].ok
+    assert load_study(tmp_path / "study.json") == study
+    assert sorted(p.name for p in tmp_path.glob("*.tflite")) == ["float16.tflite", "float32.tflite"]
+
+
+def test_data_that_does_not_fit_is_refused_before_work(keras_model, tmp_path):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=np.zeros((10, 28, 28, 1), np.float32), y=np.zeros(10, np.int64))
+    with pytest.raises(DataError, match=r"\[28, 28, 1\].*\[8, 8, 1\]"):
+        pipeline.run(build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, bad, tmp_path / "o",
+                     log=quiet)
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").glob("*.tflite"))
+
+
+def test_int8_without_calibration_data(keras_model, tmp_path):
+    with pytest.raises(DataError, match="int8 needs calibration data"):
+        pipeline.run(build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, None, tmp_path,
+                     log=quiet)
+
+
+def test_keras_steps_on_a_tflite_are_refused(float_tflite, tmp_path):
+    with pytest.raises(ModelError, match="already a .tflite"):
+        pipeline.run(build("p", [{"technique": "prune"}]), float_tflite, None, tmp_path, log=quiet)
+
+
+def test_litert_backend_rewrites_ptq_steps():
+    r = pipeline.with_backend(build("int8", [{"technique": "convert", "scheme": "int8"}]), "litert")
+    assert [(s.technique, s.params["scheme"]) for s in r.steps] == [("convert", "float32"), ("quantize", "int8")]
+    assert r.backend == "litert"
+    back = pipeline.with_backend(r, "converter")
+    assert [(s.technique, s.params["scheme"]) for s in back.steps] == [("convert", "int8")]
+    io = pipeline.with_backend(build("x", [{"technique": "convert", "scheme": "int8", "io": "int8"}]), "litert")
+    assert io.backend == "converter"  # integer I/O stays with the converter
+
+
+@pytest.mark.slow
+def test_demo_sweep_meets_the_size_and_accuracy_targets(tmp_path):
+    study = pipeline.sweep(None, None, tmp_path, delegates=False, runs=10, log=quiet)
+    c = {x.name: x for x in study.candidates}
+    assert all(x.ok for x in study.candidates), [(x.name, x.error) for x in study.candidates if x.error]
+    base = c["float32"].metrics.size
+    assert c["int8"].metrics.size.bytes <= 0.30 * base.bytes
+    assert c["float16"].metrics.size.bytes <= 0.55 * base.bytes
+    assert c["prune-cluster-int8"].metrics.size.gzip_bytes <= 0.15 * base.gzip_bytes
+    for name in ("float16", "dynamic", "int8", "int8-int8io", "int16x8"):
+        assert c[name].metrics.accuracy_delta >= -0.01, name

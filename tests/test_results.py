@@ -1,0 +1,77 @@
+"""Study records: JSON round trip, atomic writes, one clear error for foreign or broken files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optimize.errors import StudyError
+from optimize.results import Candidate, Environment, Metrics, Size, Step, Study, load_study, write_atomic
+
+
+def make_study() -> Study:
+    env = Environment(python="3.11", platform="linux", host="h", cpu_count=2, versions={"tensorflow": "2.21"}, threads=2)
+    good = Candidate(name="float32", steps=[Step(technique="convert", params={"scheme": "float32"})], recipe_hash="h",
+                     scheme="float32", artifact="float32.tflite", metrics=Metrics(size=Size(bytes=100, gzip_bytes=90)))
+    bad = Candidate(name="int16x8", steps=[], recipe_hash="g", scheme="int16x8", error="conversion failed: HARD_SWISH")
+    return Study(created="2026-01-01T00:00:00+00:00", model="demo", model_fingerprint="f", environment=env,
+                 candidates=[good, bad])
+
+
+def test_round_trip(tmp_path):
+    s = make_study()
+    p = s.save(tmp_path / "study.json")
+    again = load_study(p)
+    assert again == s
+    assert again.candidate("float32").ok and not again.candidate("int16x8").ok
+    assert load_study(tmp_path) == s  # a folder means its study.json
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("not json", "is not JSON"),
+        ('{"schema_version": 99}', "schema_version 99"),
+        ("[1, 2]", "schema_version None"),
+    ],
+)
+def test_foreign_files(tmp_path, content, match):
+    p = tmp_path / "study.json"
+    p.write_text(content)
+    with pytest.raises(StudyError, match=match):
+        load_study(p)
+
+
+def test_hand_edited_nonsense(tmp_path):
+    raw = json.loads(make_study().to_json())
+    raw["candidates"][0]["metrics"]["size"]["bytes"] = "big"
+    p = tmp_path / "study.json"
+    p.write_text(json.dumps(raw))
+    with pytest.raises(StudyError, match="candidates.0.metrics.size.bytes"):
+        load_study(p)
+    raw["candidates"][0]["metrics"]["size"] = {"bytes": 1, "gzip_bytes": 1, "colour": 2}
+    p.write_text(json.dumps(raw))
+    with pytest.raises(StudyError, match="colour"):
+        load_study(p)
+
+
+def test_missing_study(tmp_path):
+    with pytest.raises(StudyError, match="Run `optimize sweep` first"):
+        load_study(tmp_path / "nope.json")
+
+
+def test_write_atomic_leaves_nothing_on_failure(tmp_path, monkeypatch):
+    import os
+
+    target = tmp_path / "out.bin"
+    write_atomic(target, b"old")
+
+    def boom(*a):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        write_atomic(target, b"new")
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]

@@ -77,14 +77,16 @@ def digits_cnn():
     return m, x[:1400], x[1400:], y[1400:]
 
 
-def mobilenetv2(reestimate_bn: bool = True):
+def mobilenetv2(reestimate_bn: bool = True, logits: bool = False):
     """Random-weight MobileNetV2; by default batch-norm statistics are re-estimated on the calibration set.
 
     With untrained statistics (mean 0, variance 1) activations collapse and the softmax is constant.
     """
     k = _tf.keras()
     k.utils.set_random_seed(0)
-    m = k.applications.MobileNetV2(weights=None, input_shape=(224, 224, 3))
+    m = k.applications.MobileNetV2(
+        weights=None, input_shape=(224, 224, 3), classifier_activation=None if logits else "softmax"
+    )
     rng = np.random.default_rng(1)
     cal = rng.uniform(-1, 1, (100, 224, 224, 3)).astype(np.float32)
     if reestimate_bn:
@@ -138,6 +140,7 @@ def probe(name: str, samples: int) -> dict:
         "digits": digits_cnn,
         "mobilenetv2": mobilenetv2,
         "mobilenetv2_raw": lambda: mobilenetv2(reestimate_bn=False),
+        "mobilenetv2_logits": lambda: mobilenetv2(logits=True),
     }
     built = builders[name]()
     model, cal, xs = built[:3]

@@ -23,8 +23,6 @@ _LAZY = {
     "sweep": ("optimize.pipeline", "sweep"),
     "evaluate": ("optimize.measure", "evaluate"),
     "check_delegates": ("optimize.delegates", "check_delegates"),
-    "recommend": ("optimize.recommend", "recommend"),
-    "advise": ("optimize.recommend", "advise"),
     "load_study": ("optimize.results", "load_study"),
     "Study": ("optimize.results", "Study"),
     "Candidate": ("optimize.results", "Candidate"),
@@ -32,7 +30,11 @@ _LAZY = {
     "OptimizeError": ("optimize.errors", "OptimizeError"),
 }
 
-__all__ = sorted(_LAZY)
+# Bound eagerly (pure Python, no TensorFlow): importing the submodule `optimize.recommend` later
+# must not replace the function of the same name on the package.
+from .recommend import advise, recommend  # noqa: E402
+
+__all__ = sorted([*_LAZY, "advise", "recommend"])
 
 
 def __getattr__(name: str):

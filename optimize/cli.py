@@ -93,7 +93,7 @@ def _run_and_show(
     from . import pipeline, report_text
     from .recipe import build
 
-    recipe = pipeline.with_backend(build(name, steps), backend.value if backend else None)
+    recipe = pipeline.with_backend(build(name, steps), backend.value if backend else "auto")
     out = Path(output) if output else Path("optimize-out")
     if out.suffix == ".tflite":
         recipe = recipe.model_copy(update={"name": out.stem})
@@ -128,6 +128,9 @@ def sweep(
         None, help="Recommend for this target at the end (cpu, gpu, nnapi, hexagon, coreml, edgetpu, mcu)."
     ),
     max_accuracy_drop: float | None = typer.Option(None, help="Goal for --target: e.g. 0.01 = one point."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=0,
+                                       help="Worker processes (default: cores, memory permitting; 0: in-process)."),
+    cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse unchanged candidates from earlier runs."),
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -141,7 +144,8 @@ def sweep(
 
     log = _quiet if as_json else _log
     study = pipeline.sweep(
-        model, data, output, threads=threads, backend=backend.value if backend else None, delegates=delegates, log=log
+        model, data, output, threads=threads, backend=backend.value if backend else None, delegates=delegates, log=log,
+        jobs=jobs, cache=cache,
     )
     rec = None
     if target:
@@ -363,18 +367,19 @@ def recommend(
 
     Example: optimize recommend optimize-out/study.json --target gpu --max-accuracy-drop 0.01
     """
-    from . import recommend as rec_mod
+    from .recommend import advise, format_advice, format_recommendation, make_goals, raise_if_unmet
+    from .recommend import recommend as choose
     from .results import load_study
 
-    goals = rec_mod.make_goals(max_accuracy_drop, max_size_bytes, max_latency_ms, objective)
+    goals = make_goals(max_accuracy_drop, max_size_bytes, max_latency_ms, objective)
     if study is None:
-        advice = rec_mod.advise(target, have_calibration_data=have_calibration_data,
-                                have_training_data=have_training_data, goals=goals)
-        typer.echo(advice.model_dump_json(indent=2) if as_json else rec_mod.format_advice(advice))
+        advice = advise(target, have_calibration_data=have_calibration_data,
+                        have_training_data=have_training_data, goals=goals)
+        typer.echo(advice.model_dump_json(indent=2) if as_json else format_advice(advice))
         return
-    rec = rec_mod.recommend(load_study(study), target, goals)
-    typer.echo(rec.model_dump_json(indent=2) if as_json else rec_mod.format_recommendation(rec))
-    rec_mod.raise_if_unmet(rec)
+    rec = choose(load_study(study), target, goals)
+    typer.echo(rec.model_dump_json(indent=2) if as_json else format_recommendation(rec))
+    raise_if_unmet(rec)
 
 
 @app.command()
@@ -419,6 +424,8 @@ def run_recipe(
     from . import pipeline, report_text
     from .recipe import load_recipe
 
+    from .recommend import judge
+
     r = load_recipe(recipe)
     out = Path(output or r.output or "optimize-out")
     cand = pipeline.run(r, model, data, out, threads=threads, delegates=delegates, log=_quiet if as_json else _log)
@@ -427,6 +434,12 @@ def run_recipe(
     else:
         report_text.print_candidates([cand], out)
     if cand.error:
+        raise typer.Exit(1)
+    broken = [(t, judge(cand, t, r.goals)) for t in (r.targets or ("cpu",))]
+    for t, problem in broken:
+        typer.echo(f"{t}: {'meets the recipe goals' if problem is None else 'does not meet the goals: ' + problem}",
+                   err=as_json)
+    if any(p for _, p in broken):
         raise typer.Exit(1)
 
 
@@ -453,9 +466,16 @@ def recipes_validate(recipes: list[str] = typer.Argument(..., help="Recipe files
     """Check recipes without loading any model.  Example: optimize recipes validate recipes/*.toml"""
     from .recipe import load_recipe
 
+    bad = 0
     for r in recipes:
-        load_recipe(r)
-        typer.echo(f"ok  {r}")
+        try:
+            load_recipe(r)
+            typer.echo(f"ok  {r}")
+        except RecipeError as e:
+            bad += 1
+            typer.echo(f"error: {e}", err=True)
+    if bad:
+        raise typer.Exit(2)
 
 
 @recipes_app.command("techniques")
@@ -466,7 +486,8 @@ def recipes_techniques() -> None:
     for name, t in sorted(techniques().items()):
         typer.echo(f"{name} ({t.stage.value}): {t.summary}")
         for fname, f in t.params.model_fields.items():
-            typer.echo(f"    {fname} = {f.default!r}  {f.description or ''}")
+            default = "(required)" if f.is_required() else repr(f.default)
+            typer.echo(f"    {fname} = {default}  {f.description or ''}")
 
 
 def main() -> None:

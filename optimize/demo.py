@@ -76,7 +76,10 @@ def demo(log=print) -> tuple[Path, Path]:
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )
-    model.fit(arrays["x_train"], arrays["y_train"], epochs=12, batch_size=32, verbose=0, shuffle=True)
+    from .runtime import captured_stderr
+
+    with captured_stderr():  # TF's C++ graph warnings during fit are noise to a newcomer
+        model.fit(arrays["x_train"], arrays["y_train"], epochs=12, batch_size=32, verbose=0, shuffle=True)
     tmp = folder / "digits_cnn.tmp.keras"
     model.save(tmp)
     os.replace(tmp, model_path)

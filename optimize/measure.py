@@ -10,7 +10,7 @@ import numpy as np
 
 from . import runtime
 from .data import Dataset, load_data
-from .errors import DataError, ModelError
+from .errors import ModelError
 from .models import is_tflite
 from .results import Accuracy, Fidelity, Latency, Memory, Metrics, OutputFidelity, Size
 
@@ -74,24 +74,22 @@ def evaluate(
     samples: int | None = DEFAULT_SAMPLES,
     memory: bool = True,
     baseline_accuracy: Accuracy | None = None,
+    timing: bool = True,
 ) -> Metrics:
     """Every measurement of one .tflite. Without data, latency and memory use a zero input.
 
     `reference` is the float model to compare outputs with (inference_diff-style fidelity).
     `baseline_accuracy` fills `accuracy_delta` (the float model's accuracy on the same data).
+    `timing=False` leaves latency and memory to `add_timing`, so a sweep can time every candidate
+    on a quiet machine after the parallel work is done.
     """
     path = Path(model)
     _check_tflite(path)
     ds = _dataset(data)
-    loaded = runtime.load(path, threads=threads)
-    runner = runtime.Runner(loaded)
+    runner = runtime.Runner(runtime.load(path, threads=threads))
     xs = None
     if ds is not None:
-        shape = runner.input_shape
-        try:
-            ds.check_input(shape, name=runner.inputs[0]["name"])
-        except DataError:
-            raise
+        ds.check_input(runner.input_shape, name=runner.inputs[0]["name"])
         xs = ds.x_test[:samples] if samples else ds.x_test
     acc = fid = None
     if xs is not None:
@@ -101,19 +99,32 @@ def evaluate(
         if reference is not None:
             ref_runner = runtime.Runner(runtime.load(reference, threads=threads))
             fid = fidelity_of(outs, ref_runner.predict(xs), runner.output_names(), Path(reference).name)
-    sample = xs[:1] if xs is not None else np.zeros(runner.input_shape, np.float32)
-    t = runtime.time_invoke(runner, sample, warmup=warmup, runs=runs)
-    latency = Latency(
-        runtime=runtime.runtime_label(), threads=threads, xnnpack=loaded.xnnpack, init_ms=loaded.init_ms, **t
-    )
-    mem = None
-    if memory:
-        peak = runtime.peak_memory_bytes(path, threads)
-        mem = Memory(peak_rss_bytes=peak) if peak is not None else None
     delta = None
     if acc is not None and baseline_accuracy is not None:
         if acc.top1 is not None and baseline_accuracy.top1 is not None:
             delta = acc.top1 - baseline_accuracy.top1
         elif acc.mae is not None and baseline_accuracy.mae is not None:
             delta = baseline_accuracy.mae - acc.mae
-    return Metrics(size=size_of(path), accuracy=acc, accuracy_delta=delta, fidelity=fid, latency=latency, memory=mem)
+    metrics = Metrics(size=size_of(path), accuracy=acc, accuracy_delta=delta, fidelity=fid)
+    if timing:
+        sample = xs[:1] if xs is not None else None
+        metrics = add_timing(metrics, path, sample, threads=threads, runs=runs, warmup=warmup, memory=memory)
+    return metrics
+
+
+def add_timing(metrics: Metrics, model: str | Path, sample: np.ndarray | None = None, threads: int = 2,
+               runs: int = 50, warmup: int = 5, memory: bool = True) -> Metrics:
+    """Latency (benchmark_model style) and peak memory of one .tflite, added to its metrics."""
+    loaded = runtime.load(model, threads=threads)
+    runner = runtime.Runner(loaded)
+    if sample is None:
+        sample = np.zeros(runner.input_shape, np.float32)
+    t = runtime.time_invoke(runner, sample, warmup=warmup, runs=runs)
+    latency = Latency(
+        runtime=runtime.runtime_label(), threads=threads, xnnpack=loaded.xnnpack, init_ms=loaded.init_ms, **t
+    )
+    mem = None
+    if memory:
+        peak = runtime.peak_memory_bytes(model, threads)
+        mem = Memory(peak_rss_bytes=peak) if peak is not None else None
+    return metrics.model_copy(update={"latency": latency, "memory": mem})

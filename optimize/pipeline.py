@@ -59,31 +59,44 @@ def default_recipes(include_training: bool = True, backend: str | None = None) -
     for name, steps in DEFAULT_SWEEP:
         if not include_training and any(s["technique"] in ("prune", "cluster", "qat") for s in steps):
             continue
-        out.append(with_backend(build(name, steps), backend))
+        out.append(with_backend(build(name, steps), backend or "auto"))
     return out
+
+
+#: Which backend quantizes each scheme when the user does not say (benchmarks/bench_backends.py):
+#: LiteRT Quantizer matches the converter's int8/int16x8/float16 fidelity exactly and is 5-10x faster;
+#: for dynamic range the converter is more faithful (it leaves tensors under 1,024 elements in float).
+DEFAULT_BACKEND = {"float16": "litert", "dynamic": "converter", "int8": "litert", "int16x8": "litert"}
 
 
 def with_backend(recipe: Recipe, backend: str | None) -> Recipe:
     """Express a recipe's post-training scheme with the chosen backend.
 
     'converter': the TFLite converter quantizes while converting. 'litert': convert to float32 once and
-    quantize the flatbuffer with LiteRT Quantizer (the `quantize` step). None keeps the recipe as written.
+    quantize the flatbuffer with LiteRT Quantizer (the `quantize` step). 'auto': per scheme, as
+    DEFAULT_BACKEND says. None keeps the recipe as written. After QAT, or with float fallback, the
+    converter is always used (LiteRT Quantizer does not read fake-quant ranges or fall back per op).
     """
-    if backend not in ("converter", "litert"):
+    if backend not in ("converter", "litert", "auto"):
         return recipe
     steps = [s.model_dump() for s in recipe.steps]
+    qat = any(x["technique"] == "qat" for x in steps)
     raw = []
     for s in steps:
         p = dict(s["params"])
-        if backend == "litert" and s["technique"] == "convert" and p.get("scheme") in PTQ_SCHEMES:
-            qat = any(x["technique"] == "qat" for x in steps)
-            if not qat and p.get("io", "float") == "float" and not p.get("float_fallback"):
+        scheme = p.get("scheme")
+        wanted = DEFAULT_BACKEND.get(scheme, "converter") if backend == "auto" else backend
+        if wanted == "litert" and s["technique"] == "convert" and scheme in PTQ_SCHEMES:
+            if not qat and not p.get("float_fallback"):
                 raw.append({"technique": "convert", "scheme": "float32"})
-                raw.append({"technique": "quantize", "scheme": p["scheme"], "samples": p.get("samples", 200)})
+                raw.append({"technique": "quantize", "scheme": scheme, "io": p.get("io", "float"),
+                            "samples": p.get("samples", 200)})
                 continue
-        if backend == "converter" and s["technique"] == "quantize":
+        converted = any(r["technique"] == "convert" and r.get("scheme") == "float32" for r in raw)
+        if wanted == "converter" and s["technique"] == "quantize" and converted:  # (a .tflite input keeps it)
             raw = [r for r in raw if not (r["technique"] == "convert" and r.get("scheme") == "float32")]
-            raw.append({"technique": "convert", "scheme": p["scheme"], "samples": p.get("samples", 200)})
+            raw.append({"technique": "convert", "scheme": scheme, "io": p.get("io", "float"),
+                        "samples": p.get("samples", 200)})
             continue
         raw.append({"technique": s["technique"], **p})
     return recipe.model_copy(update={"steps": build(recipe.name, raw).steps})
@@ -259,6 +272,8 @@ def make_candidate(
     delegates: bool = True,
     runs: int = 50,
     memory: bool = True,
+    eval_samples: int = measure.DEFAULT_SAMPLES,
+    timing: bool = True,
 ) -> Candidate:
     """Produce, copy out, measure and check one candidate. Failures become the candidate's error."""
     t0 = time.perf_counter()
@@ -286,6 +301,8 @@ def make_candidate(
                 runs=runs,
                 baseline_accuracy=baseline.accuracy if baseline else None,
                 memory=memory,
+                samples=eval_samples,
+                timing=timing,
             )
         reports = check_all_delegates(artifact, ws.threads) if delegates else {}
         return Candidate(
@@ -371,6 +388,54 @@ def run(
         shutil.rmtree(ws.workdir, ignore_errors=True)
 
 
+def _as_baseline(c: Candidate) -> Candidate:
+    """The baseline's accuracy delta is zero by definition (it is what the others are compared with)."""
+    if c.ok and c.metrics.accuracy is not None and c.metrics.accuracy_delta is None:
+        return c.model_copy(update={"metrics": c.metrics.model_copy(update={"accuracy_delta": 0.0})})
+    return c
+
+
+def plan(src: models.ModelSource, ds: Dataset | None, recipes: list[Recipe] | None, backend: str | None,
+         log: Log = print) -> list[Recipe]:
+    """The resolved recipes a sweep will run: the defaults for this kind of model, or the given ones."""
+    if recipes is None:
+        include_training = src.kind == "keras2" and ds is not None and ds.y_train is not None
+        recipes = default_recipes(include_training, backend)
+        if src.kind == "tflite":
+            recipes = [build("float32", [])] + [
+                build(s, [{"technique": "quantize", "scheme": s}]) for s in PTQ_SCHEMES
+            ]
+        if ds is None:
+            recipes = [r for r in recipes if r.scheme not in ("int8", "int16x8")]
+            log("No data given: skipping int8 and int16x8 (they need calibration data) and accuracy.")
+    else:
+        recipes = [with_backend(r, backend) for r in recipes]
+    names = [r.name for r in recipes]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise RecipeError(f"Two recipes are named {dup!r}.", "Give every recipe in a sweep its own name.")
+    return [resolve(r, src) if r.steps else r for r in recipes]
+
+
+def _groups(recipes: list[Recipe]) -> list[list[Recipe]]:
+    """Recipes that start with the same Keras step run together, so shared prefixes run once
+    (prune -> int8 and prune -> cluster -> int8 prune once)."""
+    groups: dict[str, list[Recipe]] = {}
+    for r in recipes:
+        keras = [s.model_dump() for s in r.steps if registry.get(s.technique).stage is Stage.KERAS]
+        groups.setdefault(_key(keras[:1]), []).append(r)
+    return list(groups.values())
+
+
+def default_jobs(n_groups: int) -> int:
+    """Workers: one per core, at most one per 4 GiB of memory (converting a large model takes ~3.6 GB)."""
+    try:
+        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        mem_gib = 8
+    return max(1, min(os.cpu_count() or 1, int(mem_gib // 4), n_groups))
+
+
 def sweep(
     model: str | Path | None = None,
     data: str | Path | Dataset | None = None,
@@ -382,41 +447,77 @@ def sweep(
     runs: int = 50,
     log: Log = print,
     on_candidate: Callable[[Candidate], None] | None = None,
+    eval_samples: int = measure.DEFAULT_SAMPLES,
+    jobs: int | None = None,
+    cache: bool = True,
 ) -> Study:
-    """The float32 baseline plus every recipe, each measured against it; written to output/study.json."""
+    """The float32 baseline plus every recipe, each measured against it; written to output/study.json.
+
+    Unchanged candidates come from the result cache (`cache=False` forces work). The rest run in
+    `jobs` worker processes (0: in this process), then are timed one at a time on a quiet machine.
+    """
+    from .cache import ResultCache, key_for
+    from .demo import cache_dir
+
     src, ds = open_inputs(model, data, log)
-    check_data(src, ds)
-    include_training = src.kind == "keras2" and ds is not None and ds.y_train is not None
-    if recipes is None:
-        recipes = default_recipes(include_training, backend)
-        if src.kind == "tflite":
-            recipes = [build("float32", [])] + [
-                with_backend(build(s, [{"technique": "quantize", "scheme": s}]), None) for s in PTQ_SCHEMES
-            ]
-        if ds is None:
-            recipes = [r for r in recipes if r.scheme not in ("int8", "int16x8")]
-            log("No data given: skipping int8 and int16x8 (they need calibration data) and accuracy.")
-    else:
-        recipes = [with_backend(r, backend) for r in recipes]
-    recipes = [resolve(r, src) if r.steps else r for r in recipes]
+    recipes = plan(src, ds, recipes, backend, log)
     out_dir = Path(output)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ws = Workspace(src, ds, out_dir / ".work", threads, log)
-    candidates: list[Candidate] = []
     baseline_recipe = next((r for r in recipes if r.scheme == "float32" and len(r.steps) <= 1), None)
-    ref = baseline = None
-    ordered = ([baseline_recipe] if baseline_recipe else []) + [r for r in recipes if r is not baseline_recipe]
-    for i, recipe in enumerate(ordered, 1):
-        log(f"[{i}/{len(ordered)}] {recipe.name}")
-        if not recipe.steps:  # a float .tflite input is its own baseline
-            cand = _measure_source(src, ds, out_dir, threads, runs, delegates)
+    settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates,
+                "versions": _tf.versions()}
+    common = {"model": src.fingerprint, "data": ds.fingerprint if ds else None, "settings": settings}
+    base_key = key_for(steps=[s.model_dump() for s in baseline_recipe.steps], **common) if baseline_recipe else None
+    keys = {r.name: key_for(steps=[s.model_dump() for s in r.steps], baseline=None if r is baseline_recipe
+                            else base_key, **common) for r in recipes}
+    store = ResultCache(cache_dir() / "results" if cache else None, log)
+    done: dict[str, Candidate] = {}
+    for r in recipes:
+        hit = store.get(keys[r.name], r.name, out_dir)
+        if hit is not None:
+            log(f"  {r.name}: reused from the cache")
+            done[r.name] = hit
+            if on_candidate:
+                on_candidate(hit)
+    misses = [r for r in recipes if r.name not in done]
+    if misses:
+        check_data(src, ds)
+        ref = baseline = None
+        if baseline_recipe and baseline_recipe.name in done and done[baseline_recipe.name].ok:
+            ref, baseline = out_dir / done[baseline_recipe.name].artifact, done[baseline_recipe.name].metrics
+        fresh: list[Candidate] = []
+        groups = _groups(misses)
+        n_jobs = default_jobs(len(groups)) if jobs is None else jobs
+        base_name = baseline_recipe.name if baseline_recipe else None
+        log(f"Producing {len(misses)} candidate(s) in {n_jobs or 'this'} process(es)...")
+        if n_jobs == 0:
+            ws = Workspace(src, ds, out_dir / ".work", threads, log)
+            for group in sorted(groups, key=lambda g: not any(r.name == base_name for r in g)):
+                for r in group:
+                    log(f"  {r.name}")
+                    c = make_candidate(ws, r, out_dir, reference=ref, baseline=baseline, delegates=delegates,
+                                       timing=False, eval_samples=eval_samples)
+                    if r.name == base_name and c.ok:
+                        ref, baseline = out_dir / c.artifact, c.metrics
+                    fresh.append(c)
         else:
-            cand = make_candidate(ws, recipe, out_dir, reference=ref, baseline=baseline, delegates=delegates, runs=runs)
-        if recipe is baseline_recipe and cand.ok:
-            ref, baseline = out_dir / cand.artifact, cand.metrics
-        candidates.append(cand)
-        if on_candidate:
-            on_candidate(cand)
+            from .workers import Settings, run_groups
+
+            run_groups(Settings(src, ds, out_dir, threads, eval_samples, delegates), groups, n_jobs, base_name,
+                       ref, baseline, log, fresh.append)
+        sample = ds.x_test[:1] if ds is not None else None
+        log(f"Timing {sum(c.ok for c in fresh)} candidate(s), one at a time ({threads} threads)...")
+        for c in fresh:
+            if c.ok:
+                c = c.model_copy(update={"metrics": measure.add_timing(
+                    c.metrics, out_dir / c.artifact, sample, threads=threads, runs=runs)})
+            if not (c.error or "").startswith("worker process"):
+                store.put(keys[c.name], c, out_dir)
+            done[c.name] = c
+            if on_candidate:
+                on_candidate(c)
+    if baseline_recipe is not None:
+        done[baseline_recipe.name] = _as_baseline(done[baseline_recipe.name])
     study = Study(
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         model="demo" if model is None else str(model),
@@ -424,26 +525,8 @@ def sweep(
         data=ds.source if ds else None,
         baseline=baseline_recipe.name if baseline_recipe else "float32",
         environment=environment(threads),
-        candidates=candidates,
+        candidates=[done[r.name] for r in recipes],
     )
     study.save(out_dir / "study.json")
     shutil.rmtree(out_dir / ".work", ignore_errors=True)
     return study
-
-
-def _measure_source(src, ds, out_dir: Path, threads: int, runs: int, delegates: bool) -> Candidate:
-    artifact = out_dir / "float32.tflite"
-    if src.path.resolve() != artifact.resolve():
-        shutil.copyfile(src.path, artifact)
-    metrics = measure.evaluate(artifact, ds, threads=threads, runs=runs)
-    reports = check_all_delegates(artifact, threads) if delegates else {}
-    return Candidate(
-        name="float32",
-        steps=[],
-        recipe_hash=_key([]),
-        scheme="float32",
-        backend=None,
-        artifact=artifact.name,
-        metrics=metrics,
-        delegates=reports,
-    )

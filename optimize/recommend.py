@@ -323,12 +323,17 @@ def _int8_path(target, have_cal, have_train, sensitive, drop_answer, ask, alts, 
     io = {"edgetpu": "uint8", "mcu": "int8", "hexagon": "int8"}.get(target, "float")
     wants = {
         "nnapi": "int8 on its accelerators, float on GPU drivers; never dynamic range",
-        "hexagon": "full int8 only, integer I/O (it rejects QUANTIZE from a float input)",
+        "hexagon": "full int8 only, integer I/O (it rejects QUANTIZE from a float input), per-tensor FC weights",
         "edgetpu": "full int8 with uint8/int8 input and output",
         "mcu": "full int8 with int8 input and output",
     }[target]
     ask(f"Which precision does {target} run?", wants, f"full-integer int8 ({io} I/O)")
     ptq, qat = [_convert("int8", io)], [{"technique": "qat"}, _convert("int8", io)]
+    if target == "hexagon":
+        # Hexagon's FULLY_CONNECTED takes per-tensor weights only (LiteRT utils.cc): LiteRT Quantizer can
+        # quantize per tensor with int8 I/O, which the DSP then runs whole.
+        ptq = [_convert("float32"), {"technique": "quantize", "scheme": "int8", "io": "int8", "granularity": "tensor"}]
+        facts.append("Hexagon takes FULLY_CONNECTED only with per-tensor weights: the recipe quantizes per tensor.")
     if have_cal:
         ask("Do you have calibration data?", "yes", "post-training int8 calibrated on 100-500 inputs")
         steps = ptq
@@ -514,6 +519,14 @@ def _first_problem(c: Candidate, target: str, goals: Goals, float_ms: float | No
         if c.scheme != "float32" and float_ms is not None and lat > float_ms + _EPS:
             return f"{c.scheme} measured slower than float32 ({lat:.3g} ms vs {float_ms:.3g} ms)"
     return None
+
+
+def judge(c: Candidate, target: str | None, goals: Goals) -> str | None:
+    """The first requirement one candidate breaks for a target and goals, or None when it meets them all.
+
+    Used by `optimize run` to judge a recipe's result against the recipe's own targets and goals.
+    """
+    return _first_problem(c, check_target(target or "cpu"), goals, None, set())
 
 
 def _rank_key(c: Candidate, objective: str, index: int) -> tuple:

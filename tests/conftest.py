@@ -17,6 +17,30 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_cache(tmp_path_factory):
+    """Results cached by the tests never leak into (or come from) the user's ~/.cache/optimize.
+
+    The trained demo model is shared with the user's cache when present, to save the training time.
+    """
+    import shutil
+
+    from optimize.demo import DEMO_VERSION, cache_dir
+
+    user = cache_dir()
+    root = tmp_path_factory.mktemp("optimize-cache")
+    demo = user / f"demo-v{DEMO_VERSION}"
+    if demo.is_dir():
+        shutil.copytree(demo, root / demo.name)
+    old = os.environ.get("OPTIMIZE_CACHE")
+    os.environ["OPTIMIZE_CACHE"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("OPTIMIZE_CACHE", None)
+    else:
+        os.environ["OPTIMIZE_CACHE"] = old
+
+
 @pytest.fixture(scope="session")
 def digits() -> dict[str, np.ndarray]:
     from sklearn.datasets import load_digits

@@ -44,6 +44,8 @@ def test_mobilenet_v3_small_runs():
     model = keras.applications.MobileNetV3Small(weights=None, input_shape=(96, 96, 3))
     data = convert(lambda: tf.lite.TFLiteConverter.from_keras_model(model), "float32", (1, 96, 96, 3))
     r = check_delegates(data)
+    assert tuple(r) == DELEGATES
     for rep in r.values():
-        assert rep.nodes_delegated + len([v for v in rep.cpu_nodes if "min_nodes" not in v.reason]) >= 0
-        assert rep.nodes_total > 0
+        assert 0 <= rep.nodes_delegated <= rep.nodes_total
+        assert (rep.verdict == "full") == (rep.nodes_delegated == rep.nodes_total)
+    assert r["xnnpack"].nodes_total == len(read_model(data).main.ops)

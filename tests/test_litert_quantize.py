@@ -10,7 +10,7 @@ import pytest
 import optimize.data
 import optimize.techniques.litert_quantize  # noqa: F401  (registers the technique)
 from optimize import registry, runtime
-from optimize.errors import DataError, ModelError, RecipeError
+from optimize.errors import DataError, ModelError, RecipeError, TechniqueFailed
 from optimize.registry import Context
 
 
@@ -133,3 +133,19 @@ def test_model_without_signature(float_model, ctx, tmp_path):
     with pytest.raises(ModelError, match="no signature"):
         run(bare, ctx, scheme="int8")
     assert run(bare, ctx, scheme="dynamic").is_file()  # no calibration, no signature needed
+
+
+def test_moving_average_calibration_runs(float_model, ctx):
+    out = run(float_model, ctx, scheme="int8", samples=10, calibration="moving_average")
+    assert runtime.load(out) and "moving_average ranges" in ctx.notes[-1]
+
+
+def test_quantizer_failure_is_a_failed_candidate(float_model, ctx, monkeypatch):
+    from litert_quantizer import quantizer
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("unsupported op\nmore detail")
+
+    monkeypatch.setattr(quantizer.Quantizer, "quantize", boom)
+    with pytest.raises(TechniqueFailed, match="unsupported op"):
+        run(float_model, ctx, scheme="dynamic")

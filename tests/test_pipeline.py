@@ -65,8 +65,10 @@ def test_failed_technique_is_a_failed_candidate(keras_model, data_npz, tmp_path,
     recipes = [build("float32", [{"technique": "convert"}]),
                build("cluster-int8", [{"technique": "cluster"}, {"technique": "convert", "scheme": "int8"}]),
                build("float16", [{"technique": "convert", "scheme": "float16"}])]
-    study = pipeline.sweep(keras_model, data_npz, tmp_path, recipes=recipes, delegates=False, runs=5, log=quiet)
+    study = pipeline.sweep(keras_model, data_npz, tmp_path, recipes=recipes, delegates=False, runs=5, log=quiet,
+                           jobs=0, cache=False)
     names = {c.name: c for c in study.candidates}
+    assert names["float32"].metrics.accuracy_delta == 0.0
     assert names["cluster-int8"].error == "cluster: nothing to cluster here"
     assert names["float16"].ok and names["float32"].ok
     assert load_study(tmp_path / "study.json") == study
@@ -100,7 +102,12 @@ def test_litert_backend_rewrites_ptq_steps():
     back = pipeline.with_backend(r, "converter")
     assert [(s.technique, s.params["scheme"]) for s in back.steps] == [("convert", "int8")]
     io = pipeline.with_backend(build("x", [{"technique": "convert", "scheme": "int8", "io": "int8"}]), "litert")
-    assert io.backend == "converter"  # integer I/O stays with the converter
+    assert io.steps[-1].params["io"] == "int8" and io.backend == "litert"
+    auto = [pipeline.with_backend(build(s, [{"technique": "convert", "scheme": s}]), "auto").backend
+            for s in ("float16", "dynamic", "int8", "int16x8")]
+    assert auto == ["litert", "converter", "litert", "litert"]
+    qat = pipeline.with_backend(build("q", [{"technique": "qat"}, {"technique": "convert", "scheme": "int8"}]), "auto")
+    assert qat.backend == "converter"  # fake-quant ranges are read by the converter only
 
 
 @pytest.mark.slow

@@ -66,24 +66,35 @@ def _schema():
     return s
 
 
-@dataclass(frozen=True, eq=False)
 class Quant:
     """Affine quantization of one tensor: one scale per tensor, or one per channel along `dim`.
 
-    Scales and zero points stay numpy arrays: per-channel models carry thousands of them.
+    Scales and zero points are numpy views made on first use: per-channel models carry thousands of
+    them, and most rules only ask whether there is more than one (`per_channel`).
     """
 
-    scales: np.ndarray
-    zero_points: np.ndarray
-    dim: int = 0
-    blockwise: bool = False
+    __slots__ = ("_buf", "_scales_at", "_zps_at", "count", "zp_count", "dim", "blockwise")
+
+    def __init__(self, buf, scales_at: int, count: int, zps_at: int, zp_count: int, dim: int, blockwise: bool):
+        self._buf, self._scales_at, self._zps_at = buf, scales_at, zps_at
+        self.count, self.zp_count, self.dim, self.blockwise = count, zp_count, dim, blockwise
+
+    @property
+    def scales(self) -> np.ndarray:
+        return np.frombuffer(self._buf, "<f4", count=self.count, offset=self._scales_at)
+
+    @property
+    def zero_points(self) -> np.ndarray:
+        if not self.zp_count:
+            return np.zeros(0, np.int64)
+        return np.frombuffer(self._buf, "<i8", count=self.zp_count, offset=self._zps_at)
 
     @property
     def per_channel(self) -> bool:
-        return len(self.scales) > 1
+        return self.count > 1
 
     def __repr__(self) -> str:
-        kind = f"per-channel x{len(self.scales)} (dim {self.dim})" if self.per_channel else "per-tensor"
+        kind = f"per-channel x{self.count} (dim {self.dim})" if self.per_channel else "per-tensor"
         return f"Quant({kind})"
 
 
@@ -303,13 +314,77 @@ def _quant(q: _Table | None) -> Quant | None:
     start, n = q.vector(8)
     if not n:
         return None
-    scales = np.frombuffer(q.buf, "<f4", count=n, offset=start)
     zstart, zn = q.vector(10)
-    zps = np.frombuffer(q.buf, "<i8", count=zn, offset=zstart) if zn else np.zeros(0, np.int64)
-    return Quant(scales, zps, q.scalar(16, _I32), q.byte(12) == _BLOCKWISE)
+    return Quant(q.buf, start, n, zstart, zn, q.scalar(16, _I32), q.byte(12) == _BLOCKWISE)
 
 
 _BLOCKWISE = 3  # QuantizationDetails.BlockwiseQuantization in schema_py_generated
+
+
+_F32 = struct.Struct("<f")
+# Hot option tables read straight from the flatbuffer: (field, vtable slot, kind, default). Slots were
+# checked against schema_py_generated; anything not listed goes through the generated object API.
+_PAD, _ACT = "padding", "fused_activation_function"
+_FAST: dict[str, tuple[tuple[str, int, str, object], ...]] = {
+    "Conv2DOptions": (
+        (_PAD, 4, "b", 0),
+        ("stride_w", 6, "i", 0),
+        ("stride_h", 8, "i", 0),
+        (_ACT, 10, "b", 0),
+        ("dilation_w_factor", 12, "i", 1),
+        ("dilation_h_factor", 14, "i", 1),
+    ),
+    "DepthwiseConv2DOptions": (
+        (_PAD, 4, "b", 0),
+        ("stride_w", 6, "i", 0),
+        ("stride_h", 8, "i", 0),
+        ("depth_multiplier", 10, "i", 0),
+        (_ACT, 12, "b", 0),
+        ("dilation_w_factor", 14, "i", 1),
+        ("dilation_h_factor", 16, "i", 1),
+    ),
+    "AddOptions": ((_ACT, 4, "b", 0),),
+    "MulOptions": ((_ACT, 4, "b", 0),),
+    "SubOptions": ((_ACT, 4, "b", 0),),
+    "DivOptions": ((_ACT, 4, "b", 0),),
+    "Pool2DOptions": (
+        (_PAD, 4, "b", 0),
+        ("stride_w", 6, "i", 0),
+        ("stride_h", 8, "i", 0),
+        ("filter_width", 10, "i", 0),
+        ("filter_height", 12, "i", 0),
+        (_ACT, 14, "b", 0),
+    ),
+    "FullyConnectedOptions": (
+        (_ACT, 4, "b", 0),
+        ("weights_format", 6, "b", 0),
+        ("keep_num_dims", 8, "?", False),
+        ("asymmetric_quantize_inputs", 10, "?", False),
+    ),
+    "ConcatenationOptions": (("axis", 4, "i", 0), (_ACT, 6, "b", 0)),
+    "SoftmaxOptions": (("beta", 4, "f", 0.0),),
+    "ReducerOptions": (("keep_dims", 4, "?", False),),
+    "ReshapeOptions": (("new_shape", 4, "v", ()),),
+}
+
+
+def _fast_options(table: _Table, name: str) -> dict:
+    enums = _cache["enums"]
+    out: dict = {"_type": name}
+    for key, slot, kind, default in _FAST[name]:
+        if kind == "i":
+            v = table.scalar(slot, _I32, default)
+        elif kind == "b":
+            v = table.byte(slot, signed=True, default=default)
+        elif kind == "?":
+            v = bool(table.byte(slot, default=int(default)))
+        elif kind == "f":
+            v = table.scalar(slot, _F32, default)
+        else:
+            v = table.ints(slot) or ()
+        enum = enums.get(key)
+        out[key] = enum.get(v, v) if enum is not None else v
+    return out
 
 
 def _options(o: _Table, s) -> dict:
@@ -323,6 +398,8 @@ def _options(o: _Table, s) -> dict:
         table = o._target(table_slot)
         if name is None or not table:
             return {}
+        if name in _FAST:
+            return _fast_options(_Table(o.buf, table), name)
         obj = getattr(s, name)()
         obj.Init(o.buf, table)
         unpacked = getattr(s, name + "T").InitFromObj(obj)

@@ -220,16 +220,12 @@ def _run_quantizer(content: bytes, params: QuantizeParams, ctx: Context, signatu
     """Calibrate (if needed) and quantize; a failure inside the quantizer is a failed candidate."""
     try:
         with _quiet():
-            from litert_quantizer import calibrator, quantizer
-            from litert_quantizer.utils import qsv_utils
+            from litert_quantizer import quantizer
 
             recipe = _recipe(params)
             qsvs = None
             if calibration is not None and recipe.need_calibration():
-                update = qsv_utils.min_max_update if params.calibration == "minmax" else qsv_utils.moving_average_update
-                calib = calibrator.Calibrator(content, num_threads=max(1, ctx.threads), qsv_update_func=update)
-                calib.calibrate(calibration, recipe)
-                qsvs = calib.get_model_qsvs()
+                qsvs = _calibrate(content, calibration, recipe, params, ctx)
             qt = quantizer.Quantizer(bytearray(content), recipe.get_quantization_recipe())
             quantized = qt.quantize(qsvs, enable_progress_bar=False, enable_progress_report=False).quantized_model
     except OptimizeError:
@@ -240,6 +236,29 @@ def _run_quantizer(content: bytes, params: QuantizeParams, ctx: Context, signatu
     if not quantized:
         raise TechniqueFailed(f"LiteRT Quantizer returned no model for {RECIPES[params.scheme]}.")
     return bytes(quantized)
+
+
+def _calibrate(content: bytes, calibration: dict, recipe, params: QuantizeParams, ctx: Context) -> dict:
+    """Activation ranges from the samples. The profiler-based calibrator tracks min/max in C++ and is ~4x
+    faster on MobileNetV2 than the quantizer's default (keep every tensor, reduce in Python), with the same
+    ranges; if it fails on a model, fall back to the default."""
+    from litert_quantizer import calibrator
+    from litert_quantizer.utils import qsv_utils
+
+    update = qsv_utils.min_max_update if params.calibration == "minmax" else qsv_utils.moving_average_update
+    mode = calibrator.CalibrationMode
+    try:
+        calib = calibrator.Calibrator(
+            content, num_threads=max(1, ctx.threads), mode=mode.CALIBRATION_PROFILER_BASED, qsv_update_func=update
+        )
+        calib.calibrate(calibration, recipe)
+    except Exception as e:  # noqa: BLE001 - retried with the default calibrator, which raises for real
+        ctx.log(f"quantize: profiler-based calibration failed ({e.__class__.__name__}); keeping all tensors instead")
+        calib = calibrator.Calibrator(
+            content, num_threads=max(1, ctx.threads), mode=mode.CALIBRATION_PRESERVE_ALL_TENSORS, qsv_update_func=update
+        )
+        calib.calibrate(calibration, recipe)
+    return calib.get_model_qsvs()
 
 
 def _check_loads(data: bytes, params: QuantizeParams, ctx: Context) -> None:

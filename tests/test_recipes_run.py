@@ -1,0 +1,56 @@
+"""Every shipped recipe, run end to end on the built-in demo model through the public API.
+
+Each recipe must produce a measured candidate: the artifact on disk, the scheme its steps promise,
+size, accuracy (within two points of the float baseline), latency, and a report from every delegate.
+The demo model is trained once and cached (OPTIMIZE_CACHE or ~/.cache/optimize), so each case costs
+one conversion (plus fine-tuning for prune/cluster/QAT recipes).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import optimize
+from optimize.delegates import DELEGATES
+from optimize.recipe import shipped_recipes
+from optimize.recommend import TARGET_DELEGATE, candidate_io
+
+pytestmark = pytest.mark.slow
+
+RECIPES = sorted(shipped_recipes())
+
+
+def test_recipes_are_shipped():
+    assert len(RECIPES) >= 7, RECIPES
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_shipped_recipe_runs_on_demo(name, tmp_path):
+    recipe = optimize.load_recipe(name)
+    cand = optimize.run(recipe, None, None, tmp_path, delegates=True, log=lambda m: None)
+
+    assert cand.error is None, f"{name}: {cand.error}"
+    assert cand.ok
+    assert cand.name == recipe.name
+    assert cand.scheme == recipe.scheme
+    assert [s.technique for s in cand.steps] == [s.technique for s in recipe.steps]
+    artifact = tmp_path / cand.artifact
+    assert artifact.is_file() and artifact.stat().st_size == cand.metrics.size.bytes
+
+    m = cand.metrics
+    assert 0 < m.size.gzip_bytes <= m.size.bytes
+    assert m.accuracy is not None and m.accuracy.top1 is not None and m.accuracy.top1 > 0.9
+    assert m.latency is not None and m.latency.p50_ms > 0
+    if recipe.scheme != "float32":
+        assert m.accuracy_delta is not None, f"{name}: no float baseline to compare with"
+        assert m.accuracy_delta >= -0.02, f"{name}: accuracy dropped {-m.accuracy_delta:.3f}"
+        assert m.fidelity is not None
+
+    assert set(cand.delegates) == set(DELEGATES)
+    for target in recipe.targets:
+        delegate = TARGET_DELEGATE[target]
+        if target in ("edgetpu", "mcu"):  # no delegate report: judged by scheme and integer I/O
+            assert cand.scheme == "int8" and candidate_io(cand) == "int8", f"{name}: {target} needs int8 I/O"
+        elif target != "cpu":  # the CPU runs every op; XNNPACK coverage only shows in latency
+            report = cand.delegates[delegate]
+            assert report.nodes_delegated > 0, f"{name}: {delegate} takes no node: {report.cpu_nodes[:1]}"

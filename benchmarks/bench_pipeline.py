@@ -27,8 +27,10 @@ PTQ = ("float32", "float16", "dynamic", "int8", "int16x8")
 
 def check(label: str, value: float, limit: float, fmt: str = "{:.3f}", higher_is_worse: bool = True) -> bool:
     ok = value <= limit if higher_is_worse else value >= limit
-    print(f"  {label:58} {fmt.format(value):>9}   target {'<=' if higher_is_worse else '>='} {limit}   "
-          f"{'PASS' if ok else 'FAIL'}")
+    print(
+        f"  {label:58} {fmt.format(value):>9}   target {'<=' if higher_is_worse else '>='} {limit}   "
+        f"{'PASS' if ok else 'FAIL'}"
+    )
     return ok
 
 
@@ -44,8 +46,11 @@ def demo(out: Path) -> bool:
     base = c["float32"].metrics.size
     ok = check("int8 size / float32 size", c["int8"].metrics.size.bytes / base.bytes, 0.30)
     ok &= check("float16 size / float32 size", c["float16"].metrics.size.bytes / base.bytes, 0.55)
-    ok &= check("prune->cluster->int8 gzip / float32 gzip",
-                c["prune-cluster-int8"].metrics.size.gzip_bytes / base.gzip_bytes, 0.15)
+    ok &= check(
+        "prune->cluster->int8 gzip / float32 gzip",
+        c["prune-cluster-int8"].metrics.size.gzip_bytes / base.gzip_bytes,
+        0.15,
+    )
     for name in ("float16", "dynamic", "int8", "int8-int8io", "int16x8"):
         ok &= check(f"{name} accuracy drop (points)", -100 * c[name].metrics.accuracy_delta, 1.0, "{:.2f}")
     return ok
@@ -73,7 +78,9 @@ def bare_ptq(keras_path: Path, xs: np.ndarray, out: Path) -> float:
             conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         if scheme == "int16x8":
             conv.representative_dataset = rep
-            conv.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+            conv.target_spec.supported_ops = [
+                tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+            ]
         (out / f"bare-{scheme}.tflite").write_bytes(conv.convert())
     return time.perf_counter() - t0
 
@@ -92,15 +99,20 @@ def mobilenet(out: Path, backend: str | None) -> bool:
     bare_s = bare_ptq(path, xs, out)
     recipes = [build(s, [{"technique": "convert", "scheme": s, "samples": 16}]) for s in PTQ]
     t0 = time.perf_counter()
-    study = pipeline.sweep(path, data, out / "mnv2", recipes=recipes, backend=backend, delegates=True,
-                           log=lambda m: None, eval_samples=8)
+    study = pipeline.sweep(
+        path, data, out / "mnv2", recipes=recipes, backend=backend, delegates=True, log=lambda m: None, eval_samples=8
+    )
     sweep_s = time.perf_counter() - t0
     c = {x.name: x for x in study.candidates}
     for x in study.candidates:
         lat = x.metrics.latency if x.ok else None
-        print(f"  {x.name:9} {'FAILED: ' + x.error if x.error else f'{x.metrics.size.bytes / 1e6:.2f} MB, p50 {lat.p50_ms:.2f} ms ({lat.runs} runs, {lat.threads} threads)'}")
-    print(f"  bare TFLiteConverter calls (5 schemes): {bare_s:.1f} s; optimize sweep (same artifacts, plus "
-          f"measurement and delegate checks): {sweep_s:.1f} s")
+        print(
+            f"  {x.name:9} {'FAILED: ' + x.error if x.error else f'{x.metrics.size.bytes / 1e6:.2f} MB, p50 {lat.p50_ms:.2f} ms ({lat.runs} runs, {lat.threads} threads)'}"
+        )
+    print(
+        f"  bare TFLiteConverter calls (5 schemes): {bare_s:.1f} s; optimize sweep (same artifacts, plus "
+        f"measurement and delegate checks): {sweep_s:.1f} s"
+    )
     ok = check("sweep wall time / bare converter calls", sweep_s / bare_s, 1.15)
     if c["int8"].ok and c["float32"].ok:
         r = c["int8"].metrics.latency.p50_ms / c["float32"].metrics.latency.p50_ms

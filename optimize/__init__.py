@@ -32,7 +32,7 @@ _LAZY = {
 
 # Bound eagerly (pure Python, no TensorFlow): importing the submodule `optimize.recommend` later
 # must not replace the function of the same name on the package.
-from .recommend import advise, recommend  # noqa: E402
+from .recommend import advise, recommend  # noqa: E402, F401
 
 __all__ = sorted([*_LAZY, "advise", "recommend"])
 

@@ -85,7 +85,9 @@ class ResultCache:
         if cand.artifact:
             shutil.copyfile(out_dir / cand.artifact, tmp / "model.tflite")
             digest = _sha256(tmp / "model.tflite")
-        write_atomic(tmp / "candidate.json",
-                     json.dumps({"candidate": cand.model_dump(mode="json"), "artifact_sha256": digest}).encode())
+        write_atomic(
+            tmp / "candidate.json",
+            json.dumps({"candidate": cand.model_dump(mode="json"), "artifact_sha256": digest}).encode(),
+        )
         shutil.rmtree(folder, ignore_errors=True)
         tmp.replace(folder)

@@ -128,8 +128,9 @@ def sweep(
         None, help="Recommend for this target at the end (cpu, gpu, nnapi, hexagon, coreml, edgetpu, mcu)."
     ),
     max_accuracy_drop: float | None = typer.Option(None, help="Goal for --target: e.g. 0.01 = one point."),
-    jobs: int | None = typer.Option(None, "--jobs", "-j", min=0,
-                                       help="Worker processes (default: cores, memory permitting; 0: in-process)."),
+    jobs: int | None = typer.Option(
+        None, "--jobs", "-j", min=0, help="Worker processes (default: cores, memory permitting; 0: in-process)."
+    ),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse unchanged candidates from earlier runs."),
     threads: int = THREADS,
     delegates: bool = DELEGATES,
@@ -144,8 +145,15 @@ def sweep(
 
     log = _quiet if as_json else _log
     study = pipeline.sweep(
-        model, data, output, threads=threads, backend=backend.value if backend else None, delegates=delegates, log=log,
-        jobs=jobs, cache=cache,
+        model,
+        data,
+        output,
+        threads=threads,
+        backend=backend.value if backend else None,
+        delegates=delegates,
+        log=log,
+        jobs=jobs,
+        cache=cache,
     )
     rec = None
     if target:
@@ -202,8 +210,15 @@ def quantize(
             raise RecipeError("This model is already a float32 .tflite.", "Pick --scheme float16/dynamic/int8/int16x8.")
         steps = [{"technique": "quantize", "scheme": scheme.value, "samples": samples, "io": io.value}]
     else:
-        steps = [{"technique": "convert", "scheme": scheme.value, "samples": samples, "io": io.value,
-                  "float_fallback": float_fallback}]
+        steps = [
+            {
+                "technique": "convert",
+                "scheme": scheme.value,
+                "samples": samples,
+                "io": io.value,
+                "float_fallback": float_fallback,
+            }
+        ]
     _run_and_show(scheme.value, steps, model, ds, output, threads, as_json, delegates, backend)
 
 
@@ -373,8 +388,9 @@ def recommend(
 
     goals = make_goals(max_accuracy_drop, max_size_bytes, max_latency_ms, objective)
     if study is None:
-        advice = advise(target, have_calibration_data=have_calibration_data,
-                        have_training_data=have_training_data, goals=goals)
+        advice = advise(
+            target, have_calibration_data=have_calibration_data, have_training_data=have_training_data, goals=goals
+        )
         typer.echo(advice.model_dump_json(indent=2) if as_json else format_advice(advice))
         return
     rec = choose(load_study(study), target, goals)
@@ -423,7 +439,6 @@ def run_recipe(
     """
     from . import pipeline, report_text
     from .recipe import load_recipe
-
     from .recommend import judge
 
     r = load_recipe(recipe)
@@ -437,8 +452,10 @@ def run_recipe(
         raise typer.Exit(1)
     broken = [(t, judge(cand, t, r.goals)) for t in (r.targets or ("cpu",))]
     for t, problem in broken:
-        typer.echo(f"{t}: {'meets the recipe goals' if problem is None else 'does not meet the goals: ' + problem}",
-                   err=as_json)
+        typer.echo(
+            f"{t}: {'meets the recipe goals' if problem is None else 'does not meet the goals: ' + problem}",
+            err=as_json,
+        )
     if any(p for _, p in broken):
         raise typer.Exit(1)
 

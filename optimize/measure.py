@@ -4,6 +4,7 @@ latency and peak memory. Honest figures: host CPU, thread count and XNNPACK reco
 from __future__ import annotations
 
 import gzip
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,19 @@ def _check_tflite(path: Path) -> None:
             raise ModelError(f"{path} is not a TFLite flatbuffer.", "Pass a .tflite written by a converter.")
 
 
+_REFERENCE_MEMO: dict[tuple, list[np.ndarray]] = {}
+
+
+def _reference_outputs(reference: Path, xs: np.ndarray, threads: int) -> list[np.ndarray]:
+    """The float reference's outputs on xs, computed once per sweep (every candidate compares with them)."""
+    st = reference.stat()
+    key = (str(reference.resolve()), st.st_mtime_ns, st.st_size, xs.shape, hashlib.sha1(xs.tobytes()).hexdigest())
+    if key not in _REFERENCE_MEMO:
+        _REFERENCE_MEMO.clear()
+        _REFERENCE_MEMO[key] = runtime.Runner(runtime.load(reference, threads=threads)).predict(xs)
+    return _REFERENCE_MEMO[key]
+
+
 def _dataset(data) -> Dataset | None:
     if data is None or isinstance(data, Dataset):
         return data
@@ -97,8 +111,8 @@ def evaluate(
         if ds.y_test is not None:
             acc = accuracy_of(outs[0], ds.y_test[: len(xs)])
         if reference is not None:
-            ref_runner = runtime.Runner(runtime.load(reference, threads=threads))
-            fid = fidelity_of(outs, ref_runner.predict(xs), runner.output_names(), Path(reference).name)
+            fid = fidelity_of(outs, _reference_outputs(Path(reference), xs, threads), runner.output_names(),
+                              Path(reference).name)
     delta = None
     if acc is not None and baseline_accuracy is not None:
         if acc.top1 is not None and baseline_accuracy.top1 is not None:
@@ -112,8 +126,15 @@ def evaluate(
     return metrics
 
 
-def add_timing(metrics: Metrics, model: str | Path, sample: np.ndarray | None = None, threads: int = 2,
-               runs: int = 50, warmup: int = 5, memory: bool = True) -> Metrics:
+def add_timing(
+    metrics: Metrics,
+    model: str | Path,
+    sample: np.ndarray | None = None,
+    threads: int = 2,
+    runs: int = 50,
+    warmup: int = 5,
+    memory: bool = True,
+) -> Metrics:
     """Latency (benchmark_model style) and peak memory of one .tflite, added to its metrics."""
     loaded = runtime.load(model, threads=threads)
     runner = runtime.Runner(loaded)

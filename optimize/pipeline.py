@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _tf, measure, models, registry
+from . import _tf, measure, models, registry, runtime
 from .data import Dataset, load_data
 from .errors import DataError, ModelError, OptimizeError, RecipeError, TechniqueFailed
 from .recipe import Recipe, build
@@ -64,9 +64,9 @@ def default_recipes(include_training: bool = True, backend: str | None = None) -
 
 
 #: Which backend quantizes each scheme when the user does not say (benchmarks/bench_backends.py):
-#: LiteRT Quantizer matches the converter's int8/int16x8/float16 fidelity exactly and is 5-10x faster;
-#: for dynamic range the converter is more faithful (it leaves tensors under 1,024 elements in float).
-DEFAULT_BACKEND = {"float16": "litert", "dynamic": "converter", "int8": "litert", "int16x8": "litert"}
+#: LiteRT Quantizer matches the converter's fidelity on every scheme (dynamic range too, once it also
+#: leaves weights under 1,024 elements in float) and is several times faster, so it wins on speed.
+DEFAULT_BACKEND = {"float16": "litert", "dynamic": "litert", "int8": "litert", "int16x8": "litert"}
 
 
 def with_backend(recipe: Recipe, backend: str | None) -> Recipe:
@@ -89,14 +89,21 @@ def with_backend(recipe: Recipe, backend: str | None) -> Recipe:
         if wanted == "litert" and s["technique"] == "convert" and scheme in PTQ_SCHEMES:
             if not qat and not p.get("float_fallback"):
                 raw.append({"technique": "convert", "scheme": "float32"})
-                raw.append({"technique": "quantize", "scheme": scheme, "io": p.get("io", "float"),
-                            "samples": p.get("samples", 200)})
+                raw.append(
+                    {
+                        "technique": "quantize",
+                        "scheme": scheme,
+                        "io": p.get("io", "float"),
+                        "samples": p.get("samples", 200),
+                    }
+                )
                 continue
         converted = any(r["technique"] == "convert" and r.get("scheme") == "float32" for r in raw)
         if wanted == "converter" and s["technique"] == "quantize" and converted:  # (a .tflite input keeps it)
             raw = [r for r in raw if not (r["technique"] == "convert" and r.get("scheme") == "float32")]
-            raw.append({"technique": "convert", "scheme": scheme, "io": p.get("io", "float"),
-                        "samples": p.get("samples", 200)})
+            raw.append(
+                {"technique": "convert", "scheme": scheme, "io": p.get("io", "float"), "samples": p.get("samples", 200)}
+            )
             continue
         raw.append({"technique": s["technique"], **p})
     return recipe.model_copy(update={"steps": build(recipe.name, raw).steps})
@@ -388,6 +395,23 @@ def run(
         shutil.rmtree(ws.workdir, ignore_errors=True)
 
 
+def _time_all(cands: list[Candidate], out_dir: Path, sample, threads: int, runs: int, log: Log) -> list[Candidate]:
+    """Latency of each candidate one at a time, then every peak memory from one probe process."""
+    from .results import Memory
+
+    ok = [c for c in cands if c.ok]
+    log(f"Timing {len(ok)} candidate(s), one at a time ({threads} threads)...")
+    timed = {
+        c.name: measure.add_timing(c.metrics, out_dir / c.artifact, sample, threads=threads, runs=runs, memory=False)
+        for c in ok
+    }
+    peaks = runtime.peak_memory_many([out_dir / c.artifact for c in ok], threads)
+    for c, peak in zip(ok, peaks):
+        if peak is not None:
+            timed[c.name] = timed[c.name].model_copy(update={"memory": Memory(peak_rss_bytes=peak)})
+    return [c.model_copy(update={"metrics": timed[c.name]}) if c.name in timed else c for c in cands]
+
+
 def _as_baseline(c: Candidate) -> Candidate:
     """The baseline's accuracy delta is zero by definition (it is what the others are compared with)."""
     if c.ok and c.metrics.accuracy is not None and c.metrics.accuracy_delta is None:
@@ -395,16 +419,15 @@ def _as_baseline(c: Candidate) -> Candidate:
     return c
 
 
-def plan(src: models.ModelSource, ds: Dataset | None, recipes: list[Recipe] | None, backend: str | None,
-         log: Log = print) -> list[Recipe]:
+def plan(
+    src: models.ModelSource, ds: Dataset | None, recipes: list[Recipe] | None, backend: str | None, log: Log = print
+) -> list[Recipe]:
     """The resolved recipes a sweep will run: the defaults for this kind of model, or the given ones."""
     if recipes is None:
         include_training = src.kind == "keras2" and ds is not None and ds.y_train is not None
         recipes = default_recipes(include_training, backend)
         if src.kind == "tflite":
-            recipes = [build("float32", [])] + [
-                build(s, [{"technique": "quantize", "scheme": s}]) for s in PTQ_SCHEMES
-            ]
+            recipes = [build("float32", [])] + [build(s, [{"technique": "quantize", "scheme": s}]) for s in PTQ_SCHEMES]
         if ds is None:
             recipes = [r for r in recipes if r.scheme not in ("int8", "int16x8")]
             log("No data given: skipping int8 and int16x8 (they need calibration data) and accuracy.")
@@ -464,12 +487,21 @@ def sweep(
     out_dir = Path(output)
     out_dir.mkdir(parents=True, exist_ok=True)
     baseline_recipe = next((r for r in recipes if r.scheme == "float32" and len(r.steps) <= 1), None)
-    settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates,
-                "versions": _tf.versions()}
+    settings = {
+        "threads": threads,
+        "runs": runs,
+        "eval_samples": eval_samples,
+        "delegates": delegates,
+        "versions": _tf.versions(),
+    }
     common = {"model": src.fingerprint, "data": ds.fingerprint if ds else None, "settings": settings}
     base_key = key_for(steps=[s.model_dump() for s in baseline_recipe.steps], **common) if baseline_recipe else None
-    keys = {r.name: key_for(steps=[s.model_dump() for s in r.steps], baseline=None if r is baseline_recipe
-                            else base_key, **common) for r in recipes}
+    keys = {
+        r.name: key_for(
+            steps=[s.model_dump() for s in r.steps], baseline=None if r is baseline_recipe else base_key, **common
+        )
+        for r in recipes
+    }
     store = ResultCache(cache_dir() / "results" if cache else None, log)
     done: dict[str, Candidate] = {}
     for r in recipes:
@@ -495,22 +527,34 @@ def sweep(
             for group in sorted(groups, key=lambda g: not any(r.name == base_name for r in g)):
                 for r in group:
                     log(f"  {r.name}")
-                    c = make_candidate(ws, r, out_dir, reference=ref, baseline=baseline, delegates=delegates,
-                                       timing=False, eval_samples=eval_samples)
+                    c = make_candidate(
+                        ws,
+                        r,
+                        out_dir,
+                        reference=ref,
+                        baseline=baseline,
+                        delegates=delegates,
+                        timing=False,
+                        eval_samples=eval_samples,
+                    )
                     if r.name == base_name and c.ok:
                         ref, baseline = out_dir / c.artifact, c.metrics
                     fresh.append(c)
         else:
             from .workers import Settings, run_groups
 
-            run_groups(Settings(src, ds, out_dir, threads, eval_samples, delegates), groups, n_jobs, base_name,
-                       ref, baseline, log, fresh.append)
-        sample = ds.x_test[:1] if ds is not None else None
-        log(f"Timing {sum(c.ok for c in fresh)} candidate(s), one at a time ({threads} threads)...")
+            run_groups(
+                Settings(src, ds, out_dir, threads, eval_samples, delegates),
+                groups,
+                n_jobs,
+                base_name,
+                ref,
+                baseline,
+                log,
+                fresh.append,
+            )
+        fresh = _time_all(fresh, out_dir, ds.x_test[:1] if ds is not None else None, threads, runs, log)
         for c in fresh:
-            if c.ok:
-                c = c.model_copy(update={"metrics": measure.add_timing(
-                    c.metrics, out_dir / c.artifact, sample, threads=threads, runs=runs)})
             if not (c.error or "").startswith("worker process"):
                 store.put(keys[c.name], c, out_dir)
             done[c.name] = c

@@ -60,9 +60,16 @@ def _worker_main(conn, settings: Settings, index: int) -> None:
         for recipe in recipes:
             conn.send(("start", recipe.name))
             try:
-                cand = make_candidate(ws, recipe, settings.out_dir, reference=ref, baseline=baseline,
-                                      delegates=settings.delegates, timing=False,
-                                      eval_samples=settings.eval_samples)
+                cand = make_candidate(
+                    ws,
+                    recipe,
+                    settings.out_dir,
+                    reference=ref,
+                    baseline=baseline,
+                    delegates=settings.delegates,
+                    timing=False,
+                    eval_samples=settings.eval_samples,
+                )
             except OptimizeError as e:
                 conn.send(("user_error", (type(e).__name__, e.problem, e.fix)))
                 return
@@ -129,9 +136,16 @@ def run_groups(
         log(f"  worker {why} while working on {name}")
         failed = next((r for r in w.group if r.name == name), None)
         if failed is not None:
-            on_done(Candidate(name=failed.name, steps=list(failed.steps), recipe_hash=failed.hash,
-                              scheme=failed.scheme, backend=failed.backend,
-                              error=f"worker process {why} while producing or measuring this candidate"))
+            on_done(
+                Candidate(
+                    name=failed.name,
+                    steps=list(failed.steps),
+                    recipe_hash=failed.hash,
+                    scheme=failed.scheme,
+                    backend=failed.backend,
+                    error=f"worker process {why} while producing or measuring this candidate",
+                )
+            )
         rest = [r for r in w.group if r.name not in w.done and r.name != name]
         if rest:
             queue.appendleft(rest)
@@ -165,9 +179,12 @@ def run_groups(
                     raise OptimizeError(problem, fix)
                 elif kind == "idle":
                     idle.append(w)
-            if need_baseline and reference is None and not any(
-                any(r.name == baseline_name for r in w.group) and w not in idle for w in workers
-            ) and not any(any(r.name == baseline_name for r in g) for g in queue):
+            if (
+                need_baseline
+                and reference is None
+                and not any(any(r.name == baseline_name for r in w.group) and w not in idle for w in workers)
+                and not any(any(r.name == baseline_name for r in g) for g in queue)
+            ):
                 need_baseline = False  # the baseline failed: compare with nothing rather than wait forever
             dispatch()
     finally:

@@ -100,7 +100,10 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subproce
     """Run the real console entry point in a subprocess (so tracebacks and exit codes are real)."""
     return subprocess.run(
         [sys.executable, "-c", "from optimize.cli import main; main()", *args],
-        capture_output=True, text=True, cwd=cwd, timeout=timeout,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
     )
 
 

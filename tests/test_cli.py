@@ -21,8 +21,19 @@ def assert_one_line_error(r, *fragments):
 def test_help_lists_every_command_with_an_example(cli):
     r = cli("--help")
     assert r.returncode == 0
-    for cmd in ("sweep", "quantize", "prune", "cluster", "qat", "evaluate", "compat", "recommend", "report", "run",
-                "recipes"):
+    for cmd in (
+        "sweep",
+        "quantize",
+        "prune",
+        "cluster",
+        "qat",
+        "evaluate",
+        "compat",
+        "recommend",
+        "report",
+        "run",
+        "recipes",
+    ):
         assert cmd in r.stdout
         if cmd != "recipes":
             sub = cli(cmd, "--help")
@@ -54,16 +65,20 @@ def test_missing_model_and_plain_directory(cli, tmp_path):
 
 
 def test_int8_without_calibration(cli, keras_model, tmp_path):
-    assert_one_line_error(cli("quantize", str(keras_model), "--scheme", "int8", "-o", str(tmp_path / "o")),
-                          "int8 needs calibration data", "--calibration")
+    assert_one_line_error(
+        cli("quantize", str(keras_model), "--scheme", "int8", "-o", str(tmp_path / "o")),
+        "int8 needs calibration data",
+        "--calibration",
+    )
     assert not (tmp_path / "o").exists()
 
 
 def test_wrong_data_shape_and_dtype(cli, keras_model, tmp_path):
     bad = tmp_path / "bad.npz"
     np.savez(bad, x=np.zeros((5, 28, 28), np.float32))
-    assert_one_line_error(cli("quantize", str(keras_model), "--calibration", str(bad), "-o", str(tmp_path / "o")),
-                          "[28, 28]", "[8, 8, 1]")
+    assert_one_line_error(
+        cli("quantize", str(keras_model), "--calibration", str(bad), "-o", str(tmp_path / "o")), "[28, 28]", "[8, 8, 1]"
+    )
     strings = tmp_path / "s.npz"
     np.savez(strings, x=np.array([[["a"] * 1] * 8] * 8 * 2).reshape(2, 8, 8, 1))
     assert_one_line_error(cli("quantize", str(keras_model), "--calibration", str(strings)), "dtype")
@@ -80,8 +95,9 @@ def test_keras3_where_tfmot_needs_keras2(cli, tmp_path, data_npz):
 
 
 def test_bad_params(cli, keras_model, data_npz):
-    assert_one_line_error(cli("prune", str(keras_model), "--data", str(data_npz), "--sparsity", "1.5"),
-                          "target_sparsity")
+    assert_one_line_error(
+        cli("prune", str(keras_model), "--data", str(data_npz), "--sparsity", "1.5"), "target_sparsity"
+    )
     assert_one_line_error(cli("cluster", str(keras_model), "--data", str(data_npz), "--clusters", "1"), "clusters")
     assert_one_line_error(cli("prune", str(keras_model), "--data", str(data_npz), "--then", "int4"), "--then")
 
@@ -105,8 +121,18 @@ def test_study_and_target_errors(cli, tmp_path):
 
 def test_quantize_float16_then_evaluate_json(cli, keras_model, data_npz, tmp_path):
     out = tmp_path / "m_fp16.tflite"
-    r = cli("quantize", str(keras_model), "--scheme", "float16", "--data", str(data_npz), "-o", str(out), "--json",
-            "--no-delegates")
+    r = cli(
+        "quantize",
+        str(keras_model),
+        "--scheme",
+        "float16",
+        "--data",
+        str(data_npz),
+        "-o",
+        str(out),
+        "--json",
+        "--no-delegates",
+    )
     assert r.returncode == 0, r.stderr
     cand = json.loads(r.stdout)
     assert cand["name"] == "m_fp16" and cand["scheme"] == "float16" and out.is_file()

@@ -16,8 +16,14 @@ def quiet(msg):
 
 
 def test_int8_run_is_measured_against_float(keras_model, data_npz, tmp_path):
-    c = pipeline.run(build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, data_npz, tmp_path,
-                     delegates=False, log=quiet)
+    c = pipeline.run(
+        build("int8", [{"technique": "convert", "scheme": "int8"}]),
+        keras_model,
+        data_npz,
+        tmp_path,
+        delegates=False,
+        log=quiet,
+    )
     assert c.ok, c.error
     m = c.metrics
     assert (tmp_path / "int8.tflite").is_file() and not (tmp_path / ".work").exists()
@@ -30,25 +36,44 @@ def test_int8_run_is_measured_against_float(keras_model, data_npz, tmp_path):
 
 
 def test_integer_io_model_is_fed_quantized_inputs(keras_model, data_npz, tmp_path):
-    c = pipeline.run(build("int8io", [{"technique": "convert", "scheme": "int8", "io": "uint8"}]), keras_model,
-                     data_npz, tmp_path, delegates=False, log=quiet)
+    c = pipeline.run(
+        build("int8io", [{"technique": "convert", "scheme": "int8", "io": "uint8"}]),
+        keras_model,
+        data_npz,
+        tmp_path,
+        delegates=False,
+        log=quiet,
+    )
     assert c.ok, c.error
     assert c.metrics.fidelity.top1_agreement > 0.9
 
 
 def test_prune_cluster_int8_chain_shrinks_gzip(keras_model, data_npz, tmp_path):
-    recipe = build("pci", [{"technique": "prune", "target_sparsity": 0.5}, {"technique": "cluster", "clusters": 8,
-                   "preserve_sparsity": True}, {"technique": "convert", "scheme": "int8"}])
+    recipe = build(
+        "pci",
+        [
+            {"technique": "prune", "target_sparsity": 0.5},
+            {"technique": "cluster", "clusters": 8, "preserve_sparsity": True},
+            {"technique": "convert", "scheme": "int8"},
+        ],
+    )
     c = pipeline.run(recipe, keras_model, data_npz, tmp_path, delegates=False, log=quiet)
-    plain = pipeline.run(build("i8", [{"technique": "convert", "scheme": "int8"}]), keras_model, data_npz, tmp_path,
-                         delegates=False, log=quiet)
+    plain = pipeline.run(
+        build("i8", [{"technique": "convert", "scheme": "int8"}]),
+        keras_model,
+        data_npz,
+        tmp_path,
+        delegates=False,
+        log=quiet,
+    )
     assert c.ok, c.error
     assert c.metrics.size.gzip_bytes < 0.8 * plain.metrics.size.gzip_bytes
 
 
 def test_keras_only_recipe_gets_an_implicit_float32_conversion(keras_model, data_npz, tmp_path):
-    c = pipeline.run(build("p", [{"technique": "prune", "epochs": 1}]), keras_model, data_npz, tmp_path,
-                     delegates=False, log=quiet)
+    c = pipeline.run(
+        build("p", [{"technique": "prune", "epochs": 1}]), keras_model, data_npz, tmp_path, delegates=False, log=quiet
+    )
     assert c.ok and c.scheme == "float32"
     assert [s.technique for s in c.steps] == ["prune", "convert"]
 
@@ -60,13 +85,17 @@ def test_failed_technique_is_a_failed_candidate(keras_model, data_npz, tmp_path,
     def broken(model, params, ctx):
         raise TechniqueFailed("cluster: nothing to cluster here")
 
-    monkeypatch.setitem(registry._REGISTRY, "cluster", tech.__class__(tech.name, tech.stage, tech.params, broken,
-                                                                      tech.summary))
-    recipes = [build("float32", [{"technique": "convert"}]),
-               build("cluster-int8", [{"technique": "cluster"}, {"technique": "convert", "scheme": "int8"}]),
-               build("float16", [{"technique": "convert", "scheme": "float16"}])]
-    study = pipeline.sweep(keras_model, data_npz, tmp_path, recipes=recipes, delegates=False, runs=5, log=quiet,
-                           jobs=0, cache=False)
+    monkeypatch.setitem(
+        registry._REGISTRY, "cluster", tech.__class__(tech.name, tech.stage, tech.params, broken, tech.summary)
+    )
+    recipes = [
+        build("float32", [{"technique": "convert"}]),
+        build("cluster-int8", [{"technique": "cluster"}, {"technique": "convert", "scheme": "int8"}]),
+        build("float16", [{"technique": "convert", "scheme": "float16"}]),
+    ]
+    study = pipeline.sweep(
+        keras_model, data_npz, tmp_path, recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0, cache=False
+    )
     names = {c.name: c for c in study.candidates}
     assert names["float32"].metrics.accuracy_delta == 0.0
     assert names["cluster-int8"].error == "cluster: nothing to cluster here"
@@ -79,15 +108,17 @@ def test_data_that_does_not_fit_is_refused_before_work(keras_model, tmp_path):
     bad = tmp_path / "bad.npz"
     np.savez(bad, x=np.zeros((10, 28, 28, 1), np.float32), y=np.zeros(10, np.int64))
     with pytest.raises(DataError, match=r"\[28, 28, 1\].*\[8, 8, 1\]"):
-        pipeline.run(build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, bad, tmp_path / "o",
-                     log=quiet)
+        pipeline.run(
+            build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, bad, tmp_path / "o", log=quiet
+        )
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").glob("*.tflite"))
 
 
 def test_int8_without_calibration_data(keras_model, tmp_path):
     with pytest.raises(DataError, match="int8 needs calibration data"):
-        pipeline.run(build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, None, tmp_path,
-                     log=quiet)
+        pipeline.run(
+            build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, None, tmp_path, log=quiet
+        )
 
 
 def test_keras_steps_on_a_tflite_are_refused(float_tflite, tmp_path):
@@ -103,9 +134,11 @@ def test_litert_backend_rewrites_ptq_steps():
     assert [(s.technique, s.params["scheme"]) for s in back.steps] == [("convert", "int8")]
     io = pipeline.with_backend(build("x", [{"technique": "convert", "scheme": "int8", "io": "int8"}]), "litert")
     assert io.steps[-1].params["io"] == "int8" and io.backend == "litert"
-    auto = [pipeline.with_backend(build(s, [{"technique": "convert", "scheme": s}]), "auto").backend
-            for s in ("float16", "dynamic", "int8", "int16x8")]
-    assert auto == ["litert", "converter", "litert", "litert"]
+    auto = [
+        pipeline.with_backend(build(s, [{"technique": "convert", "scheme": s}]), "auto").backend
+        for s in ("float16", "dynamic", "int8", "int16x8")
+    ]
+    assert auto == ["litert", "litert", "litert", "litert"]
     qat = pipeline.with_backend(build("q", [{"technique": "qat"}, {"technique": "convert", "scheme": "int8"}]), "auto")
     assert qat.backend == "converter"  # fake-quant ranges are read by the converter only
 

@@ -15,7 +15,9 @@ def write(tmp_path, text: str):
 
 
 def test_valid_recipe_fills_defaults(tmp_path):
-    r = load_recipe(write(tmp_path, '[[steps]]\ntechnique = "prune"\n\n[[steps]]\ntechnique = "convert"\nscheme = "int8"\n'))
+    r = load_recipe(
+        write(tmp_path, '[[steps]]\ntechnique = "prune"\n\n[[steps]]\ntechnique = "convert"\nscheme = "int8"\n')
+    )
     assert [s.technique for s in r.steps] == ["prune", "convert"]
     assert r.steps[0].params["target_sparsity"] == 0.5
     assert r.steps[1].params["samples"] == 200
@@ -33,7 +35,10 @@ def test_hash_depends_on_params_not_name():
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ('[[steps]]\ntechnique = "prune"\nsparsity = 0.5\n', "r.toml: step 1: prune: unknown key 'sparsity'. Allowed keys: target_sparsity"),
+        (
+            '[[steps]]\ntechnique = "prune"\nsparsity = 0.5\n',
+            "r.toml: step 1: prune: unknown key 'sparsity'. Allowed keys: target_sparsity",
+        ),
         ('[[steps]]\ntechnique = "prune"\ntarget_sparsity = 1.5\n', "step 1: prune.target_sparsity"),
         ('[[steps]]\ntechnique = "prunee"\n', "Did you mean 'prune'?"),
         ('[[steps]]\ntechnique = "cluster"\nclusters = 1\n', "cluster.clusters"),

@@ -11,12 +11,25 @@ from optimize.results import Candidate, Environment, Metrics, Size, Step, Study,
 
 
 def make_study() -> Study:
-    env = Environment(python="3.11", platform="linux", host="h", cpu_count=2, versions={"tensorflow": "2.21"}, threads=2)
-    good = Candidate(name="float32", steps=[Step(technique="convert", params={"scheme": "float32"})], recipe_hash="h",
-                     scheme="float32", artifact="float32.tflite", metrics=Metrics(size=Size(bytes=100, gzip_bytes=90)))
+    env = Environment(
+        python="3.11", platform="linux", host="h", cpu_count=2, versions={"tensorflow": "2.21"}, threads=2
+    )
+    good = Candidate(
+        name="float32",
+        steps=[Step(technique="convert", params={"scheme": "float32"})],
+        recipe_hash="h",
+        scheme="float32",
+        artifact="float32.tflite",
+        metrics=Metrics(size=Size(bytes=100, gzip_bytes=90)),
+    )
     bad = Candidate(name="int16x8", steps=[], recipe_hash="g", scheme="int16x8", error="conversion failed: HARD_SWISH")
-    return Study(created="2026-01-01T00:00:00+00:00", model="demo", model_fingerprint="f", environment=env,
-                 candidates=[good, bad])
+    return Study(
+        created="2026-01-01T00:00:00+00:00",
+        model="demo",
+        model_fingerprint="f",
+        environment=env,
+        candidates=[good, bad],
+    )
 
 
 def test_round_trip(tmp_path):

@@ -26,8 +26,9 @@ RECIPES = [
 def test_a_crashing_worker_fails_only_its_candidate(keras_model, data_npz, tmp_path):
     ds = load_data(data_npz)
     crashing = CrashingData(**{f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)})
-    study = pipeline.sweep(keras_model, crashing, tmp_path, recipes=RECIPES, delegates=False, runs=5, log=quiet,
-                           jobs=1, cache=False)
+    study = pipeline.sweep(
+        keras_model, crashing, tmp_path, recipes=RECIPES, delegates=False, runs=5, log=quiet, jobs=1, cache=False
+    )
     c = {x.name: x for x in study.candidates}
     assert c["int8"].error == "worker process killed by SIGSEGV while producing or measuring this candidate"
     assert c["float32"].ok and c["float16"].ok
@@ -44,31 +45,36 @@ def cache_root(tmp_path, monkeypatch):
 
 def test_warm_rerun_reuses_and_never_serves_stale_or_corrupt(keras_model, data_npz, tmp_path, cache_root):
     recipes = RECIPES[:1] + RECIPES[2:]
-    cold = pipeline.sweep(keras_model, data_npz, tmp_path / "a", recipes=recipes, delegates=False, runs=5,
-                          log=quiet, jobs=0)
+    cold = pipeline.sweep(
+        keras_model, data_npz, tmp_path / "a", recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0
+    )
     assert not any(c.cached for c in cold.candidates)
-    warm = pipeline.sweep(keras_model, data_npz, tmp_path / "b", recipes=recipes, delegates=False, runs=5,
-                          log=quiet, jobs=0)
+    warm = pipeline.sweep(
+        keras_model, data_npz, tmp_path / "b", recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0
+    )
     assert all(c.cached for c in warm.candidates)
     assert [c.metrics for c in warm.candidates] == [c.metrics for c in cold.candidates]
     assert (tmp_path / "b" / "float16.tflite").read_bytes() == (tmp_path / "a" / "float16.tflite").read_bytes()
 
     # different settings never hit: another thread count is another key
-    other = pipeline.sweep(keras_model, data_npz, tmp_path / "c", recipes=recipes, delegates=False, runs=5,
-                           log=quiet, jobs=0, threads=1)
+    other = pipeline.sweep(
+        keras_model, data_npz, tmp_path / "c", recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0, threads=1
+    )
     assert not any(c.cached for c in other.candidates)
 
     # a corrupt entry is detected and rebuilt, not served
     for artifact in cache_root.rglob("model.tflite"):
         artifact.write_bytes(b"garbage")
     logs: list[str] = []
-    again = pipeline.sweep(keras_model, data_npz, tmp_path / "d", recipes=recipes, delegates=False, runs=5,
-                           log=logs.append, jobs=0)
+    again = pipeline.sweep(
+        keras_model, data_npz, tmp_path / "d", recipes=recipes, delegates=False, runs=5, log=logs.append, jobs=0
+    )
     assert not any(c.cached for c in again.candidates)
     assert any("corrupt" in m for m in logs)
     assert (tmp_path / "d" / "float16.tflite").read_bytes() == (tmp_path / "a" / "float16.tflite").read_bytes()
 
     # --no-cache forces work
-    forced = pipeline.sweep(keras_model, data_npz, tmp_path / "e", recipes=recipes, delegates=False, runs=5,
-                            log=quiet, jobs=0, cache=False)
+    forced = pipeline.sweep(
+        keras_model, data_npz, tmp_path / "e", recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0, cache=False
+    )
     assert not any(c.cached for c in forced.candidates)

@@ -53,6 +53,12 @@ class QuantizeParams(Params):
         "int8 or uint8 with scheme int8, int16 with int16x8, for integer-only pipelines.",
     )
     samples: int = Field(200, ge=1, le=10000, description="Calibration samples for int8/int16x8.")
+    min_weight_elements: int = Field(
+        1024,
+        ge=0,
+        description="dynamic: weights with fewer elements stay float, as the TFLite converter does "
+        "(more faithful, and small ops avoid on-the-fly quantization overhead); 0 quantizes every weight.",
+    )
     granularity: Literal["channel", "tensor"] = Field(
         "channel",
         description="Weight scales per output channel (best accuracy) or one per tensor (for older NPUs/delegates).",
@@ -180,7 +186,13 @@ def _recipe(params: QuantizeParams):
     if params.scheme == "float16":
         rm.add_weight_only_config(".*", op.ALL_SUPPORTED, 16, gran, AlgorithmName.FLOAT_CASTING)
     elif params.scheme == "dynamic":
-        rm.add_dynamic_config(".*", op.ALL_SUPPORTED, 8, gran)
+        cfg = qtyping.OpQuantizationConfig(
+            weight_tensor_config=qtyping.TensorQuantizationConfig(num_bits=8, symmetric=True, granularity=gran),
+            compute_precision=qtyping.ComputePrecision.INTEGER,
+            explicit_dequantize=False,
+            min_weight_elements=params.min_weight_elements,
+        )
+        rm.add_quantization_config(".*", op.ALL_SUPPORTED, cfg)
     else:
         rm.add_static_config(".*", op.ALL_SUPPORTED, 16 if params.scheme == "int16x8" else 8, 8, gran)
         if params.io == "float":

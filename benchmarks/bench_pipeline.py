@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimize import _tf, pipeline
+from optimize import _tf, sweeps
 from optimize.recipe import build
 
 PTQ = ("float32", "float16", "dynamic", "int8", "int16x8")
@@ -37,7 +37,7 @@ def check(label: str, value: float, limit: float, fmt: str = "{:.3f}", higher_is
 def demo(out: Path) -> bool:
     print("Demo model (digits CNN), full sweep:")
     t0 = time.perf_counter()
-    study = pipeline.sweep(None, None, out / "demo", delegates=False, log=lambda m: None)
+    study = sweeps.sweep(None, None, out / "demo", delegates=False, log=lambda m: None)
     print(f"  sweep of {len(study.candidates)} candidates: {time.perf_counter() - t0:.1f} s")
     c = {x.name: x for x in study.candidates}
     for x in study.candidates:
@@ -99,7 +99,7 @@ def mobilenet(out: Path, backend: str | None) -> bool:
     bare_s = bare_ptq(path, xs, out)
     recipes = [build(s, [{"technique": "convert", "scheme": s, "samples": 16}]) for s in PTQ]
     t0 = time.perf_counter()
-    study = pipeline.sweep(
+    study = sweeps.sweep(
         path, data, out / "mnv2", recipes=recipes, backend=backend, delegates=True, log=lambda m: None, eval_samples=8
     )
     sweep_s = time.perf_counter() - t0

@@ -20,7 +20,7 @@ _LAZY = {
     "load_recipe": ("optimize.recipe", "load_recipe"),
     "Recipe": ("optimize.recipe", "Recipe"),
     "run": ("optimize.pipeline", "run"),
-    "sweep": ("optimize.pipeline", "sweep"),
+    "sweep": ("optimize.sweeps", "sweep"),
     "evaluate": ("optimize.measure", "evaluate"),
     "check_delegates": ("optimize.delegates", "check_delegates"),
     "load_study": ("optimize.results", "load_study"),

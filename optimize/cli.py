@@ -141,10 +141,10 @@ def sweep(
     Example: optimize sweep            (the built-in demo, offline)
              optimize sweep model.keras --data data.npz -o out --target gpu
     """
-    from . import pipeline, report_text
+    from . import report_text, sweeps
 
     log = _quiet if as_json else _log
-    study = pipeline.sweep(
+    study = sweeps.sweep(
         model,
         data,
         output,

@@ -111,8 +111,9 @@ def evaluate(
         if ds.y_test is not None:
             acc = accuracy_of(outs[0], ds.y_test[: len(xs)])
         if reference is not None:
-            fid = fidelity_of(outs, _reference_outputs(Path(reference), xs, threads), runner.output_names(),
-                              Path(reference).name)
+            fid = fidelity_of(
+                outs, _reference_outputs(Path(reference), xs, threads), runner.output_names(), Path(reference).name
+            )
     delta = None
     if acc is not None and baseline_accuracy is not None:
         if acc.top1 is not None and baseline_accuracy.top1 is not None:

@@ -194,7 +194,9 @@ def peak_memory_many(models: list[str | Path], threads: int = 2) -> list[int | N
     try:
         out = subprocess.run(
             [sys.executable, "-m", "optimize.runtime", str(threads), *map(str, models)],
-            capture_output=True, text=True, timeout=300 + 60 * len(models),
+            capture_output=True,
+            text=True,
+            timeout=300 + 60 * len(models),
         )
         peaks = json.loads(out.stdout.strip().splitlines()[-1])
         return [int(p) if p is not None else None for p in peaks]

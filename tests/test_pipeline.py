@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optimize import pipeline, registry
+from optimize import pipeline, registry, sweeps
 from optimize.errors import DataError, ModelError
 from optimize.recipe import build
 from optimize.results import load_study
@@ -93,7 +93,7 @@ def test_failed_technique_is_a_failed_candidate(keras_model, data_npz, tmp_path,
         build("cluster-int8", [{"technique": "cluster"}, {"technique": "convert", "scheme": "int8"}]),
         build("float16", [{"technique": "convert", "scheme": "float16"}]),
     ]
-    study = pipeline.sweep(
+    study = sweeps.sweep(
         keras_model, data_npz, tmp_path, recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0, cache=False
     )
     names = {c.name: c for c in study.candidates}
@@ -145,7 +145,7 @@ def test_litert_backend_rewrites_ptq_steps():
 
 @pytest.mark.slow
 def test_demo_sweep_meets_the_size_and_accuracy_targets(tmp_path):
-    study = pipeline.sweep(None, None, tmp_path, delegates=False, runs=10, log=quiet)
+    study = sweeps.sweep(None, None, tmp_path, delegates=False, runs=10, log=quiet)
     c = {x.name: x for x in study.candidates}
     assert all(x.ok for x in study.candidates), [(x.name, x.error) for x in study.candidates if x.error]
     base = c["float32"].metrics.size

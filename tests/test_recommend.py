@@ -41,7 +41,7 @@ def reasons(rec) -> dict[str, str]:
         ("gpu", [("convert", "float16", "float")]),
         ("coreml", [("convert", "float16", "float")]),
         ("nnapi", [("convert", "int8", "float")]),
-        ("hexagon", [("convert", "int8", "int8")]),
+        ("hexagon", [("convert", "float32", "float"), ("quantize", "int8", "int8")]),  # per-tensor: FC rule
         ("edgetpu", [("convert", "int8", "uint8")]),
         ("mcu", [("convert", "int8", "int8")]),
     ],
@@ -131,7 +131,8 @@ def test_integer_target_sensitive_accuracy_switches_to_qat_only_with_training_da
         "convert",
     ]
     advice = advise("hexagon", goals=Goals(max_accuracy_drop=0.005))
-    assert steps_of(advice) == [("convert", "int8", "int8")]
+    assert steps_of(advice) == [("convert", "float32", "float"), ("quantize", "int8", "int8")]
+    assert advice.pipeline[-1]["granularity"] == "tensor"
     assert any("quantization-aware" in f for f in advice.facts)
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from crash_fixtures import CrashingData
 
-from optimize import pipeline
+from optimize import sweeps
 from optimize.data import load_data
 from optimize.recipe import build
 
@@ -26,7 +26,7 @@ RECIPES = [
 def test_a_crashing_worker_fails_only_its_candidate(keras_model, data_npz, tmp_path):
     ds = load_data(data_npz)
     crashing = CrashingData(**{f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)})
-    study = pipeline.sweep(
+    study = sweeps.sweep(
         keras_model, crashing, tmp_path, recipes=RECIPES, delegates=False, runs=5, log=quiet, jobs=1, cache=False
     )
     c = {x.name: x for x in study.candidates}
@@ -45,11 +45,11 @@ def cache_root(tmp_path, monkeypatch):
 
 def test_warm_rerun_reuses_and_never_serves_stale_or_corrupt(keras_model, data_npz, tmp_path, cache_root):
     recipes = RECIPES[:1] + RECIPES[2:]
-    cold = pipeline.sweep(
+    cold = sweeps.sweep(
         keras_model, data_npz, tmp_path / "a", recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0
     )
     assert not any(c.cached for c in cold.candidates)
-    warm = pipeline.sweep(
+    warm = sweeps.sweep(
         keras_model, data_npz, tmp_path / "b", recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0
     )
     assert all(c.cached for c in warm.candidates)
@@ -57,7 +57,7 @@ def test_warm_rerun_reuses_and_never_serves_stale_or_corrupt(keras_model, data_n
     assert (tmp_path / "b" / "float16.tflite").read_bytes() == (tmp_path / "a" / "float16.tflite").read_bytes()
 
     # different settings never hit: another thread count is another key
-    other = pipeline.sweep(
+    other = sweeps.sweep(
         keras_model, data_npz, tmp_path / "c", recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0, threads=1
     )
     assert not any(c.cached for c in other.candidates)
@@ -66,7 +66,7 @@ def test_warm_rerun_reuses_and_never_serves_stale_or_corrupt(keras_model, data_n
     for artifact in cache_root.rglob("model.tflite"):
         artifact.write_bytes(b"garbage")
     logs: list[str] = []
-    again = pipeline.sweep(
+    again = sweeps.sweep(
         keras_model, data_npz, tmp_path / "d", recipes=recipes, delegates=False, runs=5, log=logs.append, jobs=0
     )
     assert not any(c.cached for c in again.candidates)
@@ -74,7 +74,7 @@ def test_warm_rerun_reuses_and_never_serves_stale_or_corrupt(keras_model, data_n
     assert (tmp_path / "d" / "float16.tflite").read_bytes() == (tmp_path / "a" / "float16.tflite").read_bytes()
 
     # --no-cache forces work
-    forced = pipeline.sweep(
+    forced = sweeps.sweep(
         keras_model, data_npz, tmp_path / "e", recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0, cache=False
     )
     assert not any(c.cached for c in forced.candidates)

@@ -1,0 +1,123 @@
+"""Issue 4's targets, measured side by side in one run; prints ratios.
+
+    python benchmarks/bench_backends.py
+
+MobileNetV2 (224x224, weights=None; batch-norm statistics re-estimated on the calibration images so
+int8 has a signal to keep): the post-training sweep (float32 baseline + float16, dynamic, int8,
+int16x8) with the default backends (convert once, quantize the flatbuffer with LiteRT Quantizer) vs
+the naive sweep with one TFLiteConverter conversion per scheme. Both produce, measure (accuracy-free
+fidelity, latency, memory) and delegate-check the same candidates: target >= 4x faster end to end,
+int8 fidelity at least as good. Then a warm re-run of the unchanged sweep: target <= 0.1x the cold run.
+Demo model: both backends' int8 side by side (size, accuracy, fidelity, latency).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from optimize import _tf, pipeline, sweeps
+from optimize.recipe import build
+
+SCHEMES = ("float32", "float16", "dynamic", "int8", "int16x8")
+SAMPLES = 100
+
+
+def mobilenet(folder: Path) -> tuple[Path, Path]:
+    keras = _tf.keras()
+    keras.utils.set_random_seed(0)
+    model = keras.applications.MobileNetV2(weights=None, input_shape=(224, 224, 3), classifier_activation=None)
+    rng = np.random.default_rng(0)
+    xs = rng.uniform(-1, 1, (SAMPLES, 224, 224, 3)).astype(np.float32)
+    for layer in model.layers:  # one pass in training mode with momentum 0: moving stats = batch stats
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = 0.0
+    model(xs[:32], training=True)
+    path = folder / "mobilenetv2.keras"
+    model.save(path)
+    data = folder / "images.npz"
+    np.savez(data, x_cal=xs, x_test=xs[:8])
+    return path, data
+
+
+def int8_fidelity(study) -> float:
+    c = study.candidate("int8")
+    return c.metrics.fidelity.outputs[0].mean_abs_diff if c.ok else float("nan")
+
+
+def main() -> int:
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        os.environ["OPTIMIZE_CACHE"] = str(tmp / "cache")
+        model, data = mobilenet(tmp)
+        recipes = [build(s, [{"technique": "convert", "scheme": s, "samples": SAMPLES}]) for s in SCHEMES]
+        common = dict(recipes=recipes, log=lambda m: None, eval_samples=8)
+        t0 = time.perf_counter()
+        naive = sweeps.sweep(model, data, tmp / "naive", backend="converter", cache=False, **common)
+        naive_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cold = sweeps.sweep(model, data, tmp / "cold", backend="auto", **common)
+        cold_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        warm = sweeps.sweep(model, data, tmp / "warm", backend="auto", **common)
+        warm_s = time.perf_counter() - t0
+        print("MobileNetV2 224x224, post-training sweep (baseline + 4 schemes, measured and delegate-checked):")
+        for label, st in (("naive (converter per scheme)", naive), ("default (LiteRT Quantizer)", cold)):
+            print(f"  {label}:")
+            for c in st.candidates:
+                info = (
+                    f"FAILED {c.error}"
+                    if c.error
+                    else (
+                        f"{c.metrics.size.bytes / 1e6:5.2f} MB  |diff| {c.metrics.fidelity.outputs[0].mean_abs_diff:.4f}  "
+                        f"p50 {c.metrics.latency.p50_ms:7.2f} ms  by {c.backend}, {c.seconds:.1f} s"
+                        if c.metrics.fidelity
+                        else f"{c.metrics.size.bytes / 1e6:5.2f} MB (baseline)"
+                    )
+                )
+                print(f"    {c.name:8} {info}")
+        speedup = naive_s / cold_s
+        print(f"  naive sweep {naive_s:.1f} s, default sweep {cold_s:.1f} s, warm re-run {warm_s:.1f} s")
+        ok &= _report("naive / default end-to-end time", speedup, 4.0, higher_is_better=True)
+        fn, fd = int8_fidelity(naive), int8_fidelity(cold)
+        print(f"  int8 fidelity (mean |diff| from float32 logits): converter {fn:.5f}, LiteRT {fd:.5f}")
+        ok &= _report("int8 |diff| default / naive (<= 1 is as good or better)", fd / fn, 1.0001)
+        ok &= _report("warm re-run / cold run", warm_s / cold_s, 0.1)
+        print(f"  warm re-run reused {sum(c.cached for c in warm.candidates)}/{len(warm.candidates)} candidates")
+
+        print("Demo model (digits CNN), int8 by each backend:")
+        demo = [
+            pipeline.with_backend(build(f"int8-{b}", [{"technique": "convert", "scheme": "int8"}]), b)
+            for b in ("converter", "litert")
+        ]
+        demo_study = sweeps.sweep(
+            None, None, tmp / "demo", recipes=[build("float32", [{"technique": "convert"}]), *demo], log=lambda m: None
+        )
+        for c in demo_study.candidates[1:]:
+            m = c.metrics
+            print(
+                f"  {c.name:15} {m.size.bytes:,} B (gzip {m.size.gzip_bytes:,})  top-1 {m.accuracy.top1 * 100:.2f}% "
+                f"(Δ {m.accuracy_delta * 100:+.2f})  |diff| {m.fidelity.outputs[0].mean_abs_diff:.5f}  "
+                f"agree {m.fidelity.top1_agreement * 100:.1f}%  p50 {m.latency.p50_ms:.4f} ms ({m.latency.threads} thr)"
+            )
+    print("ALL TARGETS MET" if ok else "SOME TARGETS MISSED")
+    return 0 if ok else 1
+
+
+def _report(label: str, value: float, limit: float, higher_is_better: bool = False) -> bool:
+    good = value >= limit if higher_is_better else value <= limit
+    print(
+        f"  {label:58} {value:8.3f}   target {'>=' if higher_is_better else '<='} {limit:g}   "
+        f"{'PASS' if good else 'FAIL'}"
+    )
+    return good
+
+
+if __name__ == "__main__":
+    sys.exit(main())

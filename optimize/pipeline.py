@@ -341,20 +341,17 @@ def run(
     ws = Workspace(src, ds, out_dir / ".work", threads, log)
     ref = Path(reference) if reference else None
     baseline = None
-    if measure_it and ref is None and ds is not None and recipe.scheme != "float32":
-        float_recipe = (
-            resolve(build("float32", [{"technique": "convert", "scheme": "float32"}]), src)
-            if src.kind != "tflite"
-            else None
-        )
-        if float_recipe is not None:
-            base = make_candidate(ws, float_recipe, ws.workdir, delegates=False, runs=5, memory=False)
+    plain_float = [s.technique for s in recipe.steps] == ["convert"] and recipe.scheme == "float32"
+    if measure_it and ds is not None and ref is None and not plain_float:
+        if src.kind == "tflite":
+            ref = src.path
+        else:  # the float32 conversion of the same model: what accuracy and fidelity are compared with
+            float32 = resolve(build("float32", [{"technique": "convert"}]), src)
+            base = make_candidate(ws, float32, ws.workdir, delegates=False, timing=False)
             if base.ok:
                 ref, baseline = ws.workdir / base.artifact, base.metrics
-        elif src.kind == "tflite":
-            ref = src.path
-    if ref is not None and baseline is None and ds is not None and measure_it:
-        baseline = measure.evaluate(ref, ds, threads=threads, runs=5, memory=False)
+    if measure_it and ds is not None and ref is not None and baseline is None:
+        baseline = measure.evaluate(ref, ds, threads=threads, timing=False)
     try:
         return make_candidate(
             ws, recipe, out_dir, measure_it=measure_it, reference=ref, baseline=baseline, delegates=delegates

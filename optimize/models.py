@@ -145,13 +145,43 @@ def export_saved_model(model, out: Path) -> Path:
     return out
 
 
+def _config_input_shape(src: ModelSource) -> tuple | None:
+    """The first input's shape from a Keras file's stored config (no TensorFlow, no weights loaded)."""
+    try:
+        if src.path.read_bytes()[:2] == b"PK":
+            with zipfile.ZipFile(src.path) as z:
+                config = json.loads(z.read("config.json"))
+        else:
+            import h5py
+
+            with h5py.File(src.path, "r") as f:
+                raw = f.attrs.get("model_config")
+            config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+        layers = config["config"]["layers"]
+        first = layers[0]
+        shape = first["config"].get("batch_input_shape") or first["config"].get("batch_shape")
+        if first["class_name"] != "InputLayer" or shape is None:
+            return None
+        return tuple(shape)
+    except (KeyError, IndexError, TypeError, ValueError, OSError, zipfile.BadZipFile):
+        return None
+
+
 def input_shape(src: ModelSource, keras_model=None) -> tuple:
     """The first input's shape (batch first, None/-1 for unknown), to check data before any work."""
+    if keras_model is None and src.kind in ("keras2", "keras3"):
+        shape = _config_input_shape(src)
+        if shape is not None:
+            return shape
     if src.kind == "tflite":
         from . import runtime
 
         d = runtime.load(src.path).interpreter.get_input_details()[0]
         return tuple(int(x) for x in d.get("shape_signature", d["shape"]))
+    if keras_model is None and src.kind == "keras2":
+        keras_model = load_keras2(src)
+    elif keras_model is None and src.kind == "keras3":
+        keras_model = load_keras3(src)
     if keras_model is not None:
         shape = keras_model.inputs[0].shape
         return tuple(None if s is None else int(s) for s in shape)

@@ -208,12 +208,7 @@ def check_data(src: models.ModelSource, data: Dataset | None) -> None:
     """Check data against the model's input before any work starts (one clear line if it does not fit)."""
     if data is None:
         return
-    keras_model = None
-    if src.kind == "keras2":
-        keras_model = models.load_keras2(src)
-    elif src.kind == "keras3":
-        keras_model = models.load_keras3(src)
-    data.check_input(models.input_shape(src, keras_model))
+    data.check_input(models.input_shape(src))
 
 
 def environment(threads: int) -> Environment:

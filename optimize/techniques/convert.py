@@ -29,6 +29,15 @@ class ConvertParams(Params):
         False, description="int8/int16x8: keep ops that cannot be quantized in float instead of failing."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_inert_calibration(cls, data):
+        """Calibration settings do not change a float32/float16/dynamic conversion: leave them at their
+        defaults, so equal conversions share one step (and one cache entry) whatever was written."""
+        if isinstance(data, dict) and data.get("scheme", "float32") in ("float32", "float16", "dynamic"):
+            data = {k: v for k, v in data.items() if k not in ("samples", "float_fallback")}
+        return data
+
     @model_validator(mode="after")
     def _io_fits_scheme(self):
         allowed = IO_FOR_SCHEME.get(self.scheme, ("float",))

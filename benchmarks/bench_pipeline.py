@@ -67,6 +67,7 @@ def bare_ptq(keras_path: Path, xs: np.ndarray, out: Path) -> float:
         for i in range(len(xs)):
             yield [xs[i : i + 1]]
 
+    out.mkdir(parents=True, exist_ok=True)
     for scheme in PTQ:
         conv = tf.lite.TFLiteConverter.from_keras_model(model)
         if scheme != "float32":
@@ -81,7 +82,7 @@ def bare_ptq(keras_path: Path, xs: np.ndarray, out: Path) -> float:
             conv.target_spec.supported_ops = [
                 tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
             ]
-        (out / f"bare-{scheme}.tflite").write_bytes(conv.convert())
+        (out / f"{scheme}.tflite").write_bytes(conv.convert())
     return time.perf_counter() - t0
 
 
@@ -96,7 +97,7 @@ def mobilenet(out: Path, backend: str | None) -> bool:
     xs = rng.uniform(-1, 1, (16, 224, 224, 3)).astype(np.float32)
     data = out / "calib.npz"
     np.savez(data, x_cal=xs, x_test=xs[:8])
-    bare_s = bare_ptq(path, xs, out)
+    bare_s = bare_ptq(path, xs, out / "bare")
     recipes = [build(s, [{"technique": "convert", "scheme": s, "samples": 16}]) for s in PTQ]
     t0 = time.perf_counter()
     study = sweeps.sweep(

@@ -1,4 +1,4 @@
-"""Run recipes on a model: steps -> artifact -> measured candidate; many recipes -> one study.
+"""Run one recipe on a model: steps -> artifact -> measured candidate (`sweeps.py` runs many into a study).
 
 Data flows one way: keras steps (prune, cluster, QAT) -> one convert step -> tflite steps (quantize).
 Within a run, every step prefix is produced once and shared (prune -> int8 and prune -> cluster -> int8

@@ -154,3 +154,29 @@ def test_demo_sweep_meets_the_size_and_accuracy_targets(tmp_path):
     assert c["prune-cluster-int8"].metrics.size.gzip_bytes <= 0.15 * base.gzip_bytes
     for name in ("float16", "dynamic", "int8", "int8-int8io", "int16x8"):
         assert c[name].metrics.accuracy_delta >= -0.01, name
+
+
+@pytest.mark.slow
+def test_real_architecture_skips_layers_tfmot_cannot_wrap(tmp_path):
+    """MobileNetV3Small has Rescaling and TFOpLambda layers: pruning wraps the rest and lists them."""
+    from optimize import _tf
+    from optimize.data import from_arrays
+
+    keras = _tf.keras()
+    keras.utils.set_random_seed(0)
+    path = tmp_path / "mnv3.keras"
+    keras.applications.MobileNetV3Small(weights=None, input_shape=(96, 96, 3), classes=4).save(path)
+    rng = np.random.default_rng(0)
+    ds = from_arrays(x=rng.uniform(0, 255, (40, 96, 96, 3)).astype(np.float32), y=rng.integers(0, 4, 40))
+    c = pipeline.run(
+        build("prune", [{"technique": "prune", "epochs": 1}, {"technique": "convert", "scheme": "dynamic"}]),
+        path,
+        ds,
+        tmp_path / "out",
+        delegates=False,
+        log=quiet,
+    )
+    assert c.ok, c.error
+    assert "rescaling (Rescaling)" in c.skipped_layers
+    assert any("TFOpLambda" in s for s in c.skipped_layers)
+    assert any("left as they were" in n for n in c.notes)

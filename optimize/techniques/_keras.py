@@ -28,7 +28,6 @@ def wrap_supported(model, supports: Callable, wrap: Callable, ctx: Context, tech
     wrapping layer by layer works, and the layers left as they were are reported in the candidate.
     """
     keras = _tf.keras()
-    skipped: list[str] = []
     wrapped = 0
 
     def clone(layer):
@@ -36,9 +35,13 @@ def wrap_supported(model, supports: Callable, wrap: Callable, ctx: Context, tech
         if layer.weights and supports(layer):
             wrapped += 1
             return wrap(layer)
-        if layer.weights:
-            skipped.append(f"{layer.name} ({layer.__class__.__name__})")
         return layer.__class__.from_config(layer.get_config())
+
+    skipped = [  # e.g. Rescaling, TFOpLambda: left as they were
+        f"{layer.name} ({layer.__class__.__name__})"
+        for layer in model.layers
+        if not isinstance(layer, keras.layers.InputLayer) and not supports(layer)
+    ]
 
     try:
         out = keras.models.clone_model(model, clone_function=clone)

@@ -177,6 +177,6 @@ def test_real_architecture_skips_layers_tfmot_cannot_wrap(tmp_path):
         log=quiet,
     )
     assert c.ok, c.error
-    assert "rescaling (Rescaling)" in c.skipped_layers
+    assert any(s.endswith("(Rescaling)") for s in c.skipped_layers)  # names get _N suffixes in a session
     assert any("TFOpLambda" in s for s in c.skipped_layers)
     assert any("left as they were" in n for n in c.notes)

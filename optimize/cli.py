@@ -60,14 +60,24 @@ def _print_json(record) -> None:
     typer.echo(record.model_dump_json(indent=2) if hasattr(record, "model_dump_json") else json.dumps(record, indent=2))
 
 
-def _then_steps(then: str | None, after_prune: bool = False) -> list[dict]:
-    """`--then cluster,int8` -> steps. Tokens: prune, cluster, qat, or a scheme (the final conversion)."""
-    steps: list[dict] = []
+def _then_steps(first: dict, then: str | None) -> list[dict]:
+    """The chain `first` then `--then cluster,int8`. Tokens: prune, cluster, qat, or a scheme (the final
+    conversion). A later cluster keeps an earlier pruning's zeros, and a later QAT preserves whatever the
+    earlier steps made (sparsity, clusters or both), so a chain never undoes its own work."""
+    steps = [first]
     for tok in [t.strip() for t in (then or "").split(",") if t.strip()]:
-        if tok in ("prune", "qat"):
-            steps.append({"technique": tok})
+        pruned = any(s["technique"] == "prune" for s in steps)
+        clustered = [s for s in steps if s["technique"] == "cluster"]
+        if tok == "prune":
+            steps.append({"technique": "prune"})
         elif tok == "cluster":
-            steps.append({"technique": "cluster", "preserve_sparsity": after_prune})
+            steps.append({"technique": "cluster", "preserve_sparsity": pruned})
+        elif tok == "qat":
+            sparse = pruned or any(s.get("preserve_sparsity") for s in clustered)
+            preserve = (
+                ("clusters+sparsity" if sparse else "clusters") if clustered else ("sparsity" if pruned else "none")
+            )
+            steps.append({"technique": "qat", "preserve": preserve})
         elif tok in Scheme.__members__:
             steps.append({"technique": "convert", "scheme": tok})
         else:
@@ -240,19 +250,14 @@ def prune(
 
     Example: optimize prune model.keras --data data.npz --sparsity 0.5 --then cluster,int8
     """
-    steps = [
-        {
-            "technique": "prune",
-            "target_sparsity": sparsity,
-            "schedule": schedule,
-            "structured": structured,
-            "epochs": epochs,
-        }
-    ] + _then_steps(then, after_prune=True)
-    if any(s["technique"] == "qat" for s in steps):
-        for s in steps:
-            if s["technique"] == "qat":
-                s["preserve"] = "clusters+sparsity" if any(x["technique"] == "cluster" for x in steps) else "sparsity"
+    first = {
+        "technique": "prune",
+        "target_sparsity": sparsity,
+        "schedule": schedule,
+        "structured": structured,
+        "epochs": epochs,
+    }
+    steps = _then_steps(first, then)
     _run_and_show(
         "prune-" + (then or "float32").replace(",", "-"), steps, model, data, output, threads, as_json, delegates
     )
@@ -276,18 +281,14 @@ def cluster(
 
     Example: optimize cluster model.keras --data data.npz --clusters 16 --then int8
     """
-    steps = [
-        {
-            "technique": "cluster",
-            "clusters": clusters,
-            "init": init,
-            "preserve_sparsity": preserve_sparsity,
-            "epochs": epochs,
-        }
-    ] + _then_steps(then)
-    for s in steps:
-        if s["technique"] == "qat":
-            s["preserve"] = "clusters+sparsity" if preserve_sparsity else "clusters"
+    first = {
+        "technique": "cluster",
+        "clusters": clusters,
+        "init": init,
+        "preserve_sparsity": preserve_sparsity,
+        "epochs": epochs,
+    }
+    steps = _then_steps(first, then)
     _run_and_show(
         "cluster-" + (then or "float32").replace(",", "-"), steps, model, data, output, threads, as_json, delegates
     )
@@ -309,7 +310,7 @@ def qat(
 
     Example: optimize qat model.keras --data data.npz --epochs 2
     """
-    steps = [{"technique": "qat", "epochs": epochs, "preserve": preserve}] + _then_steps(then)
+    steps = _then_steps({"technique": "qat", "epochs": epochs, "preserve": preserve}, then)
     _run_and_show("qat-" + then.replace(",", "-"), steps, model, data, output, threads, as_json, delegates)
 
 

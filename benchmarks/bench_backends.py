@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimize import _tf, pipeline, sweeps
+from optimize import _tf, sweeps
 from optimize.recipe import build
 
 SCHEMES = ("float32", "float16", "dynamic", "int8", "int16x8")
@@ -130,7 +130,7 @@ def main() -> int:
 
         print("Demo model (digits CNN), int8 by each backend:")
         demo = [
-            pipeline.with_backend(build(f"int8-{b}", [{"technique": "convert", "scheme": "int8"}]), b)
+            build(f"int8-{b}", [{"technique": "convert", "scheme": "int8"}]).with_backend(b)
             for b in ("converter", "litert")
         ]
         demo_study = sweeps.sweep(

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
 from pathlib import Path
 
 import typer
 
 from .errors import OptimizeError, RecipeError
+from .vocab import IO, Backend, Delegate, Objective, Scheme, Target
 
 app = typer.Typer(
     help="Optimize TensorFlow models for LiteRT: quantize, prune, cluster, QAT; measure every variant; "
@@ -23,27 +23,9 @@ recipes_app = typer.Typer(help="List, show and validate recipes.", no_args_is_he
 app.add_typer(recipes_app, name="recipes")
 
 
-class Scheme(str, Enum):
-    float32 = "float32"
-    float16 = "float16"
-    dynamic = "dynamic"
-    int8 = "int8"
-    int16x8 = "int16x8"
-
-
-class IO(str, Enum):
-    float = "float"
-    int8 = "int8"
-    uint8 = "uint8"
-    int16 = "int16"
-
-
-class Backend(str, Enum):
-    converter = "converter"
-    litert = "litert"
-
-
-THREADS = typer.Option(2, "--threads", "-t", min=1, help="Interpreter threads for latency (recorded with it).")
+THREADS = typer.Option(
+    2, "--threads", "-t", min=1, max=256, help="Interpreter threads for latency (recorded with it), 1..256."
+)
 JSON = typer.Option(False, "--json", help="Print the result record as JSON instead of a table.")
 DELEGATES = typer.Option(True, "--delegates/--no-delegates", help="Check each result against the delegates.")
 
@@ -60,37 +42,8 @@ def _print_json(record) -> None:
     typer.echo(record.model_dump_json(indent=2) if hasattr(record, "model_dump_json") else json.dumps(record, indent=2))
 
 
-def _then_steps(first: dict, then: str | None) -> list[dict]:
-    """The chain `first` then `--then cluster,int8`. Tokens: prune, cluster, qat, or a scheme (the final
-    conversion). A later cluster keeps an earlier pruning's zeros, and a later QAT preserves whatever the
-    earlier steps made (sparsity, clusters or both), so a chain never undoes its own work."""
-    steps = [first]
-    for tok in [t.strip() for t in (then or "").split(",") if t.strip()]:
-        pruned = any(s["technique"] == "prune" for s in steps)
-        clustered = [s for s in steps if s["technique"] == "cluster"]
-        if tok == "prune":
-            steps.append({"technique": "prune"})
-        elif tok == "cluster":
-            steps.append({"technique": "cluster", "preserve_sparsity": pruned})
-        elif tok == "qat":
-            sparse = pruned or any(s.get("preserve_sparsity") for s in clustered)
-            preserve = (
-                ("clusters+sparsity" if sparse else "clusters") if clustered else ("sparsity" if pruned else "none")
-            )
-            steps.append({"technique": "qat", "preserve": preserve})
-        elif tok in Scheme.__members__:
-            steps.append({"technique": "convert", "scheme": tok})
-        else:
-            raise RecipeError(
-                f"--then: unknown step {tok!r}.",
-                "Use prune, cluster, qat or a scheme: " + ", ".join(Scheme.__members__) + ".",
-            )
-    return steps
-
-
 def _run_and_show(
-    name: str,
-    steps: list[dict],
+    recipe,
     model,
     data,
     output,
@@ -98,32 +51,33 @@ def _run_and_show(
     as_json,
     delegates,
     backend: Backend | None = None,
-    reference=None,
+    calibration=None,
 ) -> None:
     from . import pipeline, report_text
-    from .recipe import build
 
-    recipe = pipeline.with_backend(build(name, steps), backend.value if backend else "auto")
-    out = Path(output) if output else Path("optimize-out")
-    if out.suffix == ".tflite":
-        recipe = recipe.model_copy(update={"name": out.stem})
-        out = out.parent
     cand = pipeline.run(
         recipe,
         model,
         data,
-        out,
+        output,
         threads=threads,
-        reference=reference,
         delegates=delegates,
         log=_quiet if as_json else _log,
+        backend=backend,
+        calibration=calibration,
     )
     if as_json:
         _print_json(cand)
     else:
-        report_text.print_candidates([cand], out)
+        report_text.print_candidates([cand], Path(output or "optimize-out"))
     if cand.error:
         raise typer.Exit(1)
+
+
+def _chain(first: dict, name: str, then: str | None):
+    from .recipe import build, chain, name_for
+
+    return build(name_for(name, then), chain(first, then))
 
 
 @app.command()
@@ -133,10 +87,8 @@ def sweep(
     ),
     data: Path | None = typer.Option(None, "--data", "-d", help=".npz with x/y or x_train/y_train/x_test/y_test."),
     output: Path = typer.Option(Path("optimize-out"), "--output", "-o", help="Folder for artifacts and study.json."),
-    backend: Backend | None = typer.Option(None, help="Who quantizes: converter or litert (default: per scheme)."),
-    target: str | None = typer.Option(
-        None, help="Recommend for this target at the end (cpu, gpu, nnapi, hexagon, coreml, edgetpu, mcu)."
-    ),
+    backend: Backend | None = typer.Option(None, help="Who quantizes: converter, litert or auto (per scheme)."),
+    target: Target | None = typer.Option(None, help="Recommend for this target at the end."),
     max_accuracy_drop: float | None = typer.Option(None, help="Goal for --target: e.g. 0.01 = one point."),
     jobs: int | None = typer.Option(
         None, "--jobs", "-j", min=0, help="Worker processes (default: cores, memory permitting; 0: in-process)."
@@ -152,48 +104,41 @@ def sweep(
              optimize sweep model.keras --data data.npz -o out --target gpu
     """
     from . import report_text, sweeps
+    from .recommend import format_recommendation, make_goals, raise_if_unmet, recommend
 
-    log = _quiet if as_json else _log
+    goals = make_goals(max_accuracy_drop)  # checked before any work
     study = sweeps.sweep(
         model,
         data,
         output,
         threads=threads,
-        backend=backend.value if backend else None,
+        backend=backend,
         delegates=delegates,
-        log=log,
+        log=_quiet if as_json else _log,
         jobs=jobs,
         cache=cache,
     )
-    rec = None
-    if target:
-        from .recommend import make_goals, recommend
-
-        rec = recommend(study, target, make_goals(max_accuracy_drop))
+    rec = recommend(study, target, goals) if target else None
     if as_json:
         _print_json(study)
     else:
         report_text.print_study(study, output)
         if rec is not None:
-            from .recommend import format_recommendation
-
             typer.echo(format_recommendation(rec))
     if rec is not None:
-        from .recommend import raise_if_unmet
-
         raise_if_unmet(rec)
 
 
 @app.command()
 def quantize(
     model: Path = typer.Argument(..., help="Keras .keras/.h5, SavedModel dir or float .tflite."),
-    scheme: Scheme = typer.Option(Scheme.int8, "--scheme", "-s", help="Post-training scheme."),
+    scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="Post-training scheme."),
     calibration: Path | None = typer.Option(None, "--calibration", "-c", help=".npz of calibration samples (x)."),
     data: Path | None = typer.Option(None, "--data", "-d", help=".npz test data for accuracy (default: calibration)."),
     samples: int = typer.Option(200, min=1, help="Calibration samples for int8/int16x8."),
-    io: IO = typer.Option(IO.float, "--io", help="Input/output type: float, int8/uint8 (int8), int16 (int16x8)."),
+    io: IO = typer.Option(IO.FLOAT, "--io", help="Input/output type: float, int8/uint8 (int8), int16 (int16x8)."),
     float_fallback: bool = typer.Option(False, help="Keep ops that cannot be quantized in float."),
-    backend: Backend | None = typer.Option(None, help="converter (TFLite converter) or litert (LiteRT Quantizer)."),
+    backend: Backend | None = typer.Option(None, help="converter, litert (LiteRT Quantizer) or auto (per scheme)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Output .tflite file or folder."),
     threads: int = THREADS,
     delegates: bool = DELEGATES,
@@ -203,33 +148,11 @@ def quantize(
 
     Example: optimize quantize model.keras --scheme int8 --calibration data.npz --io int8 -o model_int8.tflite
     """
-    from .data import load_data
-    from .errors import DataError
-    from .models import open_model
+    from .recipe import build
 
-    src = open_model(model)  # the model is checked first: a bad file is named before missing data
-    if scheme.value in ("int8", "int16x8") and calibration is None and data is None:
-        raise DataError(f"{scheme.value} needs calibration data.", "Pass --calibration DATA.npz (an .npz with x).")
-    ds = load_data(data or calibration) if (data or calibration) else None
-    if calibration is not None and data is not None:
-        from dataclasses import replace
-
-        ds = replace(ds, x_cal=load_data(calibration).x_cal)
-    if src.kind == "tflite":
-        if scheme is Scheme.float32:
-            raise RecipeError("This model is already a float32 .tflite.", "Pick --scheme float16/dynamic/int8/int16x8.")
-        steps = [{"technique": "quantize", "scheme": scheme.value, "samples": samples, "io": io.value}]
-    else:
-        steps = [
-            {
-                "technique": "convert",
-                "scheme": scheme.value,
-                "samples": samples,
-                "io": io.value,
-                "float_fallback": float_fallback,
-            }
-        ]
-    _run_and_show(scheme.value, steps, model, ds, output, threads, as_json, delegates, backend)
+    step = {"technique": "convert", "scheme": scheme, "samples": samples, "io": io, "float_fallback": float_fallback}
+    recipe = build(str(scheme), [step])
+    _run_and_show(recipe, model, data, output, threads, as_json, delegates, backend, calibration)
 
 
 @app.command()
@@ -250,17 +173,9 @@ def prune(
 
     Example: optimize prune model.keras --data data.npz --sparsity 0.5 --then cluster,int8
     """
-    first = {
-        "technique": "prune",
-        "target_sparsity": sparsity,
-        "schedule": schedule,
-        "structured": structured,
-        "epochs": epochs,
-    }
-    steps = _then_steps(first, then)
-    _run_and_show(
-        "prune-" + (then or "float32").replace(",", "-"), steps, model, data, output, threads, as_json, delegates
-    )
+    first = {"technique": "prune", "target_sparsity": sparsity, "schedule": schedule, "structured": structured}
+    recipe = _chain({**first, "epochs": epochs}, "prune", then)
+    _run_and_show(recipe, model, data, output, threads, as_json, delegates)
 
 
 @app.command()
@@ -281,17 +196,9 @@ def cluster(
 
     Example: optimize cluster model.keras --data data.npz --clusters 16 --then int8
     """
-    first = {
-        "technique": "cluster",
-        "clusters": clusters,
-        "init": init,
-        "preserve_sparsity": preserve_sparsity,
-        "epochs": epochs,
-    }
-    steps = _then_steps(first, then)
-    _run_and_show(
-        "cluster-" + (then or "float32").replace(",", "-"), steps, model, data, output, threads, as_json, delegates
-    )
+    first = {"technique": "cluster", "clusters": clusters, "init": init, "preserve_sparsity": preserve_sparsity}
+    recipe = _chain({**first, "epochs": epochs}, "cluster", then)
+    _run_and_show(recipe, model, data, output, threads, as_json, delegates)
 
 
 @app.command()
@@ -310,8 +217,8 @@ def qat(
 
     Example: optimize qat model.keras --data data.npz --epochs 2
     """
-    steps = _then_steps({"technique": "qat", "epochs": epochs, "preserve": preserve}, then)
-    _run_and_show("qat-" + then.replace(",", "-"), steps, model, data, output, threads, as_json, delegates)
+    recipe = _chain({"technique": "qat", "epochs": epochs, "preserve": preserve}, "qat", then)
+    _run_and_show(recipe, model, data, output, threads, as_json, delegates)
 
 
 @app.command()
@@ -319,7 +226,7 @@ def evaluate(
     model: Path = typer.Argument(..., help="A .tflite file."),
     data: Path | None = typer.Option(None, "--data", "-d", help=".npz test data (x, and y for accuracy)."),
     reference: Path | None = typer.Option(None, "--reference", "-r", help="Float .tflite to compare outputs with."),
-    runs: int = typer.Option(50, min=1, help="Timed invocations after warm-up."),
+    runs: int = typer.Option(50, min=1, max=100000, help="Timed invocations after warm-up."),
     threads: int = THREADS,
     as_json: bool = JSON,
 ) -> None:
@@ -340,9 +247,11 @@ def evaluate(
 @app.command()
 def compat(
     model: Path = typer.Argument(..., help="A .tflite file."),
-    delegate: str = typer.Option("gpu,nnapi,hexagon,coreml,xnnpack", "--delegate", help="Comma-separated delegates."),
-    android_api: int = typer.Option(30, help="Android API level for NNAPI (27..35)."),
-    coreml_version: int = typer.Option(3, help="Core ML delegate version (2 or 3; iOS 13+ means 3)."),
+    delegate: str = typer.Option(
+        ",".join(Delegate), "--delegate", help="Comma-separated delegates: " + ", ".join(Delegate) + "."
+    ),
+    android_api: int = typer.Option(30, min=27, max=40, help="Android API level for NNAPI (27..35)."),
+    coreml_version: int = typer.Option(3, min=2, max=3, help="Core ML delegate version (2 or 3; iOS 13+ means 3)."),
     gpu_allow_quant: bool = typer.Option(True, help="GPU delegate's quantized-model flag (default on)."),
     gpu_opencl: bool = typer.Option(True, help="OpenCL available on the device (SPLIT/SPLIT_V need it)."),
     threads: int = THREADS,
@@ -357,8 +266,7 @@ def compat(
     target = TargetParams(
         android_api=android_api, coreml_version=coreml_version, gpu_allow_quant=gpu_allow_quant, gpu_opencl=gpu_opencl
     )
-    names = [d.strip() for d in delegate.split(",") if d.strip()]
-    reports = check_delegates(model, names, target=target, threads=threads)
+    reports = check_delegates(model, delegate.split(","), target=target, threads=threads)
     if as_json:
         typer.echo(json.dumps({k: v.model_dump(mode="json") for k, v in reports.items()}, indent=2))
     else:
@@ -370,20 +278,20 @@ def recommend(
     study: Path | None = typer.Argument(
         None, help="A study.json (or its folder) to choose from. Omit for the decision tree alone."
     ),
-    target: str = typer.Option("cpu", help="cpu, gpu, nnapi, hexagon, coreml, edgetpu or mcu."),
+    target: Target = typer.Option(Target.CPU, help="Where the model will run."),
     have_calibration_data: bool = typer.Option(True, help="You have a few hundred representative inputs."),
     have_training_data: bool = typer.Option(False, help="You have labelled data to fine-tune with."),
     max_accuracy_drop: float | None = typer.Option(None, help="e.g. 0.01 = at most one point of top-1."),
     max_size_bytes: int | None = typer.Option(None, help="Largest acceptable .tflite."),
     max_latency_ms: float | None = typer.Option(None, help="Slowest acceptable p50 latency (host CPU)."),
-    objective: str = typer.Option("size", help="Rank by size, latency or accuracy."),
+    objective: Objective = typer.Option(Objective.SIZE, help="Rank by size, latency or accuracy."),
     as_json: bool = JSON,
 ) -> None:
     """Pick a scheme for a target and a budget: the decision path, then the measured choice.
 
     Example: optimize recommend optimize-out/study.json --target gpu --max-accuracy-drop 0.01
     """
-    from .recommend import advise, format_advice, format_recommendation, make_goals, raise_if_unmet
+    from .recommend import advise, format_recommendation, make_goals, raise_if_unmet
     from .recommend import recommend as choose
     from .results import load_study
 
@@ -392,7 +300,7 @@ def recommend(
         advice = advise(
             target, have_calibration_data=have_calibration_data, have_training_data=have_training_data, goals=goals
         )
-        typer.echo(advice.model_dump_json(indent=2) if as_json else format_advice(advice))
+        typer.echo(advice.model_dump_json(indent=2) if as_json else format_recommendation(advice))
         return
     rec = choose(load_study(study), target, goals)
     typer.echo(rec.model_dump_json(indent=2) if as_json else format_recommendation(rec))
@@ -403,24 +311,15 @@ def recommend(
 def report(
     study: Path = typer.Argument(..., help="A study.json (or its folder)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Folder for report.md and report.html."),
-    target: str | None = typer.Option(None, help="Mark the recommended candidate for this target."),
+    target: Target | None = typer.Option(None, help="Mark the recommended candidate for this target."),
 ) -> None:
     """Write report.md and a self-contained report.html: table, plots, Pareto front, delegate matrix.
 
     Example: optimize report optimize-out/study.json --target gpu
     """
-    from .report import write_report
-    from .results import load_study
+    from .report import write_report_for
 
-    st = load_study(study)
-    rec = None
-    if target:
-        from .recommend import recommend as rec_fn
-
-        rec = rec_fn(st, target)
-    folder = output or (study if study.is_dir() else study.parent)
-    paths = write_report(st, folder, rec)
-    for p in paths.values():
+    for p in write_report_for(study, output, target).values():
         typer.echo(str(p))
 
 
@@ -430,6 +329,7 @@ def run_recipe(
     model: Path | None = typer.Argument(None, help="Model (default: the recipe's, else the demo)."),
     data: Path | None = typer.Option(None, "--data", "-d", help=".npz data (default: the recipe's)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Folder (default: the recipe's)."),
+    backend: Backend | None = typer.Option(None, help="Override the recipe's backend: converter, litert or auto."),
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -440,24 +340,24 @@ def run_recipe(
     """
     from . import pipeline, report_text
     from .recipe import load_recipe
-    from .recommend import judge
+    from .recommend import judge_recipe
 
     r = load_recipe(recipe)
-    out = Path(output or r.output or "optimize-out")
-    cand = pipeline.run(r, model, data, out, threads=threads, delegates=delegates, log=_quiet if as_json else _log)
+    log = _quiet if as_json else _log
+    cand = pipeline.run(r, model, data, output, threads=threads, delegates=delegates, log=log, backend=backend)
     if as_json:
         _print_json(cand)
     else:
-        report_text.print_candidates([cand], out)
+        report_text.print_candidates([cand], Path(output or r.output or "optimize-out"))
     if cand.error:
         raise typer.Exit(1)
-    broken = [(t, judge(cand, t, r.goals)) for t in (r.targets or ("cpu",))]
-    for t, problem in broken:
+    verdicts = judge_recipe(cand, r)
+    for t, problem in verdicts:
         typer.echo(
             f"{t}: {'meets the recipe goals' if problem is None else 'does not meet the goals: ' + problem}",
             err=as_json,
         )
-    if any(p for _, p in broken):
+    if any(p for _, p in verdicts):
         raise typer.Exit(1)
 
 
@@ -509,15 +409,26 @@ def recipes_techniques() -> None:
 
 
 def main() -> None:
-    """Entry point: OptimizeErrors become one line on stderr and their exit code, never a traceback."""
+    """Entry point: user errors (ours, and bad options or arguments) become one `error:` line and their
+    exit code (2; 1 when the goals are not met), never a traceback or a usage box."""
     try:
-        app()
+        code = app(standalone_mode=False, prog_name="optimize")
     except OptimizeError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:
+    except typer.TyperException as e:  # Click's usage errors, as Typer vendors them
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError":  # `optimize` alone: the help, as asked
+            typer.echo(ctx.get_help() if ctx else e.format_message())
+            sys.exit(0)
+        msg = " ".join(e.format_message().replace("Value error, ", "").split()).rstrip(".") + "."
+        where = f" See `{ctx.command_path} --help`." if ctx is not None else ""
+        typer.echo(f"error: {msg}{where}", err=True)
+        sys.exit(getattr(e, "exit_code", 2))
+    except (KeyboardInterrupt, typer.Abort):
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

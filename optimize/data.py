@@ -112,3 +112,14 @@ def from_arrays(
     if len(x_cal) == 0:
         raise DataError(f"{source} has no samples.", "Add at least one sample.")
     return Dataset(x_train, y_train, np.asarray(x_cal), np.asarray(x_test), y_test, source)
+
+
+def combine(data: Dataset | None, calibration: Dataset | None) -> Dataset | None:
+    """Test/train data from one file and calibration samples from another; either alone serves both."""
+    if calibration is None:
+        return data
+    if data is None:
+        return calibration
+    from dataclasses import replace
+
+    return replace(data, x_cal=calibration.x_cal, source=f"{data.source} (calibration: {calibration.source})")

@@ -41,3 +41,69 @@ class GoalsNotMet(OptimizeError):
 
 class TechniqueFailed(Exception):
     """A technique could not produce a candidate for this model; recorded as the candidate's error."""
+
+
+def _singular(word: str) -> str:
+    return word[:-1] if word.endswith("s") else word
+
+
+def _model_at(model, loc) -> object:
+    """The pydantic model class that owns the field at `loc` (for listing its allowed keys)."""
+    import typing
+
+    def models_in(annotation):
+        if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+            yield annotation
+        for arg in typing.get_args(annotation):
+            yield from models_in(arg)
+
+    for seg in loc:
+        if isinstance(seg, int) or model is None:
+            continue
+        field = getattr(model, "model_fields", {}).get(seg)
+        model = next(models_in(field.annotation), None) if field is not None else None
+    return model
+
+
+def _label(root: str, loc) -> str:
+    """`steps.0.technique` -> `step 1.technique`: lists are counted from 1, as a user counts them."""
+    parts = [root] if root else []
+    for seg in loc:
+        if isinstance(seg, int) and parts:
+            parts[-1] = f"{_singular(parts[-1])} {seg + 1}"
+        else:
+            parts.append(str(seg))
+    return ".".join(parts)
+
+
+def from_validation(
+    e, model, *, where: str = "", root: str = "", kind: type[OptimizeError] = OptimizeError, fix: str | None = None
+) -> OptimizeError:
+    """The one translation of a pydantic ValidationError into a one-line OptimizeError.
+
+    `model` is the class that was validated (its fields name the allowed keys), `where` prefixes the
+    line (a file name), `root` names what was validated (a technique), `fix` is the default advice.
+    Nested locations read as `step 2: prune.target_sparsity`; unknown keys list the allowed ones.
+    """
+    err = e.errors()[0]
+    loc = tuple(err.get("loc", ()))
+    kind_ = err.get("type", "")
+    if kind_ == "extra_forbidden" and loc:
+        owner = _model_at(model, loc[:-1])
+        label = _label(root, loc[:-1])
+        allowed = ", ".join(getattr(owner, "model_fields", {}))
+        head = f"{label}: unknown key {loc[-1]!r}." if label else f"unknown key {loc[-1]!r}."
+        return kind(f"{where}{head}", f"Allowed keys: {allowed}." if allowed else fix)
+    label = _label(root, loc)
+    at = f"{label}: " if label else ""
+    if kind_ == "value_error":
+        msg = str(err.get("ctx", {}).get("error") or err.get("msg", "")).removeprefix("Value error, ")
+        return kind(f"{where}{at}{msg}".rstrip(), None if msg.rstrip().endswith(".") and fix is None else fix)
+    if kind_ in ("enum", "literal_error"):
+        expected = str(err.get("ctx", {}).get("expected", "")).replace("'", "")
+        return kind(f"{where}{at}{err.get('input')!r} is not allowed.", f"Allowed: {expected}." if expected else fix)
+    if kind_ == "missing":
+        return kind(f"{where}{at}missing.", fix)
+    got = err.get("input")
+    shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
+    return kind(f"{where}{at}{err.get('msg', 'invalid')} (got {shown[:80]}).", fix)

@@ -15,66 +15,19 @@ import platform
 import shutil
 import socket
 import time
-import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _tf, measure, models, registry
-from .data import Dataset, load_data
-from .errors import DataError, ModelError, OptimizeError, RecipeError, TechniqueFailed
-from .recipe import Recipe, build
+from .data import Dataset, combine, load_data
+from .errors import DataError, ModelError, OptimizeError, RecipeError
+from .recipe import Recipe, build, make_steps
 from .registry import Context, Stage
 from .results import Candidate, Environment, Metrics, Step
+from .vocab import PTQ_SCHEMES, Backend
 
 Log = Callable[[str], None]
-
-PTQ_SCHEMES = ("float16", "dynamic", "int8", "int16x8")
-
-#: Which backend quantizes each scheme when the user does not say (benchmarks/bench_backends.py):
-#: LiteRT Quantizer matches the converter's fidelity on every scheme (dynamic range too, once it also
-#: leaves weights under 1,024 elements in float) and is several times faster, so it wins on speed.
-DEFAULT_BACKEND = {"float16": "litert", "dynamic": "litert", "int8": "litert", "int16x8": "litert"}
-
-
-def with_backend(recipe: Recipe, backend: str | None) -> Recipe:
-    """Express a recipe's post-training scheme with the chosen backend.
-
-    'converter': the TFLite converter quantizes while converting. 'litert': convert to float32 once and
-    quantize the flatbuffer with LiteRT Quantizer (the `quantize` step). 'auto': per scheme, as
-    DEFAULT_BACKEND says. None keeps the recipe as written. After QAT, or with float fallback, the
-    converter is always used (LiteRT Quantizer does not read fake-quant ranges or fall back per op).
-    """
-    if backend not in ("converter", "litert", "auto"):
-        return recipe
-    steps = [s.model_dump() for s in recipe.steps]
-    qat = any(x["technique"] == "qat" for x in steps)
-    raw = []
-    for s in steps:
-        p = dict(s["params"])
-        scheme = p.get("scheme")
-        wanted = DEFAULT_BACKEND.get(scheme, "converter") if backend == "auto" else backend
-        if wanted == "litert" and s["technique"] == "convert" and scheme in PTQ_SCHEMES:
-            if not qat and not p.get("float_fallback"):
-                raw.append({"technique": "convert", "scheme": "float32"})
-                raw.append(
-                    {
-                        "technique": "quantize",
-                        "scheme": scheme,
-                        "io": p.get("io", "float"),
-                        "samples": p.get("samples", 200),
-                    }
-                )
-                continue
-        converted = any(r["technique"] == "convert" and r.get("scheme") == "float32" for r in raw)
-        if wanted == "converter" and s["technique"] == "quantize" and converted:  # (a .tflite input keeps it)
-            raw = [r for r in raw if not (r["technique"] == "convert" and r.get("scheme") == "float32")]
-            raw.append(
-                {"technique": "convert", "scheme": scheme, "io": p.get("io", "float"), "samples": p.get("samples", 200)}
-            )
-            continue
-        raw.append({"technique": s["technique"], **p})
-    return recipe.model_copy(update={"steps": build(recipe.name, raw).steps})
 
 
 def _key(*parts) -> str:
@@ -147,8 +100,8 @@ class Workspace:
                 state = self.memo[key]
                 continue
             tech = registry.get(step.technique)
-            params = tech.params.model_validate(step.params)
-            self.log(f"  {tech.name} {_brief(step.params)}")
+            params = step.params
+            self.log(f"  {tech.name} {_brief(step)}")
             if tech.stage is Stage.KERAS:
                 ctx = self._context(key, state)
                 model = tech.fn(self._keras_model(state), params, ctx)
@@ -178,30 +131,49 @@ class Workspace:
         return state
 
 
-def _brief(params: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in params.items() if v not in (None, False))
+def _brief(step: Step) -> str:
+    return " ".join(f"{k}={v}" for k, v in step.params.model_dump(mode="json").items() if v not in (None, False))
 
 
 def resolve(recipe: Recipe, src: models.ModelSource) -> Recipe:
-    """Fill in what a recipe leaves implicit: a float32 conversion when it has no convert step."""
-    has_convert = any(registry.get(s.technique).stage is Stage.CONVERT for s in recipe.steps)
-    keras_steps = [s.technique for s in recipe.steps if registry.get(s.technique).stage is Stage.KERAS]
-    if keras_steps and src.kind in ("keras3", "savedmodel"):
+    """Fill in what a recipe leaves implicit for this model.
+
+    A Keras or SavedModel model without a convert step gets a float32 conversion; a float .tflite gets
+    its post-training conversions as `quantize` steps (it is converted already). Refused up front: Keras
+    steps on a model tfmot cannot read, and anything but quantization on a .tflite.
+    """
+    stages = [registry.get(s.technique).stage for s in recipe.steps]
+    if Stage.KERAS in stages and src.kind in ("keras3", "savedmodel"):
         models.load_keras2(src)  # raises the one-line "needs a Keras 2 (tf_keras) model" error
-    if has_convert or src.kind == "tflite":
-        if src.kind == "tflite" and any(registry.get(s.technique).stage is not Stage.TFLITE for s in recipe.steps):
-            raise ModelError(
-                f"{src.path.name} is already a .tflite: only .tflite steps (quantize) apply to it.",
-                "Pass the Keras or SavedModel model for prune/cluster/qat/convert, or use --backend litert.",
-            )
+    if src.kind == "tflite":
+        return recipe.model_copy(update={"steps": make_steps(_tflite_steps(recipe, src))})
+    if Stage.CONVERT in stages:
         return recipe
-    raw = [s.model_dump() for s in recipe.steps]
-    first_tflite = next(
-        (i for i, s in enumerate(recipe.steps) if registry.get(s.technique).stage is Stage.TFLITE), len(raw)
-    )
-    raw.insert(first_tflite, {"technique": "convert", "params": {"scheme": "float32"}})
-    flat = [{"technique": s["technique"], **s["params"]} for s in raw]
-    return recipe.model_copy(update={"steps": build(recipe.name, flat).steps})
+    flat = [s.flat() for s in recipe.steps]
+    at = stages.index(Stage.TFLITE) if Stage.TFLITE in stages else len(flat)
+    flat.insert(at, {"technique": "convert", "scheme": "float32"})
+    return recipe.model_copy(update={"steps": make_steps(flat)})
+
+
+def _tflite_steps(recipe: Recipe, src: models.ModelSource) -> list[dict]:
+    """A recipe's steps on a float .tflite: conversions become quantize steps, float32 ones drop out."""
+    flat = [s.flat() for s in recipe.steps]
+    if [s["technique"] for s in flat] == ["convert"] and flat[0]["scheme"] == "float32":
+        raise RecipeError(
+            f"{src.path.name} is already a float32 .tflite.", "Pick a scheme: float16, dynamic, int8 or int16x8."
+        )
+    out = []
+    for s in flat:
+        if s["technique"] == "convert" and s["scheme"] in PTQ_SCHEMES:
+            out.append({"technique": "quantize", "scheme": s["scheme"], "io": s["io"], "samples": s["samples"]})
+        elif not (s["technique"] == "convert" and s["scheme"] == "float32"):  # it is float32 already
+            out.append(s)
+    if any(registry.get(s["technique"]).stage is not Stage.TFLITE for s in out):
+        raise ModelError(
+            f"{src.path.name} is already a .tflite: only .tflite steps (quantize) apply to it.",
+            "Pass the Keras or SavedModel model for prune/cluster/qat/convert.",
+        )
+    return out
 
 
 def check_data(src: models.ModelSource, data: Dataset | None) -> None:
@@ -222,15 +194,6 @@ def environment(threads: int) -> Environment:
     )
 
 
-def _error_text(e: BaseException) -> str:
-    if isinstance(e, (TechniqueFailed, OptimizeError)):
-        return str(e)
-    last = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
-    where = f" (at {Path(last.filename).name}:{last.lineno})" if last else ""
-    msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-    return f"{e.__class__.__name__}: {msg}{where}"
-
-
 def make_candidate(
     ws: Workspace,
     recipe: Recipe,
@@ -247,13 +210,6 @@ def make_candidate(
 ) -> Candidate:
     """Produce, copy out, measure and check one candidate. Failures become the candidate's error."""
     t0 = time.perf_counter()
-    base = dict(
-        name=recipe.name,
-        steps=list(recipe.steps),
-        recipe_hash=recipe.hash,
-        scheme=recipe.scheme,
-        backend=recipe.backend,
-    )
     try:
         state = ws.produce(recipe.steps)
         artifact = out_dir / f"{recipe.name}.tflite"
@@ -274,37 +230,52 @@ def make_candidate(
                 samples=eval_samples,
                 timing=timing,
             )
-        reports = check_all_delegates(artifact, ws.threads) if delegates else {}
+        notes = list(state.notes)
+        reports = check_all_delegates(artifact, ws.threads, notes) if delegates else {}
         return Candidate(
-            **base,
+            name=recipe.name,
+            steps=list(recipe.steps),
+            recipe_hash=recipe.hash,
+            scheme=recipe.scheme,
+            backend=recipe.made_by,
             artifact=artifact.name,
             metrics=metrics,
             delegates=reports,
             skipped_layers=state.skipped,
-            notes=state.notes,
+            notes=notes,
             seconds=time.perf_counter() - t0,
         )
     except (DataError, RecipeError):
         raise
     except Exception as e:  # a technique failing on this model is a failed candidate, not a crashed run
-        ws.log(f"  failed: {_error_text(e)}")
-        return Candidate(**base, error=_error_text(e), seconds=time.perf_counter() - t0)
+        failed = Candidate.failed(recipe, e, seconds=time.perf_counter() - t0)
+        ws.log(f"  failed: {failed.error}")
+        return failed
 
 
-def check_all_delegates(artifact: Path, threads: int) -> dict:
-    """Delegate reports for one artifact; an internal checker failure is noted, never fatal."""
-    try:
-        from .delegates import check_delegates
-    except ImportError:
-        return {}
+def check_all_delegates(artifact: Path, threads: int, notes: list[str]) -> dict:
+    """Delegate reports for one artifact. A checker that cannot read the artifact is noted on the
+    candidate (in `notes`), never fatal: the candidate stands without its delegate columns."""
+    from .delegates import check_delegates
+
     try:
         return check_delegates(artifact, threads=threads)
-    except OptimizeError:
+    except OptimizeError as e:
+        notes.append(f"delegates: not checked ({e.problem})")
         return {}
 
 
-def open_inputs(model: str | Path | None, data: str | Path | Dataset | None, log: Log = print):
-    """The model source and dataset; the built-in demo (and its data) when no model is given."""
+def open_inputs(
+    model: str | Path | None,
+    data: str | Path | Dataset | None,
+    log: Log = print,
+    calibration: str | Path | Dataset | None = None,
+):
+    """The model source and dataset; the built-in demo (and its data) when no model is given.
+
+    `calibration` supplies the calibration samples (its x); `data` the rest. Either alone serves both.
+    The model is opened first, so a bad model file is named before missing or bad data.
+    """
     if model is None or str(model) == "demo":
         from .demo import demo
 
@@ -312,8 +283,27 @@ def open_inputs(model: str | Path | None, data: str | Path | Dataset | None, log
         model = model_path
         data = data if data is not None else data_path
     src = models.open_model(model)
-    ds = data if isinstance(data, Dataset) or data is None else load_data(data)
+    ds = combine(_dataset(data), _dataset(calibration))
     return src, ds
+
+
+def _dataset(data: str | Path | Dataset | None) -> Dataset | None:
+    return data if isinstance(data, Dataset) or data is None else load_data(data)
+
+
+def prepare(
+    recipe: Recipe, src: models.ModelSource, ds: Dataset | None, backend: Backend | str | None = None
+) -> Recipe:
+    """The recipe as it will run on this model and data: implicit steps filled in, post-training schemes
+    expressed with the backend (`None`: the recipe's own, by default auto), data checked up front."""
+    recipe = resolve(recipe, src).with_backend(backend)
+    if recipe.needs_calibration and ds is None:
+        raise DataError(
+            f"{recipe.name}: {recipe.scheme} needs calibration data.",
+            "Pass --calibration DATA.npz (an .npz with x) or --data DATA.npz.",
+        )
+    check_data(src, ds)
+    return recipe
 
 
 def run(
@@ -326,30 +316,42 @@ def run(
     measure_it: bool = True,
     delegates: bool = True,
     log: Log = print,
+    backend: Backend | str | None = None,
+    calibration: str | Path | Dataset | None = None,
 ) -> Candidate:
-    """Run one recipe on a model and measure the result. `reference` defaults to a float32 conversion."""
-    src, ds = open_inputs(model or recipe.model, data or recipe.data, log)
-    recipe = resolve(recipe, src)
-    check_data(src, ds)
+    """Run one recipe on a model and measure the result. `reference` defaults to a float32 conversion.
+
+    An output path ending in `.tflite` names the artifact; otherwise it is the folder, and the artifact
+    is `<recipe name>.tflite` inside it.
+    """
+    src, ds = open_inputs(model or recipe.model, data or recipe.data, log, calibration)
+    recipe = prepare(recipe, src, ds, backend)
     out_dir = Path(output or recipe.output or "optimize-out")
+    if out_dir.suffix == ".tflite":
+        recipe = recipe.model_copy(update={"name": out_dir.stem})
+        out_dir = out_dir.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     ws = Workspace(src, ds, out_dir / ".work", threads, log)
-    ref = Path(reference) if reference else None
-    baseline = None
-    plain_float = [s.technique for s in recipe.steps] == ["convert"] and recipe.scheme == "float32"
-    if measure_it and ds is not None and ref is None and not plain_float:
-        if src.kind == "tflite":
-            ref = src.path
-        else:  # the float32 conversion of the same model: what accuracy and fidelity are compared with
-            float32 = resolve(build("float32", [{"technique": "convert"}]), src)
-            base = make_candidate(ws, float32, ws.workdir, delegates=False, timing=False)
-            if base.ok:
-                ref, baseline = ws.workdir / base.artifact, base.metrics
-    if measure_it and ds is not None and ref is not None and baseline is None:
-        baseline = measure.evaluate(ref, ds, threads=threads, timing=False)
     try:
+        ref, baseline = _reference(ws, recipe, reference) if measure_it and ds is not None else (None, None)
         return make_candidate(
             ws, recipe, out_dir, measure_it=measure_it, reference=ref, baseline=baseline, delegates=delegates
         )
     finally:
         shutil.rmtree(ws.workdir, ignore_errors=True)
+
+
+def _reference(ws: Workspace, recipe: Recipe, reference: str | Path | None) -> tuple[Path | None, Metrics | None]:
+    """What a single run is compared with: the given reference, the float .tflite it started from, or
+    the float32 conversion of the same model; and that reference's own metrics."""
+    if reference is not None:
+        ref = Path(reference)
+    elif [s.technique for s in recipe.steps] == ["convert"] and recipe.scheme == "float32":
+        return None, None  # the float32 model is its own reference
+    elif ws.src.kind == "tflite":
+        ref = ws.src.path
+    else:
+        float32 = resolve(build("float32", [{"technique": "convert"}]), ws.src)
+        base = make_candidate(ws, float32, ws.workdir, delegates=False, timing=False)
+        return (ws.workdir / base.artifact, base.metrics) if base.ok else (None, None)
+    return ref, measure.evaluate(ref, ws.data, threads=ws.threads, timing=False)

@@ -1,25 +1,28 @@
 """Recipes: an ordered list of technique steps, plus the model, data, targets, goals and output around it.
 
-A recipe is TOML (`recipes/*.toml`) or is built in memory by a CLI shortcut; both take the same path.
-Every step is validated against its technique's params before any model is loaded, and every error
-names the file, the step, the field and what is allowed.
+A recipe is TOML (`recipes/*.toml`) or is built in memory by a CLI shortcut (`chain`); both take the
+same path. `Recipe.model_validate` checks everything before any model is loaded: keys, targets,
+goals, every step's params (parsed by the technique itself) and the stage order. Every error names the
+file, the step, the field and what is allowed, in one line.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import tomllib
 from pathlib import Path
 
-import tomllib
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import registry
-from .errors import RecipeError
-from .results import TARGETS, Goals, Step
+from .errors import RecipeError, from_validation
+from .registry import Stage
+from .results import Goals, Step
+from .vocab import CALIBRATED_SCHEMES, DEFAULT_BACKEND, PTQ_SCHEMES, Backend, Scheme, Target
 
-RECIPE_KEYS = ("name", "description", "model", "data", "targets", "goals", "output", "steps")
-GOAL_KEYS = tuple(Goals.model_fields)
+#: Plain file-name tokens: a recipe's name becomes `<name>.tflite` inside the output folder.
+NAME_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"
 
 
 class Recipe(BaseModel):
@@ -27,108 +30,201 @@ class Recipe(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str
+    name: str = Field(pattern=NAME_PATTERN, max_length=120, description="Also the artifact's file name.")
     description: str = ""
     model: str | None = None
     data: str | None = None
-    targets: tuple[str, ...] = ()
+    targets: tuple[Target, ...] = ()
     goals: Goals = Field(default_factory=Goals)
+    backend: Backend = Field(
+        Backend.AUTO,
+        description="Who quantizes post-training schemes: auto (per scheme), converter or litert.",
+    )
     output: str | None = None
-    steps: tuple[Step, ...]
+    steps: tuple[Step, ...] = Field((), validate_default=True)
     source: str = "<memory>"
+
+    @field_validator("steps")
+    @classmethod
+    def _has_steps(cls, steps: tuple[Step, ...]) -> tuple[Step, ...]:
+        if not steps:
+            raise ValueError("the recipe has no [[steps]]; add at least one [[steps]] table with a technique.")
+        return steps
+
+    @model_validator(mode="after")
+    def _stage_order(self) -> Recipe:
+        """keras* -> convert (at most once) -> tflite*: steps never go back."""
+        last, converts = Stage.KERAS, 0
+        for i, s in enumerate(self.steps, 1):
+            stage = registry.get(s.technique).stage
+            if stage.order < last.order:
+                raise ValueError(
+                    f"step {i}: {s.technique} ({stage.value} stage) comes after a {last.value} step; "
+                    "order steps keras (prune/cluster/qat) -> convert -> tflite (quantize)."
+                )
+            converts += stage is Stage.CONVERT
+            last = stage
+        if converts > 1:
+            raise ValueError(f"has {converts} convert steps; a pipeline converts to .tflite exactly once.")
+        return self
 
     @property
     def hash(self) -> str:
         """Stable hash of the resolved steps: what was done, independent of names and paths."""
-        blob = json.dumps([s.model_dump() for s in self.steps], sort_keys=True)
+        blob = json.dumps([s.model_dump(mode="json") for s in self.steps], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @property
-    def scheme(self) -> str:
+    def scheme(self) -> Scheme:
         """The numeric scheme of the final artifact (the last step that sets one)."""
-        scheme = "float32"
+        scheme = Scheme.FLOAT32
         for s in self.steps:
-            scheme = s.params.get("scheme", scheme)
-        return scheme
+            scheme = getattr(s.params, "scheme", None) or scheme
+        return Scheme(scheme)
 
     @property
-    def backend(self) -> str:
-        return "litert" if any(s.technique == "quantize" for s in self.steps) else "converter"
+    def made_by(self) -> Backend:
+        """Which backend makes the artifact: LiteRT Quantizer when a quantize step runs, else the converter."""
+        return Backend.LITERT if any(s.technique == "quantize" for s in self.steps) else Backend.CONVERTER
+
+    @property
+    def needs_calibration(self) -> bool:
+        return any(getattr(s.params, "scheme", None) in CALIBRATED_SCHEMES for s in self.steps)
 
     def to_toml(self) -> str:
-        """The recipe as TOML a user can save and run with `optimize run`."""
-        lines = [f'name = "{self.name}"']
+        """The recipe as TOML a user can save and run with `optimize run` (written with tomli_w)."""
+        import tomli_w
+
+        doc: dict = {"name": self.name}
         if self.description:
-            lines.append(f"description = {json.dumps(self.description)}")
+            doc["description"] = self.description
         if self.targets:
-            lines.append(f"targets = {json.dumps(list(self.targets))}")
-        goals = {k: v for k, v in self.goals.model_dump().items() if v is not None and k != "objective"}
-        if goals or self.goals.objective != "size":
-            lines.append("\n[goals]")
-            lines += [f"{k} = {json.dumps(v)}" for k, v in goals.items()]
-            lines.append(f'objective = "{self.goals.objective}"')
+            doc["targets"] = [str(t) for t in self.targets]
+        if self.backend is not Backend.AUTO:
+            doc["backend"] = str(self.backend)
+        goals = {k: v for k, v in self.goals.model_dump(mode="json").items() if v is not None}
+        if goals != {"objective": "size"}:
+            doc["goals"] = goals
+        doc["steps"] = [{k: v for k, v in s.flat().items() if v is not None} for s in self.steps]
+        return tomli_w.dumps(doc)
+
+    def with_backend(self, backend: Backend | str | None = None) -> Recipe:
+        """The same pipeline with its post-training schemes made by `backend` (default: the recipe's own).
+
+        converter: the TFLite converter quantizes while converting. litert: convert to float32 once and
+        quantize the flatbuffer with LiteRT Quantizer (a `quantize` step). auto: per scheme, as
+        `vocab.DEFAULT_BACKEND` says. After QAT, or with float fallback, the converter is always used
+        (LiteRT Quantizer does not read fake-quant ranges or fall back per op).
+        """
+        backend = Backend(backend or self.backend)
+        qat = any(s.technique == "qat" for s in self.steps)
+        raw: list[dict] = []
         for s in self.steps:
-            lines.append("\n[[steps]]")
-            lines.append(f'technique = "{s.technique}"')
-            lines += [f"{k} = {_toml_value(v)}" for k, v in s.params.items() if v is not None]
-        return "\n".join(lines) + "\n"
+            p = s.flat()
+            wanted = backend
+            if backend is Backend.AUTO:
+                wanted = DEFAULT_BACKEND.get(p.get("scheme"), Backend.CONVERTER)
+            raw = _express(raw, p, wanted, locked=qat or bool(p.get("float_fallback")))
+        return self.model_copy(update={"steps": make_steps(raw), "backend": backend})
 
 
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return json.dumps(v)
+_FLOAT32 = {"technique": "convert", "scheme": "float32"}
 
 
-def params_error(tech: registry.Technique, e: Exception, where: str = "") -> RecipeError:
-    """Turn a pydantic error into one line naming the step, the field and what is allowed."""
-    if not isinstance(e, ValidationError):
-        return RecipeError(f"{where}{tech.name}: {e}")
-    err = e.errors()[0]
-    field = ".".join(str(x) for x in err["loc"]) or "(params)"
-    if err["type"] == "extra_forbidden":
-        allowed = ", ".join(tech.params.model_fields)
-        return RecipeError(f"{where}{tech.name}: unknown key {field!r}.", f"Allowed keys: {allowed}.")
-    return RecipeError(
-        f"{where}{tech.name}.{field}: {err['msg']} (got {err.get('input')!r}).",
-        f"Run `optimize recipes techniques` to see {tech.name}'s params.",
-    )
+def _is_float32(step: dict) -> bool:
+    return step.get("technique") == "convert" and step.get("scheme") == "float32"
 
 
-def make_steps(raw_steps: list[dict], where: str = "") -> tuple[Step, ...]:
-    """Validate raw steps, fill defaults, and check the stage order (keras* -> convert -> tflite*)."""
-    steps: list[Step] = []
-    last_stage = registry.Stage.KERAS
-    converts = 0
+def _express(done: list[dict], step: dict, backend: Backend, locked: bool) -> list[dict]:
+    """`done` followed by `step` expressed with `backend`: a post-training convert becomes float32 +
+    quantize for LiteRT, and a quantize after a float32 conversion folds back into the converter."""
+    scheme = step.get("scheme")
+    calib = {"scheme": scheme, "io": step.get("io"), "samples": step.get("samples")}
+    if backend is Backend.LITERT and step["technique"] == "convert" and scheme in PTQ_SCHEMES and not locked:
+        return [*done, dict(_FLOAT32), {"technique": "quantize", **calib}]
+    if backend is Backend.CONVERTER and step["technique"] == "quantize" and any(map(_is_float32, done)):
+        return [*[d for d in done if not _is_float32(d)], {"technique": "convert", **calib}]
+    return [*done, step]  # (a .tflite input keeps its quantize step: it cannot be converted again)
+
+
+def as_given(name: str = "float32") -> Recipe:
+    """A recipe of no steps: the input model itself (the baseline of a float .tflite)."""
+    return Recipe.model_construct(name=name, steps=())
+
+
+def make_steps(raw_steps: list[dict]) -> tuple[Step, ...]:
+    """Typed steps from flat dicts (`{"technique": ..., **params}`), in order; errors name the step."""
+    steps = []
     for i, raw in enumerate(raw_steps, 1):
-        loc = f"{where}step {i}: "
-        if not isinstance(raw, dict) or "technique" not in raw:
-            raise RecipeError(f"{loc}missing 'technique'.", f"Known: {', '.join(sorted(registry.techniques()))}.")
-        raw = dict(raw)
         try:
-            tech = registry.get(raw.pop("technique"))
-        except RecipeError as e:
-            raise RecipeError(f"{loc}{e}") from None
-        try:
-            params = tech.params.model_validate(raw)
+            steps.append(Step.model_validate(raw))
         except ValidationError as e:
-            raise params_error(tech, e, loc) from None
-        if tech.stage.order < last_stage.order:
-            raise RecipeError(
-                f"{loc}{tech.name} ({tech.stage.value} stage) comes after a {last_stage.value} step.",
-                "Order steps keras (prune/cluster/qat) -> convert -> tflite (quantize).",
-            )
-        converts += tech.stage is registry.Stage.CONVERT
-        last_stage = tech.stage
-        steps.append(Step(technique=tech.name, params=params.model_dump(mode="json")))
-    if converts > 1:
-        raise RecipeError(f"{where}has {converts} convert steps.", "A pipeline converts to .tflite exactly once.")
+            raise from_validation(e, Step, where=f"step {i}: ", kind=RecipeError) from None
     return tuple(steps)
 
 
 def build(name: str, steps: list[dict], **fields) -> Recipe:
-    """Build a recipe in memory (the CLI shortcuts and the sweep use this)."""
-    return Recipe(name=name, steps=make_steps(steps), **fields)
+    """Build a recipe in memory from flat steps (the CLI shortcuts, the sweep and the advisor use this)."""
+    typed = make_steps(steps)
+    try:
+        return Recipe.model_validate({"name": name, "steps": typed, **fields})
+    except ValidationError as e:
+        raise from_validation(e, Recipe, kind=RecipeError) from None
+
+
+#: Tokens `chain` understands after the first step: Keras techniques, or a scheme (the conversion).
+CHAIN_TOKENS = ("prune", "cluster", "qat", *(str(s) for s in Scheme))
+
+
+def chain(first: dict, then: str | list[str] | None) -> list[dict]:
+    """The steps of `first` followed by `then` (e.g. "cluster,int8"), so a chain never undoes its own work.
+
+    Tokens: prune, cluster, qat, or a scheme (the final conversion). A later cluster keeps an earlier
+    pruning's zeros; a later QAT preserves whatever the earlier steps made (sparsity, clusters or both).
+    QAT must end in an int8 or dynamic conversion (its fake-quant ranges are for 8-bit).
+    """
+    tokens = [t.strip() for t in (then.split(",") if isinstance(then, str) else then or []) if t.strip()]
+    steps = [dict(first)]
+    for tok in tokens:
+        if tok in Scheme.__members__.values():
+            steps.append({"technique": "convert", "scheme": tok})
+        elif tok in ("prune", "cluster", "qat"):
+            steps.append(_keras_step(tok, steps))
+        else:
+            raise RecipeError(f"--then: unknown step {tok!r}.", f"Use one of: {', '.join(CHAIN_TOKENS)}.")
+    _check_qat_ends_in_8bit(steps)
+    return steps
+
+
+def _keras_step(technique: str, before: list[dict]) -> dict:
+    """A Keras step that keeps what the steps before it made (zeros, clusters)."""
+    pruned = any(s["technique"] == "prune" for s in before)
+    clustered = [s for s in before if s["technique"] == "cluster"]
+    if technique == "cluster":
+        return {"technique": "cluster", "preserve_sparsity": pruned}
+    if technique == "qat":
+        sparse = pruned or any(s.get("preserve_sparsity") for s in clustered)
+        kept = ("clusters+sparsity" if sparse else "clusters") if clustered else ("sparsity" if pruned else "none")
+        return {"technique": "qat", "preserve": kept}
+    return {"technique": technique}
+
+
+def _check_qat_ends_in_8bit(steps: list[dict]) -> None:
+    qat_at = next((i for i, s in enumerate(steps) if s["technique"] == "qat"), None)
+    if qat_at is None:
+        return
+    after = [s.get("scheme", "float32") for s in steps[qat_at + 1 :] if s["technique"] == "convert"]
+    if after and after[-1] not in (Scheme.INT8, Scheme.DYNAMIC):
+        raise RecipeError(
+            f"QAT then {after[-1]} makes no sense: QAT trains for 8-bit integer ranges.",
+            "End the chain with int8 (or dynamic).",
+        )
+
+
+def name_for(first: str, then: str | list[str] | None) -> str:
+    """A readable candidate name for a chain: `prune-cluster-int8`."""
+    tokens = [t.strip() for t in (then.split(",") if isinstance(then, str) else then or []) if t.strip()]
+    return "-".join([first, *tokens]) if tokens else f"{first}-float32"
 
 
 def load_recipe(path: str | Path) -> Recipe:
@@ -145,36 +241,14 @@ def load_recipe(path: str | Path) -> Recipe:
         raw = tomllib.loads(p.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise RecipeError(f"{where}not valid TOML ({e}).", "Fix the syntax; see recipes/README.md.") from None
-    unknown = sorted(set(raw) - set(RECIPE_KEYS))
-    if unknown:
-        raise RecipeError(f"{where}unknown key {unknown[0]!r}.", f"Allowed keys: {', '.join(RECIPE_KEYS)}.")
-    goals = raw.get("goals", {})
-    bad = sorted(set(goals) - set(GOAL_KEYS)) if isinstance(goals, dict) else ["(not a table)"]
-    if bad:
-        raise RecipeError(f"{where}goals: unknown key {bad[0]!r}.", f"Allowed keys: {', '.join(GOAL_KEYS)}.")
-    targets = raw.get("targets", [])
-    for t in targets:
-        if t not in TARGETS:
-            raise RecipeError(f"{where}unknown target {t!r}.", f"Allowed targets: {', '.join(TARGETS)}.")
-    if not raw.get("steps"):
-        raise RecipeError(f"{where}has no [[steps]].", "Add at least one [[steps]] table with a technique.")
+    except OSError as e:
+        raise RecipeError(f"{where}cannot be read ({e.strerror}).", "Pass a readable recipe file.") from None
+    raw.setdefault("name", p.stem)
+    raw["source"] = str(p)
     try:
-        goals_model = Goals.model_validate(goals)
+        return Recipe.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        raise RecipeError(f"{where}goals.{err['loc'][0]}: {err['msg']}.") from None
-    steps = make_steps(raw["steps"], where)
-    return Recipe(
-        name=raw.get("name", p.stem),
-        description=raw.get("description", ""),
-        model=raw.get("model"),
-        data=raw.get("data"),
-        targets=tuple(targets),
-        goals=goals_model,
-        output=raw.get("output"),
-        steps=steps,
-        source=str(p),
-    )
+        raise from_validation(e, Recipe, where=where, kind=RecipeError, fix="See recipes/README.md.") from None
 
 
 def recipes_dir() -> Path:

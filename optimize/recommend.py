@@ -21,18 +21,8 @@ from __future__ import annotations
 import math
 
 from .errors import GoalsNotMet, OptimizeError, StudyError
-from .results import TARGETS, Candidate, Goals, Record, Step, Study
-
-#: Which delegate report decides whether a target runs a candidate (Edge TPU and MCU have none).
-TARGET_DELEGATE: dict[str, str | None] = {
-    "cpu": "xnnpack",
-    "gpu": "gpu",
-    "nnapi": "nnapi",
-    "hexagon": "hexagon",
-    "coreml": "coreml",
-    "edgetpu": None,
-    "mcu": None,
-}
+from .results import Candidate, Goals, Record, Step, Study
+from .vocab import TARGET_DELEGATE, Target, names
 
 #: Accuracy drops below this (one point) count as "sensitive": int8 PTQ may not hold them.
 SENSITIVE_DROP = 0.01
@@ -117,9 +107,9 @@ class Recommendation(Record):
 # ----------------------------------------------------------------------------------------- inputs
 def check_target(target: str) -> str:
     """Return the target, or raise one clear line naming the known ones."""
-    if target not in TARGETS:
-        raise OptimizeError(f"Unknown target {target!r}.", f"Choose one of: {', '.join(TARGETS)}.")
-    return target
+    if target not in names(Target):
+        raise OptimizeError(f"Unknown target {target!r}.", f"Choose one of: {', '.join(names(Target))}.")
+    return Target(target)
 
 
 def make_goals(
@@ -392,7 +382,7 @@ def candidate_io(c: Candidate) -> str:
     """The I/O type of a candidate's artifact: the last step that sets `io`, else float."""
     io = "float"
     for s in c.steps:
-        io = s.params.get("io", io) or io
+        io = getattr(s.params, "io", None) or io
     return io
 
 
@@ -529,6 +519,11 @@ def judge(c: Candidate, target: str | None, goals: Goals) -> str | None:
     return _first_problem(c, check_target(target or "cpu"), goals, None, set())
 
 
+def judge_recipe(c: Candidate, recipe) -> list[tuple[str, str | None]]:
+    """A recipe's result judged against each of its own targets (cpu when it names none) and its goals."""
+    return [(str(t), judge(c, t, recipe.goals)) for t in (recipe.targets or (Target.CPU,))]
+
+
 def _rank_key(c: Candidate, objective: str, index: int) -> tuple:
     """Objective first, then the other two axes, then study order: ties are deterministic."""
     size, lat, neg_acc = _point(c)
@@ -623,7 +618,7 @@ def recommend(
 
 
 def _candidate_toml(c: Candidate, target: str, goals: Goals) -> str:
-    steps = [{"technique": s.technique, **s.params} for s in c.steps]
+    steps = [s.flat() for s in c.steps]
     return recipe_toml(c.name, steps, target, goals)
 
 

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .errors import RecipeError
+from .errors import RecipeError, from_validation
 
 TECHNIQUE_MODULES = ("convert", "prune", "cluster", "qat", "litert_quantize")
 
 
-class Stage(str, enum.Enum):
+class Stage(enum.StrEnum):
     """Steps run in this order and never go back."""
 
     KERAS = "keras"  # Keras -> Keras (prune, cluster, QAT)
@@ -60,14 +60,27 @@ class Technique:
     fn: Callable
     summary: str
 
-    def parse(self, raw: dict) -> Params:
-        """Validate raw params (from TOML or the CLI); raise a RecipeError naming field and allowed values."""
-        from .recipe import params_error
+    def parse(self, raw: dict | Params | None, where: str = "") -> Params:
+        """The technique's frozen params from raw values (TOML, the CLI, a study file).
 
+        The one place a params error is worded: a RecipeError naming the step, the field and the
+        allowed keys or values.
+        """
+        if isinstance(raw, self.params):
+            return raw
+        if isinstance(raw, Params):
+            raw = raw.model_dump()
         try:
             return self.params.model_validate(raw or {})
-        except Exception as e:  # pydantic.ValidationError
-            raise params_error(self, e) from None
+        except ValidationError as e:
+            raise from_validation(
+                e,
+                self.params,
+                where=where,
+                root=self.name,
+                kind=RecipeError,
+                fix=f"Run `optimize recipes techniques` to see {self.name}'s params.",
+            ) from None
 
 
 _REGISTRY: dict[str, Technique] = {}

@@ -324,3 +324,15 @@ def write_report(study: Study, out_dir: Path, recommendation: Recommendation | N
     paths["markdown"] = write_atomic(out_dir / "report.md", render_markdown(study, recommendation, images).encode())
     paths["html"] = write_atomic(out_dir / "report.html", render_html(study, recommendation, plots).encode())
     return paths
+
+
+def write_report_for(study_path: Path, out_dir: Path | None = None, target: str | None = None) -> dict[str, Path]:
+    """Load a study, recommend for `target` if given, and write its report (beside the study by default)."""
+    from .recommend import recommend
+    from .results import load_study
+
+    study_path = Path(study_path)
+    st = load_study(study_path)
+    rec = recommend(st, target) if target else None
+    folder = out_dir or (study_path if study_path.is_dir() else study_path.parent)
+    return write_report(st, folder, rec)

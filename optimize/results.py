@@ -13,14 +13,13 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
-from .errors import StudyError
+from .errors import StudyError, from_validation
+from .registry import Params
+from .vocab import Backend, Delegate, Objective, Scheme
 
 SCHEMA_VERSION = 1
-
-Scheme = Literal["float32", "float16", "dynamic", "int8", "int16x8"]
-SCHEMES: tuple[str, ...] = ("float32", "float16", "dynamic", "int8", "int16x8")
 
 
 class Record(BaseModel):
@@ -106,7 +105,7 @@ class NodeVerdict(Record):
 class DelegateReport(Record):
     """What one delegate would do with one model."""
 
-    delegate: Literal["gpu", "nnapi", "hexagon", "coreml", "xnnpack"]
+    delegate: Delegate
     source: Literal["rules", "runtime", "rules+runtime"] = Field(
         description="'rules': predicted from the delegate's acceptance rules; 'runtime': observed."
     )
@@ -121,24 +120,52 @@ class DelegateReport(Record):
     vetoed: str | None = Field(None, description="Why the whole model stays on the CPU, if it does.")
 
 
-Target = Literal["cpu", "gpu", "nnapi", "hexagon", "coreml", "edgetpu", "mcu"]
-TARGETS: tuple[str, ...] = ("cpu", "gpu", "nnapi", "hexagon", "coreml", "edgetpu", "mcu")
-
-
 class Goals(Record):
     """What a user will accept. Accuracy drop is a fraction: 0.01 is one point of top-1."""
 
     max_accuracy_drop: float | None = Field(None, ge=0, le=1)
     max_size_bytes: int | None = Field(None, gt=0)
     max_latency_ms: float | None = Field(None, gt=0)
-    objective: Literal["size", "latency", "accuracy"] = "size"
+    objective: Objective = Objective.SIZE
 
 
 class Step(Record):
-    """One resolved pipeline step: a technique name and its params with defaults filled in."""
+    """One resolved pipeline step: a technique name and its own frozen params, defaults filled in.
+
+    Raw params (a dict from TOML, the CLI or a study file) are parsed by the technique on the way in,
+    so a step is typed from the recipe to `study.json` and back.
+    """
 
     technique: str
-    params: dict = Field(default_factory=dict)
+    params: SerializeAsAny[Params]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed(cls, data):
+        if not isinstance(data, dict):
+            return data
+        if "params" not in data:  # a flat TOML [[steps]] table: technique = "...", then its params
+            data = {"technique": data.get("technique"), "params": {k: v for k, v in data.items() if k != "technique"}}
+        name = data.get("technique")
+        if not isinstance(name, str):
+            raise ValueError(f"technique must be a technique's name, got {name!r}")
+        from . import registry
+        from .errors import RecipeError
+
+        try:
+            params = registry.get(name).parse(data.get("params"))
+        except RecipeError as e:
+            raise ValueError(str(e)) from None  # located by the caller: "step 2: ..."
+        return {**data, "params": params}
+
+    @classmethod
+    def of(cls, technique: str, **params) -> Step:
+        """A step from a technique name and raw params: `Step.of("convert", scheme="int8")`."""
+        return cls(technique=technique, params=params)
+
+    def flat(self) -> dict:
+        """`{"technique": ..., **params}`: the shape of a TOML [[steps]] table."""
+        return {"technique": self.technique, **self.params.model_dump(mode="json")}
 
 
 class Candidate(Record):
@@ -147,8 +174,8 @@ class Candidate(Record):
     name: str
     steps: list[Step]
     recipe_hash: str
-    scheme: str = Field(description="Numeric scheme of the final artifact: float32, float16, ...")
-    backend: str | None = Field(None, description="What made the .tflite: 'converter' or 'litert'.")
+    scheme: Scheme = Field(description="Numeric scheme of the final artifact: float32, float16, ...")
+    backend: Backend | None = Field(None, description="What made the .tflite: 'converter' or 'litert'.")
     artifact: str | None = Field(None, description="Path of the .tflite, relative to the study file.")
     metrics: Metrics | None = None
     delegates: dict[str, DelegateReport] = Field(default_factory=dict)
@@ -158,11 +185,59 @@ class Candidate(Record):
     notes: list[str] = Field(default_factory=list)
     seconds: float = Field(0.0, description="Wall time to produce and measure this candidate.")
     cached: bool = False
-    error: str | None = Field(None, description="Why this candidate failed; the rest of the study stands.")
+    error: str | None = Field(None, description="Why this candidate failed, in one line; the rest of the study stands.")
+    error_kind: str | None = Field(
+        None, description="The failure's class (TechniqueFailed, OSError, WorkerCrashed, ...): what the cache keys on."
+    )
+    error_detail: str | None = Field(None, description="The failure's full text (converter logs, ...), when longer.")
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.metrics is not None
+
+    @classmethod
+    def failed(
+        cls,
+        recipe,
+        error: BaseException | str,
+        *,
+        kind: str | None = None,
+        detail: str | None = None,
+        seconds: float = 0.0,
+    ) -> Candidate:
+        """The record of a recipe that produced nothing: the one place a failed candidate is built."""
+        if isinstance(error, BaseException):
+            kind = kind or type(error).__name__
+            text = error_line(error)
+            full = str(error).strip()
+            detail = detail or (full if full and full != text else None)
+        else:
+            text = error
+        return cls(
+            name=recipe.name,
+            steps=list(recipe.steps),
+            recipe_hash=recipe.hash,
+            scheme=recipe.scheme,
+            backend=recipe.made_by,
+            error=text,
+            error_kind=kind,
+            error_detail=detail,
+            seconds=seconds,
+        )
+
+
+def error_line(e: BaseException) -> str:
+    """One line for a failure: the message of our own errors, else the class, the first line and where."""
+    import traceback
+
+    from .errors import OptimizeError, TechniqueFailed
+
+    if isinstance(e, (TechniqueFailed, OptimizeError)):
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    last = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    where = f" (at {Path(last.filename).name}:{last.lineno})" if last else ""
+    msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+    return f"{e.__class__.__name__}: {msg}{where}"
 
 
 class Environment(Record):
@@ -221,9 +296,9 @@ def load_study(path: str | os.PathLike) -> Study:
     try:
         return Study.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
-        raise StudyError(f"{p} is not a valid study: {where}: {err['msg']}.", "Re-run `optimize sweep`.") from None
+        raise from_validation(
+            e, Study, where=f"{p} is not a valid study: ", kind=StudyError, fix="Re-run `optimize sweep`."
+        ) from None
 
 
 def write_atomic(path: Path, data: bytes) -> Path:

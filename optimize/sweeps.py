@@ -17,7 +17,6 @@ from . import _tf, measure, models, registry, runtime
 from .data import Dataset
 from .errors import RecipeError
 from .pipeline import (
-    PTQ_SCHEMES,
     Log,
     Workspace,
     _key,
@@ -26,11 +25,11 @@ from .pipeline import (
     make_candidate,
     open_inputs,
     resolve,
-    with_backend,
 )
-from .recipe import Recipe, build
+from .recipe import Recipe, as_given, build
 from .registry import Stage
 from .results import Candidate, Study
+from .vocab import PTQ_SCHEMES
 
 #: The default sweep: the float baseline, every post-training scheme and the useful chains.
 DEFAULT_SWEEP: tuple[tuple[str, list[dict]], ...] = (
@@ -59,7 +58,7 @@ def default_recipes(include_training: bool = True, backend: str | None = None) -
     for name, steps in DEFAULT_SWEEP:
         if not include_training and any(s["technique"] in ("prune", "cluster", "qat") for s in steps):
             continue
-        out.append(with_backend(build(name, steps), backend or "auto"))
+        out.append(build(name, steps).with_backend(backend))
     return out
 
 
@@ -95,12 +94,12 @@ def plan(
         include_training = src.kind == "keras2" and ds is not None and ds.y_train is not None
         recipes = default_recipes(include_training, backend)
         if src.kind == "tflite":
-            recipes = [build("float32", [])] + [build(s, [{"technique": "quantize", "scheme": s}]) for s in PTQ_SCHEMES]
+            recipes = [as_given("float32")] + [build(s, [{"technique": "quantize", "scheme": s}]) for s in PTQ_SCHEMES]
         if ds is None:
             recipes = [r for r in recipes if r.scheme not in ("int8", "int16x8")]
             log("No data given: skipping int8 and int16x8 (they need calibration data) and accuracy.")
     else:
-        recipes = [with_backend(r, backend) for r in recipes]
+        recipes = [r.with_backend(backend) for r in recipes]
     names = [r.name for r in recipes]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
@@ -231,7 +230,7 @@ def sweep(
     if baseline_recipe is not None:
         done[baseline_recipe.name] = _as_baseline(done[baseline_recipe.name])
     study = Study(
-        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         model="demo" if model is None else str(model),
         model_fingerprint=src.fingerprint,
         data=ds.source if ds else None,

@@ -127,20 +127,29 @@ def test_keras_steps_on_a_tflite_are_refused(float_tflite, tmp_path):
 
 
 def test_litert_backend_rewrites_ptq_steps():
-    r = pipeline.with_backend(build("int8", [{"technique": "convert", "scheme": "int8"}]), "litert")
-    assert [(s.technique, s.params["scheme"]) for s in r.steps] == [("convert", "float32"), ("quantize", "int8")]
-    assert r.backend == "litert"
-    back = pipeline.with_backend(r, "converter")
-    assert [(s.technique, s.params["scheme"]) for s in back.steps] == [("convert", "int8")]
-    io = pipeline.with_backend(build("x", [{"technique": "convert", "scheme": "int8", "io": "int8"}]), "litert")
-    assert io.steps[-1].params["io"] == "int8" and io.backend == "litert"
+    r = build("int8", [{"technique": "convert", "scheme": "int8"}]).with_backend("litert")
+    assert [(s.technique, s.params.scheme) for s in r.steps] == [("convert", "float32"), ("quantize", "int8")]
+    assert r.made_by == "litert"
+    back = r.with_backend("converter")
+    assert [(s.technique, s.params.scheme) for s in back.steps] == [("convert", "int8")]
+    io = build("x", [{"technique": "convert", "scheme": "int8", "io": "int8"}]).with_backend("litert")
+    assert io.steps[-1].params.io == "int8" and io.made_by == "litert"
     auto = [
-        pipeline.with_backend(build(s, [{"technique": "convert", "scheme": s}]), "auto").backend
+        build(s, [{"technique": "convert", "scheme": s}]).with_backend("auto").made_by
         for s in ("float16", "dynamic", "int8", "int16x8")
     ]
     assert auto == ["litert", "litert", "litert", "litert"]
-    qat = pipeline.with_backend(build("q", [{"technique": "qat"}, {"technique": "convert", "scheme": "int8"}]), "auto")
-    assert qat.backend == "converter"  # fake-quant ranges are read by the converter only
+    qat = build("q", [{"technique": "qat"}, {"technique": "convert", "scheme": "int8"}]).with_backend("auto")
+    assert qat.made_by == "converter"  # fake-quant ranges are read by the converter only
+
+
+def test_cli_and_api_use_the_same_backend_default():
+    """One default: a recipe written with a converter step runs the same whether the CLI or run() takes it."""
+    from optimize.vocab import DEFAULT_BACKEND
+
+    r = build("int8", [{"technique": "convert", "scheme": "int8"}])
+    assert r.backend == "auto" and r.with_backend().made_by == DEFAULT_BACKEND["int8"]
+    assert r.with_backend("converter").made_by == "converter"
 
 
 @pytest.mark.slow

@@ -19,9 +19,9 @@ def test_valid_recipe_fills_defaults(tmp_path):
         write(tmp_path, '[[steps]]\ntechnique = "prune"\n\n[[steps]]\ntechnique = "convert"\nscheme = "int8"\n')
     )
     assert [s.technique for s in r.steps] == ["prune", "convert"]
-    assert r.steps[0].params["target_sparsity"] == 0.5
-    assert r.steps[1].params["samples"] == 200
-    assert r.scheme == "int8" and r.backend == "converter"
+    assert r.steps[0].params.target_sparsity == 0.5
+    assert r.steps[1].params.samples == 200
+    assert r.scheme == "int8" and r.made_by == "converter"
     assert len(r.hash) == 16
 
 
@@ -45,7 +45,7 @@ def test_hash_depends_on_params_not_name():
         ('[[steps]]\ntechnique = "convert"\nscheme = "int4"\n', "convert.scheme"),
         ('[[steps]]\ntechnique = "convert"\nscheme = "float16"\nio = "int8"\n', "does not go with scheme"),
         ('colour = "red"\n[[steps]]\ntechnique = "prune"\n', "unknown key 'colour'"),
-        ('targets = ["tpu"]\n[[steps]]\ntechnique = "prune"\n', "unknown target 'tpu'"),
+        ('targets = ["tpu"]\n[[steps]]\ntechnique = "prune"\n', "target 1: 'tpu' is not allowed. Allowed: cpu, gpu"),
         ('[goals]\nmax_acc = 1\n[[steps]]\ntechnique = "prune"\n', "goals: unknown key 'max_acc'"),
         ('[goals]\nmax_accuracy_drop = -1\n[[steps]]\ntechnique = "prune"\n', "goals.max_accuracy_drop"),
         ('name = "x"\n', "has no [[steps]]"),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 
 import pytest
-import tomllib
 from study_fixtures import candidate, empty_study, full_study, report, reports, study
 
 from optimize.errors import GoalsNotMet, OptimizeError, StudyError
@@ -19,7 +19,8 @@ from optimize.recommend import (
     raise_if_unmet,
     recommend,
 )
-from optimize.results import TARGETS, Goals, Step
+from optimize.results import Goals, Step
+from optimize.vocab import Target
 
 ONE_POINT = Goals(max_accuracy_drop=0.01)
 TWO_POINTS = Goals(max_accuracy_drop=0.02)
@@ -154,7 +155,7 @@ def test_pruning_fact_and_latency_fact():
 
 
 def test_every_target_has_advice():
-    for t in TARGETS:
+    for t in Target:
         assert advise(t, have_calibration_data=False).pipeline
 
 
@@ -415,10 +416,8 @@ def test_candidate_steps_round_trip_into_the_recipe():
     )
     rec = recommend(s, "cpu")
     recipe = tomllib.loads(rec.chosen_recipe_toml)
-    assert recipe["steps"] == [
-        {"technique": "prune", "target_sparsity": 0.5},
-        {"technique": "convert", "scheme": "int8"},
-    ]
+    assert [s["technique"] for s in recipe["steps"]] == ["prune", "convert"]
+    assert recipe["steps"][0]["target_sparsity"] == 0.5 and recipe["steps"][1]["scheme"] == "int8"
 
 
 def test_format_recommendation_says_everything():

@@ -61,7 +61,7 @@ def test_hand_edited_nonsense(tmp_path):
     raw["candidates"][0]["metrics"]["size"]["bytes"] = "big"
     p = tmp_path / "study.json"
     p.write_text(json.dumps(raw))
-    with pytest.raises(StudyError, match="candidates.0.metrics.size.bytes"):
+    with pytest.raises(StudyError, match="candidate 1.metrics.size.bytes"):
         load_study(p)
     raw["candidates"][0]["metrics"]["size"] = {"bytes": 1, "gzip_bytes": 1, "colour": 2}
     p.write_text(json.dumps(raw))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -13,16 +12,16 @@ from ..errors import DataError, TechniqueFailed
 from ..registry import Context, Params, Stage, technique
 from ..results import write_atomic
 from ..runtime import captured_stderr
-
-IO_FOR_SCHEME = {"int8": ("float", "int8", "uint8"), "int16x8": ("float", "int16")}
+from ..vocab import IO, Scheme, io_allowed
 
 
 class ConvertParams(Params):
-    scheme: Literal["float32", "float16", "dynamic", "int8", "int16x8"] = Field(
-        "float32", description="float32 (baseline), float16 weights, dynamic-range int8 weights, full int8, int16x8."
+    scheme: Scheme = Field(
+        Scheme.FLOAT32,
+        description="float32 (baseline), float16 weights, dynamic-range int8 weights, full int8, int16x8.",
     )
-    io: Literal["float", "int8", "uint8", "int16"] = Field(
-        "float", description="Input/output type: int8/uint8 for int8 (Edge TPU, microcontrollers), int16 for int16x8."
+    io: IO = Field(
+        IO.FLOAT, description="Input/output type: int8/uint8 for int8 (Edge TPU, microcontrollers), int16 for int16x8."
     )
     samples: int = Field(200, ge=1, le=10000, description="Calibration samples for int8 and int16x8.")
     float_fallback: bool = Field(
@@ -40,9 +39,9 @@ class ConvertParams(Params):
 
     @model_validator(mode="after")
     def _io_fits_scheme(self):
-        allowed = IO_FOR_SCHEME.get(self.scheme, ("float",))
-        if self.io not in allowed:
-            raise ValueError(f"io={self.io!r} does not go with scheme={self.scheme!r}; allowed: {', '.join(allowed)}")
+        problem = io_allowed(self.scheme, self.io)
+        if problem:
+            raise ValueError(problem)
         return self
 
 

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..errors import DataError, ModelError, OptimizeError, TechniqueFailed
 from ..registry import Context, Params, Stage, technique
 from ..results import write_atomic
+from ..vocab import CALIBRATED_SCHEMES, IO, PTQ_SCHEMES, Scheme, io_allowed
 
 RECIPES = {
     "float16": "weight-only float16 (float_casting)",
@@ -31,24 +32,15 @@ RECIPES = {
     "int8": "static_wi8_ai8",
     "int16x8": "static_wi8_ai16",
 }
-CALIBRATED = ("int8", "int16x8")
-# What each scheme can offer as model inputs/outputs. Weight-only and dynamic schemes keep float
-# activations, so their I/O is float; static schemes can expose their activation type at the edges.
-IO_BY_SCHEME = {
-    "float16": ("float",),
-    "dynamic": ("float",),
-    "int8": ("float", "int8", "uint8"),
-    "int16x8": ("float", "int16"),
-}
 _QUANTIZED_DTYPES = ("int8", "uint8", "int16", "float16")
 
 
 class QuantizeParams(Params):
-    scheme: Literal["float16", "dynamic", "int8", "int16x8"] = Field(
+    scheme: Scheme = Field(
         description="float16 weights; dynamic (int8 weights); int8 (calibrated); int16x8 (int16 activations, calibrated)."
     )
-    io: Literal["float", "int8", "uint8", "int16"] = Field(
-        "float",
+    io: IO = Field(
+        IO.FLOAT,
         description="Model input/output type. 'float' keeps float I/O (QUANTIZE/DEQUANTIZE at the edges); "
         "int8 or uint8 with scheme int8, int16 with int16x8, for integer-only pipelines.",
     )
@@ -69,14 +61,19 @@ class QuantizeParams(Params):
         "quantizer's own default, a moving average of per-sample ranges (clips outliers, depends on order).",
     )
 
-    @field_validator("io")
+    @field_validator("scheme")
     @classmethod
-    def _io_fits_scheme(cls, io_type: str, info: ValidationInfo) -> str:
-        scheme = info.data.get("scheme")
-        allowed = IO_BY_SCHEME.get(scheme, ("float",))
-        if io_type not in allowed:
-            raise ValueError(f"scheme {scheme!r} supports io {' or '.join(repr(a) for a in allowed)}")
-        return io_type
+    def _quantized(cls, scheme: Scheme) -> Scheme:
+        if scheme not in PTQ_SCHEMES:
+            raise ValueError(f"quantize makes {', '.join(PTQ_SCHEMES)}; {scheme} is what it starts from")
+        return scheme
+
+    @model_validator(mode="after")
+    def _io_fits_scheme(self):
+        problem = io_allowed(self.scheme, self.io)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 @technique("quantize", stage=Stage.TFLITE, params=QuantizeParams)
@@ -92,7 +89,7 @@ def quantize(model: Path, params: QuantizeParams, ctx: Context) -> Path:
     content = _read_model(model)
     signature, inputs = _inspect(content, model)
     calibration = None
-    if params.scheme in CALIBRATED:
+    if params.scheme in CALIBRATED_SCHEMES:
         calibration = _calibration_data(params, ctx, signature, inputs, model)
     data = _run_quantizer(content, params, ctx, signature, calibration)
     _check_loads(data, params, ctx)

@@ -323,6 +323,38 @@ def report(
         typer.echo(str(p))
 
 
+@app.command()
+def debug(
+    model: Path = typer.Argument(..., help="Keras .keras/.h5, SavedModel dir or float .tflite."),
+    data: Path = typer.Option(..., "--data", "-d", help=".npz whose calibration samples (x) are compared."),
+    scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="int8 or int16x8."),
+    samples: int = typer.Option(64, min=1, max=10000, help="Samples run through both models."),
+    leave_out: int = typer.Option(3, min=0, max=50, help="Worst ops also measured with only them kept float."),
+    threads: int = THREADS,
+    as_json: bool = JSON,
+) -> None:
+    """Which ops break quantization: per-layer error vs float, ranked, and what keeping each in float buys.
+
+    Example: optimize debug model.keras --data data.npz --scheme int8
+    """
+    from . import report_text
+    from .debug import debug_model
+
+    report = debug_model(
+        model,
+        data,
+        scheme=scheme,
+        samples=samples,
+        leave_out=leave_out,
+        threads=threads,
+        log=_quiet if as_json else _log,
+    )
+    if as_json:
+        _print_json(report)
+    else:
+        report_text.print_debug(report)
+
+
 @app.command("run")
 def run_recipe(
     recipe: str = typer.Argument(..., help="A recipe .toml, or a shipped recipe's name (optimize recipes list)."),

@@ -41,6 +41,7 @@ class _State:
     saved_model: Path | None = None
     notes: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    records: dict = field(default_factory=dict)
 
 
 class Workspace:
@@ -63,6 +64,7 @@ class Workspace:
             log=self.log,
             notes=list(state.notes),
             skipped_layers=list(state.skipped),
+            records=dict(state.records),
         )
 
     def _keras_model(self, state: _State):
@@ -108,11 +110,11 @@ class Workspace:
                 path = self.workdir / key / "model.keras"
                 model.save(path)
                 sm = models.export_saved_model(model, self.workdir / key / "saved_model")
-                state = _State("keras", path, sm, ctx.notes, ctx.skipped_layers)
+                state = _State("keras", path, sm, ctx.notes, ctx.skipped_layers, ctx.records)
             elif tech.stage is Stage.CONVERT:
                 sm = self._saved_model(state, _key(self.root, prefix[:-1]))
                 ctx = self._context(key, state)
-                state = _State("tflite", tech.fn(sm, params, ctx), None, ctx.notes, ctx.skipped_layers)
+                state = _State("tflite", tech.fn(sm, params, ctx), None, ctx.notes, ctx.skipped_layers, ctx.records)
             else:
                 if state.kind == "source" and self.src.kind != "tflite":
                     raise RecipeError(
@@ -122,7 +124,9 @@ class Workspace:
                 if state.kind == "keras":
                     raise RecipeError(f"{tech.name} needs a .tflite; add a convert step before it.")
                 ctx = self._context(key, state)
-                state = _State("tflite", tech.fn(state.path, params, ctx), None, ctx.notes, ctx.skipped_layers)
+                state = _State(
+                    "tflite", tech.fn(state.path, params, ctx), None, ctx.notes, ctx.skipped_layers, ctx.records
+                )
             self.memo[key] = state
         if state.kind != "tflite":
             if state.kind == "source" and self.src.kind == "tflite":
@@ -243,6 +247,8 @@ def make_candidate(
             delegates=reports,
             skipped_layers=state.skipped,
             notes=notes,
+            search=state.records.get("search", []),
+            debug=state.records.get("debug"),
             seconds=time.perf_counter() - t0,
         )
     except (DataError, RecipeError):

@@ -85,7 +85,8 @@ class Recipe(BaseModel):
     @property
     def made_by(self) -> Backend:
         """Which backend makes the artifact: LiteRT Quantizer when a quantize step runs, else the converter."""
-        return Backend.LITERT if any(s.technique == "quantize" for s in self.steps) else Backend.CONVERTER
+        tflite_steps = any(registry.get(s.technique).stage is Stage.TFLITE for s in self.steps)
+        return Backend.LITERT if tflite_steps else Backend.CONVERTER
 
     @property
     def needs_calibration(self) -> bool:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import RecipeError, from_validation
 
-TECHNIQUE_MODULES = ("convert", "prune", "cluster", "qat", "litert_quantize")
+TECHNIQUE_MODULES = ("convert", "prune", "cluster", "qat", "litert_quantize", "selective")
 
 
 class Stage(enum.StrEnum):
@@ -50,6 +50,7 @@ class Context:
     log: Callable[[str], None] = lambda msg: None
     notes: list[str] = field(default_factory=list)  # facts for the candidate record
     skipped_layers: list[str] = field(default_factory=list)
+    records: dict[str, Any] = field(default_factory=dict)  # typed records for the candidate (e.g. "search")
 
 
 @dataclass(frozen=True)

@@ -133,3 +133,33 @@ def print_metrics(name: str, m: Metrics) -> None:
         )
     if m.memory:
         con.print(f"  memory    peak {_kb(m.memory.peak_rss_bytes)} ({m.memory.method})")
+
+
+def print_debug(report) -> None:
+    """The per-layer error table: worst first, with what keeping each op in float buys where measured."""
+    from rich.table import Table
+
+    t = Table(title=f"{report.scheme}: output error {report.output_error:.4f} over {report.samples} samples")
+    for col in ("#", "op", "tensor", "rmse/scale", "rel rmse", "added", "weights", "if float"):
+        t.add_column(col, justify="left" if col in ("op", "tensor") else "right")
+    for le in report.layers[:25]:
+        t.add_row(
+            str(le.op_index),
+            le.op,
+            le.tensor,
+            "-" if le.rmse_over_scale is None else f"{le.rmse_over_scale:.2f}",
+            f"{le.relative_rmse:.4f}",
+            f"{le.error_added:+.4f}",
+            f"{le.weight_share * 100:.1f}%",
+            "-" if le.output_error_without is None else f"{le.output_error_without:.4f}",
+        )
+    con = _console()
+    con.print(t)
+    if len(report.layers) > 25:
+        con.print(f"... and {len(report.layers) - 25} more op(s) (use --json for all)")
+    if report.kept_float:
+        con.print("Left in float by the quantizer (unsupported): " + ", ".join(report.kept_float))
+    con.print(
+        "rmse/scale ~0.29 is pure rounding; above ~0.7 points at clipping or a poor range. 'if float': the model's "
+        "output error with everything quantized except that op."
+    )

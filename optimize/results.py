@@ -120,6 +120,57 @@ class DelegateReport(Record):
     vetoed: str | None = Field(None, description="Why the whole model stays on the CPU, if it does.")
 
 
+class LayerError(Record):
+    """One quantized op's output compared with the float model's same tensor, on the same samples.
+
+    The statistics TFLite's QuantizationDebugger reports per layer. `rmse_over_scale` near 0.289 is pure
+    rounding (uniform noise of one step); well above ~0.7 points at clipping or a bad range.
+    """
+
+    op_index: int = Field(description="Index of the op in the quantized model's main subgraph.")
+    op: str
+    tensor: str = Field(description="The op's output tensor (its name is how recipes and overrides address it).")
+    dtype: str = Field(description="The output's quantized type (int8, int16).")
+    rmse: float
+    rmse_over_scale: float | None = Field(None, description="RMSE in quantization steps of the output.")
+    mean_abs_error: float
+    max_abs_error: float
+    relative_rmse: float = Field(description="RMSE over the float output's range (0..1 scale).")
+    error_added: float = Field(
+        description="relative_rmse minus the largest relative_rmse among the op's quantized inputs: what this op adds."
+    )
+    weight_share: float = Field(description="Fraction of the model's weight bytes held by this op.")
+    output_error_without: float | None = Field(
+        None, description="Model output error with everything quantized except this op (None: not tried)."
+    )
+
+
+class DebugReport(Record):
+    """Where a quantized model loses accuracy: every quantized op ranked, worst first."""
+
+    scheme: Scheme
+    samples: int
+    method: str = Field(description="How the tensors were compared (which library facility).")
+    output_error: float = Field(description="Mean |quantized - float| over the float output range, all outputs.")
+    layers: list[LayerError] = Field(description="Ranked: most harmful first.")
+    kept_float: list[str] = Field(
+        default_factory=list, description="Ops the quantizer left in float (unsupported), by op and tensor."
+    )
+    seconds: float = 0.0
+
+
+class SearchStep(Record):
+    """One move of a selective-quantization search: an op taken up to a higher precision, and the result."""
+
+    op: str
+    tensor: str
+    precision: Literal["float", "int16", "int8"] = Field(description="int8: an earlier move undone.")
+    metric: float = Field(description="The budget's metric after this move (drop, error increase or output error).")
+    size_bytes: int
+    qdq_ops: int = Field(description="QUANTIZE and DEQUANTIZE ops in the model after this move (float-island cost).")
+    kept: bool = Field(description="Whether the move was kept (it helped) or undone.")
+
+
 class Goals(Record):
     """What a user will accept. Accuracy drop is a fraction: 0.01 is one point of top-1."""
 
@@ -183,6 +234,10 @@ class Candidate(Record):
         default_factory=list, description="Layers a Keras technique could not wrap and left as they were."
     )
     notes: list[str] = Field(default_factory=list)
+    debug: DebugReport | None = Field(None, description="Per-layer error analysis, when the candidate asked for it.")
+    search: list[SearchStep] = Field(
+        default_factory=list, description="A selective-quantization search's moves, in order."
+    )
     seconds: float = Field(0.0, description="Wall time to produce and measure this candidate.")
     cached: bool = False
     error: str | None = Field(None, description="Why this candidate failed, in one line; the rest of the study stands.")

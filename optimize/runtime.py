@@ -62,10 +62,17 @@ class Loaded:
     threads: int
 
 
-def load(model: str | Path | bytes, threads: int = 2, xnnpack: bool = True) -> Loaded:
-    """Build and allocate an interpreter. A model the runtime rejects is a ModelError with its reason."""
+def load(model: str | Path | bytes, threads: int = 2, xnnpack: bool = True, keep_tensors: bool = False) -> Loaded:
+    """Build and allocate an interpreter. A model the runtime rejects is a ModelError with its reason.
+
+    `keep_tensors` keeps every intermediate tensor readable after invoke (the runtime's
+    preserve-all-tensors mode, for per-layer debugging; it costs memory, and XNNPACK is then off).
+    """
     Interpreter, OpResolverType = _interpreter_class()
     kwargs: dict = {"num_threads": threads}
+    if keep_tensors:
+        kwargs["experimental_preserve_all_tensors"] = True
+        xnnpack = False
     if isinstance(model, bytes):
         kwargs["model_content"] = model
     else:
@@ -140,6 +147,11 @@ class Runner:
         self.set_input(sample)
         self.it.invoke()
         return [_from_output(self.it.get_tensor(d["index"]), d)[0] for d in self.outputs]
+
+    def run_fresh(self, sample) -> list[np.ndarray]:
+        """`run` from a clean state: variable tensors (an RNN's state) reset first, so samples do not leak."""
+        self.it.reset_all_variables()
+        return self.run(sample)
 
     def predict(self, xs: np.ndarray, limit: int | None = None) -> list[np.ndarray]:
         """Outputs for each sample in xs (first axis), stacked per output."""

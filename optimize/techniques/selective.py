@@ -1,0 +1,391 @@
+"""selective: full int8, then the ops that break it moved up (kept float, or 16-bit activations) until an
+accuracy budget is met. A bounded, seeded, greedy search over LiteRT Quantizer per-op configs.
+
+1. Calibrate once (optimize.litert.Session); quantize everything to int8; measure the budget's metric on a
+   validation split of the training data (never the test split the candidate is reported on).
+2. Rank the quantized ops by the error each adds (optimize.debug), preferring ops next to an island
+   already raised (each island costs QUANTIZE/DEQUANTIZE pairs and can split delegate partitions).
+3. Take the worst op up: try float and int16 activations (or the one `up` names), keep the better if it
+   helps; repeat until the metric is within budget, the evaluation cap is spent or no op is left.
+Every move is recorded on the candidate (`search`), and the decision in its notes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from .. import debug, litert, runtime
+from ..errors import DataError, TechniqueFailed
+from ..registry import Context, Params, Stage, technique
+from ..results import SearchStep, write_atomic
+from ..vocab import IO, Scheme, io_allowed
+
+#: Budgets used when a recipe names none: what "int8 hurts" means in peers.md and issue 10.
+DEFAULT_DROP = 0.005  # classification: at most half a point of top-1
+DEFAULT_INCREASE = 0.10  # regression: error at most 1.10x float32
+DEFAULT_OUTPUT_ERROR = 0.01  # no labels: mean |diff| at most 1% of the output's range
+
+
+class SelectiveParams(Params):
+    scheme: Literal[Scheme.INT8] = Field(Scheme.INT8, description="The precision everything starts from.")
+    io: IO = Field(IO.FLOAT, description="Model input/output type: float, or int8/uint8 for integer pipelines.")
+    samples: int = Field(200, ge=1, le=10000, description="Calibration samples.")
+    max_accuracy_drop: float | None = Field(
+        None, ge=0, le=1, description="Budget for classification: top-1 drop vs float32 (0.005 = half a point)."
+    )
+    max_error_increase: float | None = Field(
+        None, ge=0, description="Budget for regression: relative MAE increase vs float32 (0.1 = 10% worse)."
+    )
+    max_output_error: float | None = Field(
+        None, gt=0, le=1, description="Budget without labels: mean |diff| from float32 over the output range."
+    )
+    up: Literal["auto", "float", "int16"] = Field(
+        "auto", description="How an op moves up: kept float, int16 activations, or auto (whichever helps more)."
+    )
+    max_evals: int = Field(25, ge=1, le=200, description="Cap on model evaluations (the search is bounded).")
+    eval_samples: int = Field(500, ge=10, le=100000, description="Validation samples per evaluation.")
+    seed: int = Field(0, description="Seeds the choice of validation samples.")
+    granularity: Literal["channel", "tensor"] = Field("channel", description="Weight scales per channel or tensor.")
+    calibration: Literal["minmax", "moving_average"] = Field("minmax", description="Activation range setting.")
+
+    @model_validator(mode="after")
+    def _one_budget(self):
+        given = [b for b in (self.max_accuracy_drop, self.max_error_increase, self.max_output_error) if b is not None]
+        if len(given) > 1:
+            raise ValueError("give one budget: max_accuracy_drop, max_error_increase or max_output_error")
+        problem = io_allowed(self.scheme, self.io)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+
+@dataclass
+class _Budget:
+    """The metric a search drives down: the drop, the relative error increase or the output error."""
+
+    kind: Literal["drop", "increase", "output"]
+    limit: float
+    xs: np.ndarray
+    y: np.ndarray | None
+    reference: list[np.ndarray]
+    base: float
+    float_ms: float = 0.0  # the float32 model's p50 here: islands that make the model slower lose ties
+
+    def describe(self, value: float) -> str:
+        if self.kind == "drop":
+            return f"{value * 100:.2f} pt lost"
+        if self.kind == "increase":
+            return f"error x{1 + value:.2f}"
+        return f"output error {value:.4f}"
+
+    def meets(self, value: float) -> bool:
+        return value <= self.limit + 1e-12
+
+    @property
+    def noise(self) -> float:
+        """The smallest change of the metric that is not noise: one sample for accuracy, else ~0."""
+        return 0.5 / len(self.xs) if self.kind == "drop" else 1e-9
+
+
+def _score(outputs: np.ndarray, y: np.ndarray, kind: str) -> float:
+    """Top-1 (higher is better) for classes, MAE (lower is better) for regression."""
+    if kind == "drop":
+        if outputs.ndim == 2 and outputs.shape[1] > 1:
+            return float((outputs.argmax(1) == y).mean())
+        return float(((outputs.reshape(len(y)) > 0.5).astype(y.dtype) == y).mean())  # one sigmoid unit
+    return float(np.abs(outputs.reshape(len(y), -1) - y.reshape(len(y), -1)).mean())
+
+
+def _p50(content: bytes, sample: np.ndarray, threads: int) -> float:
+    """A quick p50 latency (ms) of one model on this machine: enough to rank islands, not to report."""
+    runner = runtime.Runner(runtime.load(content, threads=threads))
+    return runtime.time_invoke(runner, sample, warmup=3, runs=20, budget_s=0.3)["p50_ms"]
+
+
+def _predict(content: bytes, xs: np.ndarray, threads: int) -> list[np.ndarray]:
+    runner = runtime.Runner(runtime.load(content, threads=threads))
+    outs = [runner.run_fresh(xs[i : i + 1]) for i in range(len(xs))]
+    return [np.stack([o[j] for o in outs]) for j in range(len(runner.outputs))]
+
+
+def _budget(float_model: bytes, params: SelectiveParams, ctx: Context) -> _Budget:
+    """Validation data (a seeded subset of the training split) and the metric the budget is about."""
+    ds = ctx.data
+    labelled = ds.x_train is not None and ds.y_train is not None
+    xs_all, ys_all = (ds.x_train, ds.y_train) if labelled else (ds.x_cal, None)
+    rng = np.random.default_rng(params.seed)
+    pick = np.sort(rng.choice(len(xs_all), min(params.eval_samples, len(xs_all)), replace=False))
+    xs = xs_all[pick].astype(np.float32)
+    y = ys_all[pick] if labelled else None
+    reference = _predict(float_model, xs, ctx.threads)
+    if y is None or params.max_output_error is not None:
+        return _Budget("output", params.max_output_error or DEFAULT_OUTPUT_ERROR, xs, None, reference, 0.0)
+    classes = np.issubdtype(y.dtype, np.integer) and y.ndim == 1 and params.max_error_increase is None
+    if classes:
+        limit = _limit(params.max_accuracy_drop, DEFAULT_DROP)
+        return _Budget("drop", limit, xs, y, reference, _score(reference[0], y, "drop"))
+    limit = _limit(params.max_error_increase, DEFAULT_INCREASE)
+    return _Budget("increase", limit, xs, y, reference, _score(reference[0], y, "increase"))
+
+
+def _limit(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+#: Ops that pass their input's quantization through (same scale in and out): raised together with the op
+#: that feeds them, so an island does not requantize back to int8 right after it.
+PASS_THROUGH = frozenset(
+    {
+        "RESHAPE",
+        "SQUEEZE",
+        "EXPAND_DIMS",
+        "MAX_POOL_2D",
+        "STRIDED_SLICE",
+        "SLICE",
+        "TRANSPOSE",
+        "GATHER",
+        "SPACE_TO_DEPTH",
+        "DEPTH_TO_SPACE",
+        "PAD",
+        "SPLIT",
+        "PACK",
+        "UNPACK",
+    }
+)
+
+
+@dataclass(frozen=True)
+class _Move:
+    """An island: one op and the pass-through ops right after it, raised together."""
+
+    op: str
+    tensors: tuple[str, ...]
+
+    @property
+    def head(self) -> str:
+        return self.tensors[0]
+
+
+def _moves(content: bytes) -> list[_Move]:
+    """Every island worth raising in a quantized model, in graph order."""
+    from ..delegates.flatbuffer import read_model
+
+    sg = read_model(content).main
+    consumers: dict[int, list] = {}
+    for op in sg.ops:
+        for i in op.inputs:
+            consumers.setdefault(i, []).append(op)
+    moves = []
+    for op in sg.ops:
+        if op.name in ("QUANTIZE", "DEQUANTIZE") or op.name in PASS_THROUGH or not op.outputs or op.outputs[0] < 0:
+            continue
+        out = sg.tensors[op.outputs[0]]
+        if out.dtype not in debug.QUANT_DTYPES:
+            continue
+        island, t = [out.name], op.outputs[0]
+        while len(consumers.get(t, [])) == 1 and consumers[t][0].name in PASS_THROUGH:
+            nxt = consumers[t][0]
+            t = nxt.outputs[0]
+            island.append(sg.tensors[t].name)
+        moves.append(_Move(op.name, tuple(island)))
+    return moves
+
+
+@dataclass
+class _Result:
+    value: float  # the budget's metric (lower is better)
+    proxy: float  # output error vs float32 (smooth: ranks moves where the metric is too coarse)
+    content: bytes
+
+
+@dataclass
+class _Search:
+    """The search's state: evaluations spent, the ops raised so far, the moves recorded."""
+
+    session: litert.Session
+    budget: _Budget
+    params: SelectiveParams
+    threads: int
+    evals: int = 0
+    overrides: dict[str, str] = field(default_factory=dict)
+    steps: list[SearchStep] = field(default_factory=list)
+
+    @property
+    def left(self) -> int:
+        return self.params.max_evals - self.evals
+
+    def evaluate(self, overrides: dict[str, str]) -> _Result:
+        self.evals += 1
+        content = self.session.quantize(overrides)
+        outs = _predict(content, self.budget.xs, self.threads)
+        b = self.budget
+        proxy = debug.output_error(list(zip(_per_sample(b.reference), _per_sample(outs), strict=True)))
+        if b.kind == "output":
+            value = proxy
+        elif b.kind == "drop":
+            value = b.base - _score(outs[0], b.y, "drop")
+        else:
+            value = _score(outs[0], b.y, "increase") / b.base - 1 if b.base > 0 else 0.0
+        return _Result(value, proxy, content)
+
+    def raised(self, move: _Move, way: str) -> dict[str, str]:
+        return {**self.overrides, **dict.fromkeys(move.tensors, way)}
+
+    def sensitivity(self, moves: list[_Move]) -> list[tuple[float, _Move]]:
+        """Leave-one-out: the output error with everything int8 except each island (kept float)."""
+        scored = []
+        for move in moves:
+            if self.left <= 1:
+                break
+            try:
+                scored.append((self.evaluate(self.raised(move, "float")).proxy, move))
+            except TechniqueFailed:
+                continue
+        return sorted(scored, key=lambda sm: sm[0])
+
+    def better(self, new: _Result, cur: _Result) -> bool:
+        """A real improvement: the metric beyond its noise floor, or the output error by a tenth at no cost."""
+        floor = self.budget.noise
+        return new.value < cur.value - floor or (new.value <= cur.value + floor and new.proxy < 0.9 * cur.proxy)
+
+    def try_move(self, move: _Move, cur: _Result) -> _Result:
+        """Raise one island (float and/or int16); keep the best option if it really helps."""
+        ways = ("int16", "float") if self.params.up == "auto" else (self.params.up,)
+        options: list[tuple[_Result, str]] = []
+        for way in ways:
+            if self.left <= 0:
+                break
+            try:
+                options.append((self.evaluate(self.raised(move, way)), way))
+            except TechniqueFailed:
+                continue  # this precision is not possible for this op: try the other
+        good = [(r, w) for r, w in options if self.better(r, cur)]
+        best = min(good, key=lambda rw: self.cost(rw[0])) if good else None
+        for r, w in options:
+            self.steps.append(_step(move, w, r, kept=best is not None and r is best[0]))
+        if best is None:
+            return cur
+        self.overrides = self.raised(move, best[1])
+        return best[0]
+
+    def cost(self, r: _Result) -> tuple:
+        """Which of two helpful options to keep: one no slower than float32 on this CPU first (int16 ops
+        run on reference kernels), then the better metric, then the smaller model."""
+        slow = _p50(r.content, self.budget.xs[:1], self.threads) > self.budget.float_ms * 1.1
+        return (slow, round(r.value, 9), r.proxy, len(r.content))
+
+    def drop_unneeded(self, raised: list[_Move], cur: _Result) -> _Result:
+        """Once the budget holds, take islands back down (float ones first: they cost the most bytes) while
+        it still holds: to int8, else (from float) to int16 weights-int8. A move a later one made
+        unnecessary is undone."""
+        order = sorted(raised, key=lambda m: self.overrides.get(m.head) != "float")
+        for move in order:
+            downs = ["int8"] + (["int16"] if self.overrides.get(move.head) == "float" else [])
+            for down in downs:
+                if self.left <= 0:
+                    return cur
+                trial = {k: v for k, v in self.overrides.items() if k not in move.tensors}
+                if down == "int16":
+                    trial.update(dict.fromkeys(move.tensors, "int16"))
+                try:
+                    r = self.evaluate(trial)
+                except TechniqueFailed:
+                    continue
+                ok = self.budget.meets(r.value) and not self.cost(r)[0]  # holds, and no slower than float32
+                self.steps.append(_step(move, down, r, kept=ok))
+                if ok:
+                    self.overrides, cur = trial, r
+                    break
+        return cur
+
+
+def _per_sample(outs: list[np.ndarray]) -> list[list[np.ndarray]]:
+    return [[o[i] for o in outs] for i in range(len(outs[0]))]
+
+
+def _step(move: _Move, way: str, r: _Result, kept: bool) -> SearchStep:
+    from ..delegates.flatbuffer import read_model
+
+    ops = [op.name for op in read_model(r.content).main.ops]
+    return SearchStep(
+        op=move.op,
+        tensor=move.head,
+        precision=way,
+        metric=r.value,
+        size_bytes=len(r.content),
+        qdq_ops=ops.count("QUANTIZE") + ops.count("DEQUANTIZE"),
+        kept=kept,
+    )
+
+
+@technique("selective", stage=Stage.TFLITE, params=SelectiveParams)
+def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
+    """int8 with the ops that break it kept float or at 16-bit activations, until an accuracy budget is met.
+
+    A greedy, seeded search capped at `max_evals` model evaluations, ranked by per-layer error analysis;
+    every move is recorded on the candidate. Needs calibration data, and labels for an accuracy budget.
+    """
+    from .litert_quantize import QuantizeParams, _calibration_data, _check_loads, _inspect, _read_model
+
+    if ctx.data is None:
+        raise DataError("selective needs calibration data.", "Pass --calibration DATA.npz or --data DATA.npz.")
+    content = _read_model(Path(model))
+    signature, inputs = _inspect(content, Path(model))
+    qparams = QuantizeParams(
+        scheme=params.scheme,
+        io=params.io,
+        samples=params.samples,
+        granularity=params.granularity,
+        calibration=params.calibration,
+    )
+    calibration = _calibration_data(qparams, ctx, signature, inputs, Path(model))
+    session = litert.Session(content, qparams, ctx, calibration)
+    budget = _budget(content, params, ctx)
+    budget.float_ms = _p50(content, budget.xs[:1], ctx.threads)
+    search = _Search(session, budget, params, ctx.threads)
+    start = search.evaluate({})
+    final = start if search.budget.meets(start.value) else _climb(search, content, start)
+    _check_loads(final.content, qparams, ctx)
+    out = write_atomic(ctx.workdir / "selective-int8.tflite", final.content)
+    ctx.notes.append(_summary(search, start.value, final.value, len(final.content), len(content)))
+    ctx.records["search"] = search.steps
+    return out
+
+
+def _climb(search: _Search, content: bytes, start: _Result) -> _Result:
+    """Rank islands by leave-one-out sensitivity, then raise them in that order while the budget is unmet.
+
+    Half the evaluations at most go to ranking; islands beyond that are pre-ranked by the error their op
+    adds (per-layer analysis on 32 samples).
+    """
+    moves = _moves(start.content)
+    if len(moves) > search.params.max_evals // 2:
+        layers, _ = debug.layer_errors(content, start.content, debug.Samples.from_array(search.budget.xs, 32))
+        added = {le.tensor: le.error_added for le in layers}
+        moves = sorted(moves, key=lambda m: -max(added.get(t, 0.0) for t in m.tensors))[: search.params.max_evals // 2]
+    cur = start
+    raised: list[_Move] = []
+    for _, move in search.sensitivity(moves):
+        if search.budget.meets(cur.value) or search.left <= 0:
+            break
+        new = search.try_move(move, cur)
+        if new is not cur:
+            raised.append(move)
+        cur = new
+    return search.drop_unneeded(raised, cur) if search.budget.meets(cur.value) else cur
+
+
+def _summary(search: _Search, first: float, final: float, size: int, float_size: int) -> str:
+    b = search.budget
+    raised = ", ".join(f"{t} ({w})" for t, w in search.overrides.items()) or "none"
+    verdict = "meets" if b.meets(final) else "does not meet"
+    return (
+        f"selective: full int8 {b.describe(first)}; raised {len(search.overrides)} op(s) [{raised}] -> "
+        f"{b.describe(final)} at {size / float_size:.2f}x the float32 size; {verdict} the budget "
+        f"({b.describe(b.limit)}) after {search.evals} evaluation(s) on {len(b.xs)} validation samples."
+    )

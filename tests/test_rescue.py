@@ -1,0 +1,118 @@
+"""When int8 hurts (issue 10): per-layer error analysis and the bounded selective-quantization search."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from optimize import debug, litert
+from optimize.delegates.flatbuffer import read_model
+from optimize.recipe import build
+from optimize.registry import Context, get
+
+
+def quiet(msg: str) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def session(float_tflite, digits, tmp_path_factory):
+    from optimize.data import from_arrays
+
+    ds = from_arrays(**digits)
+    content = float_tflite.read_bytes()
+    params = get("quantize").parse({"scheme": "int8"})
+    ctx = Context(workdir=tmp_path_factory.mktemp("session"), data=ds)
+    from optimize.techniques.litert_quantize import _calibration_data, _inspect
+
+    signature, inputs = _inspect(content, float_tflite)
+    cal = _calibration_data(params, ctx, signature, inputs, float_tflite)
+    return content, litert.Session(content, params, ctx, cal), ds
+
+
+def test_one_op_can_be_kept_float(session):
+    content, s, _ = session
+    full = read_model(s.quantize())
+    target = next(op for op in full.main.ops if op.name == "FULLY_CONNECTED")
+    name = full.main.tensors[target.outputs[0]].name
+    mixed = read_model(s.quantize({name: "float"}))
+    out = next(t for t in mixed.main.tensors if t.name == name)
+    assert out.dtype == "float32"
+    assert full.main.tensors[target.outputs[0]].dtype == "int8"
+    assert [op.name for op in mixed.main.ops].count("DEQUANTIZE") > [op.name for op in full.main.ops].count(
+        "DEQUANTIZE"
+    )
+
+
+def test_layer_errors_compare_every_quantized_op_with_float(session):
+    content, s, ds = session
+    samples = debug.Samples.from_array(ds.x_test, 16)
+    layers, out_err = debug.layer_errors(content, s.quantize(), samples)
+    assert {le.op for le in layers} >= {"CONV_2D", "FULLY_CONNECTED"}
+    for le in layers:
+        assert le.rmse >= 0 and le.max_abs_error >= le.mean_abs_error >= 0
+        # an int8 tensor's error is at least rounding noise and stays within a few steps on this model
+        assert le.rmse_over_scale is not None and 0 < le.rmse_over_scale < 5, le
+    assert abs(sum(le.weight_share for le in layers) - 1) < 0.05  # the quantized ops hold the weights
+    assert 0 < out_err < 0.1
+
+
+def test_analyze_ranks_and_measures_leave_one_out(session):
+    content, s, ds = session
+    report = debug.analyze(content, s.quantize, debug.Samples.from_array(ds.x_test, 16), leave_out=2)
+    measured = [le for le in report.layers if le.output_error_without is not None]
+    assert len(measured) == 2
+    assert report.layers[: len(measured)] == sorted(measured, key=lambda le: le.output_error_without)
+    assert report.samples == 16 and report.method.startswith("ai-edge-litert")
+
+
+def test_debug_command_prints_the_table_and_json(cli, keras_model, data_npz):
+    r = cli("debug", str(keras_model), "--data", str(data_npz), "--samples", "8", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["scheme"] == "int8" and rep["layers"] and rep["samples"] == 8
+    r = cli("debug", str(keras_model), "--data", str(data_npz), "--samples", "8")
+    assert r.returncode == 0 and "rmse/scale" in r.stdout
+
+
+def test_selective_stops_at_once_when_int8_meets_the_budget(keras_model, data_npz, tmp_path):
+    import optimize
+
+    recipe = build("sel", [{"technique": "selective", "max_accuracy_drop": 0.05}])
+    cand = optimize.run(recipe, keras_model, data_npz, tmp_path, delegates=False, log=quiet)
+    assert cand.ok, cand.error
+    assert cand.search == []
+    assert any("meets the budget" in n for n in cand.notes)
+    assert cand.backend == "litert"
+
+
+def test_selective_search_is_bounded_and_recorded(keras_model, data_npz, tmp_path):
+    """An impossible budget: the search spends at most max_evals evaluations, records every move, and the
+    candidate says plainly that the budget was not met."""
+    import optimize
+
+    steps = [{"technique": "selective", "max_output_error": 1e-9, "max_evals": 6, "eval_samples": 50}]
+    cand = optimize.run(build("sel", steps), keras_model, data_npz, tmp_path, delegates=False, log=quiet)
+    assert cand.ok, cand.error
+    assert 1 <= len(cand.search) <= 5  # the first of 6 evaluations is full int8
+    assert all(s.precision in ("float", "int16", "int8") and s.size_bytes > 0 for s in cand.search)
+    assert any("does not meet the budget" in n for n in cand.notes)
+    again = optimize.run(build("sel", steps), keras_model, data_npz, tmp_path / "2", delegates=False, log=quiet)
+    assert [(s.tensor, s.precision, s.kept) for s in again.search] == [
+        (s.tensor, s.precision, s.kept) for s in cand.search
+    ]  # seeded and deterministic
+
+
+def test_selective_needs_one_budget():
+    from optimize.errors import RecipeError
+
+    with pytest.raises(RecipeError, match="give one budget"):
+        build("x", [{"technique": "selective", "max_accuracy_drop": 0.01, "max_error_increase": 0.1}])
+
+
+def test_output_error_is_relative_to_the_output_range():
+    f = [[np.array([0.0, 10.0])], [np.array([5.0, 0.0])]]
+    q = [[np.array([1.0, 10.0])], [np.array([5.0, 0.0])]]
+    assert debug.output_error(list(zip(f, q, strict=True))) == pytest.approx(0.25 / 10)

@@ -28,13 +28,12 @@ _LAZY = {
     "Candidate": ("optimize.results", "Candidate"),
     "Goals": ("optimize.results", "Goals"),
     "OptimizeError": ("optimize.errors", "OptimizeError"),
+    "advise": ("optimize.advice", "advise"),
+    "recommend": ("optimize.choose", "recommend"),
+    "debug_model": ("optimize.debug", "debug_model"),
 }
 
-# Bound eagerly (pure Python, no TensorFlow): importing the submodule `optimize.recommend` later
-# must not replace the function of the same name on the package.
-from .recommend import advise, recommend  # noqa: E402, F401
-
-__all__ = sorted([*_LAZY, "advise", "recommend"])
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str):

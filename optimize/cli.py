@@ -104,7 +104,8 @@ def sweep(
              optimize sweep model.keras --data data.npz -o out --target gpu
     """
     from . import report_text, sweeps
-    from .recommend import format_recommendation, make_goals, raise_if_unmet, recommend
+    from .choose import make_goals, raise_if_unmet, recommend
+    from .report_text import format_recommendation
 
     goals = make_goals(max_accuracy_drop)  # checked before any work
     study = sweeps.sweep(
@@ -291,8 +292,10 @@ def recommend(
 
     Example: optimize recommend optimize-out/study.json --target gpu --max-accuracy-drop 0.01
     """
-    from .recommend import advise, format_recommendation, make_goals, raise_if_unmet
-    from .recommend import recommend as choose
+    from .advice import advise
+    from .choose import make_goals, raise_if_unmet
+    from .choose import recommend as choose
+    from .report_text import format_recommendation
     from .results import load_study
 
     goals = make_goals(max_accuracy_drop, max_size_bytes, max_latency_ms, objective)
@@ -371,8 +374,8 @@ def run_recipe(
     Example: optimize run mobile-gpu model.keras --data data.npz
     """
     from . import pipeline, report_text
+    from .choose import judge_recipe
     from .recipe import load_recipe
-    from .recommend import judge_recipe
 
     r = load_recipe(recipe)
     log = _quiet if as_json else _log

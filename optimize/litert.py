@@ -13,13 +13,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
 
 from .errors import OptimizeError, TechniqueFailed
 from .registry import Context
-
-#: How far up one op can be moved from int8: kept float, or 16-bit activations with 8-bit weights.
-Precision = Literal["float", "int16"]
+from .vocab import Precision
 
 
 def scope_regex(tensor_name: str) -> str:
@@ -66,7 +63,7 @@ class Session:
             else qtyping.QuantGranularity.TENSORWISE
         )
         for tensor, precision in (overrides or {}).items():
-            if precision == "float":
+            if precision == Precision.FLOAT:
                 rm.add_quantization_config(scope_regex(tensor), op.ALL_SUPPORTED, None, AlgorithmName.NO_QUANTIZE)
             else:
                 rm.add_static_config(scope_regex(tensor), op.ALL_SUPPORTED, 16, 8, gran)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from .recommend import Recommendation, accuracy_score, candidate_io, pareto_front
+from .choose import Recommendation, pareto_front
 from .results import Candidate, DelegateReport, Study, write_atomic
+from .vocab import Delegate
 
-DELEGATE_COLUMNS = ("gpu", "nnapi", "hexagon", "coreml", "xnnpack")
+DELEGATE_COLUMNS = tuple(Delegate)
 PLOT_TITLES = {"size_vs_accuracy": "Size vs accuracy", "latency_vs_accuracy": "Latency vs accuracy"}
 HOST_NOTE = "Latency is host-CPU latency in the LiteRT interpreter, not a device figure."
 
@@ -74,7 +75,7 @@ def _rows(study: Study, rec: Recommendation | None) -> list[tuple[str, ...]]:
     rows = []
     for c in study.candidates:
         size = c.metrics.size if c.metrics else None
-        scheme = c.scheme if candidate_io(c) == "float" else f"{c.scheme} ({candidate_io(c)} I/O)"
+        scheme = c.scheme if c.io == "float" else f"{c.scheme} ({c.io} I/O)"
         rows.append(
             (
                 c.name,
@@ -216,7 +217,7 @@ def _html_candidates(study: Study, rec: Recommendation | None) -> str:
 
 
 def _html_matrix(study: Study, rec: Recommendation | None) -> str:
-    from .recommend import TARGET_DELEGATE
+    from .vocab import TARGET_DELEGATE
 
     target_col = TARGET_DELEGATE.get(rec.target) if rec else None
     head = "".join(f'<th class="{"target" if d == target_col else ""}">{_e(d)}</th>' for d in DELEGATE_COLUMNS)
@@ -288,7 +289,7 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
     )
     if not figures:
         figures = '<p class="note">Nothing to plot: no candidate has both accuracy and the measurement.</p>'
-    unplotted = [c.name for c in study.candidates if c.ok and accuracy_score(c) is None]
+    unplotted = [c.name for c in study.candidates if c.ok and c.accuracy_score is None]
     if unplotted:
         figures += f'<p class="note">Not plotted (no accuracy): {_e(", ".join(unplotted))}.</p>'
     env = study.environment
@@ -328,7 +329,7 @@ def write_report(study: Study, out_dir: Path, recommendation: Recommendation | N
 
 def write_report_for(study_path: Path, out_dir: Path | None = None, target: str | None = None) -> dict[str, Path]:
     """Load a study, recommend for `target` if given, and write its report (beside the study by default)."""
-    from .recommend import recommend
+    from .choose import recommend
     from .results import load_study
 
     study_path = Path(study_path)

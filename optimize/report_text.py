@@ -1,12 +1,14 @@
-"""Terminal rendering of candidates, studies and metrics (rich tables). Pure presentation."""
+"""Terminal rendering of candidates, studies, metrics, advice and recommendations. Pure presentation."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from .advice import describe
 from .results import Candidate, Metrics, Study
+from .vocab import Delegate
 
-DELEGATE_COLS = ("gpu", "nnapi", "hexagon", "coreml", "xnnpack")
+DELEGATE_COLS = tuple(Delegate)
 
 
 def _console():
@@ -163,3 +165,45 @@ def print_debug(report) -> None:
         "rmse/scale ~0.29 is pure rounding; above ~0.7 points at clipping or a poor range. 'if float': the model's "
         "output error with everything quantized except that op."
     )
+
+
+def format_advice(advice) -> str:
+    """The decision tree's answer as terminal text."""
+    lines = [f"Target: {advice.target}", "", "Decision path:"]
+    for i, q in enumerate(advice.path, 1):
+        lines.append(f"  {i}. {q.question} {q.answer} -> {q.decided}")
+    lines += ["", f"Recommended pipeline: {describe(advice.pipeline)}", "", advice.recipe_toml.rstrip()]
+    if advice.alternatives:
+        lines += ["", "Alternatives:"] + [f"  - {a}" for a in advice.alternatives]
+    if advice.facts:
+        lines += ["", "Good to know:"] + [f"  - {f}" for f in advice.facts]
+    return "\n".join(lines) + "\n"
+
+
+def format_recommendation(rec) -> str:
+    """A recommendation (or bare advice) as terminal text: path, pipeline, choice, ranking, rejections, facts."""
+    from .advice import Advice
+
+    if isinstance(rec, Advice):
+        return format_advice(rec)
+    goals = ", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None)
+    adv = rec.advice
+    lines = [f"Target: {rec.target}    Goals: {goals}", "", "Decision path (rule of thumb):"]
+    lines += [f"  {i}. {q.question} {q.answer} -> {q.decided}" for i, q in enumerate(adv.path, 1)]
+    lines.append(f"  Rule-of-thumb pipeline: {describe(adv.pipeline)}")
+    lines.append("")
+    if rec.chosen:
+        lines.append(f"Chosen from measurements: {rec.chosen}")
+        lines += ["", rec.chosen_recipe_toml.rstrip()] if rec.chosen_recipe_toml else []
+    else:
+        lines.append("No measured candidate meets the goals.")
+    if len(rec.ranked) > 1:
+        lines += ["", "Also eligible, in order: " + ", ".join(rec.ranked[1:])]
+    lines += ["", "Pareto front (size, latency, accuracy): " + (", ".join(rec.pareto) or "none")]
+    if rec.rejected:
+        lines += ["", "Rejected:"] + [f"  - {r.candidate}: {r.reason}" for r in rec.rejected]
+    if adv.alternatives:
+        lines += ["", "Alternatives to try:"] + [f"  - {a}" for a in adv.alternatives]
+    if rec.facts:
+        lines += ["", "Good to know:"] + [f"  - {f}" for f in rec.facts]
+    return "\n".join(lines) + "\n"

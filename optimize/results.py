@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 
 from .errors import StudyError, from_validation
 from .registry import Params
-from .vocab import Backend, Delegate, Objective, Scheme
+from .vocab import Backend, Delegate, Objective, Precision, Scheme
 
 SCHEMA_VERSION = 1
 
@@ -164,7 +164,7 @@ class SearchStep(Record):
 
     op: str
     tensor: str
-    precision: Literal["float", "int16", "int8"] = Field(description="int8: an earlier move undone.")
+    precision: Precision = Field(description="int8: an earlier move undone.")
     metric: float = Field(description="The budget's metric after this move (drop, error increase or output error).")
     size_bytes: int
     qdq_ops: int = Field(description="QUANTIZE and DEQUANTIZE ops in the model after this move (float-island cost).")
@@ -250,6 +250,36 @@ class Candidate(Record):
     def ok(self) -> bool:
         return self.error is None and self.metrics is not None
 
+    @property
+    def io(self) -> str:
+        """The I/O type of the artifact: the last step that sets `io`, else float."""
+        io = "float"
+        for s in self.steps:
+            io = getattr(s.params, "io", None) or io
+        return str(io)
+
+    @property
+    def p50_ms(self) -> float | None:
+        """Host-CPU p50 latency, when measured."""
+        return self.metrics.latency.p50_ms if self.metrics and self.metrics.latency else None
+
+    @property
+    def accuracy_score(self) -> float | None:
+        """Higher is better: the delta to the baseline when known, else top-1, else -MAE."""
+        m = self.metrics
+        if m is None:
+            return None
+        if m.accuracy_delta is not None:
+            return m.accuracy_delta
+        if m.accuracy is not None and m.accuracy.top1 is not None:
+            return m.accuracy.top1
+        if m.accuracy is not None and m.accuracy.mae is not None:
+            return -m.accuracy.mae
+        return None
+
+    def uses(self, *techniques: str) -> bool:
+        return any(s.technique in techniques for s in self.steps)
+
     @classmethod
     def failed(
         cls,
@@ -315,6 +345,15 @@ class Study(Record):
     baseline: str = Field("float32", description="Name of the baseline candidate.")
     environment: Environment
     candidates: list[Candidate]
+
+    @property
+    def float_ms(self) -> float | None:
+        """The float reference latency: the baseline's, else the fastest ok float32 candidate's."""
+        base = next((c for c in self.candidates if c.name == self.baseline and c.ok), None)
+        if base is not None and base.p50_ms is not None:
+            return base.p50_ms
+        floats = [c.p50_ms for c in self.candidates if c.ok and c.scheme == "float32" and c.p50_ms is not None]
+        return min(floats) if floats else None
 
     def candidate(self, name: str) -> Candidate:
         for c in self.candidates:

@@ -69,6 +69,14 @@ class Objective(StrEnum):
     ACCURACY = "accuracy"
 
 
+class Precision(StrEnum):
+    """The precision one op runs at inside a mixed model (a selective-quantization search moves ops up)."""
+
+    INT8 = "int8"
+    INT16 = "int16"  # 16-bit activations, 8-bit weights
+    FLOAT = "float"
+
+
 #: Schemes made after training from a float model (everything but the float32 baseline).
 PTQ_SCHEMES: tuple[Scheme, ...] = (Scheme.FLOAT16, Scheme.DYNAMIC, Scheme.INT8, Scheme.INT16X8)
 

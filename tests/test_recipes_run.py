@@ -13,7 +13,6 @@ import pytest
 import optimize
 from optimize.delegates import DELEGATES
 from optimize.recipe import shipped_recipes
-from optimize.recommend import candidate_io
 from optimize.vocab import TARGET_DELEGATE
 
 pytestmark = pytest.mark.slow
@@ -51,7 +50,7 @@ def test_shipped_recipe_runs_on_demo(name, tmp_path):
     for target in recipe.targets:
         delegate = TARGET_DELEGATE[target]
         if target in ("edgetpu", "mcu"):  # no delegate report: judged by scheme and integer I/O
-            assert cand.scheme == "int8" and candidate_io(cand) == "int8", f"{name}: {target} needs int8 I/O"
+            assert cand.scheme == "int8" and cand.io == "int8", f"{name}: {target} needs int8 I/O"
         elif target != "cpu":  # the CPU runs every op; XNNPACK coverage only shows in latency
             report = cand.delegates[delegate]
             assert report.nodes_delegated > 0, f"{name}: {delegate} takes no node: {report.cpu_nodes[:1]}"

@@ -9,16 +9,10 @@ import tomllib
 import pytest
 from study_fixtures import candidate, empty_study, full_study, report, reports, study
 
+from optimize.advice import Advice, advise
+from optimize.choose import make_goals, pareto_front, raise_if_unmet, recommend
 from optimize.errors import GoalsNotMet, OptimizeError, StudyError
-from optimize.recommend import (
-    Advice,
-    advise,
-    format_recommendation,
-    make_goals,
-    pareto_front,
-    raise_if_unmet,
-    recommend,
-)
+from optimize.report_text import format_recommendation
 from optimize.results import Goals, Step
 from optimize.vocab import Target
 
@@ -439,6 +433,6 @@ def test_partial_report_names_first_reason():
 
 
 def test_recommend_imports_no_tensorflow_or_numpy():
-    code = "import sys, optimize.recommend; bad = [m for m in ('tensorflow', 'numpy', 'matplotlib') if m in sys.modules]; sys.exit(', '.join(bad) or 0)"
+    code = "import sys, optimize.choose, optimize.advice; bad = [m for m in ('tensorflow', 'numpy', 'matplotlib') if m in sys.modules]; sys.exit(', '.join(bad) or 0)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

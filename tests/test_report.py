@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from study_fixtures import candidate, empty_study, full_study, report, study
 
-from optimize.recommend import recommend
+from optimize.choose import recommend
 from optimize.report import render_html, render_markdown, write_report
 from optimize.results import Goals
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 from ..errors import OptimizeError
 from ..results import DelegateReport
+from ..vocab import Delegate
 from .target import TargetParams
 
-DELEGATES: tuple[str, ...] = ("gpu", "nnapi", "hexagon", "coreml", "xnnpack")
+DELEGATES: tuple[Delegate, ...] = tuple(Delegate)
 
 __all__ = ["DELEGATES", "TargetParams", "check_delegates", "format_report"]
 
@@ -25,7 +26,7 @@ __all__ = ["DELEGATES", "TargetParams", "check_delegates", "format_report"]
 def _rules_module(name: str):
     from . import coreml, gpu, hexagon, nnapi
 
-    return {"gpu": gpu, "nnapi": nnapi, "hexagon": hexagon, "coreml": coreml}[name]
+    return {Delegate.GPU: gpu, Delegate.NNAPI: nnapi, Delegate.HEXAGON: hexagon, Delegate.COREML: coreml}[name]
 
 
 def check_delegates(

@@ -7,6 +7,7 @@ Float16 *weights* behind DEQUANTIZE are folded into their consumers by the FP16 
 
 from __future__ import annotations
 
+from ..vocab import Scheme
 from .graph import NodeView
 from .rules import Policy
 from .target import TargetParams
@@ -184,7 +185,7 @@ def check(node: NodeView, target: TargetParams) -> str | None:
 def hints(reasons: dict, target: TargetParams, scheme: str) -> list[str]:
     text = " ".join(r for _, _, r in reasons.values())
     out = []
-    if reasons and scheme in ("int8", "int16x8", "dynamic"):
+    if reasons and scheme in (Scheme.INT8, Scheme.INT16X8, Scheme.DYNAMIC):
         out.append("Core ML runs float models only: use float16.")
     if "(got float16" in text:
         out.append("Core ML needs float32 activations: keep float16 for weights only (the converter's float16 scheme).")

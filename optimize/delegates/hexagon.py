@@ -7,6 +7,7 @@ option checks. In practice only 8-bit quantized models pass: no float op has a m
 
 from __future__ import annotations
 
+from ..vocab import Scheme
 from .graph import NodeView
 from .rules import Policy
 from .target import TargetParams
@@ -277,7 +278,7 @@ def check(node: NodeView, target: TargetParams) -> str | None:
 def hints(reasons: dict, target: TargetParams, scheme: str) -> list[str]:
     if not reasons:
         return []
-    if scheme in ("float32", "float16", "dynamic"):
+    if scheme in (Scheme.FLOAT32, Scheme.FLOAT16, Scheme.DYNAMIC):
         return ["Hexagon needs 8-bit: use int8 (full integer quantization)."]
     if scheme == "int16x8":
         return ["Hexagon does not take int16 activations (int16x8): use int8."]

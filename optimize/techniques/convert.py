@@ -12,7 +12,7 @@ from ..errors import DataError, TechniqueFailed
 from ..registry import Context, Params, Stage, technique
 from ..results import write_atomic
 from ..runtime import captured_stderr
-from ..vocab import IO, Scheme, io_allowed
+from ..vocab import CALIBRATED_SCHEMES, IO, Scheme, io_allowed
 
 
 class ConvertParams(Params):
@@ -33,7 +33,7 @@ class ConvertParams(Params):
     def _drop_inert_calibration(cls, data):
         """Calibration settings do not change a float32/float16/dynamic conversion: leave them at their
         defaults, so equal conversions share one step (and one cache entry) whatever was written."""
-        if isinstance(data, dict) and data.get("scheme", "float32") in ("float32", "float16", "dynamic"):
+        if isinstance(data, dict) and data.get("scheme", Scheme.FLOAT32) not in CALIBRATED_SCHEMES:
             data = {k: v for k, v in data.items() if k not in ("samples", "float_fallback")}
         return data
 

@@ -27,10 +27,10 @@ from ..results import write_atomic
 from ..vocab import CALIBRATED_SCHEMES, IO, PTQ_SCHEMES, Scheme, io_allowed
 
 RECIPES = {
-    "float16": "weight-only float16 (float_casting)",
-    "dynamic": "dynamic_wi8_afp32",
-    "int8": "static_wi8_ai8",
-    "int16x8": "static_wi8_ai16",
+    Scheme.FLOAT16: "weight-only float16 (float_casting)",
+    Scheme.DYNAMIC: "dynamic_wi8_afp32",
+    Scheme.INT8: "static_wi8_ai8",
+    Scheme.INT16X8: "static_wi8_ai16",
 }
 _QUANTIZED_DTYPES = ("int8", "uint8", "int16", "float16")
 

@@ -32,7 +32,7 @@ DEFAULT_OUTPUT_ERROR = 0.01  # no labels: mean |diff| at most 1% of the output's
 
 
 class SelectiveParams(Params):
-    scheme: Literal[Scheme.INT8] = Field(Scheme.INT8, description="The precision everything starts from.")
+    scheme: Scheme = Field(Scheme.INT8, description="The precision everything starts from (int8).")
     io: IO = Field(IO.FLOAT, description="Model input/output type: float, or int8/uint8 for integer pipelines.")
     samples: int = Field(200, ge=1, le=10000, description="Calibration samples.")
     max_accuracy_drop: float | None = Field(
@@ -55,6 +55,8 @@ class SelectiveParams(Params):
 
     @model_validator(mode="after")
     def _one_budget(self):
+        if self.scheme != Scheme.INT8:
+            raise ValueError(f"selective starts from int8, not {self.scheme}")
         given = [b for b in (self.max_accuracy_drop, self.max_error_increase, self.max_output_error) if b is not None]
         if len(given) > 1:
             raise ValueError("give one budget: max_accuracy_drop, max_error_increase or max_output_error")

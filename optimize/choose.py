@@ -1,0 +1,305 @@
+"""The measured choice: from a study, the candidates a target can run that meet every goal, ranked.
+
+`recommend(study, target, goals)` keeps candidates that ran, that the target runs fully (the delegate's
+report says 'full'; Edge TPU and MCU are judged from scheme and I/O; on the CPU, XNNPACK coverage is
+informative only since the CPU runs every op) and that meet every goal; ranks them by the objective,
+then the other two axes, then study order; draws the Pareto front over size, latency and accuracy; and
+says, for every rejected candidate, the first check it failed. Pure: no TensorFlow, no numpy.
+
+Conventions: accuracy drop is `-metrics.accuracy_delta` (a fraction; 0.01 is one point). Latency is the
+host-CPU `p50_ms`. The size objective ranks by the raw `.tflite` size: what a delegate loads and flash
+holds (pruning and clustering shrink only the gzip size: a fact says so).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .advice import EPS, PRUNE_FACT, Advice, advise, check_target, recipe_toml
+from .errors import GoalsNotMet, OptimizeError
+from .results import Candidate, Goals, Record, Study
+from .vocab import IO, TARGET_DELEGATE, Objective, Scheme, Target
+
+
+class Rejection(Record):
+    """A measured candidate that was not eligible, with the first check it failed."""
+
+    candidate: str
+    reason: str
+
+
+class Recommendation(Record):
+    """The choice over a study. `chosen` is None when nothing meets the goals (the CLI exits 1)."""
+
+    target: Target
+    goals: Goals
+    advice: Advice
+    chosen: str | None
+    chosen_recipe_toml: str | None = None
+    ranked: list[str]
+    pareto: list[str]
+    rejected: list[Rejection]
+    facts: list[str]
+
+
+def make_goals(
+    max_accuracy_drop: float | None = None,
+    max_size_bytes: int | None = None,
+    max_latency_ms: float | None = None,
+    objective: str = Objective.SIZE,
+) -> Goals:
+    """Goals from CLI options; an impossible goal or an unknown objective is one clear line."""
+    from pydantic import ValidationError
+
+    from .errors import from_validation
+
+    try:
+        return Goals(
+            max_accuracy_drop=max_accuracy_drop,
+            max_size_bytes=max_size_bytes,
+            max_latency_ms=max_latency_ms,
+            objective=objective,
+        )
+    except ValidationError as e:
+        raise from_validation(
+            e,
+            Goals,
+            where="Goal ",
+            fix="Accuracy drop is a fraction 0..1 (0.01 = one point), sizes and latencies are positive, "
+            "objective is size, latency or accuracy.",
+        ) from None
+
+
+def _point(c: Candidate) -> tuple[float, float, float]:
+    """(size, latency, -accuracy): smaller is better on every axis; unknown counts as worst."""
+    lat, acc = c.p50_ms, c.accuracy_score
+    return (float(c.metrics.size.bytes), math.inf if lat is None else lat, math.inf if acc is None else -acc)
+
+
+def pareto_front(candidates: list[Candidate]) -> list[str]:
+    """Names of ok candidates that no other ok candidate beats on size, latency and accuracy at once.
+
+    Candidates with identical measurements do not dominate each other: both stay on the front.
+    """
+    ok = [c for c in candidates if c.ok]
+    pts = {c.name: _point(c) for c in ok}
+
+    def dominates(a, b) -> bool:
+        return all(x <= y for x, y in zip(a, b, strict=True)) and any(x < y for x, y in zip(a, b, strict=True))
+
+    return [c.name for c in ok if not any(dominates(pts[o.name], pts[c.name]) for o in ok if o.name != c.name)]
+
+
+def _check_study(study: Study) -> None:
+    from .errors import StudyError
+
+    seen: set[str] = set()
+    for c in study.candidates:
+        if c.name in seen:
+            raise StudyError(
+                f"The study has two candidates named {c.name!r}.", "Re-run `optimize sweep`; do not hand-edit names."
+            )
+        seen.add(c.name)
+        m = c.metrics
+        if m and (m.size.bytes < 0 or m.size.gzip_bytes < 0 or (m.latency and m.latency.p50_ms < 0)):
+            raise StudyError(
+                f"Candidate {c.name!r} has a negative size or latency.", "Re-run `optimize sweep`; the file was edited."
+            )
+
+
+def _integer_problem(c: Candidate, target: Target) -> str | None:
+    """Edge TPU and microcontrollers have no delegate report: full int8 with integer I/O, or not."""
+    allowed = (IO.INT8, IO.UINT8) if target is Target.EDGETPU else (IO.INT8,)
+    if c.scheme != Scheme.INT8 or c.io not in allowed:
+        need = "int8/uint8" if target is Target.EDGETPU else "int8"
+        return f"{target} needs full int8 with {need} I/O; this is {c.scheme} with {c.io} I/O"
+    return None
+
+
+def _target_problem(c: Candidate, target: Target, facts: set[str]) -> str | None:
+    """Why the target cannot run this candidate fully, or None."""
+    if target in (Target.EDGETPU, Target.MCU):
+        return _integer_problem(c, target)
+    delegate = TARGET_DELEGATE[target]
+    report = c.delegates.get(delegate)
+    if report is None:
+        facts.add(
+            f"No {delegate} report for some candidates (older run?): their {target} compatibility was not checked."
+        )
+        return None
+    where = f"{report.nodes_delegated}/{report.nodes_total} nodes, {report.partitions} partition(s), {report.source}"
+    if target is Target.CPU:
+        if report.verdict != "full":
+            facts.add(f"{c.name}: XNNPACK takes {where}; the rest runs on the CPU's reference kernels (slower).")
+        return None  # the CPU runs every op; XNNPACK coverage shows up in the measured latency
+    if report.verdict == "full":
+        return None
+    first = report.vetoed or (f"{report.cpu_nodes[0].op}: {report.cpu_nodes[0].reason}" if report.cpu_nodes else "")
+    how = "runs it only partly" if report.verdict == "partial" else "does not run it"
+    return f"{delegate} delegate {how} ({where})" + (f": {first}" if first else "")
+
+
+def _goal_problem(c: Candidate, goals: Goals) -> str | None:
+    """The first accuracy or size goal this measured candidate breaks."""
+    m = c.metrics
+    if goals.max_accuracy_drop is not None:
+        if m.accuracy_delta is None:
+            return "accuracy not measured (no labelled data), so max_accuracy_drop cannot be checked"
+        if -m.accuracy_delta > goals.max_accuracy_drop + EPS:
+            return f"accuracy drop {-m.accuracy_delta * 100:.2f} points > {goals.max_accuracy_drop * 100:g}"
+    if goals.max_size_bytes is not None and m.size.bytes > goals.max_size_bytes:
+        return f"size {m.size.bytes:,} bytes > {goals.max_size_bytes:,}"
+    return None
+
+
+def _latency_problem(c: Candidate, goals: Goals, float_ms: float | None) -> str | None:
+    lat = c.p50_ms
+    if goals.max_latency_ms is not None:
+        if lat is None:
+            return "latency not measured, so max_latency_ms cannot be checked"
+        if lat > goals.max_latency_ms + EPS:
+            return f"p50 latency {lat:.3g} ms > {goals.max_latency_ms:g} ms"
+    if goals.objective is Objective.LATENCY:
+        if lat is None:
+            return "latency not measured, and the objective is latency"
+        if c.scheme != Scheme.FLOAT32 and float_ms is not None and lat > float_ms + EPS:
+            return f"{c.scheme} measured slower than float32 ({lat:.3g} ms vs {float_ms:.3g} ms)"
+    return None
+
+
+def _first_problem(c: Candidate, target: Target, goals: Goals, float_ms: float | None, facts: set[str]) -> str | None:
+    """The first check this candidate fails, in a fixed order: failed, target, accuracy, size, latency, slower."""
+    if c.error is not None:
+        return f"failed: {c.error}"
+    if c.metrics is None:
+        return "not measured"
+    return _target_problem(c, target, facts) or _goal_problem(c, goals) or _latency_problem(c, goals, float_ms)
+
+
+def judge(c: Candidate, target: str | None, goals: Goals) -> str | None:
+    """The first requirement one candidate breaks for a target and goals, or None when it meets them all."""
+    return _first_problem(c, check_target(target or Target.CPU), goals, None, set())
+
+
+def judge_recipe(c: Candidate, recipe) -> list[tuple[str, str | None]]:
+    """A recipe's result judged against each of its own targets (cpu when it names none) and its goals."""
+    return [(str(t), judge(c, t, recipe.goals)) for t in (recipe.targets or (Target.CPU,))]
+
+
+def _rank_key(c: Candidate, objective: Objective, index: int) -> tuple:
+    """Objective first, then the other two axes, then study order: ties are deterministic."""
+    size, lat, neg_acc = _point(c)
+    order = {
+        Objective.SIZE: (size, lat, neg_acc),
+        Objective.LATENCY: (lat, size, neg_acc),
+        Objective.ACCURACY: (neg_acc, size, lat),
+    }[objective]
+    return (*order, index)
+
+
+def _slower_facts(study: Study, float_ms: float | None) -> list[str]:
+    out = []
+    for c in study.candidates:
+        lat = c.p50_ms
+        if c.ok and c.scheme != Scheme.FLOAT32 and float_ms is not None and lat is not None and lat > float_ms + EPS:
+            label = c.name if c.name == c.scheme else f"{c.name} ({c.scheme})"
+            out.append(f"{label} measured slower than float32 here: {lat:.3g} ms vs {float_ms:.3g} ms.")
+    return out
+
+
+def _study_facts(study: Study, target: Target, goals: Goals, float_ms: float | None) -> list[str]:
+    facts = []
+    if not study.candidates:
+        facts.append("The study has no candidates: run `optimize sweep` to measure some.")
+    elif not any(c.name == study.baseline for c in study.candidates):
+        facts.append(f"The study has no baseline candidate {study.baseline!r}: accuracy deltas cannot be trusted.")
+    facts += _slower_facts(study, float_ms)
+    pruned = [c for c in study.candidates if c.ok and c.uses("prune", "cluster")]
+    if pruned:
+        sizes = "; ".join(
+            f"{c.name}: {c.metrics.size.bytes:,} bytes raw, {c.metrics.size.gzip_bytes:,} gzip" for c in pruned
+        )
+        facts.append(f"{PRUNE_FACT[:-1]} ({sizes}).")
+    if target is not Target.CPU and (goals.objective is Objective.LATENCY or goals.max_latency_ms is not None):
+        facts.append(
+            f"Latencies are host-CPU measurements, not {target} ones: they rank candidates, they do not predict "
+            "the device."
+        )
+    return facts
+
+
+def _sort(study: Study, target: Target, goals: Goals, float_ms: float | None):
+    """(eligible candidates ranked, rejections with their first failed check, facts found on the way)."""
+    facts: set[str] = set()
+    eligible: list[tuple[tuple, Candidate]] = []
+    rejected: list[Rejection] = []
+    for i, c in enumerate(study.candidates):
+        problem = _first_problem(c, target, goals, float_ms, facts)
+        if problem:
+            rejected.append(Rejection(candidate=c.name, reason=problem))
+        else:
+            eligible.append((_rank_key(c, goals.objective, i), c))
+    return [c for _, c in sorted(eligible, key=lambda kc: kc[0])], rejected, facts
+
+
+def recommend(
+    study: Study,
+    target: str = Target.CPU,
+    goals: Goals | None = None,
+    *,
+    have_calibration_data: bool | None = None,
+    have_training_data: bool | None = None,
+) -> Recommendation:
+    """Choose from what was measured. `chosen` is None when nothing meets the goals.
+
+    Data availability for the decision tree is inferred from the study unless given: calibration data
+    when the study names data, training data when it holds a prune/cluster/QAT candidate.
+    """
+    target = check_target(target)
+    goals = goals or Goals()
+    _check_study(study)
+    if have_calibration_data is None:
+        have_calibration_data = study.data is not None
+    if have_training_data is None:
+        have_training_data = any(c.uses("prune", "cluster", "qat") for c in study.candidates)
+    advice = advise(
+        target, have_calibration_data=have_calibration_data, have_training_data=have_training_data, goals=goals
+    )
+    float_ms = study.float_ms
+    ranked, rejected, target_facts = _sort(study, target, goals, float_ms)
+    chosen = ranked[0] if ranked else None
+    study_facts = _study_facts(study, target, goals, float_ms)
+    measured_prune = any(x.startswith(PRUNE_FACT[:-1] + " (") for x in study_facts)
+    generic = [f for f in advice.facts if not (f == PRUNE_FACT and measured_prune)]
+    return Recommendation(
+        target=target,
+        goals=goals,
+        advice=advice,
+        chosen=chosen.name if chosen else None,
+        chosen_recipe_toml=recipe_toml(chosen.name, [s.flat() for s in chosen.steps], target, goals)
+        if chosen
+        else None,
+        ranked=[c.name for c in ranked],
+        pareto=pareto_front(study.candidates),
+        rejected=rejected,
+        facts=list(dict.fromkeys(generic + sorted(target_facts) + study_facts)),
+    )
+
+
+def raise_if_unmet(rec: Recommendation) -> None:
+    """Raise GoalsNotMet (exit code 1) when no candidate meets the goals, naming the closest miss."""
+    if rec.chosen is not None:
+        return
+    if not rec.rejected:
+        raise GoalsNotMet(
+            f"No candidate to choose from for {rec.target}: the study is empty.", "Run `optimize sweep` first."
+        )
+    first = rec.rejected[0]
+    raise GoalsNotMet(
+        f"No candidate meets the goals for {rec.target} ({len(rec.rejected)} rejected; e.g. {first.candidate}: "
+        f"{first.reason}).",
+        f"Relax a goal, or try the recommended pipeline: `optimize recommend --target {rec.target}`.",
+    )
+
+
+__all__ = ["OptimizeError", "Recommendation", "Rejection", "judge", "make_goals", "pareto_front", "recommend"]

@@ -94,6 +94,7 @@ def sweep(
         None, "--jobs", "-j", min=0, help="Worker processes (default: cores, memory permitting; 0: in-process)."
     ),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse unchanged candidates from earlier runs."),
+    wide: bool = typer.Option(False, "--wide", help="Print every column, whatever the terminal's width."),
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -123,7 +124,7 @@ def sweep(
     if as_json:
         _print_json(study)
     else:
-        report_text.print_study(study, output)
+        report_text.print_study(study, output, wide=wide)
         if rec is not None:
             typer.echo(format_recommendation(rec))
     if rec is not None:

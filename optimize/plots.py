@@ -44,41 +44,11 @@ def scatter_svg(
         return None
     import matplotlib
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter
 
     fig = Figure(figsize=(6.4, 4.2), layout="constrained")
     ax = fig.add_subplot()
-    front = set(pareto)
-    groups = [
-        (
-            "other candidates",
-            [p for p in points if p[0] not in front and p[0] != chosen],
-            dict(marker="o", s=36, c="#90a4ae"),
-        ),
-        (
-            "Pareto front",
-            [p for p in points if p[0] in front and p[0] != chosen],
-            dict(marker="o", s=70, c="#fb8c00", edgecolors="#6d3a00"),
-        ),
-        ("chosen", [p for p in points if p[0] == chosen], dict(marker="*", s=260, c="#d32f2f", edgecolors="#4a0000")),
-    ]
-    for label, pts, style in groups:
-        if pts:
-            ax.scatter([p[1] for p in pts], [p[2] for p in pts], label=label, zorder=3, **style)
-    for i, (name, x, y) in enumerate(sorted(points, key=lambda p: p[1])):
-        # Alternate above/below so neighbours with equal accuracy do not print over each other.
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 5 if i % 2 == 0 else -12), fontsize=8)
-    xs = [p[1] for p in points]
-    if min(xs) > 0 and max(xs) / min(xs) > 20:
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    if goals is not None:
-        if goals.max_accuracy_drop is not None:
-            ax.axhline(-goals.max_accuracy_drop * 100, ls="--", c="#7b1fa2", lw=1, label="max accuracy drop")
-        limit = goals.max_size_bytes / 1000 if axis == "size" and goals.max_size_bytes else None
-        limit = goals.max_latency_ms if axis == "latency" and goals.max_latency_ms else limit
-        if limit is not None:
-            ax.axvline(limit, ls=":", c="#7b1fa2", lw=1, label=f"max {axis}")
+    _scatter(ax, points, set(pareto), chosen)
+    _goal_lines(ax, axis, goals)
     ax.set_xlabel(AXES[axis][0])
     ax.set_ylabel(f"Accuracy change vs {study.baseline} (points)")
     ax.set_title(f"{axis.capitalize()} vs accuracy")
@@ -90,6 +60,43 @@ def scatter_svg(
         fig.savefig(buf, format="svg", metadata={"Date": None})
     svg = buf.getvalue()
     return _prefix_ids(svg[svg.index("<svg") :], axis)
+
+
+def _scatter(ax, points: list[tuple[str, float, float]], front: set[str], chosen: str | None) -> None:
+    """The candidates: other, Pareto front, chosen; labelled; log x when sizes span more than 20x."""
+    from matplotlib.ticker import FuncFormatter
+
+    groups = [
+        ("other candidates", lambda n: n not in front and n != chosen, dict(marker="o", s=36, c="#90a4ae")),
+        (
+            "Pareto front",
+            lambda n: n in front and n != chosen,
+            dict(marker="o", s=70, c="#fb8c00", edgecolors="#6d3a00"),
+        ),
+        ("chosen", lambda n: n == chosen, dict(marker="*", s=260, c="#d32f2f", edgecolors="#4a0000")),
+    ]
+    for label, member, style in groups:
+        pts = [p for p in points if member(p[0])]
+        if pts:
+            ax.scatter([p[1] for p in pts], [p[2] for p in pts], label=label, zorder=3, **style)
+    for i, (name, x, y) in enumerate(sorted(points, key=lambda p: p[1])):
+        # Alternate above/below so neighbours with equal accuracy do not print over each other.
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 5 if i % 2 == 0 else -12), fontsize=8)
+    xs = [p[1] for p in points]
+    if min(xs) > 0 and max(xs) / min(xs) > 20:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+
+def _goal_lines(ax, axis: str, goals: Goals | None) -> None:
+    if goals is None:
+        return
+    if goals.max_accuracy_drop is not None:
+        ax.axhline(-goals.max_accuracy_drop * 100, ls="--", c="#7b1fa2", lw=1, label="max accuracy drop")
+    limit = goals.max_size_bytes / 1000 if axis == "size" and goals.max_size_bytes else None
+    limit = goals.max_latency_ms if axis == "latency" and goals.max_latency_ms else limit
+    if limit is not None:
+        ax.axvline(limit, ls=":", c="#7b1fa2", lw=1, label=f"max {axis}")
 
 
 def _prefix_ids(svg: str, prefix: str) -> str:

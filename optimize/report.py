@@ -126,61 +126,65 @@ def _md(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def render_markdown(study: Study, rec: Recommendation | None = None, images: dict[str, str] | None = None) -> str:
-    """The report as Markdown. `images` maps plot keys to relative file paths (write_report writes them)."""
-    lines = [f"# Optimization report: {_md(study.model)}", ""]
-    lines.append(
-        f"Study created {_md(study.created)}; data: {_md(study.data or 'none')}; baseline: {_md(study.baseline)}."
-    )
-    lines += ["", f"_{HOST_NOTE}_", "", "## Candidates", ""]
-    lines.append("| " + " | ".join(HEADERS) + " |")
-    lines.append("|" + "---|" * len(HEADERS))
+def _md_candidates(study: Study, rec: Recommendation | None) -> list[str]:
+    lines = ["## Candidates", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(_md(x) for x in row) + " |" for row in _rows(study, rec)]
-    if not study.candidates:
-        lines += ["", "The study has no candidates."]
-    if images:
-        lines += ["", "## Plots", ""]
-        lines += [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})" for k, v in images.items()]
-    lines += ["", "## Delegate matrix", "", "| Candidate | " + " | ".join(DELEGATE_COLUMNS) + " |"]
+    return lines + (["", "The study has no candidates."] if not study.candidates else [])
+
+
+def _md_matrix(study: Study) -> list[str]:
+    lines = ["## Delegate matrix", "", "| Candidate | " + " | ".join(DELEGATE_COLUMNS) + " |"]
     lines.append("|---|" + "---|" * len(DELEGATE_COLUMNS))
     for c in study.candidates:
         cells = []
         for d in DELEGATE_COLUMNS:
             r = c.delegates.get(d)
-            if r is None:
-                cells.append("-")
-                continue
-            why = "; ".join(_reasons(r))
-            cells.append(_md(f"{_cell_text(r)} ({r.source})" + (f": {why}" if why else "")))
+            why = "; ".join(_reasons(r)) if r else ""
+            cells.append("-" if r is None else _md(f"{_cell_text(r)} ({r.source})" + (f": {why}" if why else "")))
         lines.append(f"| {_md(c.name)} | " + " | ".join(cells) + " |")
-    if rec is not None:
-        lines += ["", f"## Recommendation for {rec.target}", ""]
-        lines.append(f"**Chosen: {_md(rec.chosen)}**" if rec.chosen else "**No candidate meets the goals.**")
-        lines += ["", "Decision path (rule of thumb):", ""]
-        lines += [
-            f"{i}. {_md(q.question)} {_md(q.answer)} → {_md(q.decided)}" for i, q in enumerate(rec.advice.path, 1)
-        ]
-        if rec.chosen_recipe_toml:
-            lines += ["", "Recipe:", "", "```toml", rec.chosen_recipe_toml.rstrip(), "```"]
-        lines += [
-            "",
-            "Ranked: " + (", ".join(rec.ranked) or "none") + ".",
-            "",
-            "Pareto front: " + (", ".join(rec.pareto) or "none") + ".",
-        ]
-        if rec.rejected:
-            lines += ["", "Rejected:", ""] + [f"- {_md(r.candidate)}: {_md(r.reason)}" for r in rec.rejected]
-        if rec.facts:
-            lines += ["", "Good to know:", ""] + [f"- {_md(f)}" for f in rec.facts]
+    return lines
+
+
+def _md_names(names: list[str]) -> str:
+    return ", ".join(_md(n) for n in names) or "none"
+
+
+def _md_recommendation(rec: Recommendation) -> list[str]:
+    lines = [f"## Recommendation for {rec.target}", ""]
+    lines.append(f"**Chosen: {_md(rec.chosen)}**" if rec.chosen else "**No candidate meets the goals.**")
+    lines += ["", "Decision path (rule of thumb):", ""]
+    lines += [f"{i}. {_md(q.question)} {_md(q.answer)} → {_md(q.decided)}" for i, q in enumerate(rec.advice.path, 1)]
+    if rec.chosen_recipe_toml:
+        fence = "~~~~" if "```" in rec.chosen_recipe_toml else "```"
+        lines += ["", "Recipe:", "", fence + "toml", rec.chosen_recipe_toml.rstrip(), fence]
+    lines += ["", f"Ranked: {_md_names(rec.ranked)}.", "", f"Pareto front: {_md_names(rec.pareto)}."]
+    if rec.rejected:
+        lines += ["", "Rejected:", ""] + [f"- {_md(r.candidate)}: {_md(r.reason)}" for r in rec.rejected]
+    if rec.facts:
+        lines += ["", "Good to know:", ""] + [f"- {_md(f)}" for f in rec.facts]
+    return lines
+
+
+def _md_environment(study: Study) -> list[str]:
     env = study.environment
     versions = ", ".join(f"{k} {v}" for k, v in sorted(env.versions.items()))
-    lines += [
-        "",
-        "## Environment",
-        "",
-        f"{_md(env.host)}, {_md(env.platform)}, Python {_md(env.python)}, {env.cpu_count} CPUs, {env.threads} threads; {_md(versions)}.",
-    ]
-    return "\n".join(lines) + "\n"
+    where = f"{_md(env.host)}, {_md(env.platform)}, Python {_md(env.python)}"
+    return ["## Environment", "", f"{where}, {env.cpu_count} CPUs, {env.threads} threads; {_md(versions)}."]
+
+
+def render_markdown(study: Study, rec: Recommendation | None = None, images: dict[str, str] | None = None) -> str:
+    """The report as Markdown. `images` maps plot keys to relative file paths (write_report writes them).
+    Everything that comes from a study is escaped (names, reasons, facts)."""
+    head = f"Study created {_md(study.created)}; data: {_md(study.data or 'none')}; baseline: {_md(study.baseline)}."
+    sections = [[f"# Optimization report: {_md(study.model)}", "", head, "", f"_{HOST_NOTE}_"]]
+    sections.append(_md_candidates(study, rec))
+    if images:
+        sections.append(["## Plots", ""] + [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})" for k, v in images.items()])
+    sections.append(_md_matrix(study))
+    if rec is not None:
+        sections.append(_md_recommendation(rec))
+    sections.append(_md_environment(study))
+    return "\n\n".join("\n".join(sec) for sec in sections) + "\n"
 
 
 # ------------------------------------------------------------------------------------------ HTML

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .advice import describe
 from .results import Candidate, Metrics, Study
-from .vocab import Delegate
+from .vocab import Delegate, Target
 
 DELEGATE_COLS = tuple(Delegate)
 
 
-def _console():
+def _console(width: int | None = None):
+    """A console at the terminal's width (COLUMNS, else 80 when not a terminal), or the width asked."""
     from rich.console import Console
 
-    return Console(width=160)
+    return Console(width=width, soft_wrap=False)
 
 
 def _kb(n: int | None) -> str:
@@ -27,83 +30,218 @@ def _pct(x: float | None, signed: bool = False) -> str:
     return f"{x * 100:+.2f}" if signed else f"{x * 100:.2f}%"
 
 
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a is not None and b else ""
+
+
+_COLOR = {"full": "green", "partial": "yellow", "none": "red"}
+_LETTER = {d: ("C" if d is Delegate.COREML else str(d)[0].upper()) for d in Delegate}  # G N H C X
+
+
 def _delegate_cell(c: Candidate, name: str) -> str:
     r = c.delegates.get(name)
     if r is None:
         return "-"
-    color = {"full": "green", "partial": "yellow", "none": "red"}[r.verdict]
+    color = _COLOR[r.verdict]
     return f"[{color}]{r.nodes_delegated}/{r.nodes_total}[/{color}]" + (f" p{r.partitions}" if r.partitions > 1 else "")
 
 
-def candidates_table(cands: list[Candidate], baseline: Candidate | None = None, title: str = ""):
+def _delegates_compact(c: Candidate) -> str:
+    """All delegates in one cell: a letter each, green full, yellow partial, red none (G N H C X)."""
+    cells = []
+    for d in DELEGATE_COLS:
+        r = c.delegates.get(d)
+        cells.append("·" if r is None else f"[{_COLOR[r.verdict]}]{_LETTER[d]}[/{_COLOR[r.verdict]}]")
+    return "".join(cells)
+
+
+@dataclass(frozen=True)
+class _Base:
+    """What each row is compared with: the baseline's size, latency and error."""
+
+    size: object = None
+    p50: float | None = None
+    mae: float | None = None
+
+    @classmethod
+    def of(cls, baseline: Candidate | None) -> _Base:
+        if baseline is None or not baseline.ok:
+            return cls()
+        m = baseline.metrics
+        return cls(m.size, baseline.p50_ms, m.accuracy.mae if m.accuracy else None)
+
+
+def _accuracy(c: Candidate, base: _Base) -> str:
+    a = c.metrics.accuracy
+    if a is None:
+        return "-"
+    return _pct(a.top1) if a.top1 is not None else (f"MAE {a.mae:.4g}" if a.mae is not None else "-")
+
+
+def _delta(c: Candidate, base: _Base) -> str:
+    """Classification: the top-1 change in points; regression: the error as a multiple of float32's."""
+    a = c.metrics.accuracy
+    if a is not None and a.mae is not None:
+        return f"x{a.mae / base.mae:.2f}" if base.mae else "-"
+    return _pct(c.metrics.accuracy_delta, signed=True)
+
+
+def _agree(c: Candidate, base: _Base) -> str:
+    f = c.metrics.fidelity
+    return _pct(f.top1_agreement) if f and f.top1_agreement is not None else "-"
+
+
+@dataclass(frozen=True)
+class _Col:
+    header: str
+    cell: Callable[[Candidate, _Base], str]
+    drop: int  # 0: always shown; higher numbers are dropped first when the terminal is narrow
+
+
+#: The sweep table's columns. Drop order when narrow (highest first): the ratio columns, the gzip size,
+#: top-1 agreement, peak memory, then the accuracy value (its change stays); the five delegate columns
+#: merge into one compact cell first of all. The candidate name is never cut.
+COLUMNS: tuple[_Col, ...] = (
+    _Col("candidate", lambda c, b: c.name, 0),
+    _Col("size", lambda c, b: _kb(c.metrics.size.bytes), 0),
+    _Col("x", lambda c, b: _ratio(c.metrics.size.bytes, b.size.bytes if b.size else None), 3),
+    _Col("gzip", lambda c, b: _kb(c.metrics.size.gzip_bytes), 5),
+    _Col("x", lambda c, b: _ratio(c.metrics.size.gzip_bytes, b.size.gzip_bytes if b.size else None), 7),
+    _Col("acc", _accuracy, 2),
+    _Col("Δ", _delta, 0),
+    _Col("agree", _agree, 4),
+    _Col("p50 ms", lambda c, b: "-" if c.p50_ms is None else f"{c.p50_ms:.3f}", 0),
+    _Col("x", lambda c, b: _ratio(c.p50_ms, b.p50), 6),
+    _Col("mem", lambda c, b: _kb(c.metrics.memory.peak_rss_bytes) if c.metrics.memory else "-", 3),
+)
+
+
+def _plain(text: str) -> int:
+    import re
+
+    return len(re.sub(r"\[/?[a-z ]+\]", "", text))
+
+
+def _fit(columns: list[_Col], cells: list[list[str]], width: int) -> list[int]:
+    """Indices of the columns kept so the table fits `width` (rich: 3 characters per column + 1)."""
+    keep = list(range(len(columns)))
+
+    def need(idx: list[int]) -> int:
+        return sum(max(_plain(columns[i].header), *(_plain(r[i]) for r in cells)) + 3 for i in idx) + 1
+
+    for level in sorted({c.drop for c in columns if c.drop}, reverse=True):
+        if need(keep) <= width:
+            break
+        keep = [i for i in keep if columns[i].drop != level]
+    return keep
+
+
+def _columns(cands: list[Candidate], width: int | None, wide: bool) -> list[_Col]:
+    """The columns to offer: the delegates as five columns when there is room, else one compact cell."""
+    columns = list(COLUMNS)
+    if not any(c.delegates for c in cands):
+        return columns
+    if wide or width is None or width >= 150:
+        return columns + [_Col(d, lambda c, b, d=d: _delegate_cell(c, d), 0) for d in DELEGATE_COLS]
+    return columns + [_Col("GNHCX", lambda c, b: _delegates_compact(c), 0)]
+
+
+def _cells(cands: list[Candidate], columns: list[_Col], base: _Base) -> list[list[str]]:
+    rows = []
+    for c in cands:
+        if c.ok:
+            rows.append([col.cell(c, base) for col in columns])
+        else:
+            rows.append([c.name, "[red]failed[/red]"] + [""] * (len(columns) - 2))
+    return rows
+
+
+def candidates_table(
+    cands: list[Candidate],
+    baseline: Candidate | None = None,
+    title: str = "",
+    width: int | None = None,
+    wide: bool = False,
+):
+    """The candidates as a rich Table that fits `width` columns (all columns with `wide`)."""
     from rich.table import Table
 
-    base_size = baseline.metrics.size if baseline and baseline.ok else None
-    base_lat = baseline.metrics.latency.p50_ms if baseline and baseline.ok and baseline.metrics.latency else None
+    columns = _columns(cands, width, wide)
+    cells = _cells(cands, columns, _Base.of(baseline))
+    keep = list(range(len(columns))) if wide or width is None else _fit(columns, cells, width)
     t = Table(title=title or None, show_lines=False)
-    for col in ("candidate", "size", "x", "gzip", "x", "top-1", "Δ pts", "agree", "p50 ms", "x", "mem"):
-        t.add_column(col, justify="left" if col == "candidate" else "right")
-    show_delegates = any(c.delegates for c in cands)
-    if show_delegates:
-        for d in DELEGATE_COLS:
-            t.add_column(d, justify="right")
-    for c in cands:
-        if not c.ok:
-            row = [c.name, "[red]failed[/red]"] + [""] * 9
-            t.add_row(*row, *([""] * len(DELEGATE_COLS) if show_delegates else []))
-            continue
-        m = c.metrics
-        lat = m.latency.p50_ms if m.latency else None
-        row = [
-            c.name,
-            _kb(m.size.bytes),
-            f"{m.size.bytes / base_size.bytes:.2f}" if base_size else "",
-            _kb(m.size.gzip_bytes),
-            f"{m.size.gzip_bytes / base_size.gzip_bytes:.2f}" if base_size else "",
-            _pct(m.accuracy.top1) if m.accuracy and m.accuracy.top1 is not None else "-",
-            _pct(m.accuracy_delta, signed=True),
-            _pct(m.fidelity.top1_agreement) if m.fidelity and m.fidelity.top1_agreement is not None else "-",
-            f"{lat:.3f}" if lat is not None else "-",
-            f"{lat / base_lat:.2f}" if lat and base_lat else "",
-            _kb(m.memory.peak_rss_bytes) if m.memory else "-",
-        ]
-        if show_delegates:
-            row += [_delegate_cell(c, d) for d in DELEGATE_COLS]
-        t.add_row(*row)
+    longest = max((len(c.name) for c in cands), default=9)
+    for i in keep:
+        if i == 0:  # names are never cut
+            t.add_column(columns[i].header, no_wrap=True, min_width=max(longest, 9))
+        else:
+            t.add_column(columns[i].header, justify="right", no_wrap=True, overflow="ellipsis")
+    for row in cells:
+        t.add_row(*(row[i] for i in keep))
     return t
 
 
-def print_study(study: Study, folder: Path | None = None) -> None:
-    con = _console()
+def next_steps(study: Study, folder: Path | None) -> list[str]:
+    """What to do after a sweep: the best candidate per common target, and the commands that go further."""
+    from .choose import recommend
+
+    where = str(Path(folder) / "study.json") if folder else "study.json"
+    lines = []
+    for target in (Target.CPU, Target.GPU, Target.COREML, Target.NNAPI, Target.HEXAGON, Target.MCU):
+        rec = recommend(study, target)
+        if rec.chosen:
+            lines.append(f"  {target:8} {rec.chosen}")
+    lines.append(f"Next: optimize recommend {where} --target T [--max-accuracy-drop 0.01]   (why, and what else)")
+    lines.append(f"      optimize report {where}   (report.md + report.html with plots)")
+    return (["Smallest candidate each target runs fully (no accuracy goal given):"] if len(lines) > 2 else []) + lines
+
+
+def _legend(study: Study) -> str | None:
+    base = next((c for c in study.candidates if c.name == study.baseline and c.ok), None)
+    lat = base.metrics.latency if base is not None else None
+    if lat is None:
+        return None
+    return (
+        f"Latency: {lat.runtime}, {lat.threads} threads, p50 of {lat.runs} runs after {lat.warmup_runs} "
+        "warm-up. x = ratio to float32. Delegates: nodes delegated/total (p = partitions), or G N H C X = "
+        "GPU, NNAPI, Hexagon, Core ML, XNNPACK (green full, yellow partial, red none); xnnpack is observed "
+        "in the runtime, the others predicted from each delegate's rules."
+    )
+
+
+def _print_outcome(con, c: Candidate) -> None:
+    if c.error:
+        con.print(f"[red]{c.name} failed:[/red] {c.error}")
+    for note in c.notes:
+        con.print(f"[dim]{c.name}: {note}[/dim]")
+
+
+def print_study(study: Study, folder: Path | None = None, wide: bool = False, width: int | None = None) -> None:
+    """The sweep table (fitted to the terminal), its legend, failures and notes, and what to do next."""
+    con = _console(width)
     base = next((c for c in study.candidates if c.name == study.baseline), None)
-    lat = base.metrics.latency if base and base.ok and base.metrics.latency else None
     title = f"{study.model}: {len(study.candidates)} candidates"
-    con.print(candidates_table(study.candidates, base, title))
-    if lat:
-        con.print(
-            f"Latency: {lat.runtime}, {lat.threads} threads, p50 of {lat.runs} runs after {lat.warmup_runs} "
-            "warm-up. x = ratio to float32. Delegates: nodes delegated/total (p = partitions); "
-            "xnnpack is observed in the runtime, the others predicted from each delegate's rules."
-        )
+    con.print(candidates_table(study.candidates, base, title, width=con.width, wide=wide))
+    legend = _legend(study)
+    if legend:
+        con.print(legend)
     for c in study.candidates:
-        if c.error:
-            con.print(f"[red]{c.name} failed:[/red] {c.error}")
-        for note in c.notes:
-            con.print(f"[dim]{c.name}: {note}[/dim]")
+        _print_outcome(con, c)
     if folder:
-        con.print(f"Wrote {len(study.candidates)} artifacts and {Path(folder) / 'study.json'}")
+        written = [c for c in study.candidates if c.artifact and (Path(folder) / c.artifact).is_file()]
+        con.print(f"Wrote {len(written)} artifact(s) and {Path(folder) / 'study.json'}")
+    if any(c.ok for c in study.candidates):
+        for line in next_steps(study, folder):
+            con.print(line)
 
 
-def print_candidates(cands: list[Candidate], folder: Path | None = None) -> None:
+def print_candidates(cands: list[Candidate], folder: Path | None = None, wide: bool = False) -> None:
     con = _console()
-    con.print(candidates_table(cands))
+    con.print(candidates_table(cands, width=con.width, wide=wide))
     for c in cands:
-        if c.error:
-            con.print(f"[red]{c.name} failed:[/red] {c.error}")
+        _print_outcome(con, c)
         if c.skipped_layers:
             con.print(f"{c.name}: layers left as they were: {', '.join(c.skipped_layers)}")
-        for note in c.notes:
-            con.print(f"[dim]{c.name}: {note}[/dim]")
         if c.artifact and folder:
             con.print(f"Wrote {Path(folder) / c.artifact}")
 

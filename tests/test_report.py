@@ -175,3 +175,26 @@ def test_html_renders_in_headless_chromium(tmp_path, gpu_rec):
     assert (0xC8, 0xE6, 0xC9) in colours, "green 'full' cells of the delegate matrix are not on screen"
     assert (0xFF, 0xCD, 0xD2) in colours, "red 'none' cells of the delegate matrix are not on screen"
     assert (0xFB, 0x8C, 0x00) in colours, "orange Pareto markers of the plots are not on screen"
+
+
+@pytest.mark.parametrize("width", [80, 110, 160])
+def test_sweep_table_fits_the_terminal(width, capsys):
+    """Every line of the sweep table, its legend and the next steps fits the terminal; names stay whole."""
+    from optimize.report_text import print_study
+
+    st = full_study()
+    print_study(st, Path("out"), width=width)
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= width, out
+    for c in st.candidates:
+        assert c.name in out
+    assert "optimize recommend out/study.json" in out
+
+
+def test_wide_table_shows_every_column(capsys):
+    from optimize.report_text import print_study
+
+    print_study(full_study(), None, width=300, wide=True)
+    out = capsys.readouterr().out
+    for col in ("gzip", "agree", "mem", "gpu", "nnapi", "hexagon", "coreml", "xnnpack"):
+        assert col in out

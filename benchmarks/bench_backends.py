@@ -87,7 +87,7 @@ def main() -> int:
         os.environ["OPTIMIZE_CACHE"] = str(tmp / "cache")
         model, data = mobilenet(tmp)
         recipes = [build(s, [{"technique": "convert", "scheme": s, "samples": SAMPLES}]) for s in SCHEMES]
-        common = dict(recipes=recipes, log=lambda m: None, eval_samples=8)
+        common = dict(recipes=recipes, eval_samples=8)
         script_s = script_sweep(model, data, tmp / "script")
         t0 = time.perf_counter()
         naive = sweeps.sweep(model, data, tmp / "naive", backend="converter", cache=False, **common)
@@ -134,7 +134,7 @@ def main() -> int:
             for b in ("converter", "litert")
         ]
         demo_study = sweeps.sweep(
-            None, None, tmp / "demo", recipes=[build("float32", [{"technique": "convert"}]), *demo], log=lambda m: None
+            None, None, tmp / "demo", recipes=[build("float32", [{"technique": "convert"}]), *demo]
         )
         for c in demo_study.candidates[1:]:
             m = c.metrics

@@ -37,7 +37,7 @@ def check(label: str, value: float, limit: float, fmt: str = "{:.3f}", higher_is
 def demo(out: Path) -> bool:
     print("Demo model (digits CNN), full sweep:")
     t0 = time.perf_counter()
-    study = sweeps.sweep(None, None, out / "demo", delegates=False, log=lambda m: None)
+    study = sweeps.sweep(None, None, out / "demo", delegates=False)
     print(f"  sweep of {len(study.candidates)} candidates: {time.perf_counter() - t0:.1f} s")
     c = {x.name: x for x in study.candidates}
     for x in study.candidates:
@@ -101,7 +101,7 @@ def mobilenet(out: Path, backend: str | None) -> bool:
     recipes = [build(s, [{"technique": "convert", "scheme": s, "samples": 16}]) for s in PTQ]
     t0 = time.perf_counter()
     study = sweeps.sweep(
-        path, data, out / "mnv2", recipes=recipes, backend=backend, delegates=True, log=lambda m: None, eval_samples=8
+        path, data, out / "mnv2", recipes=recipes, backend=backend, delegates=True, eval_samples=8
     )
     sweep_s = time.perf_counter() - t0
     c = {x.name: x for x in study.candidates}

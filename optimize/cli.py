@@ -30,12 +30,11 @@ JSON = typer.Option(False, "--json", help="Print the result record as JSON inste
 DELEGATES = typer.Option(True, "--delegates/--no-delegates", help="Check each result against the delegates.")
 
 
-def _log(msg: str) -> None:
-    typer.echo(msg, err=True)
+def _progress(as_json: bool):
+    """Logging on stderr (warnings only under --json: stdout is the record), a live display on a terminal."""
+    from .progress import configure
 
-
-def _quiet(msg: str) -> None:
-    pass
+    return configure(quiet=as_json)
 
 
 def _print_json(record) -> None:
@@ -62,9 +61,9 @@ def _run_and_show(
         output,
         threads=threads,
         delegates=delegates,
-        log=_quiet if as_json else _log,
         backend=backend,
         calibration=calibration,
+        progress=_progress(as_json),
     )
     if as_json:
         _print_json(cand)
@@ -116,9 +115,10 @@ def sweep(
         threads=threads,
         backend=backend,
         delegates=delegates,
-        log=_quiet if as_json else _log,
         jobs=jobs,
         cache=cache,
+        target=target,
+        progress=_progress(as_json),
     )
     rec = recommend(study, target, goals) if target else None
     if as_json:
@@ -127,6 +127,7 @@ def sweep(
         report_text.print_study(study, output, wide=wide)
         if rec is not None:
             typer.echo(format_recommendation(rec))
+    sweeps.refuse_if_nothing_worked(study)
     if rec is not None:
         raise_if_unmet(rec)
 
@@ -344,6 +345,7 @@ def debug(
     from . import report_text
     from .debug import debug_model
 
+    _progress(as_json)
     report = debug_model(
         model,
         data,
@@ -351,7 +353,6 @@ def debug(
         samples=samples,
         leave_out=leave_out,
         threads=threads,
-        log=_quiet if as_json else _log,
     )
     if as_json:
         _print_json(report)
@@ -379,8 +380,10 @@ def run_recipe(
     from .recipe import load_recipe
 
     r = load_recipe(recipe)
-    log = _quiet if as_json else _log
-    cand = pipeline.run(r, model, data, output, threads=threads, delegates=delegates, log=log, backend=backend)
+    progress = _progress(as_json)
+    cand = pipeline.run(
+        r, model, data, output, threads=threads, delegates=delegates, backend=backend, progress=progress
+    )
     if as_json:
         _print_json(cand)
     else:

@@ -253,7 +253,6 @@ def debug_model(
     leave_out: int = 3,
     threads: int = 2,
     calibration=None,
-    log=lambda msg: None,
 ) -> DebugReport:
     """Per-layer error analysis of `model` quantized to `scheme` (int8 or int16x8), on calibration samples.
 
@@ -269,7 +268,7 @@ def debug_model(
     from .registry import Context, get
     from .techniques.litert_quantize import _calibration_data, _inspect
 
-    src, ds = open_inputs(model, data, log, calibration)
+    src, ds = open_inputs(model, data, calibration)
     if ds is None:
         raise DataError("debug compares the float and quantized models on real inputs.", "Pass --data DATA.npz.")
     with tempfile.TemporaryDirectory(prefix="optimize-debug-") as tmp:
@@ -277,12 +276,11 @@ def debug_model(
         if src.kind == "tflite":
             float_path = src.path
         else:
-            float_path = (
-                Workspace(src, ds, work, threads, log).produce(build("float32", [{"technique": "convert"}]).steps).path
-            )
+            steps = build("float32", [{"technique": "convert"}]).steps
+            float_path = Workspace(src, ds, work, threads).produce(steps).path
         content = float_path.read_bytes()
         params = get("quantize").parse({"scheme": scheme})
-        ctx = Context(workdir=work, data=ds, threads=threads, log=log)
+        ctx = Context(workdir=work, data=ds, threads=threads)
         signature, inputs = _inspect(content, float_path)
         session = Session(content, params, ctx, _calibration_data(params, ctx, signature, inputs, float_path))
         picked = Samples.from_array(ds.x_cal, samples)

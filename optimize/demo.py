@@ -6,6 +6,7 @@ train (fine-tuning), calibration (drawn from train), test (accuracy and fidelity
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -57,13 +58,27 @@ def build_demo_model():
     )
 
 
-def demo(log=print) -> tuple[Path, Path]:
+def _intact(model_path: Path, data_path: Path) -> bool:
+    """Both cached files present and readable (a truncated file is trained again, not reported)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(model_path) as z:
+            if z.testzip() is not None:
+                return False
+        with np.load(data_path, allow_pickle=False) as d:
+            return {"x_train", "y_train", "x_test", "y_test"} <= set(d.files) and len(d["x_test"]) > 0
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return False
+
+
+def demo() -> tuple[Path, Path]:
     """Paths of the demo model (.keras, Keras 2) and its data (.npz); trained on first use (~20 s)."""
     folder = cache_dir() / f"demo-v{DEMO_VERSION}"
     model_path, data_path = folder / "digits_cnn.keras", folder / "digits.npz"
-    if model_path.is_file() and data_path.is_file():
+    if _intact(model_path, data_path):
         return model_path, data_path
-    log(f"Training the built-in demo model (digits CNN, once; cached in {folder})...")
+    logging.getLogger(__name__).warning("Training the built-in demo model (digits CNN, once; cached in %s)...", folder)
     folder.mkdir(parents=True, exist_ok=True)
     arrays = demo_data_arrays()
     keras = _tf.keras()

@@ -107,3 +107,9 @@ def from_validation(
     got = err.get("input")
     shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
     return kind(f"{where}{at}{err.get('msg', 'invalid')} (got {shown[:80]}).", fix)
+
+
+class NothingWorked(OptimizeError):
+    """The run finished, but every candidate failed. Exit code 1, with the causes."""
+
+    exit_code = 1

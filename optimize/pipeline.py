@@ -10,24 +10,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import shutil
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _tf, measure, models, registry
 from .data import Dataset, combine, load_data
 from .errors import DataError, ModelError, OptimizeError, RecipeError
+from .progress import Progress
 from .recipe import Recipe, build, make_steps
 from .registry import Context, Stage
 from .results import Candidate, Environment, Metrics, Step
 from .vocab import PTQ_SCHEMES, Backend
 
-Log = Callable[[str], None]
+log = logging.getLogger(__name__)
 
 
 def _key(*parts) -> str:
@@ -47,10 +49,8 @@ class _State:
 class Workspace:
     """Produces artifacts for step lists, sharing every step prefix within one run."""
 
-    def __init__(
-        self, src: models.ModelSource, data: Dataset | None, workdir: Path, threads: int = 2, log: Log = print
-    ):
-        self.src, self.data, self.workdir, self.threads, self.log = src, data, workdir, threads, log
+    def __init__(self, src: models.ModelSource, data: Dataset | None, workdir: Path, threads: int = 2):
+        self.src, self.data, self.workdir, self.threads = src, data, workdir, threads
         self.memo: dict[str, _State] = {}
         self.root = _key(src.fingerprint, data.fingerprint if data else None)
 
@@ -61,7 +61,6 @@ class Workspace:
             workdir=folder,
             data=self.data,
             threads=self.threads,
-            log=self.log,
             notes=list(state.notes),
             skipped_layers=list(state.skipped),
             records=dict(state.records),
@@ -103,7 +102,7 @@ class Workspace:
                 continue
             tech = registry.get(step.technique)
             params = step.params
-            self.log(f"  {tech.name} {_brief(step)}")
+            log.info("  %s %s", tech.name, _brief(step))
             if tech.stage is Stage.KERAS:
                 ctx = self._context(key, state)
                 model = tech.fn(self._keras_model(state), params, ctx)
@@ -198,6 +197,25 @@ def environment(threads: int) -> Environment:
     )
 
 
+def artifact_path(out_dir: Path, name: str) -> Path:
+    """`<out_dir>/<name>.tflite`, refused if it would land outside the output folder."""
+    root = Path(out_dir).resolve()
+    path = (root / f"{name}.tflite").resolve()
+    if path.parent != root:
+        raise RecipeError(f"Candidate name {name!r} would write outside {out_dir}.", "Use a plain file name.")
+    return path
+
+
+def _copy_out(src: Path, artifact: Path) -> None:
+    if src.resolve() != artifact.resolve():
+        tmp = artifact.with_name(f".{artifact.name}.tmp")
+        try:
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, artifact)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
 def make_candidate(
     ws: Workspace,
     recipe: Recipe,
@@ -211,18 +229,19 @@ def make_candidate(
     memory: bool = True,
     eval_samples: int = measure.DEFAULT_SAMPLES,
     timing: bool = True,
+    progress: Progress | None = None,
 ) -> Candidate:
-    """Produce, copy out, measure and check one candidate. Failures become the candidate's error."""
+    """Produce, copy out, measure and check one candidate. Failures become the candidate's error, and
+    leave no artifact behind."""
+    progress = progress or Progress()
     t0 = time.perf_counter()
+    artifact = artifact_path(out_dir, recipe.name)
     try:
         state = ws.produce(recipe.steps)
-        artifact = out_dir / f"{recipe.name}.tflite"
-        if state.path.resolve() != artifact.resolve():
-            tmp = artifact.with_suffix(".tflite.tmp")
-            shutil.copyfile(state.path, tmp)
-            os.replace(tmp, artifact)
+        _copy_out(state.path, artifact)
         metrics = None
         if measure_it:
+            progress.phase(f"{recipe.name}: measuring")
             metrics = measure.evaluate(
                 artifact,
                 ws.data,
@@ -235,6 +254,8 @@ def make_candidate(
                 timing=timing,
             )
         notes = list(state.notes)
+        if delegates:
+            progress.phase(f"{recipe.name}: checking delegates")
         reports = check_all_delegates(artifact, ws.threads, notes) if delegates else {}
         return Candidate(
             name=recipe.name,
@@ -254,8 +275,9 @@ def make_candidate(
     except (DataError, RecipeError):
         raise
     except Exception as e:  # a technique failing on this model is a failed candidate, not a crashed run
-        failed = Candidate.failed(recipe, e, seconds=time.perf_counter() - t0)
-        ws.log(f"  failed: {failed.error}")
+        artifact.unlink(missing_ok=True)
+        failed = Candidate.failed(recipe, e, seconds=time.perf_counter() - t0, detail=getattr(e, "detail", None))
+        log.warning("  %s failed: %s", recipe.name, failed.error)
         return failed
 
 
@@ -274,7 +296,6 @@ def check_all_delegates(artifact: Path, threads: int, notes: list[str]) -> dict:
 def open_inputs(
     model: str | Path | None,
     data: str | Path | Dataset | None,
-    log: Log = print,
     calibration: str | Path | Dataset | None = None,
 ):
     """The model source and dataset; the built-in demo (and its data) when no model is given.
@@ -285,7 +306,7 @@ def open_inputs(
     if model is None or str(model) == "demo":
         from .demo import demo
 
-        model_path, data_path = demo(log=log)
+        model_path, data_path = demo()
         model = model_path
         data = data if data is not None else data_path
     src = models.open_model(model)
@@ -321,43 +342,49 @@ def run(
     reference: str | Path | None = None,
     measure_it: bool = True,
     delegates: bool = True,
-    log: Log = print,
     backend: Backend | str | None = None,
     calibration: str | Path | Dataset | None = None,
+    jobs: int = 1,
+    progress: Progress | None = None,
 ) -> Candidate:
     """Run one recipe on a model and measure the result. `reference` defaults to a float32 conversion.
 
     An output path ending in `.tflite` names the artifact; otherwise it is the folder, and the artifact
-    is `<recipe name>.tflite` inside it.
+    is `<recipe name>.tflite` inside it. `jobs=1` (the default) produces it in a crash-isolated worker
+    process, so a converter or runtime crash fails the candidate instead of the caller; `jobs=0` works
+    in this process.
     """
-    src, ds = open_inputs(model or recipe.model, data or recipe.data, log, calibration)
+    from .executors import Settings, Task, executor
+
+    src, ds = open_inputs(model or recipe.model, data or recipe.data, calibration)
     recipe = prepare(recipe, src, ds, backend)
     out_dir = Path(output or recipe.output or "optimize-out")
     if out_dir.suffix == ".tflite":
         recipe = recipe.model_copy(update={"name": out_dir.stem})
         out_dir = out_dir.parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    ws = Workspace(src, ds, out_dir / ".work", threads, log)
+    settings = Settings(src, ds, out_dir, threads, measure.DEFAULT_SAMPLES, delegates, timing=measure_it)
+    compare = measure_it and ds is not None
+    task = Task(
+        [recipe],
+        reference=Path(reference) if reference else None,
+        own_reference=compare and reference is None,
+    )
     try:
-        ref, baseline = _reference(ws, recipe, reference) if measure_it and ds is not None else (None, None)
-        return make_candidate(
-            ws, recipe, out_dir, measure_it=measure_it, reference=ref, baseline=baseline, delegates=delegates
-        )
+        with executor(settings, jobs, progress) as ex:
+            ex.submit(task)
+            return next(iter(ex.results()))
     finally:
-        shutil.rmtree(ws.workdir, ignore_errors=True)
+        shutil.rmtree(out_dir / ".work", ignore_errors=True)
 
 
-def _reference(ws: Workspace, recipe: Recipe, reference: str | Path | None) -> tuple[Path | None, Metrics | None]:
-    """What a single run is compared with: the given reference, the float .tflite it started from, or
-    the float32 conversion of the same model; and that reference's own metrics."""
-    if reference is not None:
-        ref = Path(reference)
-    elif [s.technique for s in recipe.steps] == ["convert"] and recipe.scheme == "float32":
+def own_reference(ws: Workspace, recipe: Recipe) -> tuple[Path | None, Metrics | None]:
+    """What a single run is compared with: the float .tflite it started from, or the float32 conversion
+    of the same model (made in the workspace, not the output folder); and that reference's metrics."""
+    if [s.technique for s in recipe.steps] == ["convert"] and recipe.scheme == "float32":
         return None, None  # the float32 model is its own reference
-    elif ws.src.kind == "tflite":
-        ref = ws.src.path
-    else:
-        float32 = resolve(build("float32", [{"technique": "convert"}]), ws.src)
-        base = make_candidate(ws, float32, ws.workdir, delegates=False, timing=False)
-        return (ws.workdir / base.artifact, base.metrics) if base.ok else (None, None)
-    return ref, measure.evaluate(ref, ws.data, threads=ws.threads, timing=False)
+    if ws.src.kind == "tflite":
+        return ws.src.path, measure.evaluate(ws.src.path, ws.data, threads=ws.threads, timing=False)
+    float32 = resolve(build("float32", [{"technique": "convert"}]), ws.src)
+    base = make_candidate(ws, float32, ws.workdir, delegates=False, timing=False)
+    return (ws.workdir / base.artifact, base.metrics) if base.ok else (None, None)

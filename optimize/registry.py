@@ -47,7 +47,6 @@ class Context:
     data: Any = None  # optimize.data.Dataset or None
     threads: int = 2
     seed: int = 0
-    log: Callable[[str], None] = lambda msg: None
     notes: list[str] = field(default_factory=list)  # facts for the candidate record
     skipped_layers: list[str] = field(default_factory=list)
     records: dict[str, Any] = field(default_factory=dict)  # typed records for the candidate (e.g. "search")

@@ -1,35 +1,36 @@
-"""Sweeps: the float32 baseline plus many recipes on one model, produced in worker processes, timed
-one at a time, cached by content, and written as one study.json.
+"""Sweeps: the float32 baseline plus many recipes on one model, written as one study.json.
 
-The default sweep covers every post-training scheme and the useful Keras chains; a float .tflite
-input gets its post-training schemes through LiteRT Quantizer.
+    plan -> cache lookup -> produce (executor) -> time -> store -> Study
+
+Candidates are produced by an executor (optimize.executors: worker processes, or this process), the
+float32 baseline first because every other candidate is compared with it; then timed one at a time on
+a quiet machine; then cached by content. A sweep where nothing worked exits 1 with the causes.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import shutil
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _tf, measure, models, registry, runtime
+from .cache import ResultCache, key_for
 from .data import Dataset
-from .errors import RecipeError
-from .pipeline import (
-    Log,
-    Workspace,
-    _key,
-    check_data,
-    environment,
-    make_candidate,
-    open_inputs,
-    resolve,
-)
-from .recipe import Recipe, as_given, build
+from .errors import NothingWorked, RecipeError
+from .executors import Settings, Task, executor
+from .pipeline import _key, check_data, environment, open_inputs, resolve
+from .progress import Progress
+from .recipe import Recipe, as_given, build, load_recipe
 from .registry import Stage
-from .results import Candidate, Study
-from .vocab import PTQ_SCHEMES
+from .results import Candidate, Memory, Study
+from .vocab import PTQ_SCHEMES, Backend, Target
+
+log = logging.getLogger(__name__)
 
 #: The default sweep: the float baseline, every post-training scheme and the useful chains.
 DEFAULT_SWEEP: tuple[tuple[str, list[dict]], ...] = (
@@ -52,6 +53,17 @@ DEFAULT_SWEEP: tuple[tuple[str, list[dict]], ...] = (
     ("qat-int8", [{"technique": "qat"}, {"technique": "convert", "scheme": "int8"}]),
 )
 
+#: The shipped recipe made for each target: a targeted sweep always tries it.
+TARGET_RECIPE: dict[Target, str] = {
+    Target.CPU: "fastest-cpu",
+    Target.GPU: "mobile-gpu",
+    Target.NNAPI: "android-npu",
+    Target.HEXAGON: "hexagon-dsp",
+    Target.COREML: "coreml",
+    Target.EDGETPU: "edgetpu-mcu",
+    Target.MCU: "edgetpu-mcu",
+}
+
 
 def default_recipes(include_training: bool = True, backend: str | None = None) -> list[Recipe]:
     out = []
@@ -62,44 +74,40 @@ def default_recipes(include_training: bool = True, backend: str | None = None) -
     return out
 
 
-def _time_all(cands: list[Candidate], out_dir: Path, sample, threads: int, runs: int, log: Log) -> list[Candidate]:
-    """Latency of each candidate one at a time, then every peak memory from one probe process."""
-    from .results import Memory
-
-    ok = [c for c in cands if c.ok]
-    log(f"Timing {len(ok)} candidate(s), one at a time ({threads} threads)...")
-    timed = {
-        c.name: measure.add_timing(c.metrics, out_dir / c.artifact, sample, threads=threads, runs=runs, memory=False)
-        for c in ok
-    }
-    peaks = runtime.peak_memory_many([out_dir / c.artifact for c in ok], threads)
-    for c, peak in zip(ok, peaks):
-        if peak is not None:
-            timed[c.name] = timed[c.name].model_copy(update={"memory": Memory(peak_rss_bytes=peak)})
-    return [c.model_copy(update={"metrics": timed[c.name]}) if c.name in timed else c for c in cands]
+def _defaults(src: models.ModelSource, ds: Dataset | None, backend) -> list[Recipe]:
+    if src.kind == "tflite":
+        return [as_given("float32")] + [build(s, [{"technique": "quantize", "scheme": s}]) for s in PTQ_SCHEMES]
+    include_training = src.kind == "keras2" and ds is not None and ds.y_train is not None
+    return default_recipes(include_training, backend)
 
 
-def _as_baseline(c: Candidate) -> Candidate:
-    """The baseline's accuracy delta is zero by definition (it is what the others are compared with)."""
-    if c.ok and c.metrics.accuracy is not None and c.metrics.accuracy_delta is None:
-        return c.model_copy(update={"metrics": c.metrics.model_copy(update={"accuracy_delta": 0.0})})
-    return c
+def _with_target_recipe(recipes: list[Recipe], target: Target, src: models.ModelSource, backend) -> list[Recipe]:
+    """The target's own shipped recipe added, unless a recipe with the same resolved steps is there already."""
+    extra = load_recipe(TARGET_RECIPE[target]).with_backend(backend)
+    extra = resolve(extra, src) if extra.steps else extra
+    if any(r.steps and resolve(r, src).hash == extra.hash for r in recipes):
+        return recipes
+    return [*recipes, extra.model_copy(update={"targets": (target,)})]
 
 
 def plan(
-    src: models.ModelSource, ds: Dataset | None, recipes: list[Recipe] | None, backend: str | None, log: Log = print
+    src: models.ModelSource,
+    ds: Dataset | None,
+    recipes: list[Recipe] | None,
+    backend: str | None,
+    target: Target | None = None,
 ) -> list[Recipe]:
-    """The resolved recipes a sweep will run: the defaults for this kind of model, or the given ones."""
+    """The resolved recipes a sweep will run: the defaults for this kind of model, or the given ones, plus
+    the target's own recipe when a target is named."""
     if recipes is None:
-        include_training = src.kind == "keras2" and ds is not None and ds.y_train is not None
-        recipes = default_recipes(include_training, backend)
-        if src.kind == "tflite":
-            recipes = [as_given("float32")] + [build(s, [{"technique": "quantize", "scheme": s}]) for s in PTQ_SCHEMES]
-        if ds is None:
-            recipes = [r for r in recipes if r.scheme not in ("int8", "int16x8")]
-            log("No data given: skipping int8 and int16x8 (they need calibration data) and accuracy.")
+        recipes = _defaults(src, ds, backend)
     else:
         recipes = [r.with_backend(backend) for r in recipes]
+    if target is not None and src.kind != "tflite":
+        recipes = _with_target_recipe(recipes, Target(target), src, backend)
+    if ds is None:
+        recipes = [r for r in recipes if r.scheme not in ("int8", "int16x8")]
+        log.warning("No data given: skipping int8 and int16x8 (they need calibration data) and accuracy.")
     names = [r.name for r in recipes]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
@@ -112,7 +120,7 @@ def _groups(recipes: list[Recipe]) -> list[list[Recipe]]:
     (prune -> int8 and prune -> cluster -> int8 prune once)."""
     groups: dict[str, list[Recipe]] = {}
     for r in recipes:
-        keras = [s.model_dump() for s in r.steps if registry.get(s.technique).stage is Stage.KERAS]
+        keras = [s.model_dump(mode="json") for s in r.steps if registry.get(s.technique).stage is Stage.KERAS]
         groups.setdefault(_key(keras[:1]), []).append(r)
     return list(groups.values())
 
@@ -126,118 +134,193 @@ def default_jobs(n_groups: int) -> int:
     return max(1, min(os.cpu_count() or 1, int(mem_gib // 4), n_groups))
 
 
+def _reference_of(c: Candidate | None, out_dir: Path) -> tuple[Path | None, object]:
+    return (out_dir / c.artifact, c.metrics) if c is not None and c.ok else (None, None)
+
+
+def produce(ex, groups: list[list[Recipe]], baseline: Candidate | None, baseline_name: str | None, out_dir: Path):
+    """Every group through the executor, the baseline's group first: the others are submitted once the
+    baseline's result is known, so each is compared with it. Yields candidates as they finish."""
+    ref, metrics = _reference_of(baseline, out_dir)
+    first = None if ref else next((g for g in groups if any(r.name == baseline_name for r in g)), None)
+    waiting = [g for g in groups if g is not first]
+    if first is not None:
+        ex.submit(Task(first, baseline_name=baseline_name))
+    else:
+        waiting = _submit_all(ex, waiting, ref, metrics)
+    for cand in ex.results():
+        if waiting and cand.name == baseline_name:
+            waiting = _submit_all(ex, waiting, *_reference_of(cand, out_dir))
+        yield cand
+    if waiting:  # the baseline never came: compare with nothing
+        _submit_all(ex, waiting, None, None)
+        yield from ex.results()
+
+
+def _submit_all(ex, groups, ref, metrics) -> list:
+    for g in groups:
+        ex.submit(Task(g, reference=ref, baseline=metrics))
+    return []
+
+
+def _time_all(cands: list[Candidate], out_dir: Path, sample, threads: int, runs: int) -> list[Candidate]:
+    """Latency of each candidate one at a time, then every peak memory from one probe process."""
+    ok = [c for c in cands if c.ok]
+    if ok:
+        log.info("Timing %d candidate(s), one at a time (%d threads)...", len(ok), threads)
+    timed = {
+        c.name: measure.add_timing(c.metrics, out_dir / c.artifact, sample, threads=threads, runs=runs, memory=False)
+        for c in ok
+    }
+    peaks = runtime.peak_memory_many([out_dir / c.artifact for c in ok], threads) if ok else []
+    for c, peak in zip(ok, peaks):
+        if peak is not None:
+            timed[c.name] = timed[c.name].model_copy(update={"memory": Memory(peak_rss_bytes=peak)})
+    return [c.model_copy(update={"metrics": timed[c.name]}) if c.name in timed else c for c in cands]
+
+
+def _as_baseline(c: Candidate) -> Candidate:
+    """The baseline's accuracy delta is zero by definition (it is what the others are compared with)."""
+    if c.ok and c.metrics.accuracy is not None and c.metrics.accuracy_delta is None:
+        return c.model_copy(update={"metrics": c.metrics.model_copy(update={"accuracy_delta": 0.0})})
+    return c
+
+
+@dataclass
+class _Run:
+    """One sweep's inputs and bookkeeping."""
+
+    src: models.ModelSource
+    ds: Dataset | None
+    out_dir: Path
+    recipes: list[Recipe]
+    settings: dict
+    cache: ResultCache
+    progress: Progress
+    done: dict[str, Candidate] = field(default_factory=dict)
+
+    @property
+    def baseline(self) -> Recipe | None:
+        return next((r for r in self.recipes if r.scheme == "float32" and len(r.steps) <= 1), None)
+
+    def keys(self) -> dict[str, str]:
+        common = {"model": self.src.fingerprint, "data": self.ds.fingerprint if self.ds else None}
+        common["settings"] = self.settings
+        base = self.baseline
+
+        def steps(r: Recipe) -> list:
+            return [s.model_dump(mode="json") for s in r.steps]
+
+        base_key = key_for(steps=steps(base), **common) if base else None
+        return {
+            r.name: key_for(steps=steps(r), baseline=None if r is base else base_key, **common) for r in self.recipes
+        }
+
+
 def sweep(
     model: str | Path | None = None,
     data: str | Path | Dataset | None = None,
     output: str | Path = "optimize-out",
     recipes: list[Recipe] | None = None,
     threads: int = 2,
-    backend: str | None = None,
+    backend: Backend | str | None = None,
     delegates: bool = True,
     runs: int = 50,
-    log: Log = print,
     on_candidate: Callable[[Candidate], None] | None = None,
     eval_samples: int = measure.DEFAULT_SAMPLES,
     jobs: int | None = None,
     cache: bool = True,
+    target: Target | str | None = None,
+    progress: Progress | None = None,
 ) -> Study:
     """The float32 baseline plus every recipe, each measured against it; written to output/study.json.
 
-    Unchanged candidates come from the result cache (`cache=False` forces work). The rest run in
-    `jobs` worker processes (0: in this process), then are timed one at a time on a quiet machine.
+    Unchanged candidates come from the result cache (`cache=False` forces work). The rest run in `jobs`
+    worker processes (0: in this process), then are timed one at a time. `target` adds the target's own
+    shipped recipe. `refuse_if_nothing_worked(study)` turns a study where nothing worked into exit 1.
     """
-    from .cache import ResultCache, key_for
     from .demo import cache_dir
 
-    src, ds = open_inputs(model, data, log)
-    recipes = plan(src, ds, recipes, backend, log)
+    progress = progress or Progress()
+    src, ds = open_inputs(model, data)
+    planned = plan(src, ds, recipes, backend, target)
+    check_data(src, ds)  # before anything is written
     out_dir = Path(output)
     out_dir.mkdir(parents=True, exist_ok=True)
-    baseline_recipe = next((r for r in recipes if r.scheme == "float32" and len(r.steps) <= 1), None)
-    settings = {
-        "threads": threads,
-        "runs": runs,
-        "eval_samples": eval_samples,
-        "delegates": delegates,
-        "versions": _tf.versions(),
-    }
-    common = {"model": src.fingerprint, "data": ds.fingerprint if ds else None, "settings": settings}
-    base_key = key_for(steps=[s.model_dump() for s in baseline_recipe.steps], **common) if baseline_recipe else None
-    keys = {
-        r.name: key_for(
-            steps=[s.model_dump() for s in r.steps], baseline=None if r is baseline_recipe else base_key, **common
-        )
-        for r in recipes
-    }
-    store = ResultCache(cache_dir() / "results" if cache else None, log)
-    done: dict[str, Candidate] = {}
-    for r in recipes:
-        hit = store.get(keys[r.name], r.name, out_dir)
+    settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
+    settings["versions"] = _tf.versions()
+    store = ResultCache(cache_dir() / "results" if cache else None)
+    run = _Run(src, ds, out_dir, planned, settings, store, progress)
+    progress.start(len(planned))
+    try:
+        _reuse(run, on_candidate)
+        _produce_missing(run, jobs, on_candidate)
+    finally:
+        progress.close()
+        shutil.rmtree(out_dir / ".work", ignore_errors=True)
+    study = _study(run, model, threads)
+    study.save(out_dir / "study.json")
+    return study
+
+
+def _reuse(run: _Run, on_candidate) -> None:
+    keys = run.keys()
+    for r in run.recipes:
+        hit = run.cache.get(keys[r.name], r.name, run.out_dir)
         if hit is not None:
-            log(f"  {r.name}: reused from the cache")
-            done[r.name] = hit
+            log.info("  %s: reused from the cache", r.name)
+            run.done[r.name] = hit
+            run.progress.advance(r.name, hit.ok)
             if on_candidate:
                 on_candidate(hit)
-    misses = [r for r in recipes if r.name not in done]
-    if misses:
-        check_data(src, ds)
-        ref = baseline = None
-        if baseline_recipe and baseline_recipe.name in done and done[baseline_recipe.name].ok:
-            ref, baseline = out_dir / done[baseline_recipe.name].artifact, done[baseline_recipe.name].metrics
-        fresh: list[Candidate] = []
-        groups = _groups(misses)
-        n_jobs = default_jobs(len(groups)) if jobs is None else jobs
-        base_name = baseline_recipe.name if baseline_recipe else None
-        log(f"Producing {len(misses)} candidate(s) in {n_jobs or 'this'} process(es)...")
-        if n_jobs == 0:
-            ws = Workspace(src, ds, out_dir / ".work", threads, log)
-            for group in sorted(groups, key=lambda g: not any(r.name == base_name for r in g)):
-                for r in group:
-                    log(f"  {r.name}")
-                    c = make_candidate(
-                        ws,
-                        r,
-                        out_dir,
-                        reference=ref,
-                        baseline=baseline,
-                        delegates=delegates,
-                        timing=False,
-                        eval_samples=eval_samples,
-                    )
-                    if r.name == base_name and c.ok:
-                        ref, baseline = out_dir / c.artifact, c.metrics
-                    fresh.append(c)
-        else:
-            from .workers import Settings, run_groups
 
-            run_groups(
-                Settings(src, ds, out_dir, threads, eval_samples, delegates),
-                groups,
-                n_jobs,
-                base_name,
-                ref,
-                baseline,
-                log,
-                fresh.append,
-            )
-        fresh = _time_all(fresh, out_dir, ds.x_test[:1] if ds is not None else None, threads, runs, log)
-        for c in fresh:
-            if not (c.error or "").startswith("worker process"):
-                store.put(keys[c.name], c, out_dir)
-            done[c.name] = c
-            if on_candidate:
-                on_candidate(c)
-    if baseline_recipe is not None:
-        done[baseline_recipe.name] = _as_baseline(done[baseline_recipe.name])
-    study = Study(
+
+def _produce_missing(run: _Run, jobs: int | None, on_candidate) -> None:
+    misses = [r for r in run.recipes if r.name not in run.done]
+    if not misses:
+        return
+    keys = run.keys()
+    groups = _groups(misses)
+    n_jobs = default_jobs(len(groups)) if jobs is None else jobs
+    log.info("Producing %d candidate(s) in %s process(es)...", len(misses), n_jobs or "this")
+    base = run.baseline
+    s = run.settings
+    settings = Settings(run.src, run.ds, run.out_dir, s["threads"], s["eval_samples"], s["delegates"])
+    fresh: list[Candidate] = []
+    with executor(settings, n_jobs, run.progress) as ex:
+        for cand in produce(ex, groups, run.done.get(base.name) if base else None, base and base.name, run.out_dir):
+            fresh.append(cand)
+            run.progress.advance(cand.name, cand.ok)
+    sample = run.ds.x_test[:1] if run.ds is not None else None
+    for c in _time_all(fresh, run.out_dir, sample, s["threads"], s["runs"]):
+        run.cache.put(keys[c.name], c, run.out_dir)
+        run.done[c.name] = c
+        if on_candidate:
+            on_candidate(c)
+
+
+def _study(run: _Run, model, threads: int) -> Study:
+    base = run.baseline
+    if base is not None and base.name in run.done:
+        run.done[base.name] = _as_baseline(run.done[base.name])
+    return Study(
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         model="demo" if model is None else str(model),
-        model_fingerprint=src.fingerprint,
-        data=ds.source if ds else None,
-        baseline=baseline_recipe.name if baseline_recipe else "float32",
+        model_fingerprint=run.src.fingerprint,
+        data=run.ds.source if run.ds else None,
+        baseline=base.name if base else "float32",
         environment=environment(threads),
-        candidates=[done[r.name] for r in recipes],
+        candidates=[run.done[r.name] for r in run.recipes],
     )
-    study.save(out_dir / "study.json")
-    shutil.rmtree(out_dir / ".work", ignore_errors=True)
-    return study
+
+
+def refuse_if_nothing_worked(study: Study) -> None:
+    """Raise NothingWorked (exit 1) with the causes when no candidate of a study worked."""
+    if not study.candidates or any(c.ok for c in study.candidates):
+        return
+    causes = Counter((c.error or "not measured")[:100] for c in study.candidates)
+    summary = "; ".join(f"{n} x {why}" for why, n in causes.most_common(3))
+    raise NothingWorked(
+        f"All {len(study.candidates)} candidates failed: {summary}.",
+        "See study.json for each candidate's error; fix the first cause and run again.",
+    )

@@ -11,10 +11,6 @@ from optimize.recipe import build
 from optimize.results import load_study
 
 
-def quiet(msg):
-    pass
-
-
 def test_int8_run_is_measured_against_float(keras_model, data_npz, tmp_path):
     c = pipeline.run(
         build("int8", [{"technique": "convert", "scheme": "int8"}]),
@@ -22,7 +18,7 @@ def test_int8_run_is_measured_against_float(keras_model, data_npz, tmp_path):
         data_npz,
         tmp_path,
         delegates=False,
-        log=quiet,
+        jobs=0,
     )
     assert c.ok, c.error
     m = c.metrics
@@ -42,7 +38,7 @@ def test_integer_io_model_is_fed_quantized_inputs(keras_model, data_npz, tmp_pat
         data_npz,
         tmp_path,
         delegates=False,
-        log=quiet,
+        jobs=0,
     )
     assert c.ok, c.error
     assert c.metrics.fidelity.top1_agreement > 0.9
@@ -57,14 +53,14 @@ def test_prune_cluster_int8_chain_shrinks_gzip(keras_model, data_npz, tmp_path):
             {"technique": "convert", "scheme": "int8"},
         ],
     )
-    c = pipeline.run(recipe, keras_model, data_npz, tmp_path, delegates=False, log=quiet)
+    c = pipeline.run(recipe, keras_model, data_npz, tmp_path, delegates=False, jobs=0)
     plain = pipeline.run(
         build("i8", [{"technique": "convert", "scheme": "int8"}]),
         keras_model,
         data_npz,
         tmp_path,
         delegates=False,
-        log=quiet,
+        jobs=0,
     )
     assert c.ok, c.error
     assert c.metrics.size.gzip_bytes < 0.8 * plain.metrics.size.gzip_bytes
@@ -72,7 +68,7 @@ def test_prune_cluster_int8_chain_shrinks_gzip(keras_model, data_npz, tmp_path):
 
 def test_keras_only_recipe_gets_an_implicit_float32_conversion(keras_model, data_npz, tmp_path):
     c = pipeline.run(
-        build("p", [{"technique": "prune", "epochs": 1}]), keras_model, data_npz, tmp_path, delegates=False, log=quiet
+        build("p", [{"technique": "prune", "epochs": 1}]), keras_model, data_npz, tmp_path, delegates=False, jobs=0
     )
     assert c.ok and c.scheme == "float32"
     assert [s.technique for s in c.steps] == ["prune", "convert"]
@@ -93,9 +89,7 @@ def test_failed_technique_is_a_failed_candidate(keras_model, data_npz, tmp_path,
         build("cluster-int8", [{"technique": "cluster"}, {"technique": "convert", "scheme": "int8"}]),
         build("float16", [{"technique": "convert", "scheme": "float16"}]),
     ]
-    study = sweeps.sweep(
-        keras_model, data_npz, tmp_path, recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0, cache=False
-    )
+    study = sweeps.sweep(keras_model, data_npz, tmp_path, recipes=recipes, delegates=False, runs=5, jobs=0, cache=False)
     names = {c.name: c for c in study.candidates}
     assert names["float32"].metrics.accuracy_delta == 0.0
     assert names["cluster-int8"].error == "cluster: nothing to cluster here"
@@ -109,21 +103,19 @@ def test_data_that_does_not_fit_is_refused_before_work(keras_model, tmp_path):
     np.savez(bad, x=np.zeros((10, 28, 28, 1), np.float32), y=np.zeros(10, np.int64))
     with pytest.raises(DataError, match=r"\[28, 28, 1\].*\[8, 8, 1\]"):
         pipeline.run(
-            build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, bad, tmp_path / "o", log=quiet
+            build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, bad, tmp_path / "o", jobs=0
         )
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").glob("*.tflite"))
 
 
 def test_int8_without_calibration_data(keras_model, tmp_path):
     with pytest.raises(DataError, match="int8 needs calibration data"):
-        pipeline.run(
-            build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, None, tmp_path, log=quiet
-        )
+        pipeline.run(build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, None, tmp_path, jobs=0)
 
 
 def test_keras_steps_on_a_tflite_are_refused(float_tflite, tmp_path):
     with pytest.raises(ModelError, match="already a .tflite"):
-        pipeline.run(build("p", [{"technique": "prune"}]), float_tflite, None, tmp_path, log=quiet)
+        pipeline.run(build("p", [{"technique": "prune"}]), float_tflite, None, tmp_path, jobs=0)
 
 
 def test_litert_backend_rewrites_ptq_steps():
@@ -154,7 +146,7 @@ def test_cli_and_api_use_the_same_backend_default():
 
 @pytest.mark.slow
 def test_demo_sweep_meets_the_size_and_accuracy_targets(tmp_path):
-    study = sweeps.sweep(None, None, tmp_path, delegates=False, runs=10, log=quiet)
+    study = sweeps.sweep(None, None, tmp_path, delegates=False, runs=10, jobs=0)
     c = {x.name: x for x in study.candidates}
     assert all(x.ok for x in study.candidates), [(x.name, x.error) for x in study.candidates if x.error]
     base = c["float32"].metrics.size
@@ -183,7 +175,7 @@ def test_real_architecture_skips_layers_tfmot_cannot_wrap(tmp_path):
         ds,
         tmp_path / "out",
         delegates=False,
-        log=quiet,
+        jobs=0,
     )
     assert c.ok, c.error
     assert any(s.endswith("(Rescaling)") for s in c.skipped_layers)  # names get _N suffixes in a session

@@ -13,10 +13,6 @@ from optimize.recipe import build
 from optimize.registry import Context, get
 
 
-def quiet(msg: str) -> None:
-    pass
-
-
 @pytest.fixture(scope="module")
 def session(float_tflite, digits, tmp_path_factory):
     from optimize.data import from_arrays
@@ -81,7 +77,7 @@ def test_selective_stops_at_once_when_int8_meets_the_budget(keras_model, data_np
     import optimize
 
     recipe = build("sel", [{"technique": "selective", "max_accuracy_drop": 0.05}])
-    cand = optimize.run(recipe, keras_model, data_npz, tmp_path, delegates=False, log=quiet)
+    cand = optimize.run(recipe, keras_model, data_npz, tmp_path, delegates=False, jobs=0)
     assert cand.ok, cand.error
     assert cand.search == []
     assert any("meets the budget" in n for n in cand.notes)
@@ -94,12 +90,12 @@ def test_selective_search_is_bounded_and_recorded(keras_model, data_npz, tmp_pat
     import optimize
 
     steps = [{"technique": "selective", "max_output_error": 1e-9, "max_evals": 6, "eval_samples": 50}]
-    cand = optimize.run(build("sel", steps), keras_model, data_npz, tmp_path, delegates=False, log=quiet)
+    cand = optimize.run(build("sel", steps), keras_model, data_npz, tmp_path, delegates=False, jobs=0)
     assert cand.ok, cand.error
     assert 1 <= len(cand.search) <= 5  # the first of 6 evaluations is full int8
     assert all(s.precision in ("float", "int16", "int8") and s.size_bytes > 0 for s in cand.search)
     assert any("does not meet the budget" in n for n in cand.notes)
-    again = optimize.run(build("sel", steps), keras_model, data_npz, tmp_path / "2", delegates=False, log=quiet)
+    again = optimize.run(build("sel", steps), keras_model, data_npz, tmp_path / "2", delegates=False, jobs=0)
     assert [(s.tensor, s.precision, s.kept) for s in again.search] == [
         (s.tensor, s.precision, s.kept) for s in cand.search
     ]  # seeded and deterministic

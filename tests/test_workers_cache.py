@@ -11,11 +11,6 @@ from optimize import sweeps
 from optimize.data import load_data
 from optimize.recipe import build
 
-
-def quiet(msg):
-    pass
-
-
 RECIPES = [
     build("float32", [{"technique": "convert"}]),
     build("int8", [{"technique": "convert", "scheme": "int8"}]),
@@ -26,9 +21,7 @@ RECIPES = [
 def test_a_crashing_worker_fails_only_its_candidate(keras_model, data_npz, tmp_path):
     ds = load_data(data_npz)
     crashing = CrashingData(**{f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)})
-    study = sweeps.sweep(
-        keras_model, crashing, tmp_path, recipes=RECIPES, delegates=False, runs=5, log=quiet, jobs=1, cache=False
-    )
+    study = sweeps.sweep(keras_model, crashing, tmp_path, recipes=RECIPES, delegates=False, runs=5, jobs=1, cache=False)
     c = {x.name: x for x in study.candidates}
     assert c["int8"].error == "worker process killed by SIGSEGV while producing or measuring this candidate"
     assert c["float32"].ok and c["float16"].ok
@@ -43,38 +36,144 @@ def cache_root(tmp_path, monkeypatch):
     return root
 
 
-def test_warm_rerun_reuses_and_never_serves_stale_or_corrupt(keras_model, data_npz, tmp_path, cache_root):
+def test_warm_rerun_reuses_and_never_serves_stale_or_corrupt(keras_model, data_npz, tmp_path, cache_root, caplog):
     recipes = RECIPES[:1] + RECIPES[2:]
-    cold = sweeps.sweep(
-        keras_model, data_npz, tmp_path / "a", recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0
-    )
+    cold = sweeps.sweep(keras_model, data_npz, tmp_path / "a", recipes=recipes, delegates=False, runs=5, jobs=0)
     assert not any(c.cached for c in cold.candidates)
-    warm = sweeps.sweep(
-        keras_model, data_npz, tmp_path / "b", recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0
-    )
+    warm = sweeps.sweep(keras_model, data_npz, tmp_path / "b", recipes=recipes, delegates=False, runs=5, jobs=0)
     assert all(c.cached for c in warm.candidates)
     assert [c.metrics for c in warm.candidates] == [c.metrics for c in cold.candidates]
     assert (tmp_path / "b" / "float16.tflite").read_bytes() == (tmp_path / "a" / "float16.tflite").read_bytes()
 
     # different settings never hit: another thread count is another key
     other = sweeps.sweep(
-        keras_model, data_npz, tmp_path / "c", recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0, threads=1
+        keras_model, data_npz, tmp_path / "c", recipes=recipes, delegates=False, runs=5, jobs=0, threads=1
     )
     assert not any(c.cached for c in other.candidates)
 
     # a corrupt entry is detected and rebuilt, not served
     for artifact in cache_root.rglob("model.tflite"):
         artifact.write_bytes(b"garbage")
-    logs: list[str] = []
-    again = sweeps.sweep(
-        keras_model, data_npz, tmp_path / "d", recipes=recipes, delegates=False, runs=5, log=logs.append, jobs=0
-    )
+    again = sweeps.sweep(keras_model, data_npz, tmp_path / "d", recipes=recipes, delegates=False, runs=5, jobs=0)
     assert not any(c.cached for c in again.candidates)
-    assert any("corrupt" in m for m in logs)
+    assert any("corrupt" in r.getMessage() for r in caplog.records)
     assert (tmp_path / "d" / "float16.tflite").read_bytes() == (tmp_path / "a" / "float16.tflite").read_bytes()
 
     # --no-cache forces work
     forced = sweeps.sweep(
-        keras_model, data_npz, tmp_path / "e", recipes=recipes, delegates=False, runs=5, log=quiet, jobs=0, cache=False
+        keras_model, data_npz, tmp_path / "e", recipes=recipes, delegates=False, runs=5, jobs=0, cache=False
     )
     assert not any(c.cached for c in forced.candidates)
+
+
+def _cache_entries(root):
+    return sorted(p.parent for p in root.rglob("candidate.json"))
+
+
+def test_forged_records_and_stale_temp_folders_are_never_served(keras_model, data_npz, tmp_path, cache_root, caplog):
+    import json
+    import os
+    import time
+
+    recipes = RECIPES[:1]
+    cold = sweeps.sweep(keras_model, data_npz, tmp_path / "a", recipes=recipes, delegates=False, runs=5, jobs=0)
+    (entry,) = _cache_entries(cache_root)
+    record = json.loads((entry / "candidate.json").read_text())
+    record["metrics"]["size"]["bytes"] = 1  # a forged figure
+    (entry / "candidate.json").write_text(json.dumps(record))
+    stale = entry.parent / f"{entry.name}.tmpXYZ"
+    stale.mkdir()
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    again = sweeps.sweep(keras_model, data_npz, tmp_path / "b", recipes=recipes, delegates=False, runs=5, jobs=0)
+    assert not again.candidates[0].cached
+    assert again.candidates[0].metrics.size == cold.candidates[0].metrics.size
+    assert any("does not match its digest" in r.getMessage() for r in caplog.records)
+    assert not stale.exists()
+
+
+def test_environment_failures_are_not_cached_but_technique_failures_are(tmp_path):
+    from optimize.cache import ResultCache, cacheable
+    from optimize.results import Candidate
+
+    r = build("int8", [{"technique": "convert", "scheme": "int8"}])
+    assert not cacheable(Candidate.failed(r, OSError(28, "No space left on device")))
+    assert not cacheable(Candidate.failed(r, MemoryError()))
+    assert not cacheable(Candidate.failed(r, "worker process killed by SIGKILL", kind="WorkerCrashed", detail="SIGKILL"))
+    assert cacheable(Candidate.failed(r, "worker process killed by SIGSEGV", kind="WorkerCrashed", detail="SIGSEGV"))
+    from optimize.errors import TechniqueFailed
+
+    failed = Candidate.failed(r, TechniqueFailed("conversion to int8 failed: op X"))
+    assert cacheable(failed) and failed.error_kind == "TechniqueFailed"
+    store = ResultCache(tmp_path / "c")
+    store.put("k" * 64, failed, tmp_path)
+    assert store.get("k" * 64, "int8", tmp_path).error == failed.error
+
+
+def test_a_cache_that_cannot_be_written_warns_once_and_carries_on(tmp_path, monkeypatch, caplog):
+    import shutil as sh
+
+    from optimize.cache import ResultCache
+    from optimize.results import Candidate
+
+    store = ResultCache(tmp_path / "c")
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sh, "copyfile", full)
+    monkeypatch.setattr("optimize.cache.write_atomic", full)
+    r = build("int8", [{"technique": "convert", "scheme": "int8"}])
+    from optimize.errors import TechniqueFailed
+
+    cand = Candidate.failed(r, TechniqueFailed("x"))
+    store.put("a" * 64, cand, tmp_path)
+    store.put("b" * 64, cand, tmp_path)
+    warnings = [x for x in caplog.records if "Could not write the result cache" in x.getMessage()]
+    assert len(warnings) == 1
+    assert not list((tmp_path / "c").rglob("*.tmp*"))
+
+
+def test_a_sweep_where_nothing_worked_exits_1(keras_model, data_npz, tmp_path):
+    from optimize.errors import NothingWorked
+
+    ds = load_data(data_npz)
+    crashing = CrashingData(**{f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)})
+    study = sweeps.sweep(keras_model, crashing, tmp_path / "o", recipes=RECIPES[1:2], delegates=False, jobs=1)
+    assert [c.error_kind for c in study.candidates] == ["WorkerCrashed"]
+    with pytest.raises(NothingWorked, match="All 1 candidates failed: 1 x worker process killed by SIGSEGV") as e:
+        sweeps.refuse_if_nothing_worked(study)
+    assert e.value.exit_code == 1
+    assert (tmp_path / "o" / "study.json").is_file() and not list((tmp_path / "o").glob("*.tflite"))
+    sweeps.refuse_if_nothing_worked(sweeps.sweep(keras_model, data_npz, tmp_path / "p", recipes=RECIPES[:1], jobs=0))
+
+
+def test_targeted_sweep_adds_the_targets_own_recipe(keras_model, data_npz, tmp_path):
+    study = sweeps.sweep(
+        keras_model, data_npz, tmp_path, recipes=RECIPES[:1], delegates=True, runs=5, jobs=0, target="hexagon"
+    )
+    names = [c.name for c in study.candidates]
+    assert names == ["float32", "hexagon-dsp"]
+    hexa = study.candidate("hexagon-dsp")
+    assert hexa.ok and hexa.delegates["hexagon"].verdict == "full"
+
+
+def test_bad_data_leaves_no_output_folder(keras_model, tmp_path):
+    import numpy as np
+
+    from optimize.errors import DataError
+
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=np.zeros((4, 28, 28), np.float32))
+    with pytest.raises(DataError):
+        sweeps.sweep(keras_model, bad, tmp_path / "out", recipes=RECIPES[:1], delegates=False, jobs=0)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_crash_in_a_single_run_fails_the_candidate_not_the_process(keras_model, data_npz, tmp_path):
+    import optimize
+
+    ds = load_data(data_npz)
+    crashing = CrashingData(**{f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)})
+    cand = optimize.run(RECIPES[1], keras_model, crashing, tmp_path, delegates=False, jobs=1)
+    assert cand.error_kind == "WorkerCrashed" and "SIGSEGV" in cand.error
+    assert not (tmp_path / "int8.tflite").exists()

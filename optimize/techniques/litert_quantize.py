@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import warnings
 from pathlib import Path
 from typing import Literal
@@ -262,7 +263,9 @@ def _calibrate(content: bytes, calibration: dict, recipe, params: QuantizeParams
         )
         calib.calibrate(calibration, recipe)
     except Exception as e:  # noqa: BLE001 - retried with the default calibrator, which raises for real
-        ctx.log(f"quantize: profiler-based calibration failed ({e.__class__.__name__}); keeping all tensors instead")
+        logging.getLogger(__name__).info(
+            "quantize: profiler-based calibration failed (%s); keeping all tensors instead", e.__class__.__name__
+        )
         calib = calibrator.Calibrator(
             content, num_threads=max(1, ctx.threads), mode=mode.CALIBRATION_PRESERVE_ALL_TENSORS, qsv_update_func=update
         )

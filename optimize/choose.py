@@ -139,20 +139,92 @@ def _target_problem(c: Candidate, target: Target, facts: set[str]) -> str | None
     return f"{delegate} delegate {how} ({where})" + (f": {first}" if first else "")
 
 
-def _goal_problem(c: Candidate, goals: Goals) -> str | None:
-    """The first accuracy or size goal this measured candidate breaks."""
-    m = c.metrics
+def speed(c: Candidate, base: Candidate) -> str:
+    """'slower', 'faster' or 'same' than `base`, called only when the two measured spreads separate: the
+    interquartile ranges of their timed runs (p50 alone when a record has no quartiles)."""
+    a, b = c.metrics.latency if c.metrics else None, base.metrics.latency if base.metrics else None
+    if a is None or b is None:
+        return "same"
+    a_lo, a_hi = (a.p25_ms, a.p75_ms) if a.p25_ms is not None else (a.p50_ms, a.p50_ms)
+    b_lo, b_hi = (b.p25_ms, b.p75_ms) if b.p25_ms is not None else (b.p50_ms, b.p50_ms)
+    if a_lo > b_hi + EPS:
+        return "slower"
+    if a_hi < b_lo - EPS:
+        return "faster"
+    return "same"
+
+
+def _without_labels(study: Study, goals: Goals) -> tuple[Goals, list[str]]:
+    """With no labelled accuracy in the study, judge an accuracy goal on agreement with float32 instead:
+    accuracy can only differ on samples whose top-1 differs, so agreement >= 1 - drop bounds the drop."""
+    labelled = any(c.ok and c.metrics.accuracy is not None for c in study.candidates)
+    if labelled or goals.max_accuracy_drop is None:
+        return goals, []
+    agreement = any(
+        c.ok and c.metrics.fidelity and c.metrics.fidelity.top1_agreement is not None for c in study.candidates
+    )
+    if not agreement:
+        fact = (
+            "No labels, and the outputs are not classes: max_accuracy_drop cannot be judged. "
+            "Use max_output_error (relative output error vs float32) instead."
+        )
+        return goals, [fact]
+    bound = 1 - goals.max_accuracy_drop
+    update = {"max_accuracy_drop": None, "min_agreement": max(goals.min_agreement or 0, bound)}
+    fact = (
+        f"No labels: max_accuracy_drop {goals.max_accuracy_drop * 100:g} point(s) is judged as top-1 agreement "
+        f">= {bound * 100:g}% with float32 (accuracy can only change where top-1 changes)."
+    )
+    return goals.model_copy(update=update), [fact]
+
+
+def _accuracy_problem(m, goals: Goals) -> str | None:
     if goals.max_accuracy_drop is not None:
         if m.accuracy_delta is None:
+            if m.error_ratio is not None:
+                return "max_accuracy_drop is for classes; this model's labels are values: use max_error_increase"
             return "accuracy not measured (no labelled data), so max_accuracy_drop cannot be checked"
         if -m.accuracy_delta > goals.max_accuracy_drop + EPS:
             return f"accuracy drop {-m.accuracy_delta * 100:.2f} points > {goals.max_accuracy_drop * 100:g}"
+    if goals.max_error_increase is not None:
+        if m.error_ratio is None:
+            return "error not measured against regression labels, so max_error_increase cannot be checked"
+        if m.error_ratio - 1 > goals.max_error_increase + EPS:
+            return f"error x{m.error_ratio:.2f} of float32's > x{1 + goals.max_error_increase:.2f}"
+    return None
+
+
+def _fidelity_problem(m, goals: Goals, is_base: bool) -> str | None:
+    if is_base:
+        return None  # the float32 reference agrees with itself
+    f = m.fidelity
+    if goals.max_output_error is not None:
+        rel = f.relative_error if f else None
+        if rel is None:
+            return "not compared with float32, so max_output_error cannot be checked"
+        if rel > goals.max_output_error + EPS:
+            return f"output error {rel:.4f} of the output range > {goals.max_output_error:g}"
+    if goals.min_agreement is not None:
+        agree = f.top1_agreement if f else None
+        if agree is None:
+            return "top-1 agreement not measured (outputs are not classes), so min_agreement cannot be checked"
+        if agree < goals.min_agreement - EPS:
+            return f"top-1 agreement {agree * 100:.2f}% < {goals.min_agreement * 100:g}%"
+    return None
+
+
+def _goal_problem(c: Candidate, goals: Goals, is_base: bool = False) -> str | None:
+    """The first accuracy, fidelity or size goal this measured candidate breaks."""
+    m = c.metrics
+    problem = _accuracy_problem(m, goals) or _fidelity_problem(m, goals, is_base)
+    if problem:
+        return problem
     if goals.max_size_bytes is not None and m.size.bytes > goals.max_size_bytes:
         return f"size {m.size.bytes:,} bytes > {goals.max_size_bytes:,}"
     return None
 
 
-def _latency_problem(c: Candidate, goals: Goals, float_ms: float | None) -> str | None:
+def _latency_problem(c: Candidate, goals: Goals, base: Candidate | None) -> str | None:
     lat = c.p50_ms
     if goals.max_latency_ms is not None:
         if lat is None:
@@ -162,18 +234,19 @@ def _latency_problem(c: Candidate, goals: Goals, float_ms: float | None) -> str 
     if goals.objective is Objective.LATENCY:
         if lat is None:
             return "latency not measured, and the objective is latency"
-        if c.scheme != Scheme.FLOAT32 and float_ms is not None and lat > float_ms + EPS:
-            return f"{c.scheme} measured slower than float32 ({lat:.3g} ms vs {float_ms:.3g} ms)"
+        if c.scheme != Scheme.FLOAT32 and base is not None and speed(c, base) == "slower":
+            return f"{c.scheme} measured slower than float32 ({lat:.3g} ms vs {base.p50_ms:.3g} ms)"
     return None
 
 
-def _first_problem(c: Candidate, target: Target, goals: Goals, float_ms: float | None, facts: set[str]) -> str | None:
+def _first_problem(c: Candidate, target: Target, goals: Goals, base: Candidate | None, facts: set[str]) -> str | None:
     """The first check this candidate fails, in a fixed order: failed, target, accuracy, size, latency, slower."""
     if c.error is not None:
         return f"failed: {c.error}"
     if c.metrics is None:
         return "not measured"
-    return _target_problem(c, target, facts) or _goal_problem(c, goals) or _latency_problem(c, goals, float_ms)
+    is_base = base is not None and c.name == base.name
+    return _target_problem(c, target, facts) or _goal_problem(c, goals, is_base) or _latency_problem(c, goals, base)
 
 
 def judge(c: Candidate, target: str | None, goals: Goals) -> str | None:
@@ -199,11 +272,11 @@ def _rank_key(c: Candidate, objective: Objective, index: int) -> tuple:
 
 def _slower_facts(study: Study, float_ms: float | None) -> list[str]:
     out = []
+    base = study.float_reference
     for c in study.candidates:
-        lat = c.p50_ms
-        if c.ok and c.scheme != Scheme.FLOAT32 and float_ms is not None and lat is not None and lat > float_ms + EPS:
+        if c.ok and c.scheme != Scheme.FLOAT32 and base is not None and speed(c, base) == "slower":
             label = c.name if c.name == c.scheme else f"{c.name} ({c.scheme})"
-            out.append(f"{label} measured slower than float32 here: {lat:.3g} ms vs {float_ms:.3g} ms.")
+            out.append(f"{label} measured slower than float32 here: {c.p50_ms:.3g} ms vs {base.p50_ms:.3g} ms.")
     return out
 
 
@@ -228,13 +301,13 @@ def _study_facts(study: Study, target: Target, goals: Goals, float_ms: float | N
     return facts
 
 
-def _sort(study: Study, target: Target, goals: Goals, float_ms: float | None):
+def _sort(study: Study, target: Target, goals: Goals, base: Candidate | None):
     """(eligible candidates ranked, rejections with their first failed check, facts found on the way)."""
     facts: set[str] = set()
     eligible: list[tuple[tuple, Candidate]] = []
     rejected: list[Rejection] = []
     for i, c in enumerate(study.candidates):
-        problem = _first_problem(c, target, goals, float_ms, facts)
+        problem = _first_problem(c, target, goals, base, facts)
         if problem:
             rejected.append(Rejection(candidate=c.name, reason=problem))
         else:
@@ -266,7 +339,10 @@ def recommend(
         target, have_calibration_data=have_calibration_data, have_training_data=have_training_data, goals=goals
     )
     float_ms = study.float_ms
-    ranked, rejected, target_facts = _sort(study, target, goals, float_ms)
+    base = study.float_reference
+    goals, label_facts = _without_labels(study, goals)
+    ranked, rejected, target_facts = _sort(study, target, goals, base)
+    target_facts |= set(label_facts)
     chosen = ranked[0] if ranked else None
     study_facts = _study_facts(study, target, goals, float_ms)
     measured_prune = any(x.startswith(PRUNE_FACT[:-1] + " (") for x in study_facts)

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from .errors import OptimizeError, RecipeError
-from .vocab import IO, Backend, Delegate, Objective, Scheme, Target
+from .vocab import IO, Backend, Delegate, Objective, Scheme, Target, Task
 
 app = typer.Typer(
     help="Optimize TensorFlow models for LiteRT: quantize, prune, cluster, QAT; measure every variant; "
@@ -28,6 +28,19 @@ THREADS = typer.Option(
 )
 JSON = typer.Option(False, "--json", help="Print the result record as JSON instead of a table.")
 DELEGATES = typer.Option(True, "--delegates/--no-delegates", help="Check each result against the delegates.")
+TASK = typer.Option(None, "--task", help="What the labels are (default: guessed from the output and labels).")
+LABEL_OUTPUT = typer.Option(None, "--label-output", help="The output the labels belong to (default: the first).")
+CAL_SEED = typer.Option(0, "--calibration-seed", help="Seeds the random choice of calibration samples.")
+DATA_HELP = (
+    ".npz: x/y or x_train/y_train/x_test/y_test; several inputs as x:<input name> (x_train:<name>, ...); "
+    "labels per output as y:<output name>."
+)
+
+
+def _measuring(task, label_output, seed):
+    from .pipeline import MeasureOptions
+
+    return MeasureOptions(task=task, label_output=label_output, calibration_seed=seed)
 
 
 def _progress(as_json: bool):
@@ -51,6 +64,7 @@ def _run_and_show(
     delegates,
     backend: Backend | None = None,
     calibration=None,
+    measuring=None,
 ) -> None:
     from . import pipeline, report_text
 
@@ -64,6 +78,7 @@ def _run_and_show(
         backend=backend,
         calibration=calibration,
         progress=_progress(as_json),
+        measuring=measuring,
     )
     if as_json:
         _print_json(cand)
@@ -84,7 +99,7 @@ def sweep(
     model: Path | None = typer.Argument(
         None, help="Keras .keras/.h5, SavedModel dir or float .tflite. Omit for the built-in demo."
     ),
-    data: Path | None = typer.Option(None, "--data", "-d", help=".npz with x/y or x_train/y_train/x_test/y_test."),
+    data: Path | None = typer.Option(None, "--data", "-d", help=DATA_HELP),
     output: Path = typer.Option(Path("optimize-out"), "--output", "-o", help="Folder for artifacts and study.json."),
     backend: Backend | None = typer.Option(None, help="Who quantizes: converter, litert or auto (per scheme)."),
     target: Target | None = typer.Option(None, help="Recommend for this target at the end."),
@@ -94,6 +109,12 @@ def sweep(
     ),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse unchanged candidates from earlier runs."),
     wide: bool = typer.Option(False, "--wide", help="Print every column, whatever the terminal's width."),
+    task: Task | None = TASK,
+    label_output: str | None = LABEL_OUTPUT,
+    calibration_samples: int | None = typer.Option(
+        None, "--calibration-samples", min=1, max=10000, help="Calibration samples per calibrated scheme (200)."
+    ),
+    calibration_seed: int = CAL_SEED,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -119,6 +140,8 @@ def sweep(
         cache=cache,
         target=target,
         progress=_progress(as_json),
+        measuring=_measuring(task, label_output, calibration_seed),
+        calibration_samples=calibration_samples,
     )
     rec = recommend(study, target, goals) if target else None
     if as_json:
@@ -143,6 +166,9 @@ def quantize(
     float_fallback: bool = typer.Option(False, help="Keep ops that cannot be quantized in float."),
     backend: Backend | None = typer.Option(None, help="converter, litert (LiteRT Quantizer) or auto (per scheme)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Output .tflite file or folder."),
+    task: Task | None = TASK,
+    label_output: str | None = LABEL_OUTPUT,
+    calibration_seed: int = CAL_SEED,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -155,7 +181,8 @@ def quantize(
 
     step = {"technique": "convert", "scheme": scheme, "samples": samples, "io": io, "float_fallback": float_fallback}
     recipe = build(str(scheme), [step])
-    _run_and_show(recipe, model, data, output, threads, as_json, delegates, backend, calibration)
+    measuring = _measuring(task, label_output, calibration_seed)
+    _run_and_show(recipe, model, data, output, threads, as_json, delegates, backend, calibration, measuring)
 
 
 @app.command()
@@ -227,9 +254,11 @@ def qat(
 @app.command()
 def evaluate(
     model: Path = typer.Argument(..., help="A .tflite file."),
-    data: Path | None = typer.Option(None, "--data", "-d", help=".npz test data (x, and y for accuracy)."),
+    data: Path | None = typer.Option(None, "--data", "-d", help=DATA_HELP),
     reference: Path | None = typer.Option(None, "--reference", "-r", help="Float .tflite to compare outputs with."),
     runs: int = typer.Option(50, min=1, max=100000, help="Timed invocations after warm-up."),
+    task: Task | None = TASK,
+    label_output: str | None = LABEL_OUTPUT,
     threads: int = THREADS,
     as_json: bool = JSON,
 ) -> None:
@@ -239,8 +268,10 @@ def evaluate(
     """
     from . import report_text
     from .measure import evaluate as run_eval
+    from .pipeline import open_inputs
 
-    metrics = run_eval(model, data, reference=reference, threads=threads, runs=runs)
+    _, ds = open_inputs(model, data, measuring=_measuring(task, label_output, 0))
+    metrics = run_eval(model, ds, reference=reference, threads=threads, runs=runs)
     if as_json:
         _print_json(metrics)
     else:

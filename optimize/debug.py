@@ -74,11 +74,14 @@ class _Pair:
 class Samples:
     """What the models are fed: one list of input arrays (batch of 1) per sample, in input order."""
 
-    items: list[list[np.ndarray]] = field(default_factory=list)
+    items: list = field(default_factory=list)  # each: an array, or a dict keyed by input name
 
     @classmethod
-    def from_array(cls, xs: np.ndarray, n: int) -> Samples:
-        return cls([[xs[i : i + 1]] for i in range(min(n, len(xs)))])
+    def from_array(cls, xs, n: int) -> Samples:
+        """The first n samples of an array, or of a dict of arrays keyed by input name."""
+        from .data import count, take
+
+        return cls([take(xs, slice(i, i + 1)) for i in range(min(n, count(xs)))])
 
 
 def _pairs(fm: Model, qm: Model, f_names: dict[str, int], q_names: dict[str, int]) -> list[_Pair]:

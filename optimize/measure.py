@@ -9,11 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import runtime
-from .data import Dataset, load_data
-from .errors import ModelError
+from . import runtime, tasks
+from .data import Dataset, check_inputs, count, load_data, take
+from .errors import DataError, ModelError
 from .models import is_tflite
 from .results import Accuracy, Fidelity, Latency, Memory, Metrics, OutputFidelity, Size
+from .tasks import Head
 
 DEFAULT_SAMPLES = 500
 
@@ -21,34 +22,6 @@ DEFAULT_SAMPLES = 500
 def size_of(path: str | Path) -> Size:
     data = Path(path).read_bytes()
     return Size(bytes=len(data), gzip_bytes=len(gzip.compress(data, compresslevel=9, mtime=0)))
-
-
-def accuracy_of(logits: np.ndarray, y: np.ndarray, k: int = 5) -> Accuracy:
-    """top-1/top-k for class labels (integers, one per sample); mean absolute error for regression."""
-    n = len(y)
-    logits = logits[:n]
-    if np.issubdtype(y.dtype, np.integer) and y.ndim == 1 and logits.ndim == 2 and logits.shape[1] > 1:
-        top1 = float((logits.argmax(1) == y).mean())
-        k = min(k, logits.shape[1])
-        topk = float((np.argsort(-logits, axis=1)[:, :k] == y[:, None]).any(1).mean())
-        return Accuracy(samples=n, top1=top1, topk=topk, k=k)
-    return Accuracy(samples=n, mae=float(np.abs(logits.reshape(len(y), -1) - y.reshape(len(y), -1)).mean()))
-
-
-def fidelity_of(outs: list[np.ndarray], ref: list[np.ndarray], names: list[str], reference: str) -> Fidelity:
-    """Per output: mean/std/max absolute difference from the reference, and argmax agreement."""
-    per = []
-    for name, a, b in zip(names, outs, ref):
-        d = np.abs(a.astype(np.float64) - b.astype(np.float64))
-        per.append(
-            OutputFidelity(
-                name=name, mean_abs_diff=float(d.mean()), std_abs_diff=float(d.std()), max_abs_diff=float(d.max())
-            )
-        )
-    agree = None
-    if outs and outs[0].ndim == 2 and outs[0].shape[1] > 1:
-        agree = float((outs[0].argmax(1) == ref[0].argmax(1)).mean())
-    return Fidelity(reference=reference, samples=len(outs[0]) if outs else 0, outputs=per, top1_agreement=agree)
 
 
 def _check_tflite(path: Path) -> None:
@@ -62,10 +35,17 @@ def _check_tflite(path: Path) -> None:
 _REFERENCE_MEMO: dict[tuple, list[np.ndarray]] = {}
 
 
-def _reference_outputs(reference: Path, xs: np.ndarray, threads: int) -> list[np.ndarray]:
+def _digest(xs) -> str:
+    h = hashlib.sha1()
+    for name, a in sorted(xs.items()) if isinstance(xs, dict) else [("", xs)]:
+        h.update(name.encode() + str(a.shape).encode() + np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _reference_outputs(reference: Path, xs, threads: int) -> list[np.ndarray]:
     """The float reference's outputs on xs, computed once per sweep (every candidate compares with them)."""
     st = reference.stat()
-    key = (str(reference.resolve()), st.st_mtime_ns, st.st_size, xs.shape, hashlib.sha1(xs.tobytes()).hexdigest())
+    key = (str(reference.resolve()), st.st_mtime_ns, st.st_size, _digest(xs))
     if key not in _REFERENCE_MEMO:
         _REFERENCE_MEMO.clear()
         _REFERENCE_MEMO[key] = runtime.Runner(runtime.load(reference, threads=threads)).predict(xs)
@@ -76,6 +56,95 @@ def _dataset(data) -> Dataset | None:
     if data is None or isinstance(data, Dataset):
         return data
     return load_data(data)
+
+
+def heads(model: str | Path | bytes, runner: runtime.Runner) -> list[Head]:
+    """Each output's shape and final activation (the op producing it, looking through a DEQUANTIZE)."""
+    from .delegates.flatbuffer import read_model
+
+    sg = read_model(model).main
+    producer = {o: op for op in sg.ops for o in op.outputs if o >= 0}
+    by_index = {t.index: t for t in sg.tensors}
+    out = []
+    for d in runner.outputs:
+        op = producer.get(d["index"])
+        if op is not None and op.name in ("DEQUANTIZE", "QUANTIZE") and op.inputs:
+            op = producer.get(op.inputs[0], op)
+        act = {"SOFTMAX": "softmax", "LOGISTIC": "sigmoid"}.get(op.name if op else "", "linear")
+        shape = by_index[d["index"]].shape if d["index"] in by_index else tuple(d["shape"])
+        out.append(Head(tuple(int(x) for x in shape), act))
+    return out
+
+
+def label_index(ds: Dataset, runner: runtime.Runner) -> int:
+    """Which output the labels belong to: --label-output by name (the model's output name or the
+    converted model's signature key), else the first."""
+    name = ds.label_output
+    if name is None:
+        return 0
+    if name in runner.output_names():
+        return runner.output_names().index(name)
+    if name in ds.outputs:
+        return ds.outputs.index(name)
+    raise DataError(
+        f"--label-output {name!r} is not an output of the model ({', '.join(ds.outputs or runner.output_names())}).",
+        "Name one of its outputs.",
+    )
+
+
+def accuracy_on(ds: Dataset, outs: list[np.ndarray], hs: list[Head], runner: runtime.Runner, n: int) -> Accuracy | None:
+    """The task's figures on the labelled output, or None without labels."""
+    i = label_index(ds, runner)
+    name = ds.outputs[i] if i < len(ds.outputs) else runner.output_names()[i]
+    y = ds.labels("test", name if isinstance(ds.y_test, dict) else None)
+    if y is None:
+        return None
+    y = np.asarray(y)[:n]
+    task = tasks.detect(hs[i], y, ds.task)
+    y = tasks.check_labels(task, hs[i], y, "y_test")
+    return Accuracy(samples=len(y), task=task, output=name, **tasks.scores(task, outs[i], y, hs[i]))
+
+
+def fidelity_of(
+    outs: list[np.ndarray],
+    ref: list[np.ndarray],
+    names: list[str],
+    reference: str,
+    hs: list[Head] | None = None,
+    task: str | None = None,
+) -> Fidelity:
+    """Per output: mean/std/max |diff| from the reference, relative error, IoU for masks; argmax agreement
+    only where outputs are classes."""
+    per = []
+    for j, (name, a, b) in enumerate(zip(names, outs, ref)):
+        d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        head = hs[j] if hs else None
+        per.append(
+            OutputFidelity(
+                name=name,
+                mean_abs_diff=float(d.mean()),
+                std_abs_diff=float(d.std()),
+                max_abs_diff=float(d.max()),
+                relative_error=tasks.relative_error(a, b),
+                iou=tasks.mask_iou(a, b) if head is not None and head.is_mask else None,
+            )
+        )
+    agree = None
+    classes = task == tasks.Task.CLASSIFICATION or (task is None and hs and hs[0].activation == "softmax")
+    if outs and classes and outs[0].ndim == 2 and outs[0].shape[1] > 1:
+        agree = float((outs[0].argmax(1) == ref[0].argmax(1)).mean())
+    return Fidelity(reference=reference, samples=len(outs[0]) if outs else 0, outputs=per, top1_agreement=agree)
+
+
+def compare(acc: Accuracy | None, base: Accuracy | None) -> dict:
+    """The change against the float baseline: points for classes, an error ratio for regression."""
+    if acc is None or base is None:
+        return {}
+    if acc.top1 is not None and base.top1 is not None:
+        return {"accuracy_delta": acc.top1 - base.top1}
+    if acc.mae is not None and base.mae:
+        return {"error_ratio": acc.mae / base.mae}
+    return {}
 
 
 def evaluate(
@@ -93,7 +162,7 @@ def evaluate(
     """Every measurement of one .tflite. Without data, latency and memory use a zero input.
 
     `reference` is the float model to compare outputs with (inference_diff-style fidelity).
-    `baseline_accuracy` fills `accuracy_delta` (the float model's accuracy on the same data).
+    `baseline_accuracy` (the float model's on the same data) fills `accuracy_delta` or `error_ratio`.
     `timing=False` leaves latency and memory to `add_timing`, so a sweep can time every candidate
     on a quiet machine after the parallel work is done.
     """
@@ -101,30 +170,32 @@ def evaluate(
     _check_tflite(path)
     ds = _dataset(data)
     runner = runtime.Runner(runtime.load(path, threads=threads))
-    xs = None
+    acc = fid = xs = None
     if ds is not None:
-        ds.check_input(runner.input_shape, name=runner.inputs[0]["name"])
-        xs = ds.x_test[:samples] if samples else ds.x_test
-    acc = fid = None
-    if xs is not None:
+        check_inputs(ds, runner_specs(runner))
+        xs = take(ds.x_test, slice(0, samples)) if samples else ds.x_test
         outs = runner.predict(xs)
-        if ds.y_test is not None:
-            acc = accuracy_of(outs[0], ds.y_test[: len(xs)])
+        hs = heads(path, runner)
+        acc = accuracy_on(ds, outs, hs, runner, count(xs))
         if reference is not None:
-            fid = fidelity_of(
-                outs, _reference_outputs(Path(reference), xs, threads), runner.output_names(), Path(reference).name
-            )
-    delta = None
-    if acc is not None and baseline_accuracy is not None:
-        if acc.top1 is not None and baseline_accuracy.top1 is not None:
-            delta = acc.top1 - baseline_accuracy.top1
-        elif acc.mae is not None and baseline_accuracy.mae is not None:
-            delta = baseline_accuracy.mae - acc.mae
-    metrics = Metrics(size=size_of(path), accuracy=acc, accuracy_delta=delta, fidelity=fid)
+            ref = _reference_outputs(Path(reference), xs, threads)
+            task = acc.task if acc else ds.task
+            fid = fidelity_of(outs, ref, runner.output_names(), Path(reference).name, hs, task)
+    metrics = Metrics(size=size_of(path), accuracy=acc, fidelity=fid, **compare(acc, baseline_accuracy))
     if timing:
-        sample = xs[:1] if xs is not None else None
+        sample = take(xs, slice(0, 1)) if xs is not None else None
         metrics = add_timing(metrics, path, sample, threads=threads, runs=runs, warmup=warmup, memory=memory)
     return metrics
+
+
+def runner_specs(runner: runtime.Runner) -> list:
+    """The runner's inputs as model InputSpecs (name, shape, dtype), to check data against."""
+    from .models import InputSpec
+
+    return [
+        InputSpec(n, tuple(int(x) for x in d.get("shape_signature", d["shape"])), np.dtype(d["dtype"]).name)
+        for n, d in zip(runner.input_names, runner.inputs)
+    ]
 
 
 def add_timing(
@@ -140,7 +211,7 @@ def add_timing(
     loaded = runtime.load(model, threads=threads)
     runner = runtime.Runner(loaded)
     if sample is None:
-        sample = np.zeros(runner.input_shape, np.float32)
+        sample = runner.zeros()
     t = runtime.time_invoke(runner, sample, warmup=warmup, runs=runs)
     latency = Latency(
         runtime=runtime.runtime_label(), threads=threads, xnnpack=loaded.xnnpack, init_ms=loaded.init_ms, **t

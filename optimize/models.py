@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from . import _tf
 from .errors import ModelError
 
@@ -145,8 +147,17 @@ def export_saved_model(model, out: Path) -> Path:
     return out
 
 
-def _config_input_shape(src: ModelSource) -> tuple | None:
-    """The first input's shape from a Keras file's stored config (no TensorFlow, no weights loaded)."""
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: its name (the signature key of the converted model), shape (batch first, -1
+    unknown) and dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+
+def _keras_config(src: ModelSource) -> dict | None:
     try:
         if src.path.read_bytes()[:2] == b"PK":
             with zipfile.ZipFile(src.path) as z:
@@ -157,38 +168,105 @@ def _config_input_shape(src: ModelSource) -> tuple | None:
             with h5py.File(src.path, "r") as f:
                 raw = f.attrs.get("model_config")
             config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
-        layers = config["config"]["layers"]
-        first = layers[0]
-        shape = first["config"].get("batch_input_shape") or first["config"].get("batch_shape")
-        if first["class_name"] != "InputLayer" or shape is None:
-            return None
-        return tuple(shape)
-    except (KeyError, IndexError, TypeError, ValueError, OSError, zipfile.BadZipFile):
+        return config if isinstance(config, dict) else None
+    except (KeyError, TypeError, ValueError, OSError, zipfile.BadZipFile):
         return None
 
 
-def input_shape(src: ModelSource, keras_model=None) -> tuple:
-    """The first input's shape (batch first, None/-1 for unknown), to check data before any work."""
-    if keras_model is None and src.kind in ("keras2", "keras3"):
-        shape = _config_input_shape(src)
-        if shape is not None:
-            return shape
+def _shape_of(layer_config: dict) -> tuple | None:
+    shape = layer_config.get("batch_input_shape") or layer_config.get("batch_shape")
+    return tuple(-1 if d is None else int(d) for d in shape) if shape else None
+
+
+def _config_inputs(src: ModelSource) -> list[InputSpec] | None:
+    """Every input from a Keras file's stored config (no TensorFlow, no weights loaded), in order."""
+    config = _keras_config(src)
+    try:
+        body = config["config"]
+        layers = {layer["config"]["name"]: layer for layer in body["layers"]}
+        order = [entry[0] if isinstance(entry, list) else entry for entry in body.get("input_layers") or []]
+        if not order:  # Sequential: the first layer is (or describes) the input
+            first = body["layers"][0]
+            shape = _shape_of(first["config"])
+            return [InputSpec(first["config"]["name"], shape)] if shape else None
+        order = [o[0] if isinstance(o, list) else o for o in order]
+        specs = [
+            InputSpec(n, _shape_of(layers[n]["config"]), layers[n]["config"].get("dtype") or "float32") for n in order
+        ]
+        return specs if all(s.shape for s in specs) else None
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def _tflite_inputs(path: Path) -> list[InputSpec]:
+    from . import runtime
+
+    it = runtime.load(path).interpreter
+    sigs = it.get_signature_list()
+    if sigs:
+        key = "serving_default" if "serving_default" in sigs else sorted(sigs)[0]
+        details = it.get_signature_runner(key).get_input_details()
+        items = [(name, d) for name, d in details.items()]
+    else:
+        items = [(d["name"], d) for d in it.get_input_details()]
+    return [
+        InputSpec(name, tuple(int(x) for x in d.get("shape_signature", d["shape"])), np.dtype(d["dtype"]).name)
+        for name, d in items
+    ]
+
+
+def _savedmodel_inputs(path: Path) -> list[InputSpec]:
+    tf = _tf.tf()
+    try:
+        loaded = tf.saved_model.load(str(path))
+    except Exception as e:  # noqa: BLE001 - any failure to read it is a corrupt SavedModel
+        raise ModelError(f"{path} is not a readable SavedModel ({str(e).splitlines()[0][:160]}).", EXPECTED) from None
+    sig = loaded.signatures.get("serving_default")
+    if sig is None:
+        raise ModelError(f"{path} has no serving_default signature.", "Export the SavedModel with a signature.")
+    return [
+        InputSpec(name, tuple(-1 if d is None else int(d) for d in spec.shape.as_list()), spec.dtype.name)
+        for name, spec in sig.structured_input_signature[1].items()
+    ]
+
+
+def input_specs(src: ModelSource) -> list[InputSpec]:
+    """Every model input, in the order the model takes them, to check data before any work."""
+    if src.kind == "tflite":
+        return _tflite_inputs(src.path)
+    if src.kind == "savedmodel":
+        return _savedmodel_inputs(src.path)
+    specs = _config_inputs(src)
+    if specs is not None:
+        return specs
+    model = load_keras2(src) if src.kind == "keras2" else load_keras3(src)
+    return [InputSpec(t.name.split(":")[0], tuple(-1 if d is None else int(d) for d in t.shape)) for t in model.inputs]
+
+
+def input_shape(src: ModelSource) -> tuple:
+    """The first input's shape (batch first, -1 for unknown)."""
+    return input_specs(src)[0].shape
+
+
+def output_names(src: ModelSource) -> tuple[str, ...]:
+    """The model's outputs in order: a Keras model's output layer names, else the signature's keys.
+
+    A converted model names its outputs output_0, output_1, ... in the same order, so labels keyed by a
+    Keras output name find their output in any artifact made from it.
+    """
+    if src.kind in ("keras2", "keras3"):
+        config = _keras_config(src)
+        try:
+            body = config["config"]
+            outs = body.get("output_layers")
+            if outs:
+                flat = outs if isinstance(outs[0], list) else [outs]
+                return tuple(o[0] for o in flat)
+            return (body["layers"][-1]["config"]["name"],)
+        except (KeyError, IndexError, TypeError):
+            return ()
     if src.kind == "tflite":
         from . import runtime
 
-        d = runtime.load(src.path).interpreter.get_input_details()[0]
-        return tuple(int(x) for x in d.get("shape_signature", d["shape"]))
-    if keras_model is None and src.kind == "keras2":
-        keras_model = load_keras2(src)
-    elif keras_model is None and src.kind == "keras3":
-        keras_model = load_keras3(src)
-    if keras_model is not None:
-        shape = keras_model.inputs[0].shape
-        return tuple(None if s is None else int(s) for s in shape)
-    tf = _tf.tf()
-    loaded = tf.saved_model.load(str(src.path))
-    sig = loaded.signatures.get("serving_default")
-    if sig is None:
-        raise ModelError(f"{src.path} has no serving_default signature.", "Export the SavedModel with a signature.")
-    spec = list(sig.structured_input_signature[1].values())[0]
-    return tuple(spec.shape.as_list())
+        return tuple(runtime.Runner(runtime.load(src.path)).output_names())
+    return ()

@@ -17,17 +17,19 @@ import shutil
 import socket
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from . import _tf, measure, models, registry
-from .data import Dataset, combine, load_data
+from .data import Dataset, check_inputs, combine, load_data
 from .errors import DataError, ModelError, OptimizeError, RecipeError
 from .progress import Progress
 from .recipe import Recipe, build, make_steps
 from .registry import Context, Stage
 from .results import Candidate, Environment, Metrics, Step
-from .vocab import PTQ_SCHEMES, Backend
+from .vocab import PTQ_SCHEMES, Backend, Task
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +185,7 @@ def check_data(src: models.ModelSource, data: Dataset | None) -> None:
     """Check data against the model's input before any work starts (one clear line if it does not fit)."""
     if data is None:
         return
-    data.check_input(models.input_shape(src))
+    check_inputs(data, models.input_specs(src))
 
 
 def environment(threads: int) -> Environment:
@@ -297,11 +299,13 @@ def open_inputs(
     model: str | Path | None,
     data: str | Path | Dataset | None,
     calibration: str | Path | Dataset | None = None,
+    measuring: MeasureOptions | None = None,
 ):
     """The model source and dataset; the built-in demo (and its data) when no model is given.
 
     `calibration` supplies the calibration samples (its x); `data` the rest. Either alone serves both.
-    The model is opened first, so a bad model file is named before missing or bad data.
+    The model is opened first, so a bad model file is named before missing or bad data. `measuring`
+    says what the labels are and how calibration samples are drawn.
     """
     if model is None or str(model) == "demo":
         from .demo import demo
@@ -311,7 +315,20 @@ def open_inputs(
         data = data if data is not None else data_path
     src = models.open_model(model)
     ds = combine(_dataset(data), _dataset(calibration))
+    if ds is not None:
+        m = measuring or MeasureOptions()
+        ds = replace(ds, outputs=models.output_names(src), **m.model_dump())
     return src, ds
+
+
+class MeasureOptions(BaseModel):
+    """How a run reads its data: what the labels are, which output they belong to, calibration sampling."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task: Task | None = Field(None, description="classification, binary, multilabel, regression or other.")
+    label_output: str | None = Field(None, description="The output the labels belong to (default: the first).")
+    calibration_seed: int = Field(0, description="Seeds the random choice of calibration samples.")
 
 
 def _dataset(data: str | Path | Dataset | None) -> Dataset | None:
@@ -346,6 +363,7 @@ def run(
     calibration: str | Path | Dataset | None = None,
     jobs: int = 1,
     progress: Progress | None = None,
+    measuring: MeasureOptions | None = None,
 ) -> Candidate:
     """Run one recipe on a model and measure the result. `reference` defaults to a float32 conversion.
 
@@ -356,7 +374,7 @@ def run(
     """
     from .executors import Settings, Task, executor
 
-    src, ds = open_inputs(model or recipe.model, data or recipe.data, calibration)
+    src, ds = open_inputs(model or recipe.model, data or recipe.data, calibration, measuring)
     recipe = prepare(recipe, src, ds, backend)
     out_dir = Path(output or recipe.output or "optimize-out")
     if out_dir.suffix == ".tflite":

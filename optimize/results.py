@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 
 from .errors import StudyError, from_validation
 from .registry import Params
-from .vocab import Backend, Delegate, Objective, Precision, Scheme
+from .vocab import Backend, Delegate, Objective, Precision, Scheme, Task
 
 SCHEMA_VERSION = 1
 
@@ -46,6 +46,8 @@ class Latency(Record):
     mean_ms: float
     std_ms: float
     p50_ms: float
+    p25_ms: float | None = Field(None, description="Lower quartile: with p75, the spread a comparison must clear.")
+    p75_ms: float | None = None
     p90_ms: float
     min_ms: float
 
@@ -64,29 +66,46 @@ class OutputFidelity(Record):
     mean_abs_diff: float
     std_abs_diff: float
     max_abs_diff: float
+    relative_error: float | None = Field(None, description="mean |diff| over the reference output's range (0..1).")
+    iou: float | None = Field(None, description="For mask outputs: IoU of the two masks thresholded at 0.5.")
 
 
 class Fidelity(Record):
     reference: str = Field(description="Artifact the outputs were compared with (the float32 baseline).")
     samples: int
     outputs: list[OutputFidelity]
-    top1_agreement: float | None = Field(None, description="Fraction of samples whose argmax matches.")
+    top1_agreement: float | None = Field(
+        None, description="Fraction of samples whose argmax matches (class outputs only)."
+    )
+
+    @property
+    def relative_error(self) -> float | None:
+        """The worst output's relative error: what a label-free goal is judged on."""
+        errs = [o.relative_error for o in self.outputs if o.relative_error is not None]
+        return max(errs) if errs else None
 
 
 class Accuracy(Record):
+    """The task's own figures on labelled data, for the output the labels belong to."""
+
     samples: int
-    top1: float | None = None
+    task: Task = Task.CLASSIFICATION
+    output: str | None = Field(None, description="The output the labels belong to.")
+    top1: float | None = Field(None, description="Classification: top-1; binary/multi-label: accuracy at 0.5.")
     topk: float | None = None
     k: int | None = None
-    mae: float | None = Field(None, description="Mean absolute error, for regression outputs.")
+    auc: float | None = Field(None, description="Binary: area under the ROC curve.")
+    mae: float | None = Field(None, description="Regression: mean absolute error, in the target's units.")
+    rmse: float | None = Field(None, description="Regression: root mean squared error, in the target's units.")
 
 
 class Metrics(Record):
     size: Size
     accuracy: Accuracy | None = None
     accuracy_delta: float | None = Field(
-        None, description="top-1 (or -MAE) minus the float baseline's; negative is worse."
+        None, description="Classification/binary: top-1 minus the float baseline's (negative is worse)."
     )
+    error_ratio: float | None = Field(None, description="Regression: MAE over the float baseline's MAE (1.0 = same).")
     fidelity: Fidelity | None = None
     latency: Latency | None = None
     memory: Memory | None = None
@@ -174,7 +193,14 @@ class SearchStep(Record):
 class Goals(Record):
     """What a user will accept. Accuracy drop is a fraction: 0.01 is one point of top-1."""
 
-    max_accuracy_drop: float | None = Field(None, ge=0, le=1)
+    max_accuracy_drop: float | None = Field(None, ge=0, le=1, description="Classification: top-1 points, as 0..1.")
+    max_error_increase: float | None = Field(
+        None, ge=0, le=1000, description="Regression: at most this much worse MAE (0.05 = 5% worse)."
+    )
+    max_output_error: float | None = Field(
+        None, gt=0, le=1, description="No labels needed: mean |diff| from float32 over the output range."
+    )
+    min_agreement: float | None = Field(None, ge=0, le=1, description="No labels needed: top-1 agreement.")
     max_size_bytes: int | None = Field(None, gt=0)
     max_latency_ms: float | None = Field(None, gt=0)
     objective: Objective = Objective.SIZE
@@ -271,6 +297,8 @@ class Candidate(Record):
             return None
         if m.accuracy_delta is not None:
             return m.accuracy_delta
+        if m.error_ratio is not None:
+            return 1 - m.error_ratio  # regression: 0 at float32's error, -0.1 at 10% worse
         if m.accuracy is not None and m.accuracy.top1 is not None:
             return m.accuracy.top1
         if m.accuracy is not None and m.accuracy.mae is not None:
@@ -342,9 +370,19 @@ class Study(Record):
     model: str = Field(description="Model path or 'demo'.")
     model_fingerprint: str
     data: str | None = None
+    task: Task | None = Field(None, description="What the labelled output is: classification, regression, ...")
     baseline: str = Field("float32", description="Name of the baseline candidate.")
     environment: Environment
     candidates: list[Candidate]
+
+    @property
+    def float_reference(self) -> Candidate | None:
+        """The float32 candidate latency is compared with: the baseline, else the fastest ok float32 one."""
+        base = next((c for c in self.candidates if c.name == self.baseline and c.ok), None)
+        if base is not None and base.p50_ms is not None:
+            return base
+        floats = [c for c in self.candidates if c.ok and c.scheme == "float32" and c.p50_ms is not None]
+        return min(floats, key=lambda c: c.p50_ms) if floats else None
 
     @property
     def float_ms(self) -> float | None:

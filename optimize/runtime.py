@@ -115,24 +115,56 @@ def _from_output(y: np.ndarray, detail: dict) -> np.ndarray:
 
 
 class Runner:
-    """Feeds float samples one at a time and returns float outputs, whatever the model's I/O types."""
+    """Feeds float samples one at a time and returns float outputs, whatever the model's I/O types.
+
+    Inputs and outputs are addressed through the model's signature when it has one: inputs by their
+    signature keys (a Keras model's input names), outputs in signature order (output_0, output_1, ...:
+    the Keras model's output order). The interpreter's own tensor order is neither.
+    """
 
     def __init__(self, loaded: Loaded):
         self.loaded = loaded
         it = loaded.interpreter
         self.it = it
-        self.inputs = it.get_input_details()
-        self.outputs = it.get_output_details()
+        sigs = it.get_signature_list()
+        if sigs:
+            key = "serving_default" if "serving_default" in sigs else sorted(sigs)[0]
+            sig = it.get_signature_runner(key)
+            ins, outs = sig.get_input_details(), sig.get_output_details()
+            self.input_names = list(sigs[key]["inputs"])
+            self.inputs = [ins[n] for n in self.input_names]
+            self.keys = list(sigs[key]["outputs"])
+            self.outputs = [outs[n] for n in self.keys]
+        else:
+            self.inputs, self.outputs = it.get_input_details(), it.get_output_details()
+            self.input_names = [d["name"] for d in self.inputs]
+            self.keys = [d["name"] for d in self.outputs]
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(int(d) for d in self.inputs[0]["shape"])
 
     def output_names(self) -> list[str]:
-        return [d["name"] for d in self.outputs]
+        """The outputs' names, in signature order (the keys when the model has a signature)."""
+        return list(self.keys)
 
-    def set_input(self, sample: np.ndarray | list[np.ndarray]) -> None:
-        samples = sample if isinstance(sample, (list, tuple)) else [sample]
+    def zeros(self) -> list[np.ndarray]:
+        """An all-zero sample for every input (for timing without data)."""
+        return [np.zeros(d["shape"], np.float32) for d in self.inputs]
+
+    def _ordered(self, sample) -> list:
+        if isinstance(sample, dict):
+            missing = [n for n in self.input_names if n not in sample]
+            if missing:
+                raise ModelError(
+                    f"No data for the model's input {missing[0]!r} (it takes {', '.join(self.input_names)})."
+                )
+            return [sample[n] for n in self.input_names]
+        return list(sample) if isinstance(sample, (list, tuple)) else [sample]
+
+    def set_input(self, sample) -> None:
+        """One sample (batch of 1): an array, a list in input order, or a dict keyed by input name."""
+        samples = self._ordered(sample)
         if len(samples) != len(self.inputs):
             raise ModelError(f"The model has {len(self.inputs)} inputs; got {len(samples)}.")
         for x, d in zip(samples, self.inputs):
@@ -153,10 +185,13 @@ class Runner:
         self.it.reset_all_variables()
         return self.run(sample)
 
-    def predict(self, xs: np.ndarray, limit: int | None = None) -> list[np.ndarray]:
-        """Outputs for each sample in xs (first axis), stacked per output."""
-        n = len(xs) if limit is None else min(limit, len(xs))
-        outs = [self.run(xs[i : i + 1]) for i in range(n)]
+    def predict(self, xs, limit: int | None = None) -> list[np.ndarray]:
+        """Outputs for each sample of xs (an array, or a dict of arrays keyed by input name; first axis:
+        samples), each from a clean state, stacked per output."""
+        from .data import count, take
+
+        n = count(xs) if limit is None else min(limit, count(xs))
+        outs = [self.run_fresh(take(xs, slice(i, i + 1))) for i in range(n)]
         return [np.stack([o[j] for o in outs]) for j in range(len(self.outputs))]
 
 
@@ -186,7 +221,9 @@ def time_invoke(runner: Runner, sample: np.ndarray, warmup: int = 5, runs: int =
         "runs": len(times),
         "mean_ms": statistics.fmean(times),
         "std_ms": statistics.pstdev(times),
+        "p25_ms": times[len(times) // 4],
         "p50_ms": times[len(times) // 2],
+        "p75_ms": times[min(len(times) - 1, (3 * len(times)) // 4)],
         "p90_ms": times[min(len(times) - 1, int(len(times) * 0.9))],
         "min_ms": times[0],
     }

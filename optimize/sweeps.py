@@ -20,10 +20,10 @@ from pathlib import Path
 
 from . import _tf, measure, models, registry, runtime
 from .cache import ResultCache, key_for
-from .data import Dataset
+from .data import Dataset, take
 from .errors import NothingWorked, RecipeError
 from .executors import Settings, Task, executor
-from .pipeline import _key, check_data, environment, open_inputs, resolve
+from .pipeline import MeasureOptions, _key, check_data, environment, open_inputs, resolve
 from .progress import Progress
 from .recipe import Recipe, as_given, build, load_recipe
 from .registry import Stage
@@ -113,6 +113,14 @@ def plan(
     if dup:
         raise RecipeError(f"Two recipes are named {dup!r}.", "Give every recipe in a sweep its own name.")
     return [resolve(r, src) if r.steps else r for r in recipes]
+
+
+def with_samples(recipe: Recipe, n: int) -> Recipe:
+    """The recipe with `n` calibration samples on every calibrated step."""
+    if not recipe.steps:
+        return recipe
+    flat = [{**s.flat(), "samples": n} if "samples" in type(s.params).model_fields else s.flat() for s in recipe.steps]
+    return recipe.model_copy(update={"steps": build(recipe.name, flat).steps})
 
 
 def _groups(recipes: list[Recipe]) -> list[list[Recipe]]:
@@ -232,6 +240,8 @@ def sweep(
     cache: bool = True,
     target: Target | str | None = None,
     progress: Progress | None = None,
+    measuring: MeasureOptions | None = None,
+    calibration_samples: int | None = None,
 ) -> Study:
     """The float32 baseline plus every recipe, each measured against it; written to output/study.json.
 
@@ -242,8 +252,10 @@ def sweep(
     from .demo import cache_dir
 
     progress = progress or Progress()
-    src, ds = open_inputs(model, data)
+    src, ds = open_inputs(model, data, measuring=measuring)
     planned = plan(src, ds, recipes, backend, target)
+    if calibration_samples is not None:
+        planned = [with_samples(r, calibration_samples) for r in planned]
     check_data(src, ds)  # before anything is written
     out_dir = Path(output)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -291,7 +303,7 @@ def _produce_missing(run: _Run, jobs: int | None, on_candidate) -> None:
         for cand in produce(ex, groups, run.done.get(base.name) if base else None, base and base.name, run.out_dir):
             fresh.append(cand)
             run.progress.advance(cand.name, cand.ok)
-    sample = run.ds.x_test[:1] if run.ds is not None else None
+    sample = take(run.ds.x_test, slice(0, 1)) if run.ds is not None else None
     for c in _time_all(fresh, run.out_dir, sample, s["threads"], s["runs"]):
         run.cache.put(keys[c.name], c, run.out_dir)
         run.done[c.name] = c
@@ -303,11 +315,13 @@ def _study(run: _Run, model, threads: int) -> Study:
     base = run.baseline
     if base is not None and base.name in run.done:
         run.done[base.name] = _as_baseline(run.done[base.name])
+    labelled = next((c.metrics.accuracy for c in run.done.values() if c.ok and c.metrics.accuracy), None)
     return Study(
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         model="demo" if model is None else str(model),
         model_fingerprint=run.src.fingerprint,
         data=run.ds.source if run.ds else None,
+        task=labelled.task if labelled else None,
         baseline=base.name if base else "float32",
         environment=environment(threads),
         candidates=[run.done[r.name] for r in run.recipes],

@@ -69,6 +69,16 @@ class Objective(StrEnum):
     ACCURACY = "accuracy"
 
 
+class Task(StrEnum):
+    """What a model's labelled output means (optimize.tasks detects it; --task overrides)."""
+
+    CLASSIFICATION = "classification"  # softmax or logits over classes, integer labels
+    BINARY = "binary"  # one sigmoid unit (or logit), 0/1 labels
+    MULTILABEL = "multilabel"  # several sigmoid units, 0/1 label vectors
+    REGRESSION = "regression"  # values in the target's own units
+    OTHER = "other"  # landmarks, boxes, masks, embeddings: compared with the float model only
+
+
 class Precision(StrEnum):
     """The precision one op runs at inside a mixed model (a selective-quantization search moves ops up)."""
 

@@ -98,7 +98,9 @@ def test_environment_failures_are_not_cached_but_technique_failures_are(tmp_path
     r = build("int8", [{"technique": "convert", "scheme": "int8"}])
     assert not cacheable(Candidate.failed(r, OSError(28, "No space left on device")))
     assert not cacheable(Candidate.failed(r, MemoryError()))
-    assert not cacheable(Candidate.failed(r, "worker process killed by SIGKILL", kind="WorkerCrashed", detail="SIGKILL"))
+    assert not cacheable(
+        Candidate.failed(r, "worker process killed by SIGKILL", kind="WorkerCrashed", detail="SIGKILL")
+    )
     assert cacheable(Candidate.failed(r, "worker process killed by SIGSEGV", kind="WorkerCrashed", detail="SIGSEGV"))
     from optimize.errors import TechniqueFailed
 

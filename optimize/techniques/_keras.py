@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
 from .. import _tf
+from ..data import as_float
 from ..errors import ModelError, TechniqueFailed
 from ..registry import Context
 
@@ -62,19 +61,55 @@ def wrap_supported(model, supports: Callable, wrap: Callable, ctx: Context, tech
     return out
 
 
-def _loss_for(model, y: np.ndarray):
+def _head(model, i: int):
+    """The Keras model's i-th output as a task Head: its shape and its final activation."""
+    from ..tasks import Head
+
+    layer = model.get_layer(model.output_names[i]) if hasattr(model, "output_names") else model.layers[-1]
+    inner = getattr(layer, "layer", layer)  # a tfmot wrapper keeps the layer inside
+    act = getattr(getattr(inner, "activation", None), "__name__", None)
+    shape = tuple(-1 if d is None else int(d) for d in model.outputs[i].shape)
+    return Head(shape, act)
+
+
+def _loss(task, head):
+    """The fine-tuning loss and metrics that fit what an output predicts."""
+    from ..tasks import Task
+
     keras = _tf.keras()
-    last = model.layers[-1]
-    softmax = getattr(getattr(last, "activation", None), "__name__", "") == "softmax"
-    if getattr(last, "layer", None) is not None:  # a tfmot wrapper
-        softmax = getattr(getattr(last.layer, "activation", None), "__name__", "") == "softmax"
-    if np.issubdtype(y.dtype, np.integer) and y.ndim == 1:
-        return keras.losses.SparseCategoricalCrossentropy(from_logits=not softmax), ["accuracy"]
+    if task is Task.CLASSIFICATION:
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=head.activation != "softmax"), ["accuracy"]
+    if task in (Task.BINARY, Task.MULTILABEL):
+        return keras.losses.BinaryCrossentropy(from_logits=head.activation != "sigmoid"), ["accuracy"]
     return keras.losses.MeanSquaredError(), []
 
 
+def _losses(model, ds):
+    """(labels, losses, metrics) for every output that has labels: keyed by output name when several."""
+    from ..tasks import check_labels, detect
+
+    names = list(getattr(model, "output_names", None) or ["output"])
+    y = ds.y_train
+    if not isinstance(y, dict):
+        label = ds.label_output if ds.label_output in names else names[0]
+        y = {label: y}
+    losses, metrics, labels = {}, {}, {}
+    for name, ys in y.items():
+        if name not in names:
+            continue
+        head = _head(model, names.index(name))
+        task = detect(head, ys, ds.task)
+        labels[name] = check_labels(task, head, ys, f"y_train for {name}")
+        losses[name], metrics[name] = _loss(task, head)
+    if len(names) == 1:
+        (only,) = labels
+        return labels[only], losses[only], metrics[only]
+    return labels, losses, metrics
+
+
 def fine_tune(model, ctx: Context, epochs: int, batch_size: int, learning_rate: float, callbacks=(), technique=""):
-    """Compile and fit on ctx.data's training split, seeded, quietly."""
+    """Compile and fit on ctx.data's training split, seeded, quietly; the loss follows each output's task
+    (classes, one sigmoid unit, several labels, values)."""
     if ctx.data is None:
         from ..errors import DataError
 
@@ -84,11 +119,11 @@ def fine_tune(model, ctx: Context, epochs: int, batch_size: int, learning_rate: 
     ctx.data.require_training(technique)
     keras = _tf.keras()
     keras.utils.set_random_seed(ctx.seed)
-    loss, metrics = _loss_for(model, ctx.data.y_train)
+    labels, loss, metrics = _losses(model, ctx.data)
     model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=loss, metrics=metrics)
     model.fit(
-        ctx.data.x_train.astype(np.float32),
-        ctx.data.y_train,
+        as_float(ctx.data.x_train),
+        labels,
         epochs=epochs,
         batch_size=batch_size,
         callbacks=list(callbacks),

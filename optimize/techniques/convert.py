@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from .. import _tf
+from ..data import count, take
 from ..errors import DataError, TechniqueFailed
 from ..registry import Context, Params, Stage, technique
 from ..results import write_atomic
@@ -50,9 +51,10 @@ def _representative(ctx: Context, n: int, scheme: str):
         raise DataError(f"{scheme} needs calibration data.", "Pass --calibration DATA (an .npz with x) or --data DATA.")
     xs = ctx.data.calibration(n)
 
-    def gen():
-        for i in range(len(xs)):
-            yield [xs[i : i + 1]]
+    def gen():  # one sample at a time; several inputs go by their signature names
+        for i in range(count(xs)):
+            sample = take(xs, slice(i, i + 1))
+            yield sample if isinstance(sample, dict) else [sample]
 
     return gen
 

@@ -160,15 +160,15 @@ def _calibration_data(
             f"{model.name} has no signature, which LiteRT Quantizer needs to feed calibration data.",
             "Convert from a SavedModel or Keras model (they export a serving_default signature).",
         )
-    if len(inputs) != 1:
-        raise DataError(
-            f"{model.name} has {len(inputs)} inputs ({', '.join(inputs)}); calibration data holds one array x.",
-            "Quantize a single-input model, or use dynamic/float16, which need no calibration.",
-        )
-    ((name, detail),) = inputs.items()
-    ctx.data.check_input(tuple(detail["shape_signature"]), name=name)
-    samples = ctx.data.calibration(params.samples).astype(np.dtype(detail["dtype"]), copy=False)
-    return {signature: [{name: samples[i : i + 1]} for i in range(len(samples))]}
+    from ..data import check_inputs, count
+    from ..models import InputSpec
+
+    specs = [InputSpec(n, tuple(d["shape_signature"]), np.dtype(d["dtype"]).name) for n, d in inputs.items()]
+    check_inputs(ctx.data, specs)
+    xs = ctx.data.calibration(params.samples)
+    named = xs if isinstance(xs, dict) else {specs[0].name: xs}
+    typed = {s.name: named[s.name].astype(np.dtype(s.dtype), copy=False) for s in specs}
+    return {signature: [{k: v[i : i + 1] for k, v in typed.items()} for i in range(count(xs))]}
 
 
 def _recipe(params: QuantizeParams):

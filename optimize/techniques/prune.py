@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from .. import _tf
+from ..data import count
 from ..registry import Context, Params, Stage, technique
 from ._keras import fine_tune, require_keras2, wrap_supported
 
@@ -36,7 +37,7 @@ def prune(model, params: PruneParams, ctx: Context):
     tfmot = _tf.tfmot()
     sparsity = tfmot.sparsity.keras
     if ctx.data is not None and ctx.data.x_train is not None:
-        steps = params.epochs * math.ceil(len(ctx.data.x_train) / params.batch_size)
+        steps = params.epochs * math.ceil(count(ctx.data.x_train) / params.batch_size)
     else:
         steps = 1
     if params.schedule == "constant":

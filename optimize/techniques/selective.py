@@ -19,7 +19,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from .. import debug, litert, runtime
+from .. import debug, litert, runtime, tasks
+from ..data import as_float, count, take
 from ..errors import DataError, TechniqueFailed
 from ..registry import Context, Params, Stage, technique
 from ..results import SearchStep, write_atomic
@@ -77,6 +78,9 @@ class _Budget:
     reference: list[np.ndarray]
     base: float
     float_ms: float = 0.0  # the float32 model's p50 here: islands that make the model slower lose ties
+    task: object = None  # tasks.Task of the labelled output
+    head: object = None  # tasks.Head of the labelled output
+    output: int = 0  # which output the labels belong to
 
     def describe(self, value: float) -> str:
         if self.kind == "drop":
@@ -91,48 +95,55 @@ class _Budget:
     @property
     def noise(self) -> float:
         """The smallest change of the metric that is not noise: one sample for accuracy, else ~0."""
-        return 0.5 / len(self.xs) if self.kind == "drop" else 1e-9
+        return 0.5 / count(self.xs) if self.kind == "drop" else 1e-9
 
 
-def _score(outputs: np.ndarray, y: np.ndarray, kind: str) -> float:
-    """Top-1 (higher is better) for classes, MAE (lower is better) for regression."""
-    if kind == "drop":
-        if outputs.ndim == 2 and outputs.shape[1] > 1:
-            return float((outputs.argmax(1) == y).mean())
-        return float(((outputs.reshape(len(y)) > 0.5).astype(y.dtype) == y).mean())  # one sigmoid unit
-    return float(np.abs(outputs.reshape(len(y), -1) - y.reshape(len(y), -1)).mean())
+def _score(budget: _Budget, outs: list[np.ndarray]) -> float:
+    """Top-1 (classes, yes/no) or MAE (values) of the labelled output."""
+    figures = tasks.scores(budget.task, outs[budget.output], budget.y, budget.head)
+    return figures["mae"] if budget.kind == "increase" else figures["top1"]
 
 
-def _p50(content: bytes, sample: np.ndarray, threads: int) -> float:
+def _p50(content: bytes, sample, threads: int) -> float:
     """A quick p50 latency (ms) of one model on this machine: enough to rank islands, not to report."""
     runner = runtime.Runner(runtime.load(content, threads=threads))
     return runtime.time_invoke(runner, sample, warmup=3, runs=20, budget_s=0.3)["p50_ms"]
 
 
-def _predict(content: bytes, xs: np.ndarray, threads: int) -> list[np.ndarray]:
-    runner = runtime.Runner(runtime.load(content, threads=threads))
-    outs = [runner.run_fresh(xs[i : i + 1]) for i in range(len(xs))]
-    return [np.stack([o[j] for o in outs]) for j in range(len(runner.outputs))]
+def _predict(content: bytes, xs, threads: int) -> list[np.ndarray]:
+    return runtime.Runner(runtime.load(content, threads=threads)).predict(xs)
 
 
 def _budget(float_model: bytes, params: SelectiveParams, ctx: Context) -> _Budget:
     """Validation data (a seeded subset of the training split) and the metric the budget is about."""
+    from ..measure import heads, label_index
+
     ds = ctx.data
     labelled = ds.x_train is not None and ds.y_train is not None
-    xs_all, ys_all = (ds.x_train, ds.y_train) if labelled else (ds.x_cal, None)
+    xs_all = ds.x_train if labelled else ds.x_cal
     rng = np.random.default_rng(params.seed)
-    pick = np.sort(rng.choice(len(xs_all), min(params.eval_samples, len(xs_all)), replace=False))
-    xs = xs_all[pick].astype(np.float32)
-    y = ys_all[pick] if labelled else None
-    reference = _predict(float_model, xs, ctx.threads)
-    if y is None or params.max_output_error is not None:
-        return _Budget("output", params.max_output_error or DEFAULT_OUTPUT_ERROR, xs, None, reference, 0.0)
-    classes = np.issubdtype(y.dtype, np.integer) and y.ndim == 1 and params.max_error_increase is None
-    if classes:
-        limit = _limit(params.max_accuracy_drop, DEFAULT_DROP)
-        return _Budget("drop", limit, xs, y, reference, _score(reference[0], y, "drop"))
-    limit = _limit(params.max_error_increase, DEFAULT_INCREASE)
-    return _Budget("increase", limit, xs, y, reference, _score(reference[0], y, "increase"))
+    pick = np.sort(rng.choice(count(xs_all), min(params.eval_samples, count(xs_all)), replace=False))
+    xs = as_float(take(xs_all, pick))
+    runner = runtime.Runner(runtime.load(float_model, threads=ctx.threads))
+    reference = runner.predict(xs)
+    if not labelled or params.max_output_error is not None:
+        limit = params.max_output_error or DEFAULT_OUTPUT_ERROR
+        return _Budget("output", limit, xs, None, reference, 0.0)
+    i = label_index(ds, runner)
+    head = heads(float_model, runner)[i]
+    y = np.asarray(ds.labels("train", ds.outputs[i] if i < len(ds.outputs) else None))[pick]
+    task = tasks.detect(head, y, ds.task)
+    y = tasks.check_labels(task, head, y, "y_train")
+    regression = task is tasks.Task.REGRESSION or params.max_error_increase is not None
+    kind = "increase" if regression else "drop"
+    limit = (
+        _limit(params.max_error_increase, DEFAULT_INCREASE)
+        if regression
+        else _limit(params.max_accuracy_drop, DEFAULT_DROP)
+    )
+    budget = _Budget(kind, limit, xs, y, reference, 0.0, task=task, head=head, output=i)
+    budget.base = _score(budget, reference)
+    return budget
 
 
 def _limit(value: float | None, default: float) -> float:
@@ -230,9 +241,9 @@ class _Search:
         if b.kind == "output":
             value = proxy
         elif b.kind == "drop":
-            value = b.base - _score(outs[0], b.y, "drop")
+            value = b.base - _score(b, outs)
         else:
-            value = _score(outs[0], b.y, "increase") / b.base - 1 if b.base > 0 else 0.0
+            value = _score(b, outs) / b.base - 1 if b.base > 0 else 0.0
         return _Result(value, proxy, content)
 
     def raised(self, move: _Move, way: str) -> dict[str, str]:
@@ -278,7 +289,7 @@ class _Search:
     def cost(self, r: _Result) -> tuple:
         """Which of two helpful options to keep: one no slower than float32 on this CPU first (int16 ops
         run on reference kernels), then the better metric, then the smaller model."""
-        slow = _p50(r.content, self.budget.xs[:1], self.threads) > self.budget.float_ms * 1.1
+        slow = _p50(r.content, take(self.budget.xs, slice(0, 1)), self.threads) > self.budget.float_ms * 1.1
         return (slow, round(r.value, 9), r.proxy, len(r.content))
 
     def drop_unneeded(self, raised: list[_Move], cur: _Result) -> _Result:
@@ -348,7 +359,7 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
     calibration = _calibration_data(qparams, ctx, signature, inputs, Path(model))
     session = litert.Session(content, qparams, ctx, calibration)
     budget = _budget(content, params, ctx)
-    budget.float_ms = _p50(content, budget.xs[:1], ctx.threads)
+    budget.float_ms = _p50(content, take(budget.xs, slice(0, 1)), ctx.threads)
     search = _Search(session, budget, params, ctx.threads)
     start = search.evaluate({})
     final = start if search.budget.meets(start.value) else _climb(search, content, start)
@@ -389,5 +400,5 @@ def _summary(search: _Search, first: float, final: float, size: int, float_size:
     return (
         f"selective: full int8 {b.describe(first)}; raised {len(search.overrides)} op(s) [{raised}] -> "
         f"{b.describe(final)} at {size / float_size:.2f}x the float32 size; {verdict} the budget "
-        f"({b.describe(b.limit)}) after {search.evals} evaluation(s) on {len(b.xs)} validation samples."
+        f"({b.describe(b.limit)}) after {search.evals} evaluation(s) on {count(b.xs)} validation samples."
     )

@@ -1,0 +1,227 @@
+"""Measurements you can trust on any task: several inputs and outputs, labels for the right output,
+regression in its own units, yes/no heads, label-free goals, seeded calibration sampling, noisy latency."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import optimize
+from optimize import tasks
+from optimize.data import from_arrays, load_data
+from optimize.errors import DataError
+from optimize.recipe import build
+from optimize.tasks import Head
+from optimize.vocab import Task
+
+
+@pytest.fixture(scope="module")
+def two_input(tmp_path_factory, digits):
+    """image + features -> logits (10 classes) and score (a value): a functional tf_keras model."""
+    from optimize import _tf
+
+    keras = _tf.keras()
+    keras.utils.set_random_seed(0)
+    img = keras.Input((8, 8, 1), name="image")
+    feat = keras.Input((3,), name="features")
+    h = keras.layers.Flatten()(keras.layers.Conv2D(8, 3, activation="relu")(img))
+    h = keras.layers.Concatenate()([h, keras.layers.Dense(8, activation="relu")(feat)])
+    logits = keras.layers.Dense(10, name="logits")(h)
+    score = keras.layers.Dense(1, name="score")(h)
+    model = keras.Model([img, feat], [logits, score])
+    x, y = digits["x_train"], digits["y_train"]
+    f = np.random.default_rng(0).normal(size=(len(x), 3)).astype(np.float32)
+    s = (x.mean(axis=(1, 2, 3)) * 4 + f[:, 0]).astype(np.float32)[:, None]
+    model.compile("adam", [keras.losses.SparseCategoricalCrossentropy(from_logits=True), "mse"])
+    model.fit([x, f], [y, s], epochs=20, batch_size=32, verbose=0)
+    folder = tmp_path_factory.mktemp("two")
+    path = folder / "two.keras"
+    model.save(path)
+    data = folder / "two.npz"
+    np.savez(data, **{"x:image": x, "x:features": f, "y:logits": y, "y:score": s})
+    return path, data
+
+
+def test_two_inputs_two_outputs_are_fed_and_scored_by_name(two_input, tmp_path):
+    model, data = two_input
+    cand = optimize.run(build("int8", [{"technique": "convert", "scheme": "int8"}]), model, data, tmp_path, jobs=0)
+    assert cand.ok, cand.error
+    m = cand.metrics
+    assert m.accuracy.task == "classification" and m.accuracy.output == "logits"
+    assert m.accuracy.top1 > 0.8  # the logits head, not the score head
+    assert [o.name for o in m.fidelity.outputs] == ["output_0", "output_1"]
+    assert all(o.relative_error is not None for o in m.fidelity.outputs)
+    assert m.accuracy_delta is not None and abs(m.accuracy_delta) < 0.05
+
+
+def test_label_output_picks_the_regression_head(two_input, tmp_path):
+    from optimize.pipeline import MeasureOptions
+
+    model, data = two_input
+    recipe = build("f16", [{"technique": "convert", "scheme": "float16"}])
+    opts = MeasureOptions(label_output="score")
+    cand = optimize.run(recipe, model, data, tmp_path, jobs=0, measuring=opts)
+    acc = cand.metrics.accuracy
+    assert acc.task == "regression" and acc.output == "score" and acc.mae is not None and acc.rmse >= acc.mae
+    assert cand.metrics.error_ratio == pytest.approx(1.0, abs=0.05)
+    assert cand.metrics.accuracy_delta is None
+
+
+@pytest.mark.parametrize(
+    "arrays, expected",
+    [
+        ({"x:image": np.zeros((4, 8, 8, 1), np.float32)}, "no array for the model's input 'features'"),
+        ({"x:image": np.zeros((4, 8, 8, 1), np.float32), "x:features": np.zeros((3, 3), np.float32)}, "has 3 samples"),
+        ({"x": np.zeros((4, 8, 8, 1), np.float32)}, "The model has 2 inputs"),
+        ({"x:image": np.zeros((4, 8, 8, 1), np.float32), "x:feats": np.zeros((4, 3), np.float32)}, "x:feats"),
+    ],
+)
+def test_several_inputs_bad_data_is_one_line(two_input, tmp_path, arrays, expected):
+    model, _ = two_input
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, **arrays)
+    with pytest.raises(DataError, match=expected):
+        optimize.run(build("f16", [{"technique": "convert", "scheme": "float16"}]), model, bad, tmp_path / "o", jobs=0)
+    assert not (tmp_path / "o").exists()
+
+
+def test_hostile_npz_files_are_refused_by_name(tmp_path):
+    import zipfile
+
+    cases = {}
+    np.savez(tmp_path / "scalar.npz", x=np.float32(3))
+    cases["scalar.npz"] = "is a scalar"
+    nan = np.zeros((10, 4), np.float32)
+    nan[2, 1] = np.nan
+    np.savez(tmp_path / "nan.npz", x=nan)
+    cases["nan.npz"] = "x contains 1 NaN values"
+    inf = np.zeros((10, 4), np.float32)
+    inf[:3] = np.inf
+    np.savez(tmp_path / "inf.npz", x_train=inf)
+    cases["inf.npz"] = "contains 12 infinite values"
+    with zipfile.ZipFile(tmp_path / "junk.npz", "w") as z:
+        z.writestr("x.npy", b"\x93NUMPY garbage that is not a header")
+    cases["junk.npz"] = "not a readable .npy"
+    # a header that claims 233 TiB: forged shape, tiny payload
+    header = np.lib.format.header_data_from_array_1_0(np.zeros((1,), np.float32))
+    header["shape"] = (2**45 // 4 * 233 // 32, 32)
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, header)
+    with zipfile.ZipFile(tmp_path / "liar.npz", "w") as z:
+        z.writestr("x.npy", buf.getvalue() + b"\0" * 64)
+    cases["liar.npz"] = "claims"
+    np.savez(tmp_path / "extra.npz", x=np.zeros((4, 2)), colour=np.zeros(3))
+    cases["extra.npz"] = "unknown array 'colour'"
+    for name, expected in cases.items():
+        with pytest.raises(DataError, match=expected):
+            load_data(tmp_path / name)
+
+
+def test_one_sample_serves_every_split():
+    ds = from_arrays(x=np.ones((1, 4), np.float32))
+    assert len(ds.x_cal) == len(ds.x_test) == 1
+
+
+def test_calibration_samples_are_seeded_and_spread():
+    x = np.arange(1000, dtype=np.float32)[:, None]
+    a = from_arrays(x_train=x, calibration_seed=0).calibration(100)
+    b = from_arrays(x_train=x, calibration_seed=0).calibration(100)
+    c = from_arrays(x_train=x, calibration_seed=1).calibration(100)
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    assert a.max() > 500  # not the first 100 in file order
+
+
+def test_coverage_says_how_much_of_the_test_data_calibration_misses():
+    from optimize.data import coverage
+
+    ds = from_arrays(
+        x_train=np.linspace(0, 1, 100, dtype=np.float32)[:, None], x_test=np.array([[0.5], [2.0]], np.float32)
+    )
+    assert coverage(ds, 100) == {"x": 0.5}
+
+
+@pytest.mark.parametrize(
+    "head, y, task",
+    [
+        (Head((1, 10), "softmax"), np.array([1, 2, 3]), Task.CLASSIFICATION),
+        (Head((1, 10), "linear"), np.array([1, 2, 3]), Task.CLASSIFICATION),
+        (Head((1, 1), "sigmoid"), np.array([0, 1, 1]), Task.BINARY),
+        (Head((1, 1), "linear"), np.array([0, 1, 1]), Task.BINARY),
+        (Head((1, 1), "linear"), np.array([0.3, 1.7]), Task.REGRESSION),
+        (Head((1, 4), "sigmoid"), np.array([[0, 1, 1, 0]]), Task.MULTILABEL),
+        (Head((1, 63), "linear"), None, Task.OTHER),
+        (Head((1, 10), "softmax"), None, Task.CLASSIFICATION),
+        (Head((1, 64, 64, 1), "sigmoid"), None, Task.OTHER),
+    ],
+)
+def test_task_detection(head, y, task):
+    assert tasks.detect(head, y) == task
+
+
+def test_labels_that_do_not_fit_the_task_are_refused():
+    head = Head((1, 10), "softmax")
+    with pytest.raises(DataError, match="one-hot"):
+        tasks.check_labels(Task.CLASSIFICATION, head, np.eye(10)[:3])
+    with pytest.raises(DataError, match="float labels"):
+        tasks.check_labels(Task.CLASSIFICATION, head, np.array([0.5, 1.5]))
+    with pytest.raises(DataError, match="class ids 0..12"):
+        tasks.check_labels(Task.CLASSIFICATION, head, np.array([0, 12]))
+    assert tasks.check_labels(Task.CLASSIFICATION, head, np.array([1.0, 2.0])).dtype == np.int64
+
+
+def test_binary_scores_accuracy_at_half_and_auc():
+    out = np.array([[0.9], [0.2], [0.7], [0.4]])
+    got = tasks.scores(Task.BINARY, out, np.array([1, 0, 0, 1]), Head((1, 1), "sigmoid"))
+    assert got["top1"] == 0.5 and got["auc"] == pytest.approx(0.75)
+
+
+def test_mask_iou():
+    a = np.zeros((1, 4, 4, 1))
+    b = np.zeros((1, 4, 4, 1))
+    a[0, :2], b[0, 1:3] = 1, 1
+    assert tasks.mask_iou(a, b) == pytest.approx(4 / 12)
+
+
+@pytest.fixture(scope="module")
+def sigmoid_model(tmp_path_factory, digits):
+    """A face / not-face style net: one sigmoid unit, 0/1 labels (here: digit >= 5)."""
+    from optimize import _tf
+
+    keras = _tf.keras()
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.layers.Input((8, 8, 1)),
+            keras.layers.Conv2D(8, 3, activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(16, activation="relu"),
+            keras.layers.Dense(1, activation="sigmoid"),
+        ]
+    )
+    y = (digits["y_train"] >= 5).astype(np.int64)
+    model.compile("adam", "binary_crossentropy")
+    model.fit(digits["x_train"], y, epochs=15, verbose=0)
+    folder = tmp_path_factory.mktemp("sig")
+    model.save(folder / "sig.keras")
+    data = folder / "sig.npz"
+    np.savez(
+        data,
+        x_train=digits["x_train"],
+        y_train=y,
+        x_test=digits["x_test"],
+        y_test=(digits["y_test"] >= 5).astype(np.int64),
+    )
+    return folder / "sig.keras", data
+
+
+def test_a_sigmoid_head_is_scored_as_binary_and_fine_tunes(sigmoid_model, tmp_path):
+    model, data = sigmoid_model
+    cand = optimize.run(
+        build("p", [{"technique": "prune", "epochs": 1}, {"technique": "convert"}]), model, data, tmp_path, jobs=0
+    )
+    assert cand.ok, cand.error
+    acc = cand.metrics.accuracy
+    assert acc.task == "binary" and acc.top1 > 0.8 and acc.auc > 0.85 and acc.mae is None
+    assert cand.metrics.fidelity.top1_agreement is None  # one unit: no argmax to agree on

@@ -478,6 +478,17 @@ def recipes_techniques() -> None:
             typer.echo(f"    {fname} = {default}  {f.description or ''}")
 
 
+def _silence_stdout() -> None:
+    """After stdout failed (e.g. /dev/full), keep Python's exit-time flush from failing on it again."""
+    import os
+
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+    except OSError:
+        pass
+
+
 def main() -> None:
     """Entry point: user errors (ours, and bad options or arguments) become one `error:` line and their
     exit code (2; 1 when the goals are not met), never a traceback or a usage box."""
@@ -498,6 +509,11 @@ def main() -> None:
     except (KeyboardInterrupt, typer.Abort):
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    except OSError as e:  # a full disk, a read-only folder, a closed or full stdout
+        _silence_stdout()
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        typer.echo(f"error: cannot write {where}{e.strerror or e}. Free space or pick another output.", err=True)
+        sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
 
 

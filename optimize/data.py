@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import DataError
+from .paths import regular_file
 
 SPLITS = ("x", "y", "x_train", "y_train", "x_test", "y_test", "x_cal")
 KNOWN_KEYS = SPLITS  # the plain names; `<split>:<name>` adds an input or output name
@@ -188,8 +189,7 @@ def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> np.nd
 
 
 def _read_npz(p: Path) -> dict[str, np.ndarray]:
-    if not p.is_file():
-        raise DataError(f"{p} is not a regular file.", "Pass an .npz written by numpy.savez.")
+    regular_file(p, "data", DataError)
     try:
         with zipfile.ZipFile(p) as z:
             return {info.filename.removesuffix(".npy"): _read_member(z, info, p) for info in z.infolist()}

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import _tf
 from .errors import ModelError
+from .paths import regular_file
 
 Kind = Literal["keras2", "keras3", "savedmodel", "tflite"]
 EXPECTED = "Pass a Keras .keras/.h5 file, a SavedModel directory, or a .tflite file."
@@ -83,6 +84,7 @@ def open_model(path: str | Path) -> ModelSource:
         if (p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file():
             return ModelSource(p, "savedmodel", _fingerprint(p))
         raise ModelError(f"{p} is a directory but not a SavedModel (no saved_model.pb).", EXPECTED)
+    regular_file(p, "model", ModelError)  # not a FIFO, a device, or larger than a flatbuffer can be
     with open(p, "rb") as f:
         head = f.read(16)
     if is_tflite(head):

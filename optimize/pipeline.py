@@ -8,6 +8,7 @@ A candidate that fails records its reason; the rest of the study carries on.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import _tf, measure, models, registry
+from . import _tf, measure, models, paths, registry
 from .data import Dataset, check_inputs, combine, load_data
 from .errors import DataError, ModelError, OptimizeError, RecipeError
 from .progress import Progress
@@ -201,11 +202,7 @@ def environment(threads: int) -> Environment:
 
 def artifact_path(out_dir: Path, name: str) -> Path:
     """`<out_dir>/<name>.tflite`, refused if it would land outside the output folder."""
-    root = Path(out_dir).resolve()
-    path = (root / f"{name}.tflite").resolve()
-    if path.parent != root:
-        raise RecipeError(f"Candidate name {name!r} would write outside {out_dir}.", "Use a plain file name.")
-    return path
+    return paths.inside(out_dir, f"{name}.tflite")
 
 
 def _copy_out(src: Path, artifact: Path) -> None:
@@ -276,11 +273,26 @@ def make_candidate(
         )
     except (DataError, RecipeError):
         raise
+    except OSError as e:
+        artifact.unlink(missing_ok=True)
+        if e.errno in _NO_ROOM:  # the disk, not the technique: the run cannot go on
+            where = e.filename or artifact
+            raise OptimizeError(
+                f"Cannot write {where}: {e.strerror}.", "Free disk space, or write elsewhere with -o."
+            ) from None
+        return _failed(recipe, e, t0)
     except Exception as e:  # a technique failing on this model is a failed candidate, not a crashed run
         artifact.unlink(missing_ok=True)
-        failed = Candidate.failed(recipe, e, seconds=time.perf_counter() - t0, detail=getattr(e, "detail", None))
-        log.warning("  %s failed: %s", recipe.name, failed.error)
-        return failed
+        return _failed(recipe, e, t0)
+
+
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def _failed(recipe: Recipe, e: BaseException, t0: float) -> Candidate:
+    failed = Candidate.failed(recipe, e, seconds=time.perf_counter() - t0, detail=getattr(e, "detail", None))
+    log.warning("  %s failed: %s", recipe.name, failed.error)
+    return failed
 
 
 def check_all_delegates(artifact: Path, threads: int, notes: list[str]) -> dict:
@@ -380,7 +392,7 @@ def run(
     if out_dir.suffix == ".tflite":
         recipe = recipe.model_copy(update={"name": out_dir.stem})
         out_dir = out_dir.parent
-    out_dir.mkdir(parents=True, exist_ok=True)
+    paths.output_dir(out_dir)
     settings = Settings(src, ds, out_dir, threads, measure.DEFAULT_SAMPLES, delegates, timing=measure_it)
     compare = measure_it and ds is not None
     task = Task(

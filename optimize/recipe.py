@@ -40,9 +40,17 @@ class Recipe(BaseModel):
         Backend.AUTO,
         description="Who quantizes post-training schemes: auto (per scheme), converter or litert.",
     )
-    output: str | None = None
+    output: str | None = Field(None, description="Default output folder: a relative path below where you run it.")
     steps: tuple[Step, ...] = Field((), validate_default=True)
     source: str = "<memory>"
+
+    @field_validator("output")
+    @classmethod
+    def _output_stays_below(cls, output: str | None) -> str | None:
+        """A shared recipe must not write anywhere it likes: its output is a relative folder, without '..'."""
+        if output is not None and (Path(output).is_absolute() or ".." in Path(output).parts or not output.strip()):
+            raise ValueError(f"output {output!r} must be a relative folder without '..'; pass -o to write elsewhere")
+        return output
 
     @field_validator("steps")
     @classmethod

@@ -320,7 +320,9 @@ def write_report(study: Study, out_dir: Path, recommendation: Recommendation | N
 
     Returns {"markdown": path, "html": path, <plot name>: path, ...}.
     """
-    out_dir = Path(out_dir)
+    from .paths import output_dir
+
+    out_dir = output_dir(out_dir)
     plots = make_plots(study, recommendation)
     paths: dict[str, Path] = {}
     for key, svg in plots.items():

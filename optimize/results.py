@@ -371,6 +371,10 @@ class Study(Record):
     model_fingerprint: str
     data: str | None = None
     task: Task | None = Field(None, description="What the labelled output is: classification, regression, ...")
+    calibration_outside: dict[str, float] = Field(
+        default_factory=dict,
+        description="Per input: the share of test values outside the range the calibration samples cover.",
+    )
     baseline: str = Field("float32", description="Name of the baseline candidate.")
     environment: Environment
     candidates: list[Candidate]

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _tf, measure, models, registry, runtime
+from . import _tf, measure, models, paths, registry, runtime
 from .cache import ResultCache, key_for
 from .data import Dataset, take
 from .errors import NothingWorked, RecipeError
@@ -31,6 +31,7 @@ from .results import Candidate, Memory, Study
 from .vocab import PTQ_SCHEMES, Backend, Target
 
 log = logging.getLogger(__name__)
+COVERAGE_WARNING = 0.05  # warn when more of the test values than this lie outside the calibrated range
 
 #: The default sweep: the float baseline, every post-training scheme and the useful chains.
 DEFAULT_SWEEP: tuple[tuple[str, list[dict]], ...] = (
@@ -257,8 +258,7 @@ def sweep(
     if calibration_samples is not None:
         planned = [with_samples(r, calibration_samples) for r in planned]
     check_data(src, ds)  # before anything is written
-    out_dir = Path(output)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = paths.output_dir(output)
     settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
     settings["versions"] = _tf.versions()
     store = ResultCache(cache_dir() / "results" if cache else None)
@@ -316,16 +316,37 @@ def _study(run: _Run, model, threads: int) -> Study:
     if base is not None and base.name in run.done:
         run.done[base.name] = _as_baseline(run.done[base.name])
     labelled = next((c.metrics.accuracy for c in run.done.values() if c.ok and c.metrics.accuracy), None)
+    outside = _coverage(run)
     return Study(
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         model="demo" if model is None else str(model),
         model_fingerprint=run.src.fingerprint,
         data=run.ds.source if run.ds else None,
         task=labelled.task if labelled else None,
+        calibration_outside=outside,
         baseline=base.name if base else "float32",
         environment=environment(threads),
         candidates=[run.done[r.name] for r in run.recipes],
     )
+
+
+def _coverage(run: _Run) -> dict[str, float]:
+    """How much of the test data lies outside the calibrated range, per input; a warning when it is a lot."""
+    from .data import coverage
+
+    if run.ds is None or not any(r.needs_calibration for r in run.recipes):
+        return {}
+    samples = max((getattr(s.params, "samples", 0) for r in run.recipes for s in r.steps), default=200) or 200
+    outside = coverage(run.ds, samples)
+    for name, share in outside.items():
+        if share > COVERAGE_WARNING:
+            log.warning(
+                "%.0f%% of the test values of input %s lie outside the calibration samples' range: int8 will clip "
+                "them. Calibrate on data that covers what the model will see (--calibration).",
+                share * 100,
+                name,
+            )
+    return outside
 
 
 def refuse_if_nothing_worked(study: Study) -> None:

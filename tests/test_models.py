@@ -16,7 +16,9 @@ def test_kinds(keras_model, float_tflite, tmp_path):
     sm = models.export_saved_model(models.load_keras2(models.open_model(keras_model)), tmp_path / "sm")
     src = models.open_model(sm)
     assert src.kind == "savedmodel" and models.input_shape(src) == (-1, 8, 8, 1)
-    assert [s.name for s in models.input_specs(models.open_model(keras_model))] == [s.name for s in models.input_specs(src)]
+    assert [s.name for s in models.input_specs(models.open_model(keras_model))] == [
+        s.name for s in models.input_specs(src)
+    ]
     assert models.open_model(keras_model).fingerprint == models.open_model(keras_model).fingerprint
 
 

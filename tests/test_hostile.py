@@ -168,8 +168,9 @@ def test_a_full_disk_leaves_no_half_written_artifact(tmp_path, monkeypatch, kera
         return real(src, dst, *a, **k)
 
     monkeypatch.setattr(shutil, "copyfile", full)
-    cand = optimize.run(
-        build("f16", [{"technique": "convert", "scheme": "float16"}]), keras_model, data_npz, tmp_path, jobs=0
-    )
-    assert cand.error_kind == "OSError" and "No space left" in cand.error
+    from optimize.errors import OptimizeError
+
+    recipe = build("f16", [{"technique": "convert", "scheme": "float16"}])
+    with pytest.raises(OptimizeError, match="No space left on device"):
+        optimize.run(recipe, keras_model, data_npz, tmp_path, jobs=0)
     assert not list(tmp_path.glob("*.tflite*")) and not list(tmp_path.glob(".*.tmp"))

@@ -185,7 +185,7 @@ def _accuracy_problem(m, goals: Goals) -> str | None:
                 return "max_accuracy_drop is for classes; this model's labels are values: use max_error_increase"
             return "accuracy not measured (no labelled data), so max_accuracy_drop cannot be checked"
         if -m.accuracy_delta > goals.max_accuracy_drop + EPS:
-            return f"accuracy drop {-m.accuracy_delta * 100:.2f} points > {goals.max_accuracy_drop * 100:g}"
+            return f"accuracy drop {-m.accuracy_delta * 100:.3g} points > {goals.max_accuracy_drop * 100:g}"
     if goals.max_error_increase is not None:
         if m.error_ratio is None:
             return "error not measured against regression labels, so max_error_increase cannot be checked"
@@ -280,8 +280,46 @@ def _slower_facts(study: Study, float_ms: float | None) -> list[str]:
     return out
 
 
+def _change(c: Candidate) -> str | None:
+    m = c.metrics
+    if m.accuracy_delta is not None:
+        return f"{abs(m.accuracy_delta) * 100:.1f} pt {'lost' if m.accuracy_delta < 0 else 'gained'}"
+    if m.error_ratio is not None:
+        return f"error x{m.error_ratio:.2f}"
+    return None
+
+
+def _rescue_facts(study: Study) -> list[str]:
+    """What a selective search bought: `int8 lost 3.1 pts; keeping 2 ops in float recovers to 0.4 pt at 0.29x`."""
+    base = next((c for c in study.candidates if c.name == study.baseline and c.ok), None)
+    int8 = next(
+        (
+            c
+            for c in study.candidates
+            if c.ok
+            and c.scheme == Scheme.INT8
+            and not c.search
+            and c.io == "float"
+            and not c.uses("prune", "cluster", "qat", "selective")
+        ),
+        None,
+    )
+    out = []
+    for c in study.candidates:
+        if not (c.ok and c.uses("selective")) or base is None:
+            continue
+        kept = [s for s in c.search if s.kept and s.precision != "int8"]
+        ways = sorted({str(s.precision) for s in kept})
+        before = f"int8 {_change(int8)}; " if int8 is not None and _change(int8) else ""
+        moved = f"keeping {len(kept)} op(s) in {' or '.join(ways)}" if kept else "no op needed moving"
+        after = _change(c) or "measured"
+        ratio = c.metrics.size.bytes / base.metrics.size.bytes
+        out.append(f"{c.name}: {before}{moved} recovers to {after} at {ratio:.2f}x the float32 size.")
+    return out
+
+
 def _study_facts(study: Study, target: Target, goals: Goals, float_ms: float | None) -> list[str]:
-    facts = []
+    facts = _rescue_facts(study)
     if not study.candidates:
         facts.append("The study has no candidates: run `optimize sweep` to measure some.")
     elif not any(c.name == study.baseline for c in study.candidates):

@@ -10,6 +10,14 @@ from .advice import describe
 from .results import Candidate, Metrics, Study
 from .vocab import Delegate, Target
 
+
+def esc(text: str) -> str:
+    """Study text (names, errors, notes, tensor names) printed as it is, never read as rich markup."""
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
 DELEGATE_COLS = tuple(Delegate)
 
 
@@ -211,16 +219,16 @@ def _legend(study: Study) -> str | None:
 
 def _print_outcome(con, c: Candidate) -> None:
     if c.error:
-        con.print(f"[red]{c.name} failed:[/red] {c.error}")
+        con.print(f"[red]{esc(c.name)} failed:[/red] {esc(c.error)}")
     for note in c.notes:
-        con.print(f"[dim]{c.name}: {note}[/dim]")
+        con.print(f"[dim]{esc(c.name)}: {esc(note)}[/dim]")
 
 
 def print_study(study: Study, folder: Path | None = None, wide: bool = False, width: int | None = None) -> None:
     """The sweep table (fitted to the terminal), its legend, failures and notes, and what to do next."""
     con = _console(width)
     base = next((c for c in study.candidates if c.name == study.baseline), None)
-    title = f"{study.model}: {len(study.candidates)} candidates"
+    title = f"{esc(study.model)}: {len(study.candidates)} candidates"
     con.print(candidates_table(study.candidates, base, title, width=con.width, wide=wide))
     legend = _legend(study)
     if legend:
@@ -241,14 +249,14 @@ def print_candidates(cands: list[Candidate], folder: Path | None = None, wide: b
     for c in cands:
         _print_outcome(con, c)
         if c.skipped_layers:
-            con.print(f"{c.name}: layers left as they were: {', '.join(c.skipped_layers)}")
+            con.print(f"{esc(c.name)}: layers left as they were: {esc(', '.join(c.skipped_layers))}")
         if c.artifact and folder:
             con.print(f"Wrote {Path(folder) / c.artifact}")
 
 
 def print_metrics(name: str, m: Metrics) -> None:
     con = _console()
-    con.print(f"[bold]{name}[/bold]")
+    con.print(f"[bold]{esc(name)}[/bold]")
     con.print(f"  size      {m.size.bytes:,} bytes ({m.size.gzip_bytes:,} gzipped)")
     if m.accuracy:
         a = m.accuracy
@@ -286,7 +294,7 @@ def print_debug(report) -> None:
         t.add_row(
             str(le.op_index),
             le.op,
-            le.tensor,
+            esc(le.tensor),
             "-" if le.rmse_over_scale is None else f"{le.rmse_over_scale:.2f}",
             f"{le.relative_rmse:.4f}",
             f"{le.error_added:+.4f}",
@@ -298,7 +306,7 @@ def print_debug(report) -> None:
     if len(report.layers) > 25:
         con.print(f"... and {len(report.layers) - 25} more op(s) (use --json for all)")
     if report.kept_float:
-        con.print("Left in float by the quantizer (unsupported): " + ", ".join(report.kept_float))
+        con.print("Left in float by the quantizer (unsupported): " + esc(", ".join(report.kept_float)))
     con.print(
         "rmse/scale ~0.29 is pure rounding; above ~0.7 points at clipping or a poor range. 'if float': the model's "
         "output error with everything quantized except that op."

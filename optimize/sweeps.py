@@ -267,6 +267,12 @@ def sweep(
     try:
         _reuse(run, on_candidate)
         _produce_missing(run, jobs, on_candidate)
+        rescue = _rescue(run)
+        if rescue is not None:
+            run.recipes.append(rescue)
+            progress.start(len(run.recipes))
+            _reuse(run, on_candidate)
+            _produce_missing(run, jobs, on_candidate)
     finally:
         progress.close()
         shutil.rmtree(out_dir / ".work", ignore_errors=True)
@@ -278,6 +284,8 @@ def sweep(
 def _reuse(run: _Run, on_candidate) -> None:
     keys = run.keys()
     for r in run.recipes:
+        if r.name in run.done:
+            continue
         hit = run.cache.get(keys[r.name], r.name, run.out_dir)
         if hit is not None:
             log.info("  %s: reused from the cache", r.name)
@@ -328,6 +336,38 @@ def _study(run: _Run, model, threads: int) -> Study:
         environment=environment(threads),
         candidates=[run.done[r.name] for r in run.recipes],
     )
+
+
+#: When plain int8 loses more than this, a sweep adds the selective (mixed int8) candidate.
+RESCUE_DROP = 0.01  # classification: one point of top-1
+RESCUE_INCREASE = 0.05  # regression: 5% more error
+
+
+def _rescue(run: _Run) -> Recipe | None:
+    """The selective-quantization candidate, when full int8 breaks accuracy and none was planned."""
+    int8 = next(
+        (
+            run.done[r.name]
+            for r in run.recipes
+            if r.name in run.done
+            and r.scheme == "int8"
+            and r.made_by == "litert"
+            and not any(registry.get(s.technique).stage is Stage.KERAS for s in r.steps)
+        ),
+        None,
+    )
+    if int8 is None or not int8.ok or any(s.technique == "selective" for r in run.recipes for s in r.steps):
+        return None
+    m = int8.metrics
+    drop = m.accuracy_delta is not None and m.accuracy_delta < -RESCUE_DROP
+    worse = m.error_ratio is not None and m.error_ratio > 1 + RESCUE_INCREASE
+    if not (drop or worse):
+        return None
+    lost = f"lost {-m.accuracy_delta * 100:.1f} points" if drop else f"made the error x{m.error_ratio:.2f}"
+    log.warning("%s %s: adding mixed-int8, a bounded search for the ops that break it.", int8.name, lost)
+    budget = {"max_accuracy_drop": 0.005} if drop else {"max_error_increase": 0.10}
+    steps = [{"technique": "convert"}, {"technique": "selective", **budget}]
+    return resolve(build("mixed-int8", steps), run.src)
 
 
 def _coverage(run: _Run) -> dict[str, float]:

@@ -227,6 +227,7 @@ class _Search:
     evals: int = 0
     overrides: dict[str, str] = field(default_factory=dict)
     steps: list[SearchStep] = field(default_factory=list)
+    report: object = None  # the DebugReport the search ranked by (results.DebugReport)
 
     @property
     def left(self) -> int:
@@ -367,6 +368,8 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
     out = write_atomic(ctx.workdir / "selective-int8.tflite", final.content)
     ctx.notes.append(_summary(search, start.value, final.value, len(final.content), len(content)))
     ctx.records["search"] = search.steps
+    if search.report is not None:
+        ctx.records["debug"] = search.report
     return out
 
 
@@ -377,13 +380,15 @@ def _climb(search: _Search, content: bytes, start: _Result) -> _Result:
     adds (per-layer analysis on 32 samples).
     """
     moves = _moves(start.content)
+    layers, out_err = debug.layer_errors(content, start.content, debug.Samples.from_array(search.budget.xs, 32))
     if len(moves) > search.params.max_evals // 2:
-        layers, _ = debug.layer_errors(content, start.content, debug.Samples.from_array(search.budget.xs, 32))
         added = {le.tensor: le.error_added for le in layers}
         moves = sorted(moves, key=lambda m: -max(added.get(t, 0.0) for t in m.tensors))[: search.params.max_evals // 2]
     cur = start
     raised: list[_Move] = []
-    for _, move in search.sensitivity(moves):
+    ranked = search.sensitivity(moves)
+    search.report = _report(layers, out_err, ranked, content, start.content)
+    for _, move in ranked:
         if search.budget.meets(cur.value) or search.left <= 0:
             break
         new = search.try_move(move, cur)
@@ -391,6 +396,22 @@ def _climb(search: _Search, content: bytes, start: _Result) -> _Result:
             raised.append(move)
         cur = new
     return search.drop_unneeded(raised, cur) if search.budget.meets(cur.value) else cur
+
+
+def _report(layers, out_err: float, ranked, content: bytes, quantized: bytes):
+    """The per-layer analysis the search ranked by, with each island's measured leave-one-out error."""
+    from ..results import DebugReport
+
+    measured = {move.head: err for err, move in ranked}
+    layers = [le.model_copy(update={"output_error_without": measured.get(le.tensor)}) for le in layers]
+    return DebugReport(
+        scheme="int8",
+        samples=32,
+        method=debug.METHOD + "; ranked by the selective search's own leave-one-out evaluations",
+        output_error=out_err,
+        layers=debug.rank(layers),
+        kept_float=debug.kept_float(content, quantized),
+    )
 
 
 def _summary(search: _Search, first: float, final: float, size: int, float_size: int) -> str:

@@ -85,18 +85,19 @@ class Dataset:
         x = self.x_cal
         return tuple(next(iter(x.values())).shape[1:]) if isinstance(x, dict) else tuple(x.shape[1:])
 
-    def calibration(self, n: int) -> Inputs:
-        """n calibration samples drawn at random (seeded) across the calibration split, as float32.
+    def calibration_index(self, n: int) -> np.ndarray:
+        """Which n calibration samples are used: drawn at random (seeded) across the calibration split.
 
         Not the first n in file order: a file sorted by class or by time would calibrate on one corner.
         """
         total = count(self.x_cal)
-        idx = (
-            np.arange(total)
-            if n >= total
-            else np.sort(np.random.default_rng(self.calibration_seed).choice(total, n, replace=False))
-        )
-        return as_float(take(self.x_cal, idx))
+        if n >= total:
+            return np.arange(total)
+        return np.sort(np.random.default_rng(self.calibration_seed).choice(total, n, replace=False))
+
+    def calibration(self, n: int) -> Inputs:
+        """The n calibration samples (`calibration_index`), as float32."""
+        return as_float(take(self.x_cal, self.calibration_index(n)))
 
     def require_training(self, technique: str) -> None:
         if self.x_train is None or self.y_train is None:
@@ -336,6 +337,6 @@ def coverage(ds: Dataset, n: int) -> dict[str, float]:
 
     A large share means int8 will clip test inputs (a trend beyond the training range, unnormalised data).
     """
-    cal, test = ds.calibration(n), as_float(ds.x_test)
+    cal, test = as_float(take(ds.x_cal, ds.calibration_index(n))), as_float(ds.x_test)
     pairs = [(k, cal[k], test[k]) for k in cal] if isinstance(cal, dict) else [("x", cal, test)]
     return {k: float(((t < c.min()) | (t > c.max())).mean()) for k, c, t in pairs}

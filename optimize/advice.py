@@ -113,8 +113,11 @@ def recipe_toml(name: str, steps: list[dict], target: str | None = None, goals: 
     """A pipeline as TOML the user can save and run with `optimize run`."""
     from .recipe import build
 
+    import re
+
     fields = {"targets": (target,) if target else (), "goals": goals or Goals()}
-    return build(name, steps, **fields).to_toml()
+    safe = re.sub(r"[^A-Za-z0-9._-]", "-", name).lstrip(".") or "recipe"  # a study's names may be anything
+    return build(safe, steps, **fields).to_toml()
 
 
 @dataclass

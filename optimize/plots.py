@@ -119,3 +119,33 @@ def study_plots(
         if svg is not None:
             out[f"{axis}_vs_accuracy"] = svg
     return out
+
+
+def layer_chart(report, name: str, top: int = 15) -> str | None:
+    """Horizontal bars: the error each op adds (and, where measured, the model's error with only that op
+    kept float), for the worst `top` ops of a per-layer analysis. An inline-ready `<svg>`."""
+    layers = report.layers[:top]
+    if not layers:
+        return None
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    labels = [f"#{le.op_index} {le.op}" for le in layers][::-1]
+    added = [max(le.error_added, 0.0) for le in layers][::-1]
+    fig = Figure(figsize=(6.4, 0.3 * len(layers) + 1.2), layout="constrained")
+    ax = fig.add_subplot()
+    ys = range(len(layers))
+    ax.barh([y + 0.2 for y in ys], added, height=0.4, color="#fb8c00", label="error this op adds (relative)")
+    measured = [(le.output_error_without if le.output_error_without is not None else 0.0) for le in layers][::-1]
+    if any(measured):
+        ax.barh(
+            [y - 0.2 for y in ys], measured, height=0.4, color="#1565c0", label="model error if only this op is float"
+        )
+    ax.set_yticks(list(ys), labels, fontsize=8)
+    ax.set_xlabel("error / output range")
+    ax.legend(fontsize=8, loc="lower right")
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"optimize-layers-{name}"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    svg = buf.getvalue()
+    return _prefix_ids(svg[svg.index("<svg") :], f"layers-{re.sub(r'[^A-Za-z0-9_-]', '_', name)}")

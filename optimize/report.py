@@ -9,7 +9,6 @@ from outside (plots are inline SVG, styles inline). Pure Python apart from matpl
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 from .choose import Recommendation, pareto_front
@@ -188,10 +187,6 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
 
 
 # ------------------------------------------------------------------------------------------ HTML
-def _e(text) -> str:
-    return html.escape(str(text), quote=True)
-
-
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em;color:#212121;max-width:1400px}
 table{border-collapse:collapse;margin:1em 0;font-size:14px}
@@ -207,75 +202,6 @@ figure{display:inline-block;margin:0 1em 1em 0} figure svg{width:560px;height:au
 """
 
 
-def _html_candidates(study: Study, rec: Recommendation | None) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in HEADERS)
-    body = []
-    for c, row in zip(study.candidates, _rows(study, rec), strict=True):
-        cls = "chosen" if rec and c.name == rec.chosen else ("failed" if c.error else "")
-        cells = "".join(
-            f'<td class="num">{_e(x)}</td>' if i in (3, 4) else f"<td>{_e(x)}</td>" for i, x in enumerate(row)
-        )
-        body.append(f'<tr class="{cls}" data-candidate="{_e(c.name)}">{cells}</tr>')
-    empty = "" if study.candidates else f'<tr><td colspan="{len(HEADERS)}">The study has no candidates.</td></tr>'
-    return f'<table id="candidates"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}{empty}</tbody></table>'
-
-
-def _html_matrix(study: Study, rec: Recommendation | None) -> str:
-    from .vocab import TARGET_DELEGATE
-
-    target_col = TARGET_DELEGATE.get(rec.target) if rec else None
-    head = "".join(f'<th class="{"target" if d == target_col else ""}">{_e(d)}</th>' for d in DELEGATE_COLUMNS)
-    rows = []
-    for c in study.candidates:
-        cells = []
-        for d in DELEGATE_COLUMNS:
-            r = c.delegates.get(d)
-            if r is None:
-                cells.append('<td class="missing" title="not checked">-</td>')
-                continue
-            reasons = _reasons(r)
-            details = ""
-            if reasons:
-                items = "".join(f"<li>{_e(x)}</li>" for x in reasons)
-                summary = f"{len(r.cpu_nodes)} op(s) on CPU" if r.cpu_nodes else "why"
-                details = f"<details><summary>{summary}</summary><ul>{items}</ul></details>"
-            title = _e("\n".join(reasons) or "every node delegated")
-            cells.append(
-                f'<td class="{_e(r.verdict)}" title="{title}"><b>{_e(_cell_text(r))}</b><br><span class="note">{_e(r.source)}</span>{details}</td>'
-            )
-        rows.append(f"<tr><th>{_e(c.name)}</th>{''.join(cells)}</tr>")
-    return (
-        f'<table id="delegates"><thead><tr><th>Candidate</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
-    )
-
-
-def _html_recommendation(rec: Recommendation) -> str:
-    parts = [f'<section id="recommendation"><h2>Recommendation for {_e(rec.target)}</h2>']
-    if rec.chosen:
-        parts.append(f'<p>Chosen: <strong id="chosen">{_e(rec.chosen)}</strong></p>')
-    else:
-        parts.append('<p><strong id="chosen">No candidate meets the goals.</strong></p>')
-    goals = ", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None)
-    parts.append(f"<p>Goals: {_e(goals)}</p><h3>Decision path (rule of thumb)</h3><ol>")
-    parts += [f"<li>{_e(q.question)} <em>{_e(q.answer)}</em> → {_e(q.decided)}</li>" for q in rec.advice.path]
-    parts.append("</ol>")
-    if rec.chosen_recipe_toml:
-        parts.append(f"<h3>Recipe</h3><pre>{_e(rec.chosen_recipe_toml)}</pre>")
-    parts.append(
-        f"<p>Ranked: {_e(', '.join(rec.ranked) or 'none')}. Pareto front: {_e(', '.join(rec.pareto) or 'none')}.</p>"
-    )
-    if rec.rejected:
-        parts.append(
-            "<h3>Rejected</h3><ul>"
-            + "".join(f"<li><b>{_e(r.candidate)}</b>: {_e(r.reason)}</li>" for r in rec.rejected)
-            + "</ul>"
-        )
-    if rec.facts:
-        parts.append("<h3>Good to know</h3><ul>" + "".join(f"<li>{_e(f)}</li>" for f in rec.facts) + "</ul>")
-    parts.append("</section>")
-    return "".join(parts)
-
-
 def make_plots(study: Study, rec: Recommendation | None = None) -> dict[str, str]:
     """The study's plots as SVG text, keyed by name (matplotlib is imported here, not before)."""
     from .plots import study_plots
@@ -284,34 +210,86 @@ def make_plots(study: Study, rec: Recommendation | None = None) -> dict[str, str
     return study_plots(study, pareto=pareto, chosen=rec.chosen if rec else None, goals=rec.goals if rec else None)
 
 
+def _matrix(study: Study) -> list[dict]:
+    """Per candidate, per delegate: verdict, text, source and reasons (None where not checked)."""
+    rows = []
+    for c in study.candidates:
+        cells = []
+        for d in DELEGATE_COLUMNS:
+            r = c.delegates.get(d)
+            if r is None:
+                cells.append(None)
+                continue
+            summary = f"{len(r.cpu_nodes)} op(s) on CPU" if r.cpu_nodes else "why"
+            cells.append(
+                {
+                    "verdict": r.verdict,
+                    "text": _cell_text(r),
+                    "source": r.source,
+                    "reasons": _reasons(r),
+                    "summary": summary,
+                }
+            )
+        rows.append({"name": c.name, "cells": cells})
+    return rows
+
+
+def _debug_sections(study: Study, charts: bool) -> list[dict]:
+    """One section per candidate that carries a per-layer analysis (a selective search, a debug run)."""
+    from .plots import layer_chart
+
+    out = []
+    for c in study.candidates:
+        if c.debug is None:
+            continue
+        chart = layer_chart(c.debug, c.name) if charts else None
+        out.append(
+            {"name": c.name, "report": c.debug, "layers": c.debug.layers[:25], "search": c.search, "chart": chart}
+        )
+    return out
+
+
+def _template():
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    env = Environment(loader=PackageLoader("optimize", "templates"), autoescape=select_autoescape(["html", "j2"]))
+    return env.get_template("report.html.j2")
+
+
 def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str, str] | None = None) -> str:
-    """The report as one self-contained HTML page (inline CSS and SVG; nothing loaded from outside)."""
+    """The report as one self-contained HTML page (inline CSS and SVG; nothing loaded from outside),
+    rendered from templates/report.html.j2 with every study string escaped."""
+    from markupsafe import Markup
+
+    from .vocab import TARGET_DELEGATE
+
+    charts = plots is None or bool(plots)
     plots = make_plots(study, rec) if plots is None else plots
-    figures = "".join(
-        f'<figure id="{_e(k)}">{svg}<figcaption>{_e(PLOT_TITLES.get(k, k))}</figcaption></figure>'
-        for k, svg in plots.items()
-    )
-    if not figures:
-        figures = '<p class="note">Nothing to plot: no candidate has both accuracy and the measurement.</p>'
-    unplotted = [c.name for c in study.candidates if c.ok and c.accuracy_score is None]
-    if unplotted:
-        figures += f'<p class="note">Not plotted (no accuracy): {_e(", ".join(unplotted))}.</p>'
+    front = set(rec.pareto if rec else pareto_front(study.candidates))
+    rows = [
+        {"name": c.name, "cls": "chosen" if rec and c.name == rec.chosen else ("failed" if c.error else ""), "cells": r}
+        for c, r in zip(study.candidates, _rows(study, rec), strict=True)
+    ]
+    del front
+    debug = [{**d, "chart": Markup(d["chart"]) if d["chart"] else None} for d in _debug_sections(study, charts)]
     env = study.environment
-    versions = ", ".join(f"{k} {v}" for k, v in sorted(env.versions.items()))
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>optimize report: {_e(study.model)}</title><style>{CSS}</style></head><body>"
-        f"<h1>Optimization report: {_e(study.model)}</h1>"
-        f'<p class="note">Study created {_e(study.created)}; data: {_e(study.data or "none")}; baseline: {_e(study.baseline)}. {_e(HOST_NOTE)}</p>'
-        + (_html_recommendation(rec) if rec else "")
-        + f"<h2>Candidates</h2>{_html_candidates(study, rec)}"
-        + f'<h2>Plots</h2><section id="plots">{figures}</section>'
-        + '<h2>Delegate matrix</h2><p class="note">Green: the delegate takes every node; amber: some ops fall back to the CPU; '
-        "red: the model stays on the CPU. Hover or open a cell for the reasons; the small text says whether the verdict comes "
-        "from the delegate's rules or from a runtime run.</p>"
-        + _html_matrix(study, rec)
-        + f'<h2>Environment</h2><p class="note">{_e(env.host)}, {_e(env.platform)}, Python {_e(env.python)}, '
-        f"{env.cpu_count} CPUs, {env.threads} threads; {_e(versions)}.</p></body></html>\n"
+    return _template().render(
+        study=study,
+        rec=rec,
+        css=Markup(CSS),
+        host_note=HOST_NOTE,
+        goals=", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None) if rec else "",
+        headers=HEADERS,
+        rows=rows,
+        plots={k: Markup(v) for k, v in plots.items()},  # our own SVG, made by matplotlib from escaped text
+        plot_titles=PLOT_TITLES,
+        unplotted=[c.name for c in study.candidates if c.ok and c.accuracy_score is None],
+        debug=debug,
+        delegates=DELEGATE_COLUMNS,
+        target_col=TARGET_DELEGATE.get(rec.target) if rec else None,
+        matrix=_matrix(study),
+        env=env,
+        versions=", ".join(f"{k} {v}" for k, v in sorted(env.versions.items())),
     )
 
 

@@ -81,8 +81,8 @@ def test_html_escapes_everything_from_the_study():
     )
     page = render_html(s, recommend(s, "gpu"))
     assert "<script" not in page and "<img" not in page and "<b>data</b>" not in page
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
-    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page
+    assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in page
 
 
 def test_empty_study_renders():

@@ -112,3 +112,25 @@ def test_output_error_is_relative_to_the_output_range():
     f = [[np.array([0.0, 10.0])], [np.array([5.0, 0.0])]]
     q = [[np.array([1.0, 10.0])], [np.array([5.0, 0.0])]]
     assert debug.output_error(list(zip(f, q, strict=True))) == pytest.approx(0.25 / 10)
+
+
+def test_the_report_shows_where_int8_loses_accuracy(keras_model, data_npz, tmp_path):
+    """A selective candidate carries its per-layer analysis and search; the HTML report draws both."""
+    import optimize
+    from optimize.report import write_report
+
+    steps = [{"technique": "selective", "max_output_error": 1e-9, "max_evals": 6, "eval_samples": 50}]
+    study = optimize.sweep(
+        keras_model,
+        data_npz,
+        tmp_path,
+        recipes=[build("float32", [{"technique": "convert"}]), build("sel", steps)],
+        delegates=False,
+        runs=5,
+        jobs=0,
+        cache=False,
+    )
+    sel = study.candidate("sel")
+    assert sel.debug is not None and sel.debug.layers and sel.search
+    page = write_report(study, tmp_path / "report")["html"].read_text()
+    assert 'id="debug-sel"' in page and "Where int8 loses accuracy" in page and page.count("<svg") >= 2

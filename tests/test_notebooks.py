@@ -22,7 +22,13 @@ CELL_TIMEOUT = 600
 
 def test_the_workflow_notebooks_exist():
     names = [p.name for p in NOTEBOOKS]
-    for prefix in ("01_quickstart", "02_delegate_compatibility", "03_pruning_and_clustering", "04_choosing_a_scheme"):
+    for prefix in (
+        "01_quickstart",
+        "02_delegate_compatibility",
+        "03_pruning_and_clustering",
+        "04_choosing_a_scheme",
+        "05_when_int8_hurts",
+    ):
         assert any(n.startswith(prefix) for n in names), f"missing notebook {prefix}*.ipynb in {names}"
 
 

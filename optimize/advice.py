@@ -111,9 +111,9 @@ def describe(steps: list[dict]) -> str:
 
 def recipe_toml(name: str, steps: list[dict], target: str | None = None, goals: Goals | None = None) -> str:
     """A pipeline as TOML the user can save and run with `optimize run`."""
-    from .recipe import build
-
     import re
+
+    from .recipe import build
 
     fields = {"targets": (target,) if target else (), "goals": goals or Goals()}
     safe = re.sub(r"[^A-Za-z0-9._-]", "-", name).lstrip(".") or "recipe"  # a study's names may be anything

@@ -40,7 +40,14 @@ class GoalsNotMet(OptimizeError):
 
 
 class TechniqueFailed(Exception):
-    """A technique could not produce a candidate for this model; recorded as the candidate's error."""
+    """A technique could not produce a candidate for this model; recorded as the candidate's error.
+
+    The message is one line; `detail` keeps the full text (converter logs, ...) for the record.
+    """
+
+    def __init__(self, message: str, detail: str | None = None):
+        super().__init__(message)
+        self.detail = detail
 
 
 def _singular(word: str) -> str:

@@ -47,6 +47,7 @@ class _State:
     notes: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     records: dict = field(default_factory=dict)
+    batch1: Path | None = None  # the same model exported with a batch of 1 (recurrent models)
 
 
 class Workspace:
@@ -94,6 +95,22 @@ class Workspace:
             )
         return state.saved_model
 
+    def _fixed_batch_export(self, state: _State, key: str):
+        """A way to export the Keras model at this state with a batch of 1 (None for a plain SavedModel)."""
+        if state.batch1 is not None:
+            return lambda: state.batch1
+        if state.kind == "source" and self.src.kind in ("keras2", "keras3"):
+            load = (
+                (lambda: models.load_keras2(self.src))
+                if self.src.kind == "keras2"
+                else (lambda: models.load_keras3(self.src))
+            )
+        elif state.kind == "keras":
+            load = lambda: self._keras_model(state)  # noqa: E731
+        else:
+            return None
+        return lambda: models.export_saved_model(load(), self.workdir / key / "saved_model_batch1", batch=1)
+
     def produce(self, steps: Iterable[Step]) -> _State:
         state = _State("source", self.src.path)
         prefix: list = []
@@ -113,9 +130,12 @@ class Workspace:
                 model.save(path)
                 sm = models.export_saved_model(model, self.workdir / key / "saved_model")
                 state = _State("keras", path, sm, ctx.notes, ctx.skipped_layers, ctx.records)
+                if models.has_recurrent(model):  # the batch-1 route needs the model, and a reload may not restore it
+                    state.batch1 = models.export_saved_model(model, self.workdir / key / "saved_model_batch1", batch=1)
             elif tech.stage is Stage.CONVERT:
                 sm = self._saved_model(state, _key(self.root, prefix[:-1]))
                 ctx = self._context(key, state)
+                ctx.fixed_batch_export = self._fixed_batch_export(state, key)
                 state = _State("tflite", tech.fn(sm, params, ctx), None, ctx.notes, ctx.skipped_layers, ctx.records)
             else:
                 if state.kind == "source" and self.src.kind != "tflite":

@@ -50,6 +50,7 @@ class Context:
     notes: list[str] = field(default_factory=list)  # facts for the candidate record
     skipped_layers: list[str] = field(default_factory=list)
     records: dict[str, Any] = field(default_factory=dict)  # typed records for the candidate (e.g. "search")
+    fixed_batch_export: Callable[[], Path] | None = None  # the model again, exported with a batch of 1
 
 
 @dataclass(frozen=True)

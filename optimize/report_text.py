@@ -88,10 +88,12 @@ def _accuracy(c: Candidate, base: _Base) -> str:
 
 def _delta(c: Candidate, base: _Base) -> str:
     """Classification: the top-1 change in points; regression: the error as a multiple of float32's."""
-    a = c.metrics.accuracy
-    if a is not None and a.mae is not None:
-        return f"x{a.mae / base.mae:.2f}" if base.mae else "-"
-    return _pct(c.metrics.accuracy_delta, signed=True)
+    m = c.metrics
+    if m.error_ratio is not None:
+        return f"x{m.error_ratio:.2f}"
+    if m.accuracy is not None and m.accuracy.mae is not None:
+        return f"x{m.accuracy.mae / base.mae:.2f}" if base.mae else "-"
+    return _pct(m.accuracy_delta, signed=True)
 
 
 def _agree(c: Candidate, base: _Base) -> str:

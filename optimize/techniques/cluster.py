@@ -22,6 +22,16 @@ class ClusterParams(Params):
     learning_rate: float = Field(1e-4, gt=0)
 
 
+def _too_small(model, clusters: int) -> dict[str, int]:
+    """Layers whose smallest weight matrix has fewer values than clusters (k-means cannot place them)."""
+    out = {}
+    for layer in model.layers:
+        sizes = [int(w.shape.num_elements()) for w in layer.weights if len(w.shape) >= 2]
+        if sizes and min(sizes) < clusters:
+            out[layer.name] = min(sizes)
+    return out
+
+
 @technique("cluster", stage=Stage.KERAS, params=ClusterParams)
 def cluster(model, params: ClusterParams, ctx: Context):
     """Weight clustering with tfmot, layer by layer, fine-tuned on the context's data, wrappers stripped.
@@ -32,20 +42,29 @@ def cluster(model, params: ClusterParams, ctx: Context):
     tfmot = _tf.tfmot()
     clustering = tfmot.clustering.keras
     init = getattr(clustering.CentroidInitialization, INITS[params.init])
+    # tfmot has no public "is this layer clusterable?": its registry is the only source of that answer.
     from tensorflow_model_optimization.python.core.clustering.keras import clustering_registry
-    from tensorflow_model_optimization.python.core.clustering.keras.experimental import cluster as experimental
 
     def wrap(layer):
-        return experimental.cluster_weights(
+        return clustering.cluster_weights(  # the public API; it passes preserve_sparsity through
             layer,
             number_of_clusters=params.clusters,
             cluster_centroids_init=init,
             preserve_sparsity=params.preserve_sparsity,
         )
 
+    small = _too_small(model, params.clusters)
+
     def supports(layer) -> bool:
-        return clustering_registry.ClusteringRegistry.supports(layer) or isinstance(layer, clustering.ClusterableLayer)
+        known = clustering_registry.ClusteringRegistry.supports(layer) or isinstance(layer, clustering.ClusterableLayer)
+        return known and layer.name not in small
 
     wrapped = wrap_supported(model, supports, wrap, ctx, "cluster")
+    if small:
+        listed = ", ".join(f"{name} ({n} weights)" for name, n in small.items())
+        ctx.notes.append(
+            f"cluster: {len(small)} layer(s) have fewer weights than {params.clusters} clusters and "
+            f"were left unclustered: {listed}."
+        )
     fine_tune(wrapped, ctx, params.epochs, params.batch_size, params.learning_rate, technique="cluster")
     return clustering.strip_clustering(wrapped)

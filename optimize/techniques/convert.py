@@ -28,6 +28,11 @@ class ConvertParams(Params):
     float_fallback: bool = Field(
         False, description="int8/int16x8: keep ops that cannot be quantized in float instead of failing."
     )
+    select_tf_ops: bool = Field(
+        False,
+        description="Allow TensorFlow ops the LiteRT builtins lack (Flex): the model converts, but needs the Flex "
+        "delegate to run, which the Python runtime here does not have.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -59,20 +64,12 @@ def _representative(ctx: Context, n: int, scheme: str):
     return gen
 
 
-def _converter_error(e: Exception, log: list[str]) -> str:
-    """The useful line of a converter failure (they are long and nested)."""
-    text = "\n".join([str(e), *log])
-    for pat in (r"error: ([^\n]+)", r"(Quantization[^\n]+not yet supported[^\n]*)", r"(ConverterError[^\n]*)"):
-        m = re.search(pat, text)
-        if m:
-            return m.group(1).strip()
-    return str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
-
-
 def configure(converter, params: ConvertParams, ctx: Context) -> None:
     """Set the converter flags for a scheme (shared by the pipeline and the benchmarks' bare calls)."""
     tf = _tf.tf()
     scheme = params.scheme
+    if params.select_tf_ops:
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
     if scheme == "float32":
         return
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -92,22 +89,90 @@ def configure(converter, params: ConvertParams, ctx: Context) -> None:
             converter.inference_input_type = converter.inference_output_type = tf.int16
 
 
+#: Converter failures we can name, with what to do: (pattern over the full text, the problem, the fix).
+KNOWN_FAILURES: tuple[tuple[str, str, str], ...] = (
+    (
+        r"'(tf\.TensorList\w+)' op requires element_shape to be static",
+        "op {0} needs a static shape (a recurrent layer with a dynamic batch)",
+        "the fixed-batch route is tried next; if it fails too, give the model fixed input shapes",
+    ),
+    (
+        r"Quantization to 16x8-bit not yet supported for op: '(\w+)'",
+        "int16x8 does not support op {0}",
+        "set float_fallback = true to keep it in float, or use int8",
+    ),
+    (
+        r"(?s:Some ops are not supported.*?)?Flex ops: ([\w, ]+)|Some ops are not supported by the native TFLite",
+        "it needs TensorFlow ops the LiteRT builtins lack ({0})",
+        "set select_tf_ops = true in the convert step (the artifact then needs the Flex delegate to run)",
+    ),
+)
+#: A failure that a fixed batch of 1 can fix: recurrent layers unrolled through TensorLists.
+BATCH_PROBLEM = re.compile(r"TensorList|element_shape|must be static|Lowering tensor list ops")
+
+
+def _converter_error(e: Exception, log: list[str]) -> tuple[str, str]:
+    """(one line naming the op and the fix, the full text) for a converter failure."""
+    text = "\n".join([str(e), *log])
+    for pattern, problem, fix in KNOWN_FAILURES:
+        m = re.search(pattern, text)
+        if m:
+            found = [g.strip() for g in m.groups() if g] or ["see error_detail"]
+            return f"{problem.format(*found)}: {fix}", text
+    m = re.search(r"'([\w.]+)' op ([^\n.]+)", text) or re.search(r"error: ([^\n]+)", text)
+    line = (f"op {m.group(1)}: {m.group(2)}" if m and m.lastindex == 2 else m.group(1)) if m else ""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+    return (line or first)[:300], text
+
+
+def _fixed_batch(saved_model: Path):
+    """A converter over the SavedModel's serving signature traced with a batch of 1: the route for Keras
+    LSTM/GRU/Bidirectional models whose dynamic batch leaves TensorList shapes unknown."""
+    tf = _tf.tf()
+    loaded = tf.saved_model.load(str(saved_model))
+    sig = loaded.signatures["serving_default"]
+    specs = {k: tf.TensorSpec([1, *v.shape[1:]], v.dtype, name=k) for k, v in sig.structured_input_signature[1].items()}
+
+    @tf.function
+    def serve(**inputs):
+        return sig(**inputs)
+
+    return tf.lite.TFLiteConverter.from_concrete_functions([serve.get_concrete_function(**specs)], loaded)
+
+
+def _run(make, params: ConvertParams, ctx: Context) -> bytes:
+    converter = make()
+    configure(converter, params, ctx)
+    with captured_stderr() as log:
+        try:
+            return converter.convert()
+        except (DataError, KeyboardInterrupt):
+            raise
+        except Exception as e:  # the converter raises many types; every one fails only this candidate
+            line, text = _converter_error(e, log)
+            raise TechniqueFailed(f"conversion to {params.scheme} failed: {line}", detail=text) from None
+
+
 @technique("convert", stage=Stage.CONVERT, params=ConvertParams)
 def convert(model: Path, params: ConvertParams, ctx: Context) -> Path:
     """Convert a SavedModel to .tflite with the TFLite converter, quantizing by the chosen scheme.
 
     int8 is full-integer (every op int8, calibrated on ctx.data); int16x8 keeps 16-bit activations and
-    runs on slow reference kernels; dynamic quantizes weights only and can run slower than float.
+    runs on slow reference kernels; dynamic quantizes weights only and can run slower than float. When
+    the dynamic-batch export cannot convert (Keras RNNs), it is traced again with a batch of 1.
     """
     tf = _tf.tf()
-    converter = tf.lite.TFLiteConverter.from_saved_model(str(model))
-    configure(converter, params, ctx)
-    with captured_stderr() as log:
-        try:
-            flat = converter.convert()
-        except (DataError, KeyboardInterrupt):
+    try:
+        flat = _run(lambda: tf.lite.TFLiteConverter.from_saved_model(str(model)), params, ctx)
+    except TechniqueFailed as e:
+        if not BATCH_PROBLEM.search(e.detail or ""):
             raise
-        except Exception as e:  # the converter raises many types; every one fails only this candidate
-            raise TechniqueFailed(f"conversion to {params.scheme} failed: {_converter_error(e, log)}") from None
+        if ctx.fixed_batch_export is not None:  # the Keras model itself, traced with a batch of 1
+            fixed = ctx.fixed_batch_export()
+            flat = _run(lambda: tf.lite.TFLiteConverter.from_saved_model(str(fixed)), params, ctx)
+        else:  # a plain SavedModel: its serving signature, traced again with a batch of 1
+            flat = _run(lambda: _fixed_batch(model), params, ctx)
+        why = str(e).split(": ")[1] if str(e).count(": ") >= 1 else str(e)
+        ctx.notes.append(f"convert: fixed batch of 1 (the dynamic-batch export failed: {why})")
     suffix = params.scheme if params.io == "float" else f"{params.scheme}-{params.io}io"
     return write_atomic(ctx.workdir / f"convert-{suffix}.tflite", flat)

@@ -50,6 +50,7 @@ def prune(model, params: PruneParams, ctx: Context):
     if params.structured:
         kwargs = {"sparsity_m_by_n": (2, 4)}
         ctx.notes.append("prune: 2:4 structured sparsity (the schedule does not apply).")
+    # tfmot has no public "is this layer prunable?": its registry is the only source of that answer.
     from tensorflow_model_optimization.python.core.sparsity.keras.prune_registry import PruneRegistry
 
     def supports(layer) -> bool:

@@ -29,14 +29,13 @@ def qat(model, params: QATParams, ctx: Context):
     require_keras2(model, "qat")
     tfmot = _tf.tfmot()
     q = tfmot.quantization.keras
-    from tensorflow_model_optimization.python.core.quantization.keras.default_8bit import default_8bit_quantize_registry
-
-    registry = default_8bit_quantize_registry.Default8BitQuantizeRegistry()
+    registry = q.default_8bit.Default8BitQuantizeRegistry()
     annotated = wrap_supported(model, registry.supports, q.quantize_annotate_layer, ctx, "qat")
     scheme = None
     if params.preserve == "sparsity":
         scheme = q.collab_opts.Default8BitPrunePreserveQuantizeScheme()
     elif params.preserve.startswith("clusters"):
+        # tfmot exports only the prune-preserving scheme publicly; the cluster-preserving one has no public path.
         from tensorflow_model_optimization.python.core.quantization.keras.collab_opts.cluster_preserve import (
             default_8bit_cluster_preserve_quantize_scheme as cqat,
         )

@@ -289,33 +289,31 @@ def _change(c: Candidate) -> str | None:
     return None
 
 
+def _plain_int8(study: Study) -> Candidate | None:
+    """The study's plain post-training int8 candidate (float I/O, no other technique), if any."""
+    for c in study.candidates:
+        plain = not c.uses("prune", "cluster", "qat", "selective") and not c.search
+        if c.ok and plain and c.scheme == Scheme.INT8 and c.io == "float":
+            return c
+    return None
+
+
+def _rescue_fact(c: Candidate, int8: Candidate | None, base: Candidate) -> str:
+    kept = [s for s in c.search if s.kept and s.precision != "int8"]
+    ways = " or ".join(sorted({str(s.precision) for s in kept}))
+    before = f"int8 {_change(int8)}; " if int8 is not None and _change(int8) else ""
+    moved = f"keeping {len(kept)} op(s) in {ways}" if kept else "no op needed moving"
+    ratio = c.metrics.size.bytes / base.metrics.size.bytes
+    return f"{c.name}: {before}{moved} recovers to {_change(c) or 'measured'} at {ratio:.2f}x the float32 size."
+
+
 def _rescue_facts(study: Study) -> list[str]:
     """What a selective search bought: `int8 lost 3.1 pts; keeping 2 ops in float recovers to 0.4 pt at 0.29x`."""
     base = next((c for c in study.candidates if c.name == study.baseline and c.ok), None)
-    int8 = next(
-        (
-            c
-            for c in study.candidates
-            if c.ok
-            and c.scheme == Scheme.INT8
-            and not c.search
-            and c.io == "float"
-            and not c.uses("prune", "cluster", "qat", "selective")
-        ),
-        None,
-    )
-    out = []
-    for c in study.candidates:
-        if not (c.ok and c.uses("selective")) or base is None:
-            continue
-        kept = [s for s in c.search if s.kept and s.precision != "int8"]
-        ways = sorted({str(s.precision) for s in kept})
-        before = f"int8 {_change(int8)}; " if int8 is not None and _change(int8) else ""
-        moved = f"keeping {len(kept)} op(s) in {' or '.join(ways)}" if kept else "no op needed moving"
-        after = _change(c) or "measured"
-        ratio = c.metrics.size.bytes / base.metrics.size.bytes
-        out.append(f"{c.name}: {before}{moved} recovers to {after} at {ratio:.2f}x the float32 size.")
-    return out
+    if base is None:
+        return []
+    int8 = _plain_int8(study)
+    return [_rescue_fact(c, int8, base) for c in study.candidates if c.ok and c.uses("selective")]
 
 
 def _study_facts(study: Study, target: Target, goals: Goals, float_ms: float | None) -> list[str]:

@@ -249,6 +249,19 @@ def _debug_sections(study: Study, charts: bool) -> list[dict]:
     return out
 
 
+def _goals_text(rec: Recommendation | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None) if rec else ""
+
+
+def _html_rows(study: Study, rec: Recommendation | None) -> list[dict]:
+    def cls(c: Candidate) -> str:
+        return "chosen" if rec and c.name == rec.chosen else ("failed" if c.error else "")
+
+    return [
+        {"name": c.name, "cls": cls(c), "cells": r} for c, r in zip(study.candidates, _rows(study, rec), strict=True)
+    ]
+
+
 def _template():
     from jinja2 import Environment, PackageLoader, select_autoescape
 
@@ -265,12 +278,6 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
 
     charts = plots is None or bool(plots)
     plots = make_plots(study, rec) if plots is None else plots
-    front = set(rec.pareto if rec else pareto_front(study.candidates))
-    rows = [
-        {"name": c.name, "cls": "chosen" if rec and c.name == rec.chosen else ("failed" if c.error else ""), "cells": r}
-        for c, r in zip(study.candidates, _rows(study, rec), strict=True)
-    ]
-    del front
     debug = [{**d, "chart": Markup(d["chart"]) if d["chart"] else None} for d in _debug_sections(study, charts)]
     env = study.environment
     return _template().render(
@@ -278,15 +285,15 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
         rec=rec,
         css=Markup(CSS),
         host_note=HOST_NOTE,
-        goals=", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None) if rec else "",
+        goals=_goals_text(rec),
         headers=HEADERS,
-        rows=rows,
+        rows=_html_rows(study, rec),
         plots={k: Markup(v) for k, v in plots.items()},  # our own SVG, made by matplotlib from escaped text
         plot_titles=PLOT_TITLES,
         unplotted=[c.name for c in study.candidates if c.ok and c.accuracy_score is None],
         debug=debug,
         delegates=DELEGATE_COLUMNS,
-        target_col=TARGET_DELEGATE.get(rec.target) if rec else None,
+        target_col=TARGET_DELEGATE[rec.target] if rec else None,
         matrix=_matrix(study),
         env=env,
         versions=", ".join(f"{k} {v}" for k, v in sorted(env.versions.items())),

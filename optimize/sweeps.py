@@ -343,19 +343,18 @@ RESCUE_DROP = 0.01  # classification: one point of top-1
 RESCUE_INCREASE = 0.05  # regression: 5% more error
 
 
+def _plain_int8(run: _Run) -> Candidate | None:
+    """The sweep's post-training int8 candidate made by LiteRT Quantizer with no Keras step, if it ran."""
+    for r in run.recipes:
+        keras = any(registry.get(s.technique).stage is Stage.KERAS for s in r.steps)
+        if r.name in run.done and r.scheme == "int8" and r.made_by == "litert" and not keras:
+            return run.done[r.name]
+    return None
+
+
 def _rescue(run: _Run) -> Recipe | None:
     """The selective-quantization candidate, when full int8 breaks accuracy and none was planned."""
-    int8 = next(
-        (
-            run.done[r.name]
-            for r in run.recipes
-            if r.name in run.done
-            and r.scheme == "int8"
-            and r.made_by == "litert"
-            and not any(registry.get(s.technique).stage is Stage.KERAS for s in r.steps)
-        ),
-        None,
-    )
+    int8 = _plain_int8(run)
     if int8 is None or not int8.ok or any(s.technique == "selective" for r in run.recipes for s in r.steps):
         return None
     m = int8.metrics
@@ -366,8 +365,7 @@ def _rescue(run: _Run) -> Recipe | None:
     lost = f"lost {-m.accuracy_delta * 100:.1f} points" if drop else f"made the error x{m.error_ratio:.2f}"
     log.warning("%s %s: adding mixed-int8, a bounded search for the ops that break it.", int8.name, lost)
     budget = {"max_accuracy_drop": 0.005} if drop else {"max_error_increase": 0.10}
-    steps = [{"technique": "convert"}, {"technique": "selective", **budget}]
-    return resolve(build("mixed-int8", steps), run.src)
+    return resolve(build("mixed-int8", [{"technique": "convert"}, {"technique": "selective", **budget}]), run.src)
 
 
 def _coverage(run: _Run) -> dict[str, float]:

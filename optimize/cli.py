@@ -31,6 +31,9 @@ DELEGATES = typer.Option(True, "--delegates/--no-delegates", help="Check each re
 TASK = typer.Option(None, "--task", help="What the labels are (default: guessed from the output and labels).")
 LABEL_OUTPUT = typer.Option(None, "--label-output", help="The output the labels belong to (default: the first).")
 CAL_SEED = typer.Option(0, "--calibration-seed", help="Seeds the random choice of calibration samples.")
+TRUST = typer.Option(
+    False, "--trust-model-code", help="Load Keras files whose layers carry Python code (Lambda): it will run."
+)
 DATA_HELP = (
     ".npz: x/y or x_train/y_train/x_test/y_test; several inputs as x:<input name> (x_train:<name>, ...); "
     "labels per output as y:<output name>."
@@ -65,6 +68,7 @@ def _run_and_show(
     backend: Backend | None = None,
     calibration=None,
     measuring=None,
+    trust_model_code: bool = False,
 ) -> None:
     from . import pipeline, report_text
 
@@ -79,6 +83,7 @@ def _run_and_show(
         calibration=calibration,
         progress=_progress(as_json),
         measuring=measuring,
+        trust_model_code=trust_model_code,
     )
     if as_json:
         _print_json(cand)
@@ -115,6 +120,7 @@ def sweep(
         None, "--calibration-samples", min=1, max=10000, help="Calibration samples per calibrated scheme (200)."
     ),
     calibration_seed: int = CAL_SEED,
+    trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -142,6 +148,7 @@ def sweep(
         progress=_progress(as_json),
         measuring=_measuring(task, label_output, calibration_seed),
         calibration_samples=calibration_samples,
+        trust_model_code=trust_model_code,
     )
     rec = recommend(study, target, goals) if target else None
     if as_json:
@@ -169,6 +176,7 @@ def quantize(
     task: Task | None = TASK,
     label_output: str | None = LABEL_OUTPUT,
     calibration_seed: int = CAL_SEED,
+    trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -182,7 +190,9 @@ def quantize(
     step = {"technique": "convert", "scheme": scheme, "samples": samples, "io": io, "float_fallback": float_fallback}
     recipe = build(str(scheme), [step])
     measuring = _measuring(task, label_output, calibration_seed)
-    _run_and_show(recipe, model, data, output, threads, as_json, delegates, backend, calibration, measuring)
+    _run_and_show(
+        recipe, model, data, output, threads, as_json, delegates, backend, calibration, measuring, trust_model_code
+    )
 
 
 @app.command()
@@ -195,6 +205,7 @@ def prune(
     epochs: int = typer.Option(2, min=1, help="Fine-tuning epochs."),
     then: str | None = typer.Option("float32", help="What follows: e.g. 'int8' or 'cluster,int8' or 'qat,int8'."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Output .tflite file or folder."),
+    trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -205,7 +216,7 @@ def prune(
     """
     first = {"technique": "prune", "target_sparsity": sparsity, "schedule": schedule, "structured": structured}
     recipe = _chain({**first, "epochs": epochs}, "prune", then)
-    _run_and_show(recipe, model, data, output, threads, as_json, delegates)
+    _run_and_show(recipe, model, data, output, threads, as_json, delegates, trust_model_code=trust_model_code)
 
 
 @app.command()
@@ -218,6 +229,7 @@ def cluster(
     epochs: int = typer.Option(1, min=1, help="Fine-tuning epochs."),
     then: str | None = typer.Option("float32", help="What follows: e.g. 'int8' or 'qat,int8'."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Output .tflite file or folder."),
+    trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -228,7 +240,7 @@ def cluster(
     """
     first = {"technique": "cluster", "clusters": clusters, "init": init, "preserve_sparsity": preserve_sparsity}
     recipe = _chain({**first, "epochs": epochs}, "cluster", then)
-    _run_and_show(recipe, model, data, output, threads, as_json, delegates)
+    _run_and_show(recipe, model, data, output, threads, as_json, delegates, trust_model_code=trust_model_code)
 
 
 @app.command()
@@ -239,6 +251,7 @@ def qat(
     preserve: str = typer.Option("none", help="none, sparsity, clusters or clusters+sparsity (after prune/cluster)."),
     then: str = typer.Option("int8", help="The conversion that follows: int8 or dynamic."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Output .tflite file or folder."),
+    trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -248,7 +261,7 @@ def qat(
     Example: optimize qat model.keras --data data.npz --epochs 2
     """
     recipe = _chain({"technique": "qat", "epochs": epochs, "preserve": preserve}, "qat", then)
-    _run_and_show(recipe, model, data, output, threads, as_json, delegates)
+    _run_and_show(recipe, model, data, output, threads, as_json, delegates, trust_model_code=trust_model_code)
 
 
 @app.command()
@@ -366,6 +379,7 @@ def debug(
     scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="int8 or int16x8."),
     samples: int = typer.Option(64, min=1, max=10000, help="Samples run through both models."),
     leave_out: int = typer.Option(3, min=0, max=50, help="Worst ops also measured with only them kept float."),
+    trust_model_code: bool = TRUST,
     threads: int = THREADS,
     as_json: bool = JSON,
 ) -> None:
@@ -384,6 +398,7 @@ def debug(
         samples=samples,
         leave_out=leave_out,
         threads=threads,
+        trust_model_code=trust_model_code,
     )
     if as_json:
         _print_json(report)
@@ -398,6 +413,7 @@ def run_recipe(
     data: Path | None = typer.Option(None, "--data", "-d", help=".npz data (default: the recipe's)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Folder (default: the recipe's)."),
     backend: Backend | None = typer.Option(None, help="Override the recipe's backend: converter, litert or auto."),
+    trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -413,7 +429,15 @@ def run_recipe(
     r = load_recipe(recipe)
     progress = _progress(as_json)
     cand = pipeline.run(
-        r, model, data, output, threads=threads, delegates=delegates, backend=backend, progress=progress
+        r,
+        model,
+        data,
+        output,
+        threads=threads,
+        delegates=delegates,
+        backend=backend,
+        progress=progress,
+        trust_model_code=trust_model_code,
     )
     if as_json:
         _print_json(cand)

@@ -256,6 +256,7 @@ def debug_model(
     leave_out: int = 3,
     threads: int = 2,
     calibration=None,
+    trust_model_code: bool = False,
 ) -> DebugReport:
     """Per-layer error analysis of `model` quantized to `scheme` (int8 or int16x8), on calibration samples.
 
@@ -271,7 +272,7 @@ def debug_model(
     from .registry import Context, get
     from .techniques.litert_quantize import _calibration_data, _inspect
 
-    src, ds = open_inputs(model, data, calibration)
+    src, ds = open_inputs(model, data, calibration, trust=trust_model_code)
     if ds is None:
         raise DataError("debug compares the float and quantized models on real inputs.", "Pass --data DATA.npz.")
     with tempfile.TemporaryDirectory(prefix="optimize-debug-") as tmp:

@@ -30,6 +30,7 @@ class ModelSource:
     path: Path
     kind: Kind
     fingerprint: str
+    trusted: bool = False  # the user vouched for Python code in the file (--trust-model-code)
 
     @property
     def name(self) -> str:
@@ -54,8 +55,10 @@ def _keras_major(path: Path) -> int | None:
         try:
             with zipfile.ZipFile(path) as z:
                 meta = json.loads(z.read("metadata.json"))
+            if not isinstance(meta, dict):
+                raise ModelError(f"{path}: its metadata.json is not a Keras metadata object.", EXPECTED)
             return int(str(meta.get("keras_version", "0")).split(".")[0])
-        except (zipfile.BadZipFile, KeyError, ValueError):
+        except (zipfile.BadZipFile, KeyError, ValueError, UnicodeDecodeError):
             return None
     if head.startswith(b"\x89HDF"):
         import h5py
@@ -75,13 +78,18 @@ def is_tflite(data: bytes) -> bool:
     return len(data) >= 8 and data[4:8] == b"TFL3"
 
 
-def open_model(path: str | Path) -> ModelSource:
-    """Recognise a model file or directory without loading it (cheap, TF-free except for .h5 probing)."""
+def open_model(path: str | Path, trust: bool = False) -> ModelSource:
+    """Recognise a model file or directory without loading it (cheap, TF-free except for .h5 probing).
+
+    A Keras file must carry a readable model config, and none with Python code in it (Lambda layers,
+    marshalled functions) unless `trust`: loading a legacy .h5 runs that code.
+    """
     p = Path(path)
     if not p.exists():
         raise ModelError(f"No model at {p}.", EXPECTED)
     if p.is_dir():
         if (p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file():
+            _savedmodel_inputs(p)  # a corrupt graph or missing variables: one line now, not a failed candidate later
             return ModelSource(p, "savedmodel", _fingerprint(p))
         raise ModelError(f"{p} is a directory but not a SavedModel (no saved_model.pb).", EXPECTED)
     regular_file(p, "model", ModelError)  # not a FIFO, a device, or larger than a flatbuffer can be
@@ -97,11 +105,14 @@ def open_model(path: str | Path) -> ModelSource:
             f"{p} is not a TFLite flatbuffer (no 'TFL3' identifier).", "Pass a .tflite written by a converter."
         )
     major = _keras_major(p)
-    if major == 2:
-        return ModelSource(p, "keras2", _fingerprint(p))
-    if major == 3:
-        return ModelSource(p, "keras3", _fingerprint(p))
-    raise ModelError(f"{p} is not a model optimize can read.", EXPECTED)
+    if major not in (2, 3):
+        raise ModelError(f"{p} is not a model optimize can read.", EXPECTED)
+    src = ModelSource(p, "keras2" if major == 2 else "keras3", _fingerprint(p), trust)
+    config = _keras_config(src)
+    if not (isinstance(config, dict) and isinstance(config.get("config"), dict) and config.get("class_name")):
+        raise ModelError(f"{p} has no readable Keras model config.", "Save the model again with Keras.")
+    check_trust(src, config, trust)
+    return src
 
 
 def load_keras2(src: ModelSource):
@@ -120,7 +131,7 @@ def load_keras2(src: ModelSource):
     tfmot = _tf.tfmot()
     try:
         with tfmot.quantization.keras.quantize_scope():
-            return keras.models.load_model(src.path, compile=False)
+            return keras.models.load_model(src.path, compile=False, safe_mode=not src.trusted)
     except Exception as e:  # corrupt or partial file
         raise ModelError(
             f"Cannot load {src.path.name} with tf_keras: {str(e).splitlines()[0][:200]}", EXPECTED
@@ -130,7 +141,7 @@ def load_keras2(src: ModelSource):
 def load_keras3(src: ModelSource):
     keras3 = _tf.keras3()
     try:
-        return keras3.saving.load_model(src.path, compile=False)
+        return keras3.saving.load_model(src.path, compile=False, safe_mode=not src.trusted)
     except Exception as e:
         raise ModelError(
             f"Cannot load {src.path.name} with Keras 3: {str(e).splitlines()[0][:200]}", EXPECTED
@@ -298,3 +309,44 @@ RECURRENT = frozenset({"LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional", "Conv
 def has_recurrent(model) -> bool:
     """Whether a Keras model holds a recurrent layer (also inside a tfmot wrapper)."""
     return any(type(getattr(layer, "layer", layer)).__name__ in RECURRENT for layer in model.layers)
+
+
+# ---------------------------------------------------------------------------------------------- trust
+#: Config keys whose values are Python code that deserialising would run (marshalled bytecode).
+CODE_KEYS = ("function", "output_shape")
+CODE_TYPES = ("lambda", "raw")
+
+
+def code_layers(config) -> list[str]:
+    """Layers in a Keras config that carry Python code deserialising would run: Lambda layers, and any
+    layer with a marshalled function (`function_type: lambda`). Nested models are searched too."""
+    found: list[str] = []
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            cfg = node.get("config") if isinstance(node.get("config"), dict) else {}
+            marshalled = any(cfg.get(f"{k}_type") in CODE_TYPES and cfg.get(k) for k in CODE_KEYS)
+            if node.get("class_name") == "Lambda" or marshalled:
+                found.append(f"{cfg.get('name', '?')} ({node.get('class_name', '?')})")
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(config)
+    return found
+
+
+def check_trust(src: ModelSource, config: dict | None, trust: bool) -> None:
+    """Refuse a model file whose config carries Python code, unless the user trusts it."""
+    if trust or config is None:
+        return
+    layers = code_layers(config)
+    if layers:
+        raise ModelError(
+            f"{src.path.name} holds Python code that loading it would run: {', '.join(layers[:3])}"
+            + (f" and {len(layers) - 3} more" if len(layers) > 3 else "")
+            + ".",
+            "Pass --trust-model-code if you trust where the file came from, or rebuild it without Lambda layers.",
+        )

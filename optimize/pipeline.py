@@ -332,6 +332,7 @@ def open_inputs(
     data: str | Path | Dataset | None,
     calibration: str | Path | Dataset | None = None,
     measuring: MeasureOptions | None = None,
+    trust: bool = False,
 ):
     """The model source and dataset; the built-in demo (and its data) when no model is given.
 
@@ -345,7 +346,7 @@ def open_inputs(
         model_path, data_path = demo()
         model = model_path
         data = data if data is not None else data_path
-    src = models.open_model(model)
+    src = models.open_model(model, trust)
     ds = combine(_dataset(data), _dataset(calibration))
     if ds is not None:
         m = measuring or MeasureOptions()
@@ -396,6 +397,7 @@ def run(
     jobs: int = 1,
     progress: Progress | None = None,
     measuring: MeasureOptions | None = None,
+    trust_model_code: bool = False,
 ) -> Candidate:
     """Run one recipe on a model and measure the result. `reference` defaults to a float32 conversion.
 
@@ -406,7 +408,7 @@ def run(
     """
     from .executors import Settings, Task, executor
 
-    src, ds = open_inputs(model or recipe.model, data or recipe.data, calibration, measuring)
+    src, ds = open_inputs(model or recipe.model, data or recipe.data, calibration, measuring, trust_model_code)
     recipe = prepare(recipe, src, ds, backend)
     out_dir = Path(output or recipe.output or "optimize-out")
     if out_dir.suffix == ".tflite":

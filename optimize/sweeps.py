@@ -243,6 +243,7 @@ def sweep(
     progress: Progress | None = None,
     measuring: MeasureOptions | None = None,
     calibration_samples: int | None = None,
+    trust_model_code: bool = False,
 ) -> Study:
     """The float32 baseline plus every recipe, each measured against it; written to output/study.json.
 
@@ -253,7 +254,7 @@ def sweep(
     from .demo import cache_dir
 
     progress = progress or Progress()
-    src, ds = open_inputs(model, data, measuring=measuring)
+    src, ds = open_inputs(model, data, measuring=measuring, trust=trust_model_code)
     planned = plan(src, ds, recipes, backend, target)
     if calibration_samples is not None:
         planned = [with_samples(r, calibration_samples) for r in planned]

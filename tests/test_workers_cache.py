@@ -179,3 +179,46 @@ def test_a_crash_in_a_single_run_fails_the_candidate_not_the_process(keras_model
     cand = optimize.run(RECIPES[1], keras_model, crashing, tmp_path, delegates=False, jobs=1)
     assert cand.error_kind == "WorkerCrashed" and "SIGSEGV" in cand.error
     assert not (tmp_path / "int8.tflite").exists()
+
+
+def _demo_files(folder):
+    """A stand-in for the cached demo: a readable .keras zip and a complete .npz (no training needed)."""
+    import zipfile
+
+    import numpy as np
+
+    folder.mkdir(parents=True)
+    model, data = folder / "digits_cnn.keras", folder / "digits.npz"
+    with zipfile.ZipFile(model, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("config.json", '{"class_name": "Sequential"}')
+        z.writestr("model.weights.h5", bytes(range(256)) * 64)
+    arrays = {k: np.arange(12, dtype=np.float32) for k in ("x_train", "y_train", "x_test", "y_test")}
+    np.savez(data, **arrays)
+    return model, data
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_a_truncated_demo_file_is_not_taken_as_the_demo(tmp_path, which):
+    from optimize.demo import _intact
+
+    files = _demo_files(tmp_path / "demo")
+    assert _intact(*files)
+    blob = files[which].read_bytes()
+    files[which].write_bytes(blob[: len(blob) // 2])
+    assert not _intact(*files)
+
+
+@pytest.mark.slow
+def test_a_truncated_cached_demo_is_rebuilt(tmp_path, monkeypatch):
+    import numpy as np
+
+    from optimize import _tf
+    from optimize.demo import DEMO_VERSION, demo
+
+    monkeypatch.setenv("OPTIMIZE_CACHE", str(tmp_path))
+    model, data = _demo_files(tmp_path / f"demo-v{DEMO_VERSION}")
+    data.write_bytes(data.read_bytes()[:100])
+    assert demo() == (model, data)
+    with np.load(data, allow_pickle=False) as d:
+        assert len(d["x_test"]) == 360
+    assert _tf.keras().models.load_model(model, compile=False).name == "digits_cnn"

@@ -100,9 +100,7 @@ def mobilenet(out: Path, backend: str | None) -> bool:
     bare_s = bare_ptq(path, xs, out / "bare")
     recipes = [build(s, [{"technique": "convert", "scheme": s, "samples": 16}]) for s in PTQ]
     t0 = time.perf_counter()
-    study = sweeps.sweep(
-        path, data, out / "mnv2", recipes=recipes, backend=backend, delegates=True, eval_samples=8
-    )
+    study = sweeps.sweep(path, data, out / "mnv2", recipes=recipes, backend=backend, delegates=True, eval_samples=8)
     sweep_s = time.perf_counter() - t0
     c = {x.name: x for x in study.candidates}
     for x in study.candidates:

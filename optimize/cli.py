@@ -377,7 +377,7 @@ def debug(
     model: Path = typer.Argument(..., help="Keras .keras/.h5, SavedModel dir or float .tflite."),
     data: Path = typer.Option(..., "--data", "-d", help=".npz whose calibration samples (x) are compared."),
     scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="int8 or int16x8."),
-    samples: int = typer.Option(64, min=1, max=10000, help="Samples run through both models."),
+    samples: int = typer.Option(16, min=1, max=10000, help="Samples run through both models (errors settle fast)."),
     leave_out: int = typer.Option(3, min=0, max=50, help="Worst ops also measured with only them kept float."),
     trust_model_code: bool = TRUST,
     threads: int = THREADS,

@@ -138,9 +138,10 @@ def _names(runner: runtime.Runner) -> dict[str, int]:
 
 
 def layer_errors(
-    float_model: bytes, quantized: bytes, samples: Samples, threads: int = 2
+    float_model: bytes, quantized: bytes, samples: Samples, threads: int = 2, reference: list | None = None
 ) -> tuple[list[LayerError], float]:
-    """Every quantized op output vs float on `samples`, unranked; and the model-output relative error."""
+    """Every quantized op output vs float on `samples`, unranked; and the model-output relative error.
+    `reference`, when given a list, receives the float model's outputs per sample (for later comparisons)."""
     fm, qm = read_model(float_model), read_model(quantized)
     f_run, q_run = _load(float_model, threads), _load(quantized, threads)
     pairs = _pairs(fm, qm, _names(f_run), _names(q_run))
@@ -148,6 +149,8 @@ def layer_errors(
     for sample in samples.items:
         f_out, q_out = f_run.run_fresh(sample), q_run.run_fresh(sample)
         outs.append((f_out, q_out))
+        if reference is not None:
+            reference.append(f_out)
         for p in pairs:
             f = f_run.it.get_tensor(p.f_index)
             q = (q_run.it.get_tensor(p.q_index).astype(np.float64) - p.zero) * p.scale
@@ -226,10 +229,9 @@ def analyze(
     """
     t0 = time.perf_counter()
     full = quantize(None)
-    layers, out_err = layer_errors(float_model, full, samples, threads)
+    ref_outs: list = []
+    layers, out_err = layer_errors(float_model, full, samples, threads, reference=ref_outs)
     ranked = rank(layers)
-    reference = runtime.Runner(runtime.load(float_model, threads=threads))
-    ref_outs = [reference.run_fresh(s) for s in samples.items]
     measured = {}
     for le in ranked[:leave_out]:
         variant = runtime.Runner(runtime.load(quantize({le.tensor: "float"}), threads=threads))
@@ -252,7 +254,7 @@ def debug_model(
     data=None,
     *,
     scheme: str = "int8",
-    samples: int = 64,
+    samples: int = 16,
     leave_out: int = 3,
     threads: int = 2,
     calibration=None,

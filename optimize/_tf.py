@@ -62,6 +62,15 @@ def tfmot():
     return tensorflow_model_optimization
 
 
+def calibration_wrapper():
+    """TensorFlow's TFLite calibrator (the one its converter uses). ai-edge-litert ships the same wrapper, but
+    loading both in one process breaks the converter's, and every worker that quantizes has TensorFlow."""
+    tf()
+    from tensorflow.lite.python.optimize import _pywrap_tensorflow_lite_calibration_wrapper
+
+    return _pywrap_tensorflow_lite_calibration_wrapper
+
+
 def versions() -> dict[str, str]:
     """Versions of the libraries that produce and run artifacts (importlib.metadata: no imports)."""
     from importlib import metadata

@@ -98,7 +98,10 @@ def open_model(path: str | Path, trust: bool = False) -> ModelSource:
     if is_tflite(head):
         from . import runtime
 
-        runtime.load(p, threads=1)  # a truncated or corrupt flatbuffer fails here, with the runtime's reason
+        try:  # a truncated or corrupt flatbuffer fails here, with the runtime's reason
+            runtime.describe(p.read_bytes())
+        except ModelError as e:
+            raise ModelError(f"{p}: {e.problem}", e.fix) from None
         return ModelSource(p, "tflite", _fingerprint(p))
     if p.suffix == ".tflite":
         raise ModelError(
@@ -231,8 +234,9 @@ def _config_inputs(src: ModelSource) -> list[InputSpec] | None:
 
 def _tflite_inputs(path: Path) -> list[InputSpec]:
     from . import runtime
+    from .normalize import normalize
 
-    it = runtime.load(path).interpreter
+    it = runtime.describe(normalize(path.read_bytes()).content)  # the signature the techniques will see
     sigs = it.get_signature_list()
     if sigs:
         key = "serving_default" if "serving_default" in sigs else sorted(sigs)[0]

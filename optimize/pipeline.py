@@ -23,13 +23,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import _tf, measure, models, paths, registry
+from . import _tf, measure, models, paths, registry, verify
 from .data import Dataset, check_inputs, combine, load_data
-from .errors import DataError, ModelError, OptimizeError, RecipeError
+from .errors import DataError, ModelError, OptimizeError, RecipeError, TechniqueFailed
+from .normalize import normalize
 from .progress import Progress
 from .recipe import Recipe, build, make_steps
 from .registry import Context, Stage
-from .results import Candidate, Environment, Metrics, Step
+from .results import Candidate, Composition, Environment, Metrics, Step, write_atomic
 from .vocab import PTQ_SCHEMES, Backend, Task
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class Workspace:
     def __init__(self, src: models.ModelSource, data: Dataset | None, workdir: Path, threads: int = 2):
         self.src, self.data, self.workdir, self.threads = src, data, workdir, threads
         self.memo: dict[str, _State] = {}
+        self._source: _State | None = None
         self.root = _key(src.fingerprint, data.fingerprint if data else None)
 
     def _context(self, key: str, state: _State) -> Context:
@@ -95,6 +97,18 @@ class Workspace:
             )
         return state.saved_model
 
+    def source(self) -> _State:
+        """Where every recipe starts: the model as given, or for a .tflite its plain float32 equivalent
+        (optimize.normalize: old op codes, no signature, float16 or sparse weights), made once."""
+        if self._source is None:
+            self._source = _State("source", self.src.path)
+            if self.src.kind == "tflite":
+                n = normalize(self.src.path.read_bytes())
+                if n.changed:
+                    self._source.path = write_atomic(self.workdir / "source.tflite", n.content)
+                    self._source.notes = [f"input normalised: {'; '.join(n.facts)}"]
+        return self._source
+
     def _fixed_batch_export(self, state: _State, key: str):
         """A way to export the Keras model at this state with a batch of 1 (None for a plain SavedModel)."""
         if state.batch1 is not None:
@@ -112,7 +126,7 @@ class Workspace:
         return lambda: models.export_saved_model(load(), self.workdir / key / "saved_model_batch1", batch=1)
 
     def produce(self, steps: Iterable[Step]) -> _State:
-        state = _State("source", self.src.path)
+        state = self.source()
         prefix: list = []
         for step in steps:
             prefix.append(step.model_dump())
@@ -235,6 +249,40 @@ def _copy_out(src: Path, artifact: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
+class NotWhatItSays(TechniqueFailed):
+    """The artifact does not hold what its scheme or technique promises (optimize.verify)."""
+
+
+def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Composition]:
+    """The recipe's artifact, read back and checked. When LiteRT Quantizer leaves weights float that the
+    converter quantizes (an LSTM), the same scheme is made by the converter instead, and said so."""
+    state = ws.produce(recipe.steps)
+    composition = verify.compose(state.path.read_bytes())
+    problem = verify.check(recipe, composition) if recipe.steps else None
+    if problem and recipe.made_by == Backend.LITERT and ws.src.kind != "tflite" and not recipe.uses("selective"):
+        other = recipe.with_backend(Backend.CONVERTER)
+        if other.steps != recipe.steps:
+            state = ws.produce(other.steps)
+            composition = verify.compose(state.path.read_bytes())
+            if verify.check(other, composition) is None:
+                state.notes = [*state.notes, f"LiteRT Quantizer left weights float ({problem}); made by the converter"]
+                return other, state, composition
+    if problem:
+        raise NotWhatItSays(problem)
+    return recipe, state, composition
+
+
+def _measure(ws: Workspace, artifact: Path, state: _State, **kw) -> Metrics:
+    """Every measurement; a model this runtime cannot run (custom ops it lacks) keeps its size only."""
+    try:
+        return measure.evaluate(artifact, ws.data, threads=ws.threads, **kw)
+    except ModelError as e:
+        if "custom op" not in e.problem.lower() and "ops_custom" not in e.problem:
+            raise
+        state.notes = [*state.notes, f"not run: this runtime lacks the model's custom ops ({e.problem[:160]})"]
+        return Metrics(size=measure.size_of(artifact))
+
+
 def make_candidate(
     ws: Workspace,
     recipe: Recipe,
@@ -250,26 +298,26 @@ def make_candidate(
     timing: bool = True,
     progress: Progress | None = None,
 ) -> Candidate:
-    """Produce, copy out, measure and check one candidate. Failures become the candidate's error, and
-    leave no artifact behind."""
+    """Produce, verify, copy out, measure and check one candidate. Failures become the candidate's error,
+    and leave no artifact behind."""
     progress = progress or Progress()
     t0 = time.perf_counter()
     artifact = artifact_path(out_dir, recipe.name)
     try:
-        state = ws.produce(recipe.steps)
+        made, state, composition = produce_verified(ws, recipe)
         _copy_out(state.path, artifact)
         metrics = None
         if measure_it:
             progress.phase(f"{recipe.name}: measuring")
-            metrics = measure.evaluate(
+            metrics = _measure(
+                ws,
                 artifact,
-                ws.data,
+                state,
                 reference=reference,
-                threads=ws.threads,
                 runs=runs,
-                baseline_accuracy=baseline.accuracy if baseline else None,
                 memory=memory,
                 samples=eval_samples,
+                baseline_accuracy=baseline.accuracy if baseline else None,
                 timing=timing,
             )
         notes = list(state.notes)
@@ -278,13 +326,14 @@ def make_candidate(
         reports = check_all_delegates(artifact, ws.threads, notes) if delegates else {}
         return Candidate(
             name=recipe.name,
-            steps=list(recipe.steps),
-            recipe_hash=recipe.hash,
-            scheme=recipe.scheme,
-            backend=recipe.made_by,
+            steps=list(made.steps),
+            recipe_hash=made.hash,
+            scheme=made.scheme,
+            backend=state.records.get("backend", made.made_by),
             artifact=artifact.name,
             metrics=metrics,
             delegates=reports,
+            composition=composition,
             skipped_layers=state.skipped,
             notes=notes,
             search=state.records.get("search", []),
@@ -436,7 +485,8 @@ def own_reference(ws: Workspace, recipe: Recipe) -> tuple[Path | None, Metrics |
     if [s.technique for s in recipe.steps] == ["convert"] and recipe.scheme == "float32":
         return None, None  # the float32 model is its own reference
     if ws.src.kind == "tflite":
-        return ws.src.path, measure.evaluate(ws.src.path, ws.data, threads=ws.threads, timing=False)
+        source = ws.source().path
+        return source, measure.evaluate(source, ws.data, threads=ws.threads, timing=False)
     float32 = resolve(build("float32", [{"technique": "convert"}]), ws.src)
     base = make_candidate(ws, float32, ws.workdir, delegates=False, timing=False)
     return (ws.workdir / base.artifact, base.metrics) if base.ok else (None, None)

@@ -96,6 +96,9 @@ class Recipe(BaseModel):
         tflite_steps = any(registry.get(s.technique).stage is Stage.TFLITE for s in self.steps)
         return Backend.LITERT if tflite_steps else Backend.CONVERTER
 
+    def uses(self, *techniques: str) -> bool:
+        return any(s.technique in techniques for s in self.steps)
+
     @property
     def needs_calibration(self) -> bool:
         return any(getattr(s.params, "scheme", None) in CALIBRATED_SCHEMES for s in self.steps)

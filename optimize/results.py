@@ -139,6 +139,25 @@ class DelegateReport(Record):
     vetoed: str | None = Field(None, description="Why the whole model stays on the CPU, if it does.")
 
 
+class Composition(Record):
+    """What an artifact holds, read back from its flatbuffer (optimize.verify)."""
+
+    weight_bytes: dict[str, int] = Field(description="Constant weight bytes by dtype (float32, float16, int8, ...).")
+    float32_equivalent_bytes: int = Field(description="The same weights stored as float32.")
+    float_ops: int = Field(description="Ops that still compute in float with float weights.")
+    float_op_types: list[str] = Field(default_factory=list)
+    sparsity: float | None = Field(None, description="Share of zeros across the big weight tensors.")
+    distinct_values: int | None = Field(
+        None, description="Distinct values in the median big weight tensor (per output channel when quantized)."
+    )
+    largest_weight: int = Field(0, description="Elements of the largest weight tensor.")
+
+    @property
+    def shrink(self) -> float:
+        """Weight bytes over their float32 equivalent: 0.5 is float16, 0.25 is int8."""
+        return sum(self.weight_bytes.values()) / self.float32_equivalent_bytes if self.float32_equivalent_bytes else 1.0
+
+
 class LayerError(Record):
     """One quantized op's output compared with the float model's same tensor, on the same samples.
 
@@ -260,6 +279,7 @@ class Candidate(Record):
         default_factory=list, description="Layers a Keras technique could not wrap and left as they were."
     )
     notes: list[str] = Field(default_factory=list)
+    composition: Composition | None = Field(None, description="What the artifact holds, read back from it.")
     debug: DebugReport | None = Field(None, description="Per-layer error analysis, when the candidate asked for it.")
     search: list[SearchStep] = Field(
         default_factory=list, description="A selective-quantization search's moves, in order."

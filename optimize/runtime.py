@@ -62,6 +62,20 @@ class Loaded:
     threads: int
 
 
+def describe(model: bytes):
+    """An interpreter that is built but not allocated: enough to read ops, tensors and signatures, even of a
+    model whose custom ops this runtime lacks (allocation is where those fail)."""
+    Interpreter, OpResolverType = _interpreter_class()
+    with captured_stderr():
+        try:
+            return Interpreter(
+                model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+            )
+        except (ValueError, RuntimeError) as e:
+            reason = str(e).strip().splitlines()[-1] if str(e).strip() else e.__class__.__name__
+            raise ModelError(f"This is not a readable .tflite ({reason}).", "Pass a float32 .tflite model.") from None
+
+
 def load(model: str | Path | bytes, threads: int = 2, xnnpack: bool = True, keep_tensors: bool = False) -> Loaded:
     """Build and allocate an interpreter. A model the runtime rejects is a ModelError with its reason.
 

@@ -58,6 +58,7 @@ class Backend(StrEnum):
 
     CONVERTER = "converter"
     LITERT = "litert"
+    CALIBRATOR = "calibrator"  # the TFLite calibrator on a float flatbuffer (LiteRT Quantizer's fallback)
     AUTO = "auto"
 
 

@@ -22,10 +22,11 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
+from .. import calibrator
 from ..errors import DataError, ModelError, OptimizeError, TechniqueFailed
 from ..registry import Context, Params, Stage, technique
 from ..results import write_atomic
-from ..vocab import CALIBRATED_SCHEMES, IO, PTQ_SCHEMES, Scheme, io_allowed
+from ..vocab import CALIBRATED_SCHEMES, IO, PTQ_SCHEMES, Backend, Scheme, io_allowed
 
 RECIPES = {
     Scheme.FLOAT16: "weight-only float16 (float_casting)",
@@ -91,17 +92,43 @@ def quantize(model: Path, params: QuantizeParams, ctx: Context) -> Path:
     signature, inputs = _inspect(content, model)
     calibration = None
     if params.scheme in CALIBRATED_SCHEMES:
+        _refuse_control_flow(content, params)
         calibration = _calibration_data(params, ctx, signature, inputs, model)
     data = _run_quantizer(content, params, ctx, signature, calibration)
+    left = _left_float(data)
+    if calibration is not None and left:  # LiteRT Quantizer does not quantize these; the calibrator does
+        data = calibrator.quantize(content, params.scheme, params.io, params.granularity == "tensor", calibration)
+        ctx.records["backend"] = Backend.CALIBRATOR
+        ctx.notes.append(f"quantize: LiteRT Quantizer leaves {', '.join(left)} float: the TFLite calibrator made it.")
     _check_loads(data, params, ctx)
     out = ctx.workdir / f"quantize-{params.scheme}{'' if params.io == 'float' else '-' + params.io}.tflite"
     write_atomic(out, data)
-    ctx.notes.append(
-        f"quantize: LiteRT Quantizer recipe {RECIPES[params.scheme]}, {params.granularity}-wise weights, {params.io} I/O"
-        + (f", {params.calibration} ranges from {_count(calibration, params)} samples" if calibration else "")
-        + "."
-    )
+    if ctx.records.get("backend") != Backend.CALIBRATOR:
+        ctx.notes.append(
+            f"quantize: LiteRT Quantizer recipe {RECIPES[params.scheme]}, {params.granularity}-wise weights, "
+            f"{params.io} I/O"
+            + (f", {params.calibration} ranges from {_count(calibration, params)} samples" if calibration else "")
+            + "."
+        )
     return out
+
+
+def _left_float(data: bytes) -> list[str]:
+    """Ops with float weights LiteRT Quantizer left behind that the TFLite calibrator would quantize."""
+    from ..verify import compose
+
+    return sorted(set(compose(data).float_op_types) & calibrator.CALIBRATOR_OPS)
+
+
+def _refuse_control_flow(content: bytes, params: QuantizeParams) -> None:
+    """Calibrated schemes cannot go through a WHILE loop (its body's types must match): say so plainly."""
+    flow = calibrator.control_flow(content)
+    if flow:
+        raise TechniqueFailed(
+            f"{params.scheme}: neither LiteRT Quantizer nor the TFLite calibrator quantizes through the model's "
+            f"{'/'.join(flow)} loop (a GRU or SimpleRNN lowered to a loop): use dynamic or float16 for it, or an "
+            "LSTM layer, which converts to a fused op."
+        )
 
 
 def _count(calibration: dict, params: QuantizeParams) -> str:
@@ -117,21 +144,12 @@ def _read_model(model: Path) -> bytes:
 
 def _inspect(content: bytes, model: Path) -> tuple[str | None, dict[str, dict]]:
     """The signature to calibrate and its input details; refuse models that are quantized already."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    from .. import runtime
 
-    from ..runtime import captured_stderr
-
-    with captured_stderr():
-        try:
-            it = Interpreter(
-                model_content=content,
-                experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-            )
-        except (ValueError, RuntimeError) as e:
-            reason = str(e).strip().splitlines()[-1] if str(e).strip() else e.__class__.__name__
-            raise ModelError(
-                f"{model} is not a readable .tflite ({reason}).", "Pass a float32 .tflite model."
-            ) from None
+    try:
+        it = runtime.describe(content)
+    except ModelError as e:
+        raise ModelError(f"{model.name}: {e.problem}", e.fix) from None
     ops = {op["op_name"] for op in it._get_ops_details()}
     tensors = it.get_tensor_details()
     scaled = any(len(t["quantization_parameters"]["scales"]) for t in tensors)
@@ -207,6 +225,9 @@ def _recipe(params: QuantizeParams):
             for edge in (op.INPUT, op.OUTPUT):
                 rm.add_quantization_config(".*", edge, uint8)
         # io int8 (with int8) and int16 (with int16x8) are the static recipes' own default.
+    # Custom ops have kernels of their own that expect float tensors: keep them (and their weights) float,
+    # with QUANTIZE/DEQUANTIZE around them, in every scheme.
+    rm.add_quantization_config(".*", op.CUSTOM_OP, None, AlgorithmName.NO_QUANTIZE)
     return rm
 
 
@@ -278,6 +299,7 @@ def _check_loads(data: bytes, params: QuantizeParams, ctx: Context) -> None:
     from .. import runtime
 
     try:
-        runtime.load(data, threads=max(1, ctx.threads), xnnpack=False)
+        runtime.load(data, threads=max(1, ctx.threads))  # the default resolver: it has the custom kernels too
     except ModelError as e:
-        raise TechniqueFailed(f"{params.scheme} model from LiteRT Quantizer does not load: {e.problem}") from None
+        who = "the TFLite calibrator" if ctx.records.get("backend") == Backend.CALIBRATOR else "LiteRT Quantizer"
+        raise TechniqueFailed(f"{params.scheme} model from {who} does not load: {e.problem}") from None

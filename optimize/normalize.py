@@ -1,0 +1,220 @@
+"""The .tflite front door: any float flatbuffer made into the plain float32 model every technique expects.
+
+What third-party models (MediaPipe's, for one) bring, and what is done about it:
+- old-schema operator codes (`builtin_code` 0, the op in `deprecated_builtin_code`): the code is moved
+  into `builtin_code`, as the schema says readers should take the larger of the two;
+- no SignatureDef: a `serving_default` signature is made from the graph's inputs and outputs, with
+  clean, unique names taken from the tensors;
+- float16 weights behind DEQUANTIZE: each DEQUANTIZE of a constant float16 tensor is folded into a
+  float32 constant, so every scheme starts from float32 (a float16 tensor on a non-constant path is
+  left alone);
+- sparse weights behind DENSIFY: the dense values are read from the runtime (the op's output does not
+  depend on the input) and stored as a constant, so the weights can be quantized.
+Custom ops and everything else are kept as they are. The model is written with the flatbuffer object
+API of the schema that ai-edge-litert ships; the result is checked to compute what the original
+computes (when the runtime can run it).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import ModelError
+
+SIGNATURE = "serving_default"
+FLOAT16, FLOAT32 = 1, 0  # schema TensorType values
+DEQUANTIZE, DENSIFY = 6, 124  # schema BuiltinOperator values
+
+
+@dataclass
+class Normalized:
+    """The plain float32 model and what was done to get it (facts for the candidate's notes)."""
+
+    content: bytes
+    facts: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.facts)
+
+
+def _schema():
+    from ai_edge_litert import schema_py_generated
+
+    return schema_py_generated
+
+
+def _load(content: bytes):
+    s = _schema()
+    return s.ModelT.InitFromObj(s.Model.GetRootAsModel(bytearray(content), 0))
+
+
+def _save(model) -> bytes:
+    import flatbuffers
+
+    b = flatbuffers.Builder(1024)
+    b.Finish(model.Pack(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def _fix_opcodes(model) -> int:
+    fixed = 0
+    for code in model.operatorCodes or []:
+        real = max(code.builtinCode or 0, code.deprecatedBuiltinCode or 0)
+        if real != code.builtinCode:
+            code.builtinCode = real
+            fixed += 1
+    return fixed
+
+
+def _clean(name: str, taken: set[str]) -> str:
+    base = re.sub(r"[^A-Za-z0-9_]", "_", name.split(":")[0]).strip("_") or "tensor"
+    if base[0].isdigit():
+        base = f"t_{base}"
+    out, i = base, 1
+    while out in taken:
+        i += 1
+        out = f"{base}_{i}"
+    taken.add(out)
+    return out
+
+
+def _tensor_name(t) -> str:
+    n = t.name
+    return n.decode() if isinstance(n, bytes) else (n or "")
+
+
+def _add_signature(model) -> bool:
+    if model.signatureDefs:
+        return False
+    s = _schema()
+    sg = model.subgraphs[0]
+    sig = s.SignatureDefT()
+    sig.signatureKey, sig.subgraphIndex = SIGNATURE, 0
+    for attr in ("inputs", "outputs"):
+        taken: set[str] = set()
+        names = [_clean(_tensor_name(sg.tensors[idx]), taken) for idx in getattr(sg, attr)]
+        if names != sorted(names):  # the runtime lists signature keys by name: keep the graph's order
+            names = [f"{attr[:-1]}_{i}_{n}" for i, n in enumerate(names)]
+        maps = []
+        for name, idx in zip(names, getattr(sg, attr)):
+            m = s.TensorMapT()
+            m.name, m.tensorIndex = name, int(idx)
+            maps.append(m)
+        setattr(sig, attr, maps)
+    model.signatureDefs = [sig]
+    return True
+
+
+def _const_data(model, tensor) -> np.ndarray | None:
+    buf = model.buffers[tensor.buffer] if tensor.buffer and tensor.buffer < len(model.buffers) else None
+    data = getattr(buf, "data", None)
+    return None if data is None or len(data) == 0 else np.asarray(data, dtype=np.uint8)
+
+
+def _set_const(model, tensor, values: np.ndarray) -> None:
+    """Give `tensor` its own buffer holding `values` (float32), and make it a plain dense constant."""
+    s = _schema()
+    buf = s.BufferT()
+    buf.data = np.frombuffer(values.astype(np.float32).tobytes(), dtype=np.uint8)
+    model.buffers.append(buf)
+    tensor.buffer = len(model.buffers) - 1
+    tensor.type = FLOAT32
+    tensor.sparsity = None
+    tensor.quantization = None
+
+
+def _opcode(model, op) -> int:
+    return model.operatorCodes[op.opcodeIndex].builtinCode
+
+
+def _drop_ops(model, sg, dead: set[int]) -> None:
+    """Remove ops, then empty the buffers no remaining tensor reads (the float16 or sparse originals)."""
+    sg.operators = [op for i, op in enumerate(sg.operators) if i not in dead]
+    used = {int(i) for op in sg.operators for i in list(op.inputs) + list(op.outputs) if i >= 0}
+    used |= {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
+    keep = {sg.tensors[i].buffer for i in used}
+    for i, t in enumerate(sg.tensors):
+        if i not in used and t.buffer and t.buffer not in keep:
+            model.buffers[t.buffer].data = None
+
+
+def _fold_dequantize(model, values: dict[int, np.ndarray]) -> int:
+    """DEQUANTIZE(const float16) -> float32 constant. `values` holds densified tensors' values."""
+    sg = model.subgraphs[0]
+    dead = set()
+    for i, op in enumerate(sg.operators):
+        if _opcode(model, op) != DEQUANTIZE:
+            continue
+        src = sg.tensors[op.inputs[0]]
+        if src.type != FLOAT16:
+            continue
+        if op.inputs[0] in values:
+            data = values[op.inputs[0]]
+        else:
+            raw = _const_data(model, src)
+            if raw is None:
+                continue  # float16 on a non-constant path: left alone
+            data = raw.view(np.float16)
+        _set_const(model, sg.tensors[op.outputs[0]], data.astype(np.float32))
+        dead.add(i)
+    _drop_ops(model, sg, dead)
+    return len(dead)
+
+
+def _densified(content: bytes, model) -> dict[int, np.ndarray]:
+    """The dense values of every DENSIFY op's output, read from the runtime after one invoke."""
+    sg = model.subgraphs[0]
+    outs = [int(op.outputs[0]) for op in sg.operators if _opcode(model, op) == DENSIFY]
+    if not outs:
+        return {}
+    from . import runtime
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runner = runtime.Runner(runtime.load(content, threads=1, keep_tensors=True))
+    runner.run(runner.zeros())
+    return {i: np.array(runner.it.get_tensor(i)) for i in outs}
+
+
+def _drop_densify(model, values: dict[int, np.ndarray]) -> int:
+    """DENSIFY(const sparse) -> dense constant (float16 stays float16 until its DEQUANTIZE is folded)."""
+    sg = model.subgraphs[0]
+    dead = set()
+    for i, op in enumerate(sg.operators):
+        if _opcode(model, op) == DENSIFY and int(op.outputs[0]) in values:
+            out = sg.tensors[op.outputs[0]]
+            data = values[int(op.outputs[0])]
+            s = _schema()
+            buf = s.BufferT()
+            buf.data = np.frombuffer(data.tobytes(), dtype=np.uint8)
+            model.buffers.append(buf)
+            out.buffer = len(model.buffers) - 1
+            dead.add(i)
+    _drop_ops(model, sg, dead)
+    return len(dead)
+
+
+def normalize(content: bytes) -> Normalized:
+    """The plain float32 equivalent of a float .tflite, and the facts of what changed (none: unchanged)."""
+    try:
+        model = _load(content)
+    except Exception as e:  # noqa: BLE001 - any failure to parse is a model we cannot read
+        raise ModelError(f"This .tflite cannot be read as a flatbuffer ({e.__class__.__name__}).") from None
+    facts = []
+    if n := _fix_opcodes(model):
+        facts.append(f"{n} operator code(s) moved from the old schema's deprecated_builtin_code")
+    dense = (
+        _densified(content, model) if any(_opcode(model, op) == DENSIFY for op in model.subgraphs[0].operators) else {}
+    )
+    if dense:
+        facts.append(f"{_drop_densify(model, dense)} sparse weight tensor(s) densified")
+    if n := _fold_dequantize(model, {}):
+        facts.append(f"{n} float16 weight tensor(s) behind DEQUANTIZE folded into float32 constants")
+    if _add_signature(model):
+        facts.append("a serving_default signature made from the graph's inputs and outputs")
+    return Normalized(_save(model) if facts else content, facts)

@@ -1,0 +1,107 @@
+"""Every artifact is what its name says: read the flatbuffer back, count what it holds, judge the claim.
+
+After each technique the output is read (optimize.delegates.flatbuffer): weight bytes by dtype, the
+float32-equivalent of the same weights, the ops that still compute in float with float weights, and for
+pruned and clustered models the measured sparsity and distinct values of the big weight tensors. A
+candidate whose weights are not what its scheme promises is a failed candidate, not a result:
+
+    scheme    the weights must shrink to at most (of their float32 equivalent)
+    float16   0.60   (float16 is 0.50; a little float32 may remain: tiny tensors, biases)
+    dynamic   0.50   (int8 is 0.25; the converter keeps tensors under 1,024 elements float)
+    int8      0.50
+    int16x8   0.50
+    selective 0.98   (float islands are the point of it; at least some weights must be 8-bit)
+
+Pruning must leave at least half its target sparsity across the big weight tensors (layers tfmot could
+not wrap stay dense), and clustering at most its cluster count of distinct values in the median big
+weight tensor (per output channel once quantized).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .delegates.flatbuffer import read_model
+from .results import Composition
+from .vocab import Scheme
+
+WEIGHT_DTYPES = ("float32", "float16", "int8", "uint8", "int16")
+BYTES = {"float32": 4, "float16": 2, "int8": 1, "uint8": 1, "int16": 2}
+MAX_SHRINK = {Scheme.FLOAT16: 0.60, Scheme.DYNAMIC: 0.50, Scheme.INT8: 0.50, Scheme.INT16X8: 0.50}
+SELECTIVE_MAX = 0.98
+BIG = 1024  # weight tensors this large are the ones pruning and clustering are judged on
+
+
+def _big_weights(sg) -> list:
+    return [t for t in sg.tensors if t.is_const and t.dtype in WEIGHT_DTYPES and t.numel >= BIG]
+
+
+def _unique(t) -> int:
+    """Distinct values of a weight tensor; per output channel (the first axis) when it is quantized."""
+    v = t.values()
+    if v is None:
+        return 0
+    if t.dtype in ("int8", "uint8", "int16") and t.shape:
+        rows = v.reshape(t.shape[0], -1)
+        return int(max(len(np.unique(r)) for r in rows))
+    return int(len(np.unique(v)))
+
+
+def compose(content: bytes) -> Composition:
+    """What an artifact holds: weight bytes per dtype, the float ops, sparsity and distinct values."""
+    sg = read_model(content).main
+    by_dtype: dict[str, int] = {}
+    equivalent = 0
+    for t in sg.tensors:
+        if t.is_const and t.dtype in WEIGHT_DTYPES and t.data is not None:
+            by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + len(t.data)
+            equivalent += t.numel * 4
+    float_ops = []
+    for op in sg.ops:
+        weights = [sg.tensors[i] for i in op.inputs if i >= 0 and sg.tensors[i].is_const]
+        if op.outputs and op.outputs[0] >= 0 and sg.tensors[op.outputs[0]].dtype == "float32":
+            if any(w.dtype == "float32" and w.numel >= 16 for w in weights):
+                float_ops.append(op.name)
+    big = _big_weights(sg)
+    values = [t.values() for t in big]
+    zeros = sum(int((v == 0).sum()) for v in values if v is not None)
+    total = sum(len(v) for v in values if v is not None)
+    return Composition(
+        weight_bytes=by_dtype,
+        float32_equivalent_bytes=equivalent,
+        float_ops=len(float_ops),
+        float_op_types=sorted(set(float_ops)),
+        sparsity=zeros / total if total else None,
+        distinct_values=int(np.median([_unique(t) for t in big])) if big else None,
+        largest_weight=max((t.numel for t in sg.tensors if t.is_const and t.dtype in WEIGHT_DTYPES), default=0),
+    )
+
+
+def check(recipe, c: Composition) -> str | None:
+    """Why the artifact is not what the recipe's name says, or None when it is."""
+    techniques = [s.technique for s in recipe.steps]
+    scheme = str(recipe.scheme)
+    shrink = c.shrink
+    why = f" ({', '.join(c.float_op_types[:3])} kept float)" if c.float_op_types else ""
+    if "selective" in techniques:
+        if shrink > SELECTIVE_MAX:
+            return f"{scheme}: no weights were quantized{why}"
+    elif scheme in MAX_SHRINK and shrink > MAX_SHRINK[scheme]:
+        if shrink > 0.98:
+            small = (
+                " (every weight is under 1,024 elements, which dynamic range keeps float)"
+                if scheme == "dynamic" and c.largest_weight < 1024
+                else ""
+            )
+            return f"{scheme}: no weights were quantized{why or small}"
+        return f"{scheme}: the weights shrank only to {shrink:.2f}x of float32 (at most {MAX_SHRINK[scheme]:.2f}){why}"
+    return next((p for p in (_technique_problem(s, c) for s in recipe.steps) if p), None)
+
+
+def _technique_problem(step, c: Composition) -> str | None:
+    p = step.params
+    if step.technique == "prune" and c.sparsity is not None and c.sparsity < 0.5 * p.target_sparsity:
+        return f"prune: the weights are {c.sparsity:.0%} zeros, far from the {p.target_sparsity:.0%} asked"
+    if step.technique == "cluster" and c.distinct_values is not None and c.distinct_values > p.clusters:
+        return f"cluster: the big weight tensors hold {c.distinct_values} distinct values, not {p.clusters}"
+    return None

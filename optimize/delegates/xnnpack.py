@@ -60,13 +60,16 @@ def _nodes(interpreter) -> list[dict]:
     ]
 
 
-def check(model: str | Path | bytes, threads: int = 2, versions: dict[int, int] | None = None) -> DelegateReport:
-    """Load the model with XNNPACK and report which nodes it replaced. `versions`: node index -> op version."""
+def check(
+    model: str | Path | bytes, threads: int = 2, versions: dict[int, int] | None = None, loaded=None
+) -> DelegateReport:
+    """Load the model with XNNPACK (or read `loaded`, an interpreter built that way) and report which nodes
+    it replaced. `versions`: node index -> op version."""
     from .. import runtime
 
     versions = versions or {}
     try:
-        loaded = runtime.load(model, threads=threads, xnnpack=True)
+        loaded = loaded or runtime.load(model, threads=threads, xnnpack=True)
     except ModelError as e:
         return DelegateReport(
             delegate=NAME,

@@ -16,19 +16,42 @@ from ..results import DelegateReport, NodeVerdict
 from ..vocab import Scheme
 from .dynamic import Dynamics, analyse
 from .flatbuffer import Model, Subgraph
-from .graph import NodeView, Partition, largest, partition
+from .graph import NodeView, Partition, control_edges, largest, partition
 from .rules import DelegateRules, Finding, Policy, Reason, Verdict, reject
 from .target import TargetParams
 
 FP16_DEQUANT = "float16 weights DEQUANTIZE: folded into its consumers only when the whole graph is delegated."
 
 
+@dataclass
+class _Views:
+    """One subgraph's nodes as a delegate sees them: with or without the FP16 helper's remapping."""
+
+    nodes: list[NodeView | None]  # None: a float16 DEQUANTIZE the helper folds
+    fp16_deq: set[int]
+    remap: dict[int, int]
+
+
 class ModelFacts:
-    """What every delegate's run reads from one parsed model, computed once and shared."""
+    """What every delegate's run reads from one parsed model, computed once and shared: dynamic and
+    persistent tensors, the node views (with and without FP16 remapping), control edges, the scheme."""
 
     def __init__(self, model: Model):
         self.model = model
         self._dynamics: dict[int, Dynamics] = {}
+        self._views: dict[tuple[int, bool], _Views] = {}
+        self._edges: dict[int, dict[int, int]] = {}
+
+    def views(self, sg: Subgraph, fp16_helper: bool) -> _Views:
+        key = (sg.index, fp16_helper)
+        if key not in self._views:
+            self._views[key] = _node_views(sg, fp16_helper, self.dynamics(sg).persistent)
+        return self._views[key]
+
+    def edges(self, sg: Subgraph) -> dict[int, int]:
+        if sg.index not in self._edges:
+            self._edges[sg.index] = control_edges(sg)
+        return self._edges[sg.index]
 
     @cached_property
     def subgraphs(self) -> list[Subgraph]:
@@ -68,15 +91,6 @@ def verdict(delegated: int, total: int) -> str:
 
 
 @dataclass
-class _Decisions:
-    """One subgraph's per-node decisions for one delegate."""
-
-    rejected: dict[int, Verdict] = field(default_factory=dict)
-    fp16_deq: set[int] = field(default_factory=set)
-    remap: dict[int, int] = field(default_factory=dict)
-
-
-@dataclass
 class _Run:
     """What a delegate's pass over the model accumulates."""
 
@@ -100,19 +114,29 @@ def _fp16_dequantize(sg: Subgraph, op) -> int | None:
     return x.index if x.dtype == "float16" and x.is_const else None
 
 
-def _decide(sg: Subgraph, rules: DelegateRules, target: TargetParams, pol: Policy, persistent) -> _Decisions:
-    d = _Decisions()
+def _node_views(sg: Subgraph, fp16_helper: bool, persistent: frozenset[int]) -> _Views:
+    """With the FP16 helper, a node reads the float16 constants of the DEQUANTIZEs before it directly."""
+    v = _Views([], set(), {})
     for op in sg.ops:
-        if pol.fp16_helper:
-            src = _fp16_dequantize(sg, op)
-            if src is not None:
-                d.remap[op.outputs[0]] = src
-                d.fp16_deq.add(op.index)
-                continue
-        v = rules.check(NodeView(sg, op, d.remap, persistent), target)
-        if v is not None:
-            d.rejected[op.index] = v
-    return d
+        src = _fp16_dequantize(sg, op) if fp16_helper else None
+        if src is not None:
+            v.remap[op.outputs[0]] = src
+            v.fp16_deq.add(op.index)
+            v.nodes.append(None)
+        else:
+            v.nodes.append(NodeView(sg, op, v.remap, persistent))
+    return v
+
+
+def _decide(views: _Views, rules: DelegateRules, target: TargetParams) -> dict[int, Verdict]:
+    """The rejected nodes and their verdicts."""
+    rejected: dict[int, Verdict] = {}
+    for i, node in enumerate(views.nodes):
+        if node is not None:
+            v = rules.check(node, target)
+            if v is not None:
+                rejected[i] = v
+    return rejected
 
 
 def _dropped(size: int, pol: Policy) -> Verdict:
@@ -130,15 +154,15 @@ def _dropped(size: int, pol: Policy) -> Verdict:
     )
 
 
-def _choose(sg: Subgraph, d: _Decisions, pol: Policy, run: _Run) -> set[int]:
+def _choose(sg: Subgraph, views: _Views, rejected: dict[int, Verdict], pol: Policy, run: _Run, edges) -> set[int]:
     """The nodes the delegate replaces: FP16 scenario 1 (everything) or the largest partitions."""
     n = len(sg.ops)
-    supported = {i for i in range(n) if i not in d.rejected and i not in d.fp16_deq}
-    if d.fp16_deq and len(supported) + len(d.fp16_deq) == n:
+    supported = {i for i in range(n) if i not in rejected and i not in views.fp16_deq}
+    if views.fp16_deq and len(supported) + len(views.fp16_deq) == n:
         return set(range(n))  # FP16 helper, scenario 1: full delegation, DEQUANTIZE nodes included
-    candidates: list[Partition] = partition(sg, supported)
+    candidates: list[Partition] = partition(sg, supported, edges)
     chosen = {i for p in largest(candidates, pol.max_partitions, pol.min_nodes) for i in p.nodes}
-    for i in d.fp16_deq:
+    for i in views.fp16_deq:
         run.note(sg, i, reject(Reason.FP16_DEQUANT, FP16_DEQUANT))
     for p in candidates:
         if p.delegated and not chosen.issuperset(p.nodes):
@@ -148,9 +172,10 @@ def _choose(sg: Subgraph, d: _Decisions, pol: Policy, run: _Run) -> set[int]:
     return chosen
 
 
-def _build_failure(sg, chosen, d, rules, target, persistent) -> Verdict | None:
+def _build_failure(views: _Views, chosen: set[int], rules: DelegateRules, target: TargetParams) -> Verdict | None:
     for i in sorted(chosen):
-        v = rules.build_failure(NodeView(sg, sg.ops[i], d.remap, persistent), target)
+        node = views.nodes[i]
+        v = rules.build_failure(node, target) if node is not None else None
         if v is not None:
             return v
     return None
@@ -168,21 +193,23 @@ def _dynamic_veto(sg: Subgraph, dyn: Dynamics) -> Verdict:
 
 def _subgraph(facts: ModelFacts, sg: Subgraph, rules: DelegateRules, target: TargetParams, pol: Policy, run: _Run):
     dyn = facts.dynamics(sg)
+    views = facts.views(sg, pol.fp16_helper)
     run.total += len(sg.ops)
     # Per-node decision (recorded even when vetoed: it tells the user what would still be missing).
-    d = _decide(sg, rules, target, pol, dyn.persistent)
-    for i, v in d.rejected.items():
+    rejected = _decide(views, rules, target)
+    for i, v in rejected.items():
         run.note(sg, i, v)
     if run.veto is not None:
         return
     if not pol.allows_dynamic and dyn.first_dynamic is not None:
         run.veto = _dynamic_veto(sg, dyn)  # the interpreter stops applying the delegate here
         return
-    chosen = _choose(sg, d, pol, run)
+    edges = facts.edges(sg)
+    chosen = _choose(sg, views, rejected, pol, run, edges)
     if run.build_error is None:
-        run.build_error = _build_failure(sg, chosen, d, rules, target, dyn.persistent)
+        run.build_error = _build_failure(views, chosen, rules, target)
     run.delegated += len(chosen)
-    run.partitions += sum(1 for p in partition(sg, chosen) if p.delegated) if chosen else 0
+    run.partitions += sum(1 for p in partition(sg, chosen, edges) if p.delegated) if chosen else 0
 
 
 def _veto_text(run: _Run) -> Verdict | None:
@@ -218,9 +245,8 @@ def run_rules(model: Model | ModelFacts, rules: DelegateRules, target: TargetPar
         _subgraph(facts, sg, rules, target, pol, run)
     veto = _veto_text(run)
     delegated, parts = (0, 0) if veto else (run.delegated, run.partitions)
-    # model_construct: the fields are built here with the right types; validation would cost more than the rules.
     cpu = [
-        NodeVerdict.model_construct(
+        NodeVerdict(
             subgraph=f.subgraph,
             index=f.index,
             op=f.op,

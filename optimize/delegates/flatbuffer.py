@@ -98,7 +98,7 @@ class Quant:
         return f"Quant({kind})"
 
 
-@dataclass
+@dataclass(slots=True)
 class Tensor:
     index: int
     name: str
@@ -118,7 +118,8 @@ class Tensor:
         q = self.quant_table
         if q is None or isinstance(q, Quant):
             return q
-        self.quant_table = q = _quant(q)
+        buf, at = q  # (buffer, table position): the table is read on first use
+        self.quant_table = q = _quant(_Table(buf, at))
         return q
 
     @property
@@ -245,6 +246,7 @@ def _snake(name: str) -> str:
 
 
 _U32 = struct.Struct("<I")
+_VTABLES = [struct.Struct(f"<{n}H") for n in range(64)]
 _I32 = struct.Struct("<i")
 _U16 = struct.Struct("<H")
 _U64 = struct.Struct("<Q")
@@ -258,18 +260,21 @@ class _Table:
     schema's field ids (slot = 4 + 2 * id), the same ones the generated module uses.
     """
 
-    __slots__ = ("buf", "pos", "vt", "vt_len")
+    __slots__ = ("buf", "pos", "vt_len", "offsets")
 
     def __init__(self, buf, pos: int):
         self.buf = buf
         self.pos = pos
-        self.vt = pos - _I32.unpack_from(buf, pos)[0]
-        self.vt_len = _U16.unpack_from(buf, self.vt)[0]
+        vt = pos - _I32.unpack_from(buf, pos)[0]
+        self.vt_len = _U16.unpack_from(buf, vt)[0]
+        # The field offsets, slot 4 onwards, read in one call.
+        n = max(self.vt_len - 4, 0) >> 1
+        self.offsets = (_VTABLES[n] if n < len(_VTABLES) else struct.Struct(f"<{n}H")).unpack_from(buf, vt + 4)
 
     def _field(self, slot: int) -> int:
-        if slot >= self.vt_len:
-            return 0
-        off = _U16.unpack_from(self.buf, self.vt + slot)[0]
+        k = (slot - 4) >> 1
+        offsets = self.offsets
+        off = offsets[k] if k < len(offsets) else 0
         return self.pos + off if off else 0
 
     def scalar(self, slot: int, fmt: struct.Struct, default=0):
@@ -521,23 +526,38 @@ def _buffer(b: _Table, view: memoryview, size: int) -> memoryview | None:
     return view[off : off + sz] if sz else None
 
 
+def _int_vector(buf, at: int) -> tuple[int, ...] | None:
+    """The int32 vector whose offset field is at `at` (0: absent)."""
+    if not at:
+        return None
+    start = at + _U32.unpack_from(buf, at)[0]
+    n = _U32.unpack_from(buf, start)[0]
+    return struct.unpack_from(f"<{n}i", buf, start + 4)
+
+
 def _tensor(x: _Table, ti: int, buffers: list[memoryview | None]) -> Tensor:
-    bi = x.scalar(8, _U32)
+    """One Tensor table, read field by field (field ids: shape 0, type 1, buffer 2, name 3, quantization 4,
+    is_variable 5, sparsity 6, shape_signature 7, external_buffer 10)."""
+    buf, pos, offs = x.buf, x.pos, x.offsets + (0,) * 11
+    bi = _U32.unpack_from(buf, pos + offs[2])[0] if offs[2] else 0
     data = buffers[bi] if 0 < bi < len(buffers) else None
-    is_var = bool(x.byte(14))
-    external = x.scalar(24, _U32) if x.vt_len > 24 else 0
+    is_var = bool(buf[pos + offs[5]]) if offs[5] else False
+    external = _U32.unpack_from(buf, pos + offs[10])[0] if offs[10] else 0
+    code = buf[pos + offs[1]] if offs[1] else 0
+    code = code - 256 if code > 127 else code
+    q = pos + offs[4] + _U32.unpack_from(buf, pos + offs[4])[0] if offs[4] else 0
     return Tensor(
         index=ti,
         name=x.string(10),
-        dtype=_DTYPES.get(x.byte(6, signed=True), f"type{x.byte(6)}"),
-        shape=x.ints(4) or (),
-        shape_signature=x.ints(18),
+        dtype=_DTYPES.get(code, f"type{code}"),
+        shape=_int_vector(buf, pos + offs[0] if offs[0] else 0) or (),
+        shape_signature=_int_vector(buf, pos + offs[7] if offs[7] else 0),
         buffer=bi,
         is_const=(data is not None or external != 0) and not is_var,
         is_variable=is_var,
-        quant_table=x.table(12),
+        quant_table=(buf, q) if q else None,
         data=data,
-        sparse=x.vt_len > 16 and x._field(16) != 0,
+        sparse=offs[6] != 0,
     )
 
 

@@ -26,57 +26,40 @@ class NodeView:
     """One operator as a delegate's IsSupported sees it: tensors by position, constness, neighbours.
 
     `remap` points inputs at other tensors: FP16GraphPartitionHelper makes a consumer of a float16
-    DEQUANTIZE read the float16 constant itself while it is being checked.
+    DEQUANTIZE read the float16 constant itself while it is being checked. The views are built once per
+    model and shared by every delegate, so what each rule asks is computed here once.
     """
 
-    __slots__ = ("sg", "op", "remap", "persistent", "_inputs")
+    __slots__ = ("sg", "op", "name", "version", "persistent", "inputs", "outputs", "runtime_inputs", "const_inputs")
 
     def __init__(
         self, sg: Subgraph, op: Op, remap: dict[int, int] | None = None, persistent: frozenset[int] = frozenset()
     ):
+        tensors = sg.tensors
+        remap = remap or {}
         self.sg = sg
         self.op = op
-        self.remap = remap or {}
+        self.name = op.opcode
+        self.version = op.version
         self.persistent = persistent  # tensors computed at prepare time (kTfLitePersistentRo), not arena tensors
-        tensors = sg.tensors
-        self._inputs = [None if i < 0 else tensors[self.remap.get(i, i)] for i in op.inputs]
-
-    @property
-    def name(self) -> str:
-        return self.op.opcode
-
-    @property
-    def version(self) -> int:
-        return self.op.version
+        #: All input slots; None for an omitted optional (-1) input.
+        self.inputs: list[Tensor | None] = [None if i < 0 else tensors[remap.get(i, i)] for i in op.inputs]
+        self.outputs: list[Tensor] = [tensors[i] for i in op.outputs if i >= 0]
+        #: Inputs that are present and not constant (gpu_compatibility.cc's 'runtime inputs').
+        self.runtime_inputs = [t for t in self.inputs if t is not None and not t.is_const]
+        self.const_inputs = [t for t in self.inputs if t is not None and t.is_const]
 
     @property
     def opts(self) -> dict:
         return self.op.options
 
-    @property
-    def inputs(self) -> list[Tensor | None]:
-        """All input slots; None for an omitted optional (-1) input."""
-        return self._inputs
-
-    @property
-    def outputs(self) -> list[Tensor]:
-        return [self.sg.tensors[i] for i in self.op.outputs if i >= 0]
-
     def input(self, i: int) -> Tensor | None:
-        return self._inputs[i] if i < len(self._inputs) else None
+        inputs = self.inputs
+        return inputs[i] if i < len(inputs) else None
 
     def output(self, i: int = 0) -> Tensor | None:
         outs = self.op.outputs
         return self.sg.tensors[outs[i]] if i < len(outs) and outs[i] >= 0 else None
-
-    @property
-    def runtime_inputs(self) -> list[Tensor]:
-        """Inputs that are present and not constant (gpu_compatibility.cc's 'runtime inputs')."""
-        return [t for t in self._inputs if t is not None and not t.is_const]
-
-    @property
-    def const_inputs(self) -> list[Tensor]:
-        return [t for t in self._inputs if t is not None and t.is_const]
 
     def consumers(self, t: Tensor) -> list[Op]:
         return [self.sg.ops[i] for i in self.sg.consumers.get(t.index, [])]
@@ -104,30 +87,32 @@ class Partition:
     nodes: list[int]
 
 
+def control_edges(sg: Subgraph) -> dict[int, int]:
+    """graph_info.cc:318-327: a chain between ops that might have side effects, each waiting for the previous."""
+    edges: dict[int, int] = {}
+    last = -1
+    for i, op in enumerate(sg.ops):
+        if _side_effect(sg, op):
+            if last >= 0:
+                edges[last] = i
+            last = i
+    return edges
+
+
 class _Epochs:
     """The state of PartitionGraphIntoIndependentNodeSubsets: which nodes wait for how many inputs/edges."""
 
-    def __init__(self, sg: Subgraph, supported: set[int]):
+    def __init__(self, sg: Subgraph, supported: set[int], edges: dict[int, int]):
         ops = sg.ops
         producer = sg.producer
         self.ops, self.consumers, self.supported = ops, sg.consumers, supported
         # Inputs not yet available: tensors some node produces (graph inputs and constants are always ready).
         self.waiting = [len({t for t in op.inputs if t >= 0 and t in producer}) for op in ops]
-        self.next_ctrl = self._control_edges(sg)
+        for later in edges.values():
+            self.waiting[later] += 1
+        self.next_ctrl = edges
         self.done = [False] * len(ops)
         self.remaining = len(ops)
-
-    def _control_edges(self, sg: Subgraph) -> dict[int, int]:
-        """A chain between ops that might have side effects: each waits for the previous one."""
-        edges: dict[int, int] = {}
-        last = -1
-        for i, op in enumerate(sg.ops):
-            if _side_effect(sg, op):
-                if last >= 0:
-                    edges[last] = i
-                    self.waiting[i] += 1
-                last = i
-        return edges
 
     def _schedule(self, i: int) -> None:
         self.done[i] = True
@@ -164,13 +149,17 @@ class _Epochs:
         return Partition(bool(kind), nodes) if nodes else None
 
 
-def partition(sg: Subgraph, supported: set[int]) -> list[Partition]:
+def partition(sg: Subgraph, supported: set[int], edges: dict[int, int] | None = None) -> list[Partition]:
     """PartitionGraphIntoIndependentNodeSubsets, greedy mode: epochs of same-kind ready nodes.
 
     Each epoch takes the kind (delegated or not) of the first ready node in execution order, then keeps
-    sweeping the execution order adding every ready node of that kind until nothing changes.
+    sweeping the execution order adding every ready node of that kind until nothing changes. When every
+    node is of one kind, that is one epoch with every node (`edges`: `control_edges(sg)`, if known).
     """
-    state = _Epochs(sg, supported)
+    n = len(sg.ops)
+    if not supported or len(supported) == n:
+        return [Partition(bool(supported), list(range(n)))] if n else []
+    state = _Epochs(sg, supported, control_edges(sg) if edges is None else edges)
     result: list[Partition] = []
     while state.remaining:
         part = state.epoch()

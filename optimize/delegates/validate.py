@@ -90,26 +90,29 @@ def _check_ops(sg: Subgraph, where: str) -> None:
         _check_indices(op.outputs, n, what, where)
 
 
+def _dependencies(sg: Subgraph) -> tuple[list[int], dict[int, set[int]]]:
+    """Per op, how many distinct producer ops it waits for; per op, the ops reading its outputs."""
+    producer = sg.producer
+    waiting, readers = [], {}
+    for op in sg.ops:
+        deps = {producer[t] for t in op.inputs if t >= 0 and t in producer}
+        waiting.append(len(deps))
+        for d in deps:
+            readers.setdefault(d, set()).add(op.index)
+    return waiting, readers
+
+
 def _check_acyclic(sg: Subgraph, where: str) -> None:
     """Kahn's algorithm over the ops: every op must become ready once its producers have run."""
-    producer = sg.producer
-    waiting = [len({producer[t] for t in op.inputs if t >= 0 and t in producer}) for op in sg.ops]
-    readers: dict[int, set[int]] = {}
-    for op in sg.ops:
-        for t in op.inputs:
-            if t >= 0 and t in producer:
-                readers.setdefault(producer[t], set()).add(op.index)
+    waiting, readers = _dependencies(sg)
     ready = [i for i, w in enumerate(waiting) if w == 0]
-    done = 0
     while ready:
-        i = ready.pop()
-        done += 1
-        for r in readers.get(i, ()):
+        for r in readers.get(ready.pop(), ()):
             waiting[r] -= 1
             if waiting[r] == 0:
                 ready.append(r)
-    if done < len(sg.ops):
-        stuck = next(i for i, w in enumerate(waiting) if w > 0)
+    stuck = next((i for i, w in enumerate(waiting) if w > 0), None)
+    if stuck is not None:
         raise _fail(
             where, f"subgraph {sg.index} has a cycle: operator {stuck} ({sg.ops[stuck].name}) depends on itself"
         )

@@ -21,30 +21,27 @@ SOURCE = "runtime: ai-edge-litert interpreter with the default XNNPACK delegate 
 NAME = "xnnpack"
 
 
+def _covered(delegate: dict, producer: dict[int, int], by_index: dict[int, dict]) -> set[int]:
+    """The original nodes one DELEGATE node replaced: trace its outputs back to its inputs."""
+    boundary = {int(t) for t in delegate["inputs"]}
+    covered: set[int] = set()
+    stack = [int(t) for t in delegate["outputs"]]
+    while stack:
+        t = stack.pop()
+        p = producer.get(t) if t not in boundary else None
+        if p is None or p in covered:
+            continue
+        covered.add(p)
+        stack.extend(int(x) for x in by_index[p]["inputs"] if int(x) >= 0)
+    return covered
+
+
 def replaced_nodes(ops: list[dict]) -> tuple[list[set[int]], int]:
     """(nodes replaced by each DELEGATE partition, number of original nodes) from `_get_ops_details()`."""
     originals = [d for d in ops if d["op_name"] != "DELEGATE"]
-    delegates = [d for d in ops if d["op_name"] == "DELEGATE"]
-    producer: dict[int, int] = {}
-    for d in originals:
-        for t in d["outputs"]:
-            producer[int(t)] = int(d["index"])
+    producer = {int(t): int(d["index"]) for d in originals for t in d["outputs"]}
     by_index = {int(d["index"]): d for d in originals}
-    parts = []
-    for d in delegates:
-        boundary = {int(t) for t in d["inputs"]}
-        covered: set[int] = set()
-        stack = [int(t) for t in d["outputs"]]
-        while stack:
-            t = stack.pop()
-            if t in boundary:
-                continue
-            p = producer.get(t)
-            if p is None or p in covered:
-                continue
-            covered.add(p)
-            stack.extend(int(x) for x in by_index[p]["inputs"] if int(x) >= 0)
-        parts.append(covered)
+    parts = [_covered(d, producer, by_index) for d in ops if d["op_name"] == "DELEGATE"]
     return parts, len(originals)
 
 

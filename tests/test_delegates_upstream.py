@@ -275,7 +275,9 @@ def test_partition_overrides_at_or_below_zero_fall_back(value):
 
 def _graph(ops, n, dtypes) -> Subgraph:
     tensors = [Tensor(i, f"t{i}", dtypes.get(i, "float32"), (1, 4), None, 0, False, False) for i in range(n)]
-    return Subgraph(0, "", tensors, [Op(i, name, None, 1, ins, outs) for i, (name, ins, outs) in enumerate(ops)], (0,), ())
+    return Subgraph(
+        0, "", tensors, [Op(i, name, None, 1, ins, outs) for i, (name, ins, outs) in enumerate(ops)], (0,), ()
+    )
 
 
 def test_variant_tensors_do_not_chain_ops():

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import ModelError
 from ..results import DelegateReport, NodeVerdict
 from .engine import verdict
+from .rules import Reason
 
 SOURCE = "runtime: ai-edge-litert interpreter with the default XNNPACK delegate (primary subgraph)"
 NAME = "xnnpack"
@@ -78,18 +79,20 @@ def check(
             partitions=0,
             verdict="none",
             vetoed=f"The runtime could not load the model: {e.problem}",
+            veto_code=Reason.RUNTIME.value,
         )
     ops = _nodes(loaded.interpreter)
     parts, total = replaced_nodes(ops)
     taken = set().union(*parts) if parts else set()
     names = {int(d["index"]): d["op_name"] for d in ops if d["op_name"] != "DELEGATE"}
     cpu = [
-        NodeVerdict.model_construct(
+        NodeVerdict(
             subgraph=0,
             index=i,
             op=names[i],
             version=versions.get(i, 1),
             reason="Runs on the built-in CPU kernels: XNNPACK did not replace it (observed).",
+            code=Reason.RUNTIME.value,
         )
         for i in sorted(names)
         if i not in taken

@@ -55,11 +55,13 @@ def check_delegates(
     threads: int = 2,
     *,
     loaded=None,
+    parsed=None,
 ) -> dict[str, DelegateReport]:
     """One DelegateReport per requested delegate, in the order asked.
 
     `loaded`: an interpreter already built for this model with the default XNNPACK delegate
     (`runtime.load(model, xnnpack=True)`); the XNNPACK column then reads it instead of loading again.
+    `parsed`: the model already read with `flatbuffer.read_model` (validated), so it is not read twice.
     Raises ModelError for a file that is not a readable, structurally valid TFLite model, OptimizeError
     for an unknown delegate.
     """
@@ -68,7 +70,7 @@ def check_delegates(
 
     names = _names(delegates)
     target = target or TargetParams()
-    facts = ModelFacts(read_model(model))
+    facts = ModelFacts(parsed if parsed is not None else read_model(model))
     out: dict[str, DelegateReport] = {}
     for name in names:
         if name == Delegate.XNNPACK:

@@ -45,7 +45,11 @@ class ModelFacts:
     def views(self, sg: Subgraph, fp16_helper: bool) -> _Views:
         key = (sg.index, fp16_helper)
         if key not in self._views:
-            self._views[key] = _node_views(sg, fp16_helper, self.dynamics(sg).persistent)
+            other = self._views.get((sg.index, not fp16_helper))
+            if other is not None and not other.fp16_deq and not _has_fp16_dequantize(sg):
+                self._views[key] = other  # no float16 DEQUANTIZE: the helper changes nothing
+            else:
+                self._views[key] = _node_views(sg, fp16_helper, self.dynamics(sg).persistent)
         return self._views[key]
 
     def edges(self, sg: Subgraph) -> dict[int, int]:
@@ -112,6 +116,10 @@ def _fp16_dequantize(sg: Subgraph, op) -> int | None:
         return None
     x = sg.tensors[op.inputs[0]]
     return x.index if x.dtype == "float16" and x.is_const else None
+
+
+def _has_fp16_dequantize(sg: Subgraph) -> bool:
+    return any(_fp16_dequantize(sg, op) is not None for op in sg.ops)
 
 
 def _node_views(sg: Subgraph, fp16_helper: bool, persistent: frozenset[int]) -> _Views:

@@ -385,20 +385,21 @@ _FAST: dict[str, tuple[tuple[str, int, str, object], ...]] = {
 }
 
 
+_SCALARS = {"i": struct.Struct("<i"), "b": struct.Struct("<b"), "?": struct.Struct("<?"), "f": _F32}
+
+
 def _fast_options(table: _Table, name: str) -> dict:
     enums = _cache["enums"]
+    buf, pos, offs = table.buf, table.pos, table.offsets
+    n = len(offs)
     out: dict = {"_type": name}
     for key, slot, kind, default in _FAST[name]:
-        if kind == "i":
-            v = table.scalar(slot, _I32, default)
-        elif kind == "b":
-            v = table.byte(slot, signed=True, default=default)
-        elif kind == "?":
-            v = bool(table.byte(slot, default=int(default)))
-        elif kind == "f":
-            v = table.scalar(slot, _F32, default)
+        k = (slot - 4) >> 1
+        off = offs[k] if k < n else 0
+        if kind == "v":
+            v = _int_vector(buf, pos + off if off else 0) or ()
         else:
-            v = table.ints(slot) or ()
+            v = _SCALARS[kind].unpack_from(buf, pos + off)[0] if off else default
         enum = enums.get(key)
         out[key] = enum.get(v, v) if enum is not None else v
     return out

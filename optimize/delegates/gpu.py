@@ -641,10 +641,14 @@ def _gate_tensor(x, allowed: set[str], persistent: frozenset[int]) -> Verdict | 
     return reject(Reason.TENSOR_TYPE, f"OP is supported, but tensor type/shape isn't compatible ({x.dtype} tensor).")
 
 
+_BASE = {True: FLOAT | QUANT8, False: FLOAT}  # allow_quant: int8/uint8 too
+
+
 def _gate(node: NodeView, t: TargetParams) -> Verdict | None:
-    base = set(FLOAT) | (set(QUANT8) if t.gpu_allow_quant else set())
+    base = _BASE[t.gpu_allow_quant]
     for tensors, extra in ((node.inputs, _EXTRA_IN), (node.outputs, _EXTRA_OUT)):
-        allowed = base | extra.get(node.name, set())
+        more = extra.get(node.name)
+        allowed = base | more if more else base
         for x in tensors:
             v = _gate_tensor(x, allowed, node.persistent) if x is not None else None
             if v:

@@ -303,10 +303,15 @@ def compat(
     gpu_opencl: bool = typer.Option(True, help="OpenCL available on the device (SPLIT/SPLIT_V need it)."),
     threads: int = THREADS,
     as_json: bool = JSON,
+    model_explorer: Path | None = typer.Option(
+        None,
+        "--model-explorer",
+        help="Also write the per-node verdicts as Model Explorer node data (one file per delegate when several).",
+    ),
 ) -> None:
     """Which operators each delegate would run, how many partitions, and why the rest falls back to CPU.
 
-    Example: optimize compat model_int8.tflite --delegate gpu,hexagon
+    Example: optimize compat model_int8.tflite --delegate gpu,hexagon --model-explorer overlay.json
     """
     from .delegates import TargetParams, check_delegates, format_report
 
@@ -314,6 +319,11 @@ def compat(
         android_api=android_api, coreml_version=coreml_version, gpu_allow_quant=gpu_allow_quant, gpu_opencl=gpu_opencl
     )
     reports = check_delegates(model, delegate.split(","), target=target, threads=threads)
+    if model_explorer is not None:
+        from .delegates.overlay import write_overlays
+
+        written = write_overlays(model_explorer, reports, model)
+        typer.echo(f"Model Explorer node data: {', '.join(map(str, written))}", err=True)
     if as_json:
         typer.echo(json.dumps({k: v.model_dump(mode="json") for k, v in reports.items()}, indent=2))
     else:

@@ -119,6 +119,7 @@ class NodeVerdict(Record):
     op: str
     version: int
     reason: str
+    code: str | None = Field(None, description="The reason as a code (optimize.delegates.rules.Reason).")
 
 
 class DelegateReport(Record):
@@ -137,6 +138,7 @@ class DelegateReport(Record):
     cpu_nodes: list[NodeVerdict] = Field(default_factory=list)
     hints: list[str] = Field(default_factory=list)
     vetoed: str | None = Field(None, description="Why the whole model stays on the CPU, if it does.")
+    veto_code: str | None = Field(None, description="The veto as a code (optimize.delegates.rules.Reason).")
 
 
 class Composition(Record):

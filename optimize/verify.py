@@ -47,31 +47,43 @@ def _unique(t) -> int:
     return int(len(np.unique(v)))
 
 
-def compose(content: bytes) -> Composition:
-    """What an artifact holds: weight bytes per dtype, the float ops, sparsity and distinct values."""
-    sg = read_model(content).main
+def _weight_bytes(sg) -> tuple[dict[str, int], int]:
+    """Bytes of the constant weights per dtype, and what the same weights would take in float32."""
     by_dtype: dict[str, int] = {}
     equivalent = 0
     for t in sg.tensors:
         if t.is_const and t.dtype in WEIGHT_DTYPES and t.data is not None:
             by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + len(t.data)
             equivalent += t.numel * 4
-    float_ops = []
-    for op in sg.ops:
-        weights = [sg.tensors[i] for i in op.inputs if i >= 0 and sg.tensors[i].is_const]
-        if op.outputs and op.outputs[0] >= 0 and sg.tensors[op.outputs[0]].dtype == "float32":
-            if any(w.dtype == "float32" and w.numel >= 16 for w in weights):
-                float_ops.append(op.name)
+    return by_dtype, equivalent
+
+
+def _computes_in_float(sg, op) -> bool:
+    """An op with a float32 output and a float32 weight of any size is still computing in float."""
+    if not op.outputs or op.outputs[0] < 0 or sg.tensors[op.outputs[0]].dtype != "float32":
+        return False
+    weights = (sg.tensors[i] for i in op.inputs if i >= 0 and sg.tensors[i].is_const)
+    return any(w.dtype == "float32" and w.numel >= 16 for w in weights)
+
+
+def _sparsity(big: list) -> float | None:
+    values = [v for v in (t.values() for t in big) if v is not None]
+    total = sum(len(v) for v in values)
+    return sum(int((v == 0).sum()) for v in values) / total if total else None
+
+
+def compose(content: bytes) -> Composition:
+    """What an artifact holds: weight bytes per dtype, the float ops, sparsity and distinct values."""
+    sg = read_model(content).main
+    by_dtype, equivalent = _weight_bytes(sg)
+    float_ops = [op.name for op in sg.ops if _computes_in_float(sg, op)]
     big = _big_weights(sg)
-    values = [t.values() for t in big]
-    zeros = sum(int((v == 0).sum()) for v in values if v is not None)
-    total = sum(len(v) for v in values if v is not None)
     return Composition(
         weight_bytes=by_dtype,
         float32_equivalent_bytes=equivalent,
         float_ops=len(float_ops),
         float_op_types=sorted(set(float_ops)),
-        sparsity=zeros / total if total else None,
+        sparsity=_sparsity(big),
         distinct_values=int(np.median([_unique(t) for t in big])) if big else None,
         largest_weight=max((t.numel for t in sg.tensors if t.is_const and t.dtype in WEIGHT_DTYPES), default=0),
     )
@@ -93,7 +105,7 @@ def check(recipe, c: Composition) -> str | None:
                 if scheme == "dynamic" and c.largest_weight < 1024
                 else ""
             )
-            return f"{scheme}: no weights were quantized{why or small}"
+            return f"{scheme}: no weights were quantized{small or why}"
         return f"{scheme}: the weights shrank only to {shrink:.2f}x of float32 (at most {MAX_SHRINK[scheme]:.2f}){why}"
     return next((p for p in (_technique_problem(s, c) for s in recipe.steps) if p), None)
 

@@ -180,3 +180,74 @@ def per_channel_activation(data: bytes, name: str) -> bytes:
     q.zeroPoint = [int(q.zeroPoint[0]), int(q.zeroPoint[0])]
     q.quantizedDimension = 3
     return save_t(m)
+
+
+# ---- tiny graphs built directly with the schema's object API (no TensorFlow) ---------------------------
+
+_NP_TYPES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "int8": 9}
+
+
+def tensor(shape, dtype: str = "float32", data=None, name: str | None = None, signature=None, quant=None) -> dict:
+    """A tensor spec for `tiny`: shape, dtype, constant data (numpy-able), shape signature, (scales, zero points)."""
+    return {"shape": list(shape), "dtype": dtype, "data": data, "name": name, "signature": signature, "quant": quant}
+
+
+def op(name: str, inputs, outputs, options: tuple[str, dict] | None = None, version: int = 1) -> dict:
+    """An operator spec for `tiny`: builtin name, tensor indices (-1: omitted), (options class, fields)."""
+    return {"name": name, "inputs": list(inputs), "outputs": list(outputs), "options": options, "version": version}
+
+
+def _tensor_t(s, i: int, spec: dict, buffers: list):
+    t = s.TensorT()
+    t.shape = spec["shape"]
+    t.type = _NP_TYPES[spec["dtype"]]
+    t.name = spec["name"] or f"t{i}"
+    if spec["signature"] is not None:
+        t.shapeSignature = list(spec["signature"])
+    if spec["data"] is not None:
+        b = s.BufferT()
+        b.data = list(np.asarray(spec["data"], dtype=spec["dtype"]).tobytes())
+        buffers.append(b)
+        t.buffer = len(buffers) - 1
+    if spec["quant"] is not None:
+        q = s.QuantizationParametersT()
+        q.scale, q.zeroPoint = list(spec["quant"][0]), list(spec["quant"][1])
+        t.quantization = q
+    return t
+
+
+def _operator_t(s, spec: dict, codes: dict, model):
+    key = (spec["name"], spec["version"])
+    if key not in codes:
+        code = s.OperatorCodeT()
+        code.builtinCode = getattr(s.BuiltinOperator, spec["name"])
+        code.deprecatedBuiltinCode = min(code.builtinCode, 127)
+        code.version = spec["version"]
+        model.operatorCodes.append(code)
+        codes[key] = len(model.operatorCodes) - 1
+    o = s.OperatorT()
+    o.opcodeIndex = codes[key]
+    o.inputs, o.outputs = spec["inputs"], spec["outputs"]
+    if spec["options"] is not None:
+        kind, fields = spec["options"]
+        opts = getattr(s, kind + "T")()
+        for k, v in fields.items():
+            setattr(opts, k, v)
+        o.builtinOptionsType = getattr(s.BuiltinOptions, kind)
+        o.builtinOptions = opts
+    return o
+
+
+def tiny(tensors: list[dict], ops: list[dict], inputs, outputs) -> bytes:
+    """A one-subgraph .tflite from specs: the smallest graph that exercises one rule."""
+    s = _schema()
+    m = s.ModelT()
+    m.version = 3
+    m.operatorCodes, m.buffers = [], [s.BufferT()]
+    g = s.SubGraphT()
+    g.tensors = [_tensor_t(s, i, spec, m.buffers) for i, spec in enumerate(tensors)]
+    codes: dict = {}
+    g.operators = [_operator_t(s, spec, codes, m) for spec in ops]
+    g.inputs, g.outputs = list(inputs), list(outputs)
+    m.subgraphs = [g]
+    return save_t(m)

@@ -17,8 +17,10 @@ from delegate_fixtures import (
 )
 from pydantic import ValidationError
 
-from optimize.delegates import DELEGATES, TargetParams, check_delegates, format_report
+from optimize.delegates import DELEGATES, SOURCE_CONFLICTS, TargetParams, check_delegates, format_report
+from optimize.delegates.conflicts import NNAPI_FLOAT16
 from optimize.delegates.flatbuffer import read_model
+from optimize.delegates.rules import Reason
 from optimize.errors import ModelError, OptimizeError
 
 RULES = ("gpu", "nnapi", "hexagon", "coreml")
@@ -31,31 +33,52 @@ def reasons(report) -> dict[str, str]:
 # ---- sanity across delegates -------------------------------------------------------------------------
 
 
+def codes(report) -> list[tuple[str, str]]:
+    """(op, reason code) of every node left on the CPU, in order."""
+    return [(v.op, v.code) for v in report.cpu_nodes]
+
+
 def test_float32_convnet(models):
     r = check_delegates(models["float32"], RULES)
     # Every op of the graph is in the GPU and NNAPI tables with satisfied constraints.
-    assert (r["gpu"].verdict, r["gpu"].partitions) == ("full", 1)
-    assert r["nnapi"].verdict == "full"
-    # Hexagon: no float op matches its 8-bit input type lists.
-    assert r["hexagon"].verdict == "none" and r["hexagon"].nodes_delegated == 0
-    assert any("use int8" in h for h in r["hexagon"].hints)
+    assert (r["gpu"].verdict, r["gpu"].nodes_delegated, r["gpu"].partitions) == ("full", 7, 1)
+    assert (r["nnapi"].verdict, r["nnapi"].nodes_delegated, r["nnapi"].partitions) == ("full", 7, 1)
+    # Hexagon: no float op matches its 8-bit input type lists (hexagon/utils.cc InputsWithCorrectTypes).
+    assert r["hexagon"].verdict == "none" and {c for _, c in codes(r["hexagon"])} == {Reason.TENSOR_TYPE}
+    assert r["hexagon"].hints == ["Hexagon needs 8-bit: use int8 (full integer quantization)."]
     # Core ML: MEAN needs keep_dims (GlobalAveragePooling has none) -> 2 partitions around it.
     cm = r["coreml"]
     assert (cm.verdict, cm.nodes_delegated, cm.partitions) == ("partial", 6, 2)
-    assert "keep_dims" in reasons(cm)["MEAN"]
-    assert all(x.source == "rules" and x.rules_version for x in r.values())
+    assert codes(cm) == [("MEAN", Reason.OPTION)] and "keep_dims" in reasons(cm)["MEAN"]
+    assert [x.rules_version.split(" ")[0] for x in r.values()] == [
+        "tflite/delegates/gpu/common/model_builder.cc",
+        "tflite/delegates/nnapi/nnapi_delegate.cc",
+        "tflite/delegates/hexagon/utils.cc",
+        "tflite/delegates/coreml/coreml_delegate.mm",
+    ]
 
 
 def test_float16_gpu_full_with_dequantize(models):
     r = check_delegates(models["float16"], ("gpu", "coreml", "nnapi"))
     m = read_model(models["float16"])
     # FP16GraphPartitionHelper: supported + fp16-constant DEQUANTIZE == all nodes -> everything delegated.
-    assert r["gpu"].verdict == "full" and r["gpu"].nodes_delegated == len(m.main.ops)
-    assert r["nnapi"].verdict == "full"
+    assert r["gpu"].verdict == "full" and r["gpu"].nodes_delegated == len(m.main.ops) == 12
+    assert r["nnapi"].verdict == "full" and r["nnapi"].nodes_delegated == 12
     # Core ML is partial (MEAN), so its DEQUANTIZE nodes stay on the CPU (scenario 2 of the FP16 helper).
     cm = r["coreml"]
     assert cm.verdict == "partial" and cm.nodes_delegated == 6
-    assert sum(v.op == "DEQUANTIZE" for v in cm.cpu_nodes) == 5
+    assert codes(cm) == [("DEQUANTIZE", Reason.FP16_DEQUANT)] * 5 + [("MEAN", Reason.OPTION)]
+
+
+def test_nnapi_float16_states_which_source_holds(models):
+    """The docs table (delegates.md:104) says NNAPI does not take float16 models; nnapi_delegate.cc does, and
+    the report says so with the API level and the citations."""
+    nn = check_delegates(models["float16"], ["nnapi"])["nnapi"]
+    assert NNAPI_FLOAT16.hint in nn.hints
+    assert NNAPI_FLOAT16.holds == "source" and NNAPI_FLOAT16.from_api == 27
+    assert all("nnapi_delegate.cc:" in c for c in NNAPI_FLOAT16.citations)
+    assert NNAPI_FLOAT16 in SOURCE_CONFLICTS
+    assert NNAPI_FLOAT16.hint not in check_delegates(models["float32"], ["nnapi"])["nnapi"].hints
 
 
 def test_int8_convnet(models):
@@ -64,38 +87,59 @@ def test_int8_convnet(models):
     assert r["nnapi"].verdict == "full"
     # Core ML: only v1 ops (DWConv <= 2) and a float32 first input: nothing of an int8 model.
     assert r["coreml"].verdict == "none"
+    assert {c for _, c in codes(r["coreml"])} == {Reason.OP_VERSION, Reason.TENSOR_TYPE}
     assert "Core ML runs float models only: use float16." in r["coreml"].hints
-    # Hexagon: FULLY_CONNECTED is refused when its weights are per-channel; SOFTMAX is then alone (< 2 nodes).
+    # The converter quantizes FULLY_CONNECTED weights per channel (a property of the fixture, checked here).
     m = read_model(models["int8"])
     fc = next(op for op in m.main.ops if op.opcode == "FULLY_CONNECTED")
-    per_channel = m.main.tensors[fc.inputs[1]].quant.per_channel
+    assert m.main.tensors[fc.inputs[1]].quant.per_channel
+    # Hexagon refuses per-channel FC weights (utils.cc:214-222); SOFTMAX is then alone, below min nodes 2.
     hx = r["hexagon"]
-    assert hx.nodes_delegated == (5 if per_channel else 7)
-    if per_channel:
-        assert "below min_nodes_per_partition=2" in reasons(hx)["SOFTMAX"]
+    assert (hx.verdict, hx.nodes_delegated, hx.partitions) == ("partial", 5, 1)
+    assert codes(hx) == [("FULLY_CONNECTED", Reason.PER_CHANNEL), ("SOFTMAX", Reason.PARTITION_SIZE)]
+    assert "below min_nodes_per_partition=2" in reasons(hx)["SOFTMAX"]
 
 
 def test_int16x8_stays_on_cpu(models):
     r = check_delegates(models["int16x8"], RULES)
-    # GPU type gate: int16 runtime tensors are never allowed.
+    # GPU type gate: int16 runtime tensors are never allowed; DEQUANTIZE of int16 is refused by compat.
     assert r["gpu"].verdict == "none"
+    assert codes(r["gpu"])[-1] == ("DEQUANTIZE", Reason.TENSOR_TYPE)
+    assert {c for _, c in codes(r["gpu"])} == {Reason.TENSOR_TYPE}
     assert any("int16" in h for h in r["gpu"].hints)
     assert r["hexagon"].verdict == "none" and r["coreml"].verdict == "none"
-    assert r["nnapi"].verdict != "full"
+    # NNAPI at API 30: CONV_2D and DEPTHWISE_CONV_2D check no input type from NNAPI 1.2 on (nnapi_delegate.cc
+    # 2490-2554), so the three convolutions form one partition; the int16 ADD, MEAN, FC, SOFTMAX, QUANTIZE
+    # and DEQUANTIZE are refused by their type checks.
+    nn = r["nnapi"]
+    assert (nn.verdict, nn.nodes_delegated, nn.partitions) == ("partial", 3, 1)
+    assert [op for op, _ in codes(nn)] == ["QUANTIZE", "ADD", "MEAN", "FULLY_CONNECTED", "SOFTMAX", "DEQUANTIZE"]
+    assert {c for _, c in codes(nn)} == {Reason.TENSOR_TYPE}
 
 
 def test_dynamic_range(models):
     m = read_model(models["dynamic"])
     conv = [op for op in m.main.ops if op.opcode == "CONV_2D"][1]
     assert m.main.tensors[conv.inputs[1]].dtype == "int8"  # the fixture really is hybrid
-    r = check_delegates(models["dynamic"], ("gpu", "coreml", "hexagon"))
+    r = check_delegates(models["dynamic"], ("gpu", "coreml", "hexagon", "nnapi"))
     assert r["gpu"].verdict == "full"  # constants are not type-checked; weights are dequantized
-    assert r["coreml"].nodes_delegated < r["coreml"].nodes_total  # hybrid CONV_2D version > 1
+    # Core ML: the hybrid CONV_2D is version 5 (> 1); the lone DEPTHWISE and ADD partitions are below 2 nodes.
+    assert codes(r["coreml"]) == [
+        ("CONV_2D", Reason.OP_VERSION),
+        ("DEPTHWISE_CONV_2D", Reason.PARTITION_SIZE),
+        ("CONV_2D", Reason.OP_VERSION),
+        ("ADD", Reason.PARTITION_SIZE),
+        ("MEAN", Reason.OPTION),
+    ]
     assert r["hexagon"].verdict == "none"
+    # NNAPI 1.2+ (API 29+) takes hybrid CONV_2D / FULLY_CONNECTED (the checks are pre-1.2 only).
+    assert r["nnapi"].verdict == "full"
     old = check_delegates(models["dynamic"], ["nnapi"], TargetParams(android_api=28))["nnapi"]
-    # NNAPI before 1.2 (API 29) rejects hybrid CONV_2D / FULLY_CONNECTED.
-    assert any("Hybrid operators not supported" in v.reason for v in old.cpu_nodes)
-    assert any("NNAPI rejects dynamic-range models" in h for h in old.hints)
+    # NNAPI before 1.2 (API 29) rejects hybrid CONV_2D / FULLY_CONNECTED (nnapi_delegate.cc:2494-2497, 2561-2564):
+    # only the second CONV_2D has int8 weights (the others are below the 1,024-weight threshold).
+    assert [(v.index, v.op, v.code) for v in old.cpu_nodes] == [(2, "CONV_2D", Reason.DYNAMIC_RANGE)]
+    assert (old.verdict, old.nodes_delegated, old.partitions) == ("partial", 6, 2)
+    assert any("dynamic-range (hybrid) ops" in h for h in old.hints)
 
 
 # ---- single rules ------------------------------------------------------------------------------------
@@ -133,10 +177,13 @@ def test_gpu_comparison_feeding_cast(models):
 
 
 def test_rank5(models):
-    r = check_delegates(models["rank5"], ("gpu", "nnapi", "hexagon"))
-    assert "rank 5" in reasons(r["gpu"])["ADD"]
-    assert "rank" in reasons(r["nnapi"])["ADD"].lower()
-    assert "rank 5" in reasons(r["hexagon"])["ADD"]
+    r = check_delegates(models["rank5"], RULES)
+    assert {name: codes(rep) for name, rep in r.items()} == {name: [("ADD", Reason.TENSOR_RANK)] for name in RULES}
+    assert reasons(r["gpu"])["ADD"] == "OP is supported, but tensor type/shape isn't compatible (rank 5 tensor)."
+    assert reasons(r["nnapi"])["ADD"] == "Input rank must be <= 4."
+    assert reasons(r["hexagon"])["ADD"].endswith("has rank 5; Hexagon supports at most 4.")
+    assert reasons(r["coreml"])["ADD"] == "Broadcasting needs both ranks <= 4."
+    assert "GPU: tensors of rank 5 or more are not supported; reshape to at most 4-D." in r["gpu"].hints
 
 
 def test_dynamic_tensor_veto(models):
@@ -160,7 +207,7 @@ def test_gpu_custom_transpose_conv_bias(models):
     data = make_custom(models["float32"], "CONV_2D", "Convolution2DTransposeBias", opts)
     assert check_delegates(data, ["gpu"])["gpu"].verdict == "full"
     bad = make_custom(models["float32"], "CONV_2D", "Convolution2DTransposeBias", struct.pack("<3i", 1, 0, 2))
-    assert "strides" in reasons(check_delegates(bad, ["gpu"])["gpu"])["Convolution2DTransposeBias"]
+    assert reasons(check_delegates(bad, ["gpu"])["gpu"])["Convolution2DTransposeBias"] == "Incorrect stride values."
 
 
 def test_exact_input_counts(models):

@@ -3,8 +3,9 @@ greedy-epoch logic and GetFirstNLargestPartitions, worked out by hand."""
 
 from __future__ import annotations
 
+from optimize.delegates.dynamic import first_dynamic_tensor
 from optimize.delegates.flatbuffer import Op, Subgraph, Tensor
-from optimize.delegates.graph import first_dynamic_tensor, largest, partition
+from optimize.delegates.graph import largest, partition
 from optimize.delegates.xnnpack import replaced_nodes
 
 

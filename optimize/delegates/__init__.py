@@ -1,8 +1,10 @@
 """Delegate compatibility matrix: would GPU, NNAPI, Hexagon, Core ML (and XNNPACK) take this model?
 
 GPU, NNAPI, Hexagon and Core ML are predicted from each delegate's own acceptance rules (one module each,
-tagged with the source it follows), partitioned the way the runtime partitions. XNNPACK is observed in
-the real interpreter. Every report says which it is (`source`: "rules" or "runtime").
+tagged with the source it follows, each satisfying the `rules.DelegateRules` protocol), partitioned the
+way the runtime partitions. XNNPACK is observed in the real interpreter. Every report says which it is
+(`source`: "rules" or "runtime"). The model is parsed once and its structure validated before any rule
+runs; an interpreter already loaded for measuring can be passed in so XNNPACK costs no second load.
 
     >>> reports = check_delegates("model.tflite", ["gpu", "xnnpack"])
     >>> print(format_report(reports))
@@ -20,13 +22,30 @@ from .target import TargetParams
 
 DELEGATES: tuple[Delegate, ...] = tuple(Delegate)
 
-__all__ = ["DELEGATES", "TargetParams", "check_delegates", "format_report"]
+__all__ = ["DELEGATES", "SOURCE_CONFLICTS", "TargetParams", "check_delegates", "format_report", "rules_for"]
 
 
-def _rules_module(name: str):
+def __getattr__(name: str):
+    if name == "SOURCE_CONFLICTS":  # data for reports and the recommender, loaded on first use
+        from .conflicts import SOURCE_CONFLICTS
+
+        return SOURCE_CONFLICTS
+    raise AttributeError(name)
+
+
+def rules_for(name: str):
+    """The `DelegateRules` object of a rules-checked delegate (gpu, nnapi, hexagon, coreml)."""
     from . import coreml, gpu, hexagon, nnapi
 
-    return {Delegate.GPU: gpu, Delegate.NNAPI: nnapi, Delegate.HEXAGON: hexagon, Delegate.COREML: coreml}[name]
+    return {Delegate.GPU: gpu, Delegate.NNAPI: nnapi, Delegate.HEXAGON: hexagon, Delegate.COREML: coreml}[name].RULES
+
+
+def _names(delegates: Iterable[str] | str) -> list[str]:
+    names = [d.strip().lower() for d in ([delegates] if isinstance(delegates, str) else delegates) if d.strip()]
+    unknown = [d for d in names if d not in DELEGATES]
+    if unknown:
+        raise OptimizeError(f"Unknown delegate {', '.join(unknown)}.", f"Choose from {', '.join(DELEGATES)}.")
+    return list(dict.fromkeys(names))
 
 
 def check_delegates(
@@ -34,29 +53,33 @@ def check_delegates(
     delegates: Iterable[str] = DELEGATES,
     target: TargetParams | None = None,
     threads: int = 2,
+    *,
+    loaded=None,
+    parsed=None,
 ) -> dict[str, DelegateReport]:
     """One DelegateReport per requested delegate, in the order asked.
 
-    Raises ModelError for a file that is not a readable TFLite model, OptimizeError for an unknown delegate.
+    `loaded`: an interpreter already built for this model with the default XNNPACK delegate
+    (`runtime.load(model, xnnpack=True)`); the XNNPACK column then reads it instead of loading again.
+    `parsed`: the model already read with `flatbuffer.read_model` (validated), so it is not read twice.
+    Raises ModelError for a file that is not a readable, structurally valid TFLite model, OptimizeError
+    for an unknown delegate.
     """
-    from .engine import run_rules
+    from .engine import ModelFacts, run_rules
     from .flatbuffer import read_model
 
-    names = [d.strip().lower() for d in ([delegates] if isinstance(delegates, str) else delegates) if d.strip()]
-    unknown = [d for d in names if d not in DELEGATES]
-    if unknown:
-        raise OptimizeError(f"Unknown delegate {', '.join(unknown)}.", f"Choose from {', '.join(DELEGATES)}.")
+    names = _names(delegates)
     target = target or TargetParams()
-    parsed = read_model(model)
+    facts = ModelFacts(parsed if parsed is not None else read_model(model))
     out: dict[str, DelegateReport] = {}
-    for name in dict.fromkeys(names):
-        if name == "xnnpack":
+    for name in names:
+        if name == Delegate.XNNPACK:
             from . import xnnpack
 
-            versions = {op.index: op.version for op in parsed.main.ops}
-            out[name] = xnnpack.check(model, threads=threads, versions=versions)
+            versions = {op.index: op.version for op in facts.model.main.ops}
+            out[name] = xnnpack.check(model, threads=threads, versions=versions, loaded=loaded)
         else:
-            out[name] = run_rules(parsed, _rules_module(name), target)
+            out[name] = run_rules(facts, rules_for(name), target)
     return out
 
 

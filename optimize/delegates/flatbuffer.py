@@ -98,7 +98,7 @@ class Quant:
         return f"Quant({kind})"
 
 
-@dataclass
+@dataclass(slots=True)
 class Tensor:
     index: int
     name: str
@@ -110,6 +110,7 @@ class Tensor:
     is_variable: bool
     quant_table: object = field(default=None, repr=False)  # parsed on first use: most rules never look
     data: memoryview | None = field(default=None, repr=False)
+    sparse: bool = False  # has sparsity parameters (stored compressed: its buffer is not shape-sized)
 
     @property
     def quant(self) -> Quant | None:
@@ -117,7 +118,8 @@ class Tensor:
         q = self.quant_table
         if q is None or isinstance(q, Quant):
             return q
-        self.quant_table = q = _quant(q)
+        buf, at = q  # (buffer, table position): the table is read on first use
+        self.quant_table = q = _quant(_Table(buf, at))
         return q
 
     @property
@@ -154,7 +156,11 @@ class Op:
         """Builtin options by schema field name, enums as names (e.g. {'fused_activation_function': 'RELU6'})."""
         o = self.options_table
         if not isinstance(o, dict):
-            self.options_table = o = {} if o is None else _options(o, _schema())
+            try:
+                o = {} if o is None else _options(o, _schema())
+            except Exception as e:  # an options table pointing outside the file
+                raise _corrupt(f"operator {self.index} ({self.opcode}) has unreadable options", e) from None
+            self.options_table = o
         return o
 
     @property
@@ -194,6 +200,7 @@ class Model:
     description: str
     subgraphs: list[Subgraph]
     size_bytes: int
+    n_buffers: int = 0
 
     @property
     def main(self) -> Subgraph:
@@ -239,6 +246,7 @@ def _snake(name: str) -> str:
 
 
 _U32 = struct.Struct("<I")
+_VTABLES = [struct.Struct(f"<{n}H") for n in range(64)]
 _I32 = struct.Struct("<i")
 _U16 = struct.Struct("<H")
 _U64 = struct.Struct("<Q")
@@ -252,18 +260,21 @@ class _Table:
     schema's field ids (slot = 4 + 2 * id), the same ones the generated module uses.
     """
 
-    __slots__ = ("buf", "pos", "vt", "vt_len")
+    __slots__ = ("buf", "pos", "vt_len", "offsets")
 
     def __init__(self, buf, pos: int):
         self.buf = buf
         self.pos = pos
-        self.vt = pos - _I32.unpack_from(buf, pos)[0]
-        self.vt_len = _U16.unpack_from(buf, self.vt)[0]
+        vt = pos - _I32.unpack_from(buf, pos)[0]
+        self.vt_len = _U16.unpack_from(buf, vt)[0]
+        # The field offsets, slot 4 onwards, read in one call.
+        n = max(self.vt_len - 4, 0) >> 1
+        self.offsets = (_VTABLES[n] if n < len(_VTABLES) else struct.Struct(f"<{n}H")).unpack_from(buf, vt + 4)
 
     def _field(self, slot: int) -> int:
-        if slot >= self.vt_len:
-            return 0
-        off = _U16.unpack_from(self.buf, self.vt + slot)[0]
+        k = (slot - 4) >> 1
+        offsets = self.offsets
+        off = offsets[k] if k < len(offsets) else 0
         return self.pos + off if off else 0
 
     def scalar(self, slot: int, fmt: struct.Struct, default=0):
@@ -311,11 +322,17 @@ class _Table:
 def _quant(q: _Table | None) -> Quant | None:
     if q is None:
         return None
-    start, n = q.vector(8)
+    try:
+        start, n = q.vector(8)
+        zstart, zn = q.vector(10)
+        dim, details = q.scalar(16, _I32), q.byte(12)
+    except Exception as e:
+        raise _corrupt("a tensor's quantization table is unreadable", e) from None
+    if start + 4 * n > len(q.buf) or zstart + 8 * zn > len(q.buf):
+        raise _corrupt("a tensor's quantization scales run past the end of the file")
     if not n:
         return None
-    zstart, zn = q.vector(10)
-    return Quant(q.buf, start, n, zstart, zn, q.scalar(16, _I32), q.byte(12) == _BLOCKWISE)
+    return Quant(q.buf, start, n, zstart, zn, dim, details == _BLOCKWISE)
 
 
 _BLOCKWISE = 3  # QuantizationDetails.BlockwiseQuantization in schema_py_generated
@@ -368,20 +385,21 @@ _FAST: dict[str, tuple[tuple[str, int, str, object], ...]] = {
 }
 
 
+_SCALARS = {"i": struct.Struct("<i"), "b": struct.Struct("<b"), "?": struct.Struct("<?"), "f": _F32}
+
+
 def _fast_options(table: _Table, name: str) -> dict:
     enums = _cache["enums"]
+    buf, pos, offs = table.buf, table.pos, table.offsets
+    n = len(offs)
     out: dict = {"_type": name}
     for key, slot, kind, default in _FAST[name]:
-        if kind == "i":
-            v = table.scalar(slot, _I32, default)
-        elif kind == "b":
-            v = table.byte(slot, signed=True, default=default)
-        elif kind == "?":
-            v = bool(table.byte(slot, default=int(default)))
-        elif kind == "f":
-            v = table.scalar(slot, _F32, default)
+        k = (slot - 4) >> 1
+        off = offs[k] if k < n else 0
+        if kind == "v":
+            v = _int_vector(buf, pos + off if off else 0) or ()
         else:
-            v = table.ints(slot) or ()
+            v = _SCALARS[kind].unpack_from(buf, pos + off)[0] if off else default
         enum = enums.get(key)
         out[key] = enum.get(v, v) if enum is not None else v
     return out
@@ -427,16 +445,27 @@ def _map(path: Path):
             return b""
 
 
-def read_model(model: str | Path | bytes) -> Model:
-    """Parse a .tflite file or its bytes. Anything unreadable is one ModelError with a fix."""
+def _corrupt(what: str, e: Exception | None = None) -> ModelError:
+    why = f" ({e.__class__.__name__})" if e is not None else ""
+    return ModelError(f"The model is corrupt: {what}{why}.", "Re-export the model; check the file copied completely.")
+
+
+def _source(model: str | Path | bytes):
+    """(buffer, name for messages) of a model path or its bytes."""
     if isinstance(model, (bytes, bytearray, memoryview)):
-        buf, where = bytes(model), "The model bytes"
-    else:
-        path = Path(model)
-        if not path.is_file():
-            raise ModelError(f"No model file at {path}.", "Pass the path of a .tflite file.")
-        where = str(path)
-        buf = _map(path)
+        return bytes(model), "The model bytes"
+    path = Path(model)
+    if not path.is_file():
+        raise ModelError(f"No model file at {path}.", "Pass the path of a .tflite file.")
+    return _map(path), str(path)
+
+
+def read_model(model: str | Path | bytes) -> Model:
+    """Parse a .tflite file or its bytes and validate its structure (`validate.py`): anything unreadable
+    or inconsistent is one ModelError with a fix, before any rule looks at it."""
+    from .validate import validate
+
+    buf, where = _source(model)
     s = _schema()
     if len(buf) < 8 or not s.Model.ModelBufferHasIdentifier(buf, 0):
         raise ModelError(
@@ -444,7 +473,7 @@ def read_model(model: str | Path | bytes) -> Model:
             "Pass a .tflite file written by the TFLite/LiteRT converter.",
         )
     try:
-        parsed = _parse(buf, s)
+        parsed = _parse(buf)
     except ModelError:
         raise
     except Exception as e:  # truncated or corrupt: offsets point outside the file
@@ -454,6 +483,7 @@ def read_model(model: str | Path | bytes) -> Model:
         ) from None
     if not parsed.subgraphs or not parsed.main.ops:
         raise ModelError(f"{where} has an empty graph (no operators).", "Export a model that computes something.")
+    validate(parsed, where)
     return parsed
 
 
@@ -464,84 +494,102 @@ def _truncated() -> ModelError:
     )
 
 
-def _parse(buf, s) -> Model:
-    t = _tables()
-    size = len(buf)
-    view = memoryview(buf)
-    m = _Table(buf, _U32.unpack_from(buf, 0)[0])
-    opcodes: list[tuple[str, str | None, int]] = []
+def _opcodes(m: _Table) -> list[tuple[str, str | None, int]]:
+    """(builtin name, custom name, version) per operator code; builtin = max(deprecated, new) code."""
+    names = _tables()["ops"]
+    out = []
     for i, oc in enumerate(m.tables(6)):
         code = max(oc.byte(4, signed=True), oc.scalar(10, _I32))
-        name = t["ops"].get(code)
+        name = names.get(code)
         if name is None:
             raise ModelError(
                 f"Operator code {i} uses builtin op {code}, which this schema (ai-edge-litert) does not know: "
                 "the model was written with a newer schema.",
                 "Upgrade ai-edge-litert, or convert with the matching TensorFlow/LiteRT version.",
             )
-        opcodes.append((name, oc.string(6) or None, oc.scalar(8, _I32, 1) or 1))
+        out.append((name, oc.string(6) or None, oc.scalar(8, _I32, 1) or 1))
+    return out
 
-    # Buffers: constness and a zero-copy view of the data, with bounds checks (truncation shows up here).
-    buffers: list[memoryview | None] = []
-    for b in m.tables(12):
-        data = None
-        start, n = b.vector(4)
-        if n:
-            if start + n > size:
-                raise _truncated()
-            data = view[start : start + n]
-        else:
-            off = b.scalar(6, _U64)
-            if off > 1:
-                sz = b.scalar(8, _U64)
-                if off + sz > size:
-                    raise _truncated()
-                data = view[off : off + sz] if sz else None
-        buffers.append(data)
 
-    subgraphs = []
-    for si, g in enumerate(m.tables(8)):
-        tensors = []
-        for ti, x in enumerate(g.tables(4)):
-            bi = x.scalar(8, _U32)
-            data = buffers[bi] if 0 < bi < len(buffers) else None
-            is_var = bool(x.byte(14))
-            external = x.scalar(24, _U32) if x.vt_len > 24 else 0
-            tensors.append(
-                Tensor(
-                    index=ti,
-                    name=x.string(10),
-                    dtype=_DTYPES.get(x.byte(6, signed=True), f"type{x.byte(6)}"),
-                    shape=x.ints(4) or (),
-                    shape_signature=x.ints(18),
-                    buffer=bi,
-                    is_const=(data is not None or external != 0) and not is_var,
-                    is_variable=is_var,
-                    quant_table=x.table(12),
-                    data=data,
-                )
-            )
-        ops = []
-        n_t = len(tensors)
-        for oi, o in enumerate(g.tables(10)):
-            idx = o.scalar(4, _U32)
-            if idx >= len(opcodes):
-                raise ModelError(
-                    f"Operator {oi} refers to operator code {idx}, which does not exist.",
-                    "The file is corrupt: re-export the model.",
-                )
-            name, custom, version = opcodes[idx]
-            ins, outs = o.ints(6) or (), o.ints(8) or ()
-            if (ins and max(ins) >= n_t) or (outs and max(outs) >= n_t):
-                raise ModelError(
-                    f"Operator {oi} ({name}) refers to a tensor that does not exist.",
-                    "The file is corrupt: re-export the model.",
-                )
-            start, n = o.vector(14)
-            custom_options = bytes(view[start : start + n]) if n else b""
-            large = o.scalar(22, _U64) if o.vt_len > 22 else 0
-            if not n and large > 1:
-                custom_options = bytes(view[large : large + o.scalar(24, _U64)])
-            ops.append(Op(oi, name, custom, version, ins, outs, o, custom_options))
-        subgraphs.append(Subgraph(si, g.string(12), tensors, ops, g.ints(6) or (), g.ints(8) or ()))
-    return Model(m.scalar(4, _U32), m.string(10), subgraphs, size)
+def _buffer(b: _Table, view: memoryview, size: int) -> memoryview | None:
+    """A zero-copy view of one buffer's data, bounds-checked (truncation shows up here)."""
+    start, n = b.vector(4)
+    if n:
+        if start + n > size:
+            raise _truncated()
+        return view[start : start + n]
+    off = b.scalar(6, _U64)
+    if off <= 1:
+        return None
+    sz = b.scalar(8, _U64)
+    if off + sz > size:
+        raise _truncated()
+    return view[off : off + sz] if sz else None
+
+
+def _int_vector(buf, at: int) -> tuple[int, ...] | None:
+    """The int32 vector whose offset field is at `at` (0: absent)."""
+    if not at:
+        return None
+    start = at + _U32.unpack_from(buf, at)[0]
+    n = _U32.unpack_from(buf, start)[0]
+    return struct.unpack_from(f"<{n}i", buf, start + 4)
+
+
+def _tensor(x: _Table, ti: int, buffers: list[memoryview | None]) -> Tensor:
+    """One Tensor table, read field by field (field ids: shape 0, type 1, buffer 2, name 3, quantization 4,
+    is_variable 5, sparsity 6, shape_signature 7, external_buffer 10)."""
+    buf, pos, offs = x.buf, x.pos, x.offsets + (0,) * 11
+    bi = _U32.unpack_from(buf, pos + offs[2])[0] if offs[2] else 0
+    data = buffers[bi] if 0 < bi < len(buffers) else None
+    is_var = bool(buf[pos + offs[5]]) if offs[5] else False
+    external = _U32.unpack_from(buf, pos + offs[10])[0] if offs[10] else 0
+    code = buf[pos + offs[1]] if offs[1] else 0
+    code = code - 256 if code > 127 else code
+    q = pos + offs[4] + _U32.unpack_from(buf, pos + offs[4])[0] if offs[4] else 0
+    return Tensor(
+        index=ti,
+        name=x.string(10),
+        dtype=_DTYPES.get(code, f"type{code}"),
+        shape=_int_vector(buf, pos + offs[0] if offs[0] else 0) or (),
+        shape_signature=_int_vector(buf, pos + offs[7] if offs[7] else 0),
+        buffer=bi,
+        is_const=(data is not None or external != 0) and not is_var,
+        is_variable=is_var,
+        quant_table=(buf, q) if q else None,
+        data=data,
+        sparse=offs[6] != 0,
+    )
+
+
+def _op(o: _Table, oi: int, opcodes: list[tuple[str, str | None, int]], view: memoryview) -> Op:
+    idx = o.scalar(4, _U32)
+    if idx >= len(opcodes):
+        raise ModelError(
+            f"Operator {oi} refers to operator code {idx}, which does not exist.",
+            "The file is corrupt: re-export the model.",
+        )
+    name, custom, version = opcodes[idx]
+    start, n = o.vector(14)
+    custom_options = bytes(view[start : start + n]) if n else b""
+    large = o.scalar(22, _U64) if o.vt_len > 22 else 0
+    if not n and large > 1:
+        custom_options = bytes(view[large : large + o.scalar(24, _U64)])
+    return Op(oi, name, custom, version, o.ints(6) or (), o.ints(8) or (), o, custom_options)
+
+
+def _subgraph(si: int, g: _Table, opcodes, buffers, view: memoryview) -> Subgraph:
+    tensors = [_tensor(x, ti, buffers) for ti, x in enumerate(g.tables(4))]
+    ops = [_op(o, oi, opcodes, view) for oi, o in enumerate(g.tables(10))]
+    return Subgraph(si, g.string(12), tensors, ops, g.ints(6) or (), g.ints(8) or ())
+
+
+def _parse(buf) -> Model:
+    _tables()
+    size = len(buf)
+    view = memoryview(buf)
+    m = _Table(buf, _U32.unpack_from(buf, 0)[0])
+    opcodes = _opcodes(m)
+    buffers = [_buffer(b, view, size) for b in m.tables(12)]
+    subgraphs = [_subgraph(si, g, opcodes, buffers, view) for si, g in enumerate(m.tables(8))]
+    return Model(m.scalar(4, _U32), m.string(10), subgraphs, size, len(buffers))

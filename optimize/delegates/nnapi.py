@@ -3,21 +3,42 @@
 L is the target feature level (the Android API level, or 1000006+ for updatable NNAPI feature levels).
 The prediction is an upper bound: on API >= 29 the driver is asked which operations it supports
 (`getSupportedOperationsForDevices`), which is device-specific and cannot be known offline.
+docs/delegate-rules-audit.md maps every function here to its lines in nnapi_delegate.cc.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from ..vocab import Delegate, Scheme
+from .conflicts import NNAPI_FLOAT16
 from .graph import NodeView
-from .rules import Policy
+from .rules import (
+    Finding,
+    Policy,
+    Reason,
+    Rule,
+    Rules,
+    Verdict,
+    codes,
+    constant_input,
+    dtype,
+    first,
+    input_type_in,
+    reject,
+)
 from .target import NNAPI_FL6, NNAPI_FL7, TargetParams
 
 SOURCE = "tflite/delegates/nnapi/nnapi_delegate.cc (NNAPIDelegateKernel::Validate) @ LiteRT f67457790c9c (Aug 2026)"
-NAME = "nnapi"
 
-F32 = {"float32"}
-Q8 = {"uint8", "int8"}
+# nnapi_delegate_kernel.h:41-47
+NNAPI10, NNAPI11, NNAPI12, NNAPI13 = 27, 28, 29, 30
+
+F32 = frozenset({"float32"})
+Q8 = frozenset({"uint8", "int8"})
 FQ8 = F32 | Q8
-NNAPI_TYPES = {"float32", "float16", "uint8", "int8", "int32", "bool", "int16"}
+FQ8I = FQ8 | {"int32"}
+NNAPI_TYPES = frozenset({"float32", "float16", "uint8", "int8", "int32", "bool", "int16"})
 
 
 def policy(target: TargetParams) -> Policy:
@@ -38,38 +59,42 @@ def policy(target: TargetParams) -> Policy:
     )
 
 
-def veto(model, target: TargetParams) -> str | None:
-    if target.android_api < 27:
-        return f"NNAPI needs Android 8.1 (API 27); the target is API {target.android_api}."
+def veto(model, target: TargetParams) -> Verdict | None:
+    if target.android_api < NNAPI10:
+        return reject(
+            Reason.PLATFORM, f"NNAPI needs Android 8.1 (API 27); the target is API {target.android_api}.", limit=27
+        )
     return None
 
 
 # ---- helpers ----------------------------------------------------------------------------------------
 
 
-def _type(node: NodeView, i: int) -> str:
-    t = node.input(i)
-    return t.dtype if t is not None else "none"
+def _L(t: TargetParams) -> int:
+    return t.nnapi_level
 
 
-def _in0(allowed) -> callable:
-    def check(node: NodeView, L: int, accel: bool) -> str | None:
-        return None if _type(node, 0) in allowed else f"Input type {_type(node, 0)} is not supported."
-
-    return check
+def _level(need: int, what: str = "") -> Verdict:
+    """ExpectMinAndroidSdkVersion's failure."""
+    return reject(Reason.FEATURE_LEVEL, f"Android sdk version less than {need}{what}.", limit=need)
 
 
-def _ranks_le4(node: NodeView, L, accel) -> str | None:
-    for t in node.inputs:
+def _in0(allowed, what: str = "Input type") -> callable:
+    return input_type_in(0, allowed, what)
+
+
+def _ranks_le4(node: NodeView, _t) -> Verdict | None:
+    """Input rank must be <= 4 (checked on inputs 0 and 1)."""
+    for t in node.inputs[:2]:
         if t is not None and t.rank > 4:
-            return "Input rank should be <= 4."
+            return reject(Reason.TENSOR_RANK, "Input rank must be <= 4.", limit=4)
     return None
 
 
 def _hybrid(node: NodeView) -> bool:
-    """IsHybridOperator: float32 input with 8-bit weights (CONV_2D, FULLY_CONNECTED, LSTM family)."""
-    w = 2 if node.name in ("LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_LSTM") else 1
-    return _type(node, 0) == "float32" and _type(node, w) in Q8
+    """IsHybridOperator: float32 input with 8-bit weights (CONV_2D, FULLY_CONNECTED, LSTM family, RNN)."""
+    w = 2 if "LSTM" in node.name else 1
+    return dtype(node, 0) == "float32" and dtype(node, w) in Q8
 
 
 def _restricted_scales(node: NodeView) -> bool:
@@ -79,637 +104,728 @@ def _restricted_scales(node: NodeView) -> bool:
     return float(x.quant.scales[0]) * float(w.quant.scales[0]) < float(y.quant.scales[0])
 
 
-def _add_mul(node: NodeView, L, accel) -> str | None:
-    t = _type(node, 0)
-    if L >= 30:
-        if t not in FQ8 | {"int32"}:
-            return "Input should be Float, Quant8, or Int32."
-        if t == "int32" and node.opts.get("fused_activation_function", "NONE") != "NONE":
-            return "No activation function supported."
-    elif t not in FQ8:
-        return "Input should be Float or Quant8."
-    return _ranks_le4(node, L, accel)
+def _no_act_int32(node: NodeView) -> Verdict | None:
+    if dtype(node, 0) == "int32" and node.opts.get("fused_activation_function", "NONE") != "NONE":
+        return reject(Reason.ACTIVATION, "No activation function supported.")
+    return None
 
 
-def _sub(node: NodeView, L, accel) -> str | None:
-    t = _type(node, 0)
-    ok = (t == "float32") or (L >= 29 and t in Q8) or (L >= 30 and t == "int32")
+def _add_mul(node: NodeView, t) -> Verdict | None:
+    got = dtype(node, 0)
+    if _L(t) >= NNAPI13:
+        if got not in FQ8I:
+            return reject(Reason.TENSOR_TYPE, "Input should be Float, Quant8, or Int32.")
+        r = _no_act_int32(node)
+        if r:
+            return r
+    elif got not in FQ8:
+        return reject(Reason.TENSOR_TYPE, "Input should be Float or Quant8.")
+    return _ranks_le4(node, t)
+
+
+def _sub(node: NodeView, t) -> Verdict | None:
+    got, L = dtype(node, 0), _L(t)
+    ok = (L >= NNAPI11 and got == "float32") or (L >= NNAPI12 and got in Q8) or (L >= NNAPI13 and got == "int32")
     if not ok:
-        return f"SUB input type {t} is not supported at feature level {L}."
-    if t == "int32" and node.opts.get("fused_activation_function", "NONE") != "NONE":
-        return "No activation function supported."
-    return _ranks_le4(node, L, accel)
+        return reject(Reason.TENSOR_TYPE, f"NNAPI only support float sub (input {got} at feature level {L}).")
+    return _no_act_int32(node) or _ranks_le4(node, t)
 
 
-def _arg(node: NodeView, L, accel) -> str | None:
-    if _type(node, 0) not in {"float16", "float32", "int32", "uint8", "int8"}:
-        return "Input type not supported."
+def _arg(node: NodeView, _t) -> Verdict | None:
+    if dtype(node, 0) not in {"float16", "float32", "int32", "uint8", "int8"}:
+        return reject(Reason.TENSOR_TYPE, "Input type not supported.")
     axis = node.input(1)
     if axis is not None and axis.dtype == "int64":
         v = axis.values()
         if v is None or not (-(2**31) <= int(v[0]) < 2**31):
-            return "NNAPI only supports axis as int32 (or a constant int64 that fits)."
+            return reject(Reason.CONSTANT, "NNAPI only supports axis as int32 (or a constant int64 that fits).")
     elif axis is None or axis.dtype != "int32":
-        return "Axis should be Int32."
-    return None if node.opts.get("output_type", "int32") == "int32" else "NNAPI only supports int32 output."
-
-
-def _avg_pool(node: NodeView, L, accel) -> str | None:
-    if _type(node, 0) not in FQ8:
-        return "Input should be Float or Quant8."
-    o = node.opts
-    if _type(node, 0) in Q8 and not accel and o.get("filter_width", 1) * o.get("filter_height", 1) > 256:
-        return "Large filter window would overflow on the reference CPU path."
+        return reject(Reason.TENSOR_TYPE, "Axis should be Int32.")
+    if node.opts.get("output_type", "int32") != "int32":
+        return reject(Reason.OPTION, "NNAPI only supports int32 output.")
     return None
 
 
-def _conv(node: NodeView, L, accel) -> str | None:
-    if L < 29:
-        if _hybrid(node):
-            return "Hybrid operators not supported before NNAPI 1.2."
-        if _type(node, 0) not in {"float32", "uint8"}:
-            return "Input should be Float or UINT8."
-        w = node.input(1)
-        if w is not None and w.quant is not None and w.quant.per_channel:
-            return "Per-channel quantized convolution not supported before NNAPI 1.2."
-        if _type(node, 0) == "uint8" and not _restricted_scales(node):
-            return "When using NN API version 1.0 or 1.1, input_scale * filter_scale < output_scale."
-    if len(node.op.inputs) != 3 or node.input(2) is None:
-        return "Conv2D with omitted bias not supported."
+def _avg_pool(node: NodeView, t) -> Verdict | None:
     o = node.opts
-    if (o.get("dilation_w_factor", 1) != 1 or o.get("dilation_h_factor", 1) != 1) and L < 29:
-        return "NNAPI supports dilated Conv2D since NNAPI 1.2."
+    if dtype(node, 0) in Q8 and not t.nnapi_is_accel and o.get("filter_width", 1) * o.get("filter_height", 1) > 256:
+        return reject(Reason.OPTION, "Large filter window would overflow on the reference CPU path.")
+    return None
+
+
+def _pre12_weights(node: NodeView) -> Verdict | None:
+    """CONV_2D / FULLY_CONNECTED before NNAPI 1.2: no hybrid, float or uint8, restricted scales."""
+    if _hybrid(node):
+        return reject(Reason.DYNAMIC_RANGE, "Hybrid operators not supported before NNAPI 1.2.", limit=NNAPI12)
+    if dtype(node, 0) not in {"float32", "uint8"}:
+        return reject(Reason.TENSOR_TYPE, "Input should be Float or UINT8.")
+    return None
+
+
+def _restricted(node: NodeView, t) -> Verdict | None:
+    if _L(t) < NNAPI12 and dtype(node, 0) == "uint8" and not _restricted_scales(node):
+        return reject(
+            Reason.QUANTIZATION, "When using NN API version 1.0 or 1.1, input_scale * filter_scale < output_scale."
+        )
+    return None
+
+
+def _conv_pre12(node: NodeView, t) -> Verdict | None:
+    if _L(t) >= NNAPI12:
+        return None
+    r = _pre12_weights(node)
+    if r:
+        return r
+    w = node.input(1)
+    if w is not None and w.quant is not None and w.quant.per_channel:
+        return reject(Reason.PER_CHANNEL, "Per-channel quantized convolution not supported before NNAPI 1.2.")
+    return None
+
+
+def _conv(node: NodeView, t) -> Verdict | None:
+    """Validate only counts the inputs: an omitted (-1) bias slot still makes 3 (nnapi_delegate.cc:2518)."""
+    if len(node.op.inputs) != 3:
+        return reject(Reason.ARITY, "Conv2D with omitted bias not supported.")
+    o, L = node.opts, _L(t)
+    if (o.get("dilation_w_factor", 1) != 1 or o.get("dilation_h_factor", 1) != 1) and L < NNAPI12:
+        return reject(Reason.FEATURE_LEVEL, "NNAPI supports dilated Conv2D since NNAPI 1.2.", limit=NNAPI12)
     x, w = node.input(0), node.input(1)
-    if L < 29 and x is not None and w is not None and x.rank == 4 and w.rank == 4 and x.shape[3] != w.shape[3]:
-        return "Grouped convolution is not supported before NNAPI 1.2."
+    if L < NNAPI12 and x is not None and w is not None and x.rank == 4 and w.rank == 4 and x.shape[3] != w.shape[3]:
+        return reject(Reason.FEATURE_LEVEL, "Grouped convolution not supported before NNAPI 1.2.", limit=NNAPI12)
     return None
 
 
-def _dwconv(node: NodeView, L, accel) -> str | None:
-    if L < 29:
-        if _type(node, 0) not in {"float32", "uint8"}:
-            return "Input should be Float or UINT8."
-        if _type(node, 0) == "uint8" and not _restricted_scales(node):
-            return "When using NN API version 1.0 or 1.1, input_scale * filter_scale < output_scale."
-        o = node.opts
-        if o.get("dilation_w_factor", 1) != 1 or o.get("dilation_h_factor", 1) != 1:
-            return "dilation_width_factor and dilation_height_factor expected to be equal to 1."
+def _dwconv(node: NodeView, t) -> Verdict | None:
+    if _L(t) >= NNAPI12:
+        return None
+    if dtype(node, 0) not in {"float32", "uint8"}:
+        return reject(Reason.TENSOR_TYPE, "Input should be Float or UINT8.")
+    o = node.opts
+    if o.get("dilation_w_factor", 1) != 1 or o.get("dilation_h_factor", 1) != 1:
+        return reject(Reason.OPTION, "dilation_width_factor and dilation_height_factor expected to be equal to 1.")
     return None
 
 
-def _fc(node: NodeView, L, accel) -> str | None:
+def _fc(node: NodeView, t) -> Verdict | None:
     y = node.output(0)
     if y is not None and y.dtype == "int16":
-        return "Unsupported output of type kTfLiteInt16."
-    if L < 29:
-        if _hybrid(node):
-            return "Hybrid operators not supported before NNAPI 1.2."
-        if _type(node, 0) not in {"float32", "uint8"}:
-            return "Input should be Float or UINT8."
-        if _type(node, 0) == "uint8" and not _restricted_scales(node):
-            return "When using NN API version 1.0 or 1.1, input_scale * filter_scale < output_scale."
-    if node.opts.get("keep_num_dims") and L < 30:
-        return "Android sdk version less than 30 (keep_num_dims)."
+        return reject(Reason.TENSOR_TYPE, "Unsupported output of type kTfLiteInt16.")
+    if _L(t) < NNAPI12:
+        r = _pre12_weights(node)
+        if r:
+            return r
+    if node.opts.get("keep_num_dims") and _L(t) < NNAPI13:
+        return _level(NNAPI13, " (keep_num_dims)")
     return None
 
 
-def _softmax(node: NodeView, L, accel) -> str | None:
-    if _type(node, 0) not in FQ8:
-        return "Input should be Float or Quant8."
+def _softmax(node: NodeView, t) -> Verdict | None:
     y = node.output(0)
     if y is None or y.dtype not in FQ8:
-        return "Output type should be one of kTfLiteFloat32, kTfLiteUInt8, kTfLiteInt8."
-    r = node.input(0).rank
+        return reject(Reason.TENSOR_TYPE, "Output type should be one of kTfLiteFloat32, kTfLiteUInt8, kTfLiteInt8.")
+    r = node.input(0).rank if node.input(0) is not None else 0
     if r > 4:
-        return "Input rank should be <= 4."
-    if L < 29 and r not in (2, 4):
-        return "Before API level 29 only 2D and 4D input tensors were supported."
+        return reject(Reason.TENSOR_RANK, "Input rank should be <= 4.", limit=4)
+    if _L(t) < NNAPI12 and r not in (2, 4):
+        return reject(Reason.TENSOR_RANK, "Before API level 29 only 2D and 4D input tensors were supported.")
     return None
 
 
-def _reshape(node: NodeView, L, accel) -> str | None:
-    allowed = FQ8 | ({"int32"} if L >= NNAPI_FL6 else set())
-    if _type(node, 0) not in allowed:
-        return "Input should be Float or Quant8."
-    for t in [node.input(0), node.output(0)]:
-        if t is not None and t.rank > 4:
-            return "Input and output rank should be <= 4."
+def _reshape(node: NodeView, t) -> Verdict | None:
+    allowed = FQ8I if _L(t) >= NNAPI_FL6 else FQ8
+    if dtype(node, 0) not in allowed:
+        return reject(Reason.TENSOR_TYPE, "Input should be Float or Quant8.")
+    for x in (node.input(0), node.output(0)):
+        if x is not None and x.rank > 4:
+            return reject(Reason.TENSOR_RANK, "Input and output rank should be <= 4.", limit=4)
     if len(node.op.inputs) >= 2:
-        s = node.input(1)
-        if s is None or not s.is_const:
-            return "The shape input tensor must be constant."
-    else:
-        shape = tuple(node.opts.get("new_shape") or ())
-        if len(shape) == 0 or shape == (0,):
-            return "New shape rank should be > 0."
+        return constant_input(1, "The shape input tensor")(node, t)
+    shape = tuple(node.opts.get("new_shape") or ())
+    return reject(Reason.OPTION, "New shape rank should be > 0.") if shape in ((), (0,)) else None
+
+
+def _no_align(node: NodeView, t) -> Verdict | None:
+    if _L(t) <= NNAPI12 and (node.opts.get("align_corners") or node.opts.get("half_pixel_centers")):
+        return reject(Reason.OPTION, "NNAPI does not support align_corners or half_pixel_centers == true.")
     return None
 
 
-def _no_align(node: NodeView, L) -> str | None:
-    if L <= 29 and (node.opts.get("align_corners") or node.opts.get("half_pixel_centers")):
-        return "NNAPI does not support align_corners or half_pixel_centers == true."
-    return None
-
-
-def _resize(node: NodeView, L, accel) -> str | None:
-    x = node.input(0)
-    if node.name == "RESIZE_BILINEAR" and (x is None or x.rank != 4):
-        return "Input should have rank 4."
-    if _type(node, 0) not in FQ8:
-        return "Input should be Float or Quant8."
+def _size_const(node: NodeView, t) -> Verdict | None:
     if len(node.op.inputs) < 2:
-        return "Expected at least 2 inputs."
-    s = node.input(1)
-    if s is None or not s.is_const:
-        return "The size input tensor must be constant."
-    if node.name == "RESIZE_BILINEAR" and L < 29:
-        y = node.output(0)
-        if y is not None and y.rank == 4 and y.shape[1] != y.shape[2]:
-            return "Require width == height due to driver differences in NNAPI < 1.2."
-        if x.dtype != "float32":
-            return "NNAPI 1.0 & 1.1 only supports float input."
-    return _no_align(node, L)
+        return reject(Reason.ARITY, "Expected at least 2 inputs.")
+    return constant_input(1, "The size input tensor")(node, t)
 
 
-def _concat(node: NodeView, L, accel) -> str | None:
+def _bilinear_pre12(node: NodeView, t) -> Verdict | None:
+    if _L(t) >= NNAPI12:
+        return None
+    y = node.output(0)
+    if y is not None and y.rank == 4 and y.shape[1] != y.shape[2]:
+        return reject(Reason.SHAPE, "Require width == height due to driver differences in NNAPI < 1.2.")
+    if dtype(node, 0) != "float32":
+        return reject(Reason.TENSOR_TYPE, "NNAPI 1.0 & 1.1 only supports float input.")
+    return None
+
+
+def _rank4(node: NodeView, _t) -> Verdict | None:
+    x = node.input(0)
+    return None if x is not None and x.rank == 4 else reject(Reason.TENSOR_RANK, "Input should have rank 4.")
+
+
+def _concat_pre12_scales(node: NodeView, t) -> Verdict | None:
+    if dtype(node, 0) != "uint8" or _L(t) >= NNAPI12:
+        return None
+    qs = {
+        (float(x.quant.scales[0]), int(x.quant.zero_points[0]) if len(x.quant.zero_points) else 0)
+        for x in node.inputs
+        if x is not None and x.quant is not None
+    }
+    if len(qs) > 1:
+        return reject(
+            Reason.QUANTIZATION,
+            "NNAPI 1.0-1 only supported concatenating quantized tensor of the same scale and offset.",
+        )
+    return None
+
+
+def _concat(node: NodeView, t) -> Verdict | None:
     if node.opts.get("fused_activation_function", "NONE") != "NONE":
-        return "Activation function should be None."
+        return reject(Reason.ACTIVATION, "No activation function supported.")
     x = node.input(0)
     if x is not None and x.rank > 4:
-        return "Input rank should be <= 4."
-    if _type(node, 0) not in {"float16", "float32", "uint8", "int8"}:
-        return "Input type not supported."
-    if _type(node, 0) == "uint8" and L < 29:
-        qs = [
-            (float(t.quant.scales[0]), int(t.quant.zero_points[0]) if len(t.quant.zero_points) else 0)
-            for t in node.inputs
-            if t is not None and t.quant is not None
-        ]
-        if len(set(qs)) > 1:
-            return "Output scale and zero point must match the inputs before NNAPI 1.2."
-    return None
+        return reject(Reason.TENSOR_RANK, "Input rank should be less than 4.", limit=4)
+    if dtype(node, 0) not in {"float16", "float32", "uint8", "int8"}:
+        return reject(Reason.TENSOR_TYPE, "Input type not supported.")
+    return _concat_pre12_scales(node, t)
 
 
-def _dequantize(node: NodeView, L, accel) -> str | None:
-    x = node.input(0)
-    if L >= 30 and x is not None and x.dtype == "float16" and not x.is_const:
+def _dequantize(node: NodeView, t) -> Verdict | None:
+    """DEQUANTIZE has its own order: a runtime float16 input is accepted from NNAPI 1.3 before any check."""
+    x, L = node.input(0), _L(t)
+    if L >= NNAPI13 and x is not None and x.dtype == "float16" and not x.is_const:
         return None
     if node.version > 2:
-        return "OP Version higher than 2."
-    t = _type(node, 0)
-    if L < 29 and t != "uint8":
-        return "Input should be UINT8 before NNAPI 1.2."
-    if L >= 29 and t not in Q8:
-        return f"Input type {t} is not supported (DEQUANTIZE takes uint8/int8)."
-    if L == 29 and t == "int8" and x.quant is not None and len(x.quant.zero_points) and any(x.quant.zero_points):
-        return "NN API supports int8 type since version 1.2 but only for symmetric quantization."
+        return reject(Reason.OP_VERSION, "Supported op versions are 1 and 2 only.", limit=2)
+    got = dtype(node, 0)
+    if got not in (Q8 if L >= NNAPI12 else {"uint8"}):
+        return reject(Reason.TENSOR_TYPE, f"Input type {got} is not supported.")
+    if L == NNAPI12 and got == "int8" and x.quant is not None and len(x.quant.zero_points) and x.quant.zero_points[0]:
+        return reject(
+            Reason.QUANTIZATION, "NN API supports int8 type since version 1.2 but only for symmetric quantization."
+        )
     return None
 
 
-def _pad(node: NodeView, L, accel) -> str | None:
-    if _type(node, 0) not in FQ8:
-        return "Input should be Float or Quant8."
+def _no_empty_input(node: NodeView, _t) -> Verdict | None:
     x = node.input(0)
     if x is not None and 0 in x.shape:
-        return "NN API pad ops do not support input tensors with no elements."
-    n = len(node.op.inputs)
+        return reject(Reason.SHAPE, "NN API pad ops do not support input tensors with no elements.")
+    return None
+
+
+def _pad(node: NodeView, t) -> Verdict | None:
+    n, L = len(node.op.inputs), _L(t)
     if n < 2:
-        return "Expecting at least 2 inputs."
-    if n == 3 and L < 29:
-        return "Specification of the padding value is supported from NNAPI 1.2."
-    if n == 2 and L < 29 and _type(node, 0) != "float32":
-        return "Only float32 PAD is supported before NNAPI 1.2."
+        return reject(Reason.ARITY, "Expecting at least 2 inputs.")
+    if n == 3 and L < NNAPI12:
+        return reject(Reason.FEATURE_LEVEL, "Specification of the padding value is supported from NNAPI 1.2.", NNAPI12)
+    if n != 3 and L < NNAPI12 and dtype(node, 0) != "float32":
+        return reject(Reason.TENSOR_TYPE, "Only Float32 inputs are supported before NNAPI 1.2.")
     return None
 
 
-def _mirror_pad(node: NodeView, L, accel) -> str | None:
-    if _type(node, 0) not in FQ8 | {"int32"}:
-        return "Input type not supported."
-    x = node.input(0)
-    if x is not None and 0 in x.shape:
-        return "NN API pad ops do not support input tensors with no elements."
-    return None if len(node.op.inputs) == 2 else "Expecting 2 inputs."
+def _mirror_pad(node: NodeView, _t) -> Verdict | None:
+    if node.opts.get("mode") not in ("REFLECT", "SYMMETRIC"):
+        return reject(Reason.OPTION, "Unknown padding mode.")
+    return None if len(node.op.inputs) == 2 else reject(Reason.ARITY, "Expecting 2 inputs.")
 
 
-def _b2s(node: NodeView, L, accel) -> str | None:
+def _b2s(node: NodeView, _t) -> Verdict | None:
     crops = node.input(2)
     v = crops.values() if crops is not None else None
     if v is None or crops.dtype != "int32" or v.size != 4 or v.any():
-        return "All crops should be 0."
+        return reject(Reason.CONSTANT, "All crops should be 0.")
     return None
 
 
-def _const(i: int, what: str):
-    def check(node: NodeView, L, accel) -> str | None:
-        t = node.input(i)
-        return None if t is not None and t.is_const else f"{what} must be constant."
-
-    return check
+def _transpose(node: NodeView, t) -> Verdict | None:
+    if len(node.op.inputs) > 1 and node.input(1) is not None and node.input(1).is_const:
+        return None
+    return reject(Reason.CONSTANT, "Dynamically-sized tensors not supported (the permutation must be constant).")
 
 
-def _maxmin(node: NodeView, L, accel) -> str | None:
-    if _type(node, 0) not in FQ8 | {"int32"}:
-        return "Input type not supported."
-    for t in node.inputs[:2]:
-        if t is not None and t.rank == 0 and not t.is_const:
-            return "Scalar operands must be constant."
-    return None
-
-
-def _cast(node: NodeView, L, accel) -> str | None:
-    allowed = {"float32", "int32", "uint8"} | ({"int8"} if L >= 30 else set())
-    y = node.output(0)
-    if _type(node, 0) not in allowed or y is None or y.dtype not in allowed:
-        return "Input or output type not supported."
-    return None
-
-
-def _select(node: NodeView, L, accel) -> str | None:
-    if _type(node, 1) not in {"float32", "int32", "uint8", "int8"}:
-        return "Value type not supported."
-    c, v = node.input(0), node.input(1)
-    return (
-        None
-        if c is not None and v is not None and c.shape == v.shape
-        else "Condition and inputs tensors should have the same shape."
+def _transpose_conv(node: NodeView, t) -> Verdict | None:
+    ins = node.inputs
+    if len(ins) > 1 and all(x is not None and x.is_const for x in ins[:2]):
+        return None
+    return reject(
+        Reason.CONSTANT, "Dynamically-sized tensors not supported (output shape and weights must be constant)."
     )
 
 
-def _gather(node: NodeView, L, accel) -> str | None:
-    if _type(node, 0) not in {"float32", "float16", "int32", "uint8", "int8"}:
-        return "Input type not supported."
+def _maxmin(node: NodeView, _t) -> Verdict | None:
+    for x in node.inputs[:2]:
+        if x is not None and x.rank == 0 and not x.is_const:
+            return reject(Reason.CONSTANT, "Scalar operand should be constant.")
+    return None
+
+
+def _cast(node: NodeView, t) -> Verdict | None:
+    allowed = {"float32", "int32", "uint8"} | ({"int8"} if _L(t) >= NNAPI13 else set())
+    y = node.output(0)
+    if dtype(node, 0) not in allowed or y is None or y.dtype not in allowed:
+        return reject(Reason.TENSOR_TYPE, "Input or output type not supported.")
+    return None
+
+
+def _select(node: NodeView, _t) -> Verdict | None:
+    if dtype(node, 1) not in {"float32", "int32", "uint8", "int8"}:
+        return reject(Reason.TENSOR_TYPE, "Value type not supported.")
+    c, v = node.input(0), node.input(1)
+    if c is not None and v is not None and c.shape == v.shape:
+        return None
+    return reject(Reason.BROADCAST, "Condition and inputs tensors should have the same shape.")
+
+
+def _gather(node: NodeView, _t) -> Verdict | None:
     p = node.input(1)
-    return None if p is not None and p.dtype == "int32" and p.rank != 0 else "Positions must be int32 and not scalar."
+    if p is None or p.dtype != "int32":
+        return reject(Reason.TENSOR_TYPE, "Positions type should be one of kTfLiteInt32.")
+    return None if p.rank != 0 else reject(Reason.TENSOR_RANK, "0-dimension args are not supported by NNAPI.")
 
 
 def _axis_const_i32(i: int):
-    def check(node: NodeView, L, accel) -> str | None:
-        t = node.input(i)
-        return None if t is not None and t.is_const and t.dtype == "int32" else "Axis must be a constant int32 tensor."
+    def check(node: NodeView, _t) -> Verdict | None:
+        x = node.input(i)
+        if x is not None and x.is_const and x.dtype == "int32":
+            return None
+        return reject(Reason.CONSTANT, "NNAPI only supports constant int32 axis tensor.")
 
     return check
 
 
-def _split(node: NodeView, L, accel) -> str | None:
-    allowed = {"float32", "uint8", "int32"} | ({"int8"} if L >= 30 else set())
-    return None if _type(node, 1) in allowed else "Value type not supported."
+def _split(node: NodeView, t) -> Verdict | None:
+    allowed = {"float32", "uint8", "int32"} | ({"int8"} if _L(t) >= NNAPI13 else set())
+    return None if dtype(node, 1) in allowed else reject(Reason.TENSOR_TYPE, "Value type not supported.")
 
 
-def _split_v(node: NodeView, L, accel) -> str | None:
-    if _type(node, 0) not in FQ8 | {"int32"}:
-        return "Input type not supported."
+def _split_sizes(node: NodeView) -> list[int] | None:
+    sizes = node.input(1)
+    v = sizes.values() if sizes is not None else None
+    return None if v is None else [int(s) for s in v]
+
+
+def _unknown_split(node: NodeView, vals: list[int]) -> int:
+    """ComputeSplitVUnknownSplitSize: the size a -1 entry stands for (-1 when there is none)."""
+    x, axis = node.input(0), node.input(2).values()
+    if -1 not in vals or x is None or not x.shape or axis is None:
+        return -1
+    ax = int(axis[0]) % x.rank
+    return x.shape[ax] - sum(s for s in vals if s != -1)
+
+
+def _split_v(node: NodeView, t) -> Verdict | None:
     sizes, axis = node.input(1), node.input(2)
     if sizes is None or not sizes.is_const or sizes.dtype != "int32" or sizes.rank != 1:
-        return "size_splits must be a constant 1-D int32 tensor."
+        return reject(Reason.CONSTANT, "NNAPI only supports constant int32 size_splits vector.")
     if axis is None or not axis.is_const or axis.dtype != "int32":
-        return "Axis must be a constant int32 tensor."
-    v, x = sizes.values(), node.input(0)
-    if v is not None:
-        vals = [int(s) for s in v]
-        if 0 in vals:
-            return "NNAPI does not support zero split sizes."
-        if -1 in vals and x is not None and axis.values() is not None:
-            ax = int(axis.values()[0]) % max(x.rank, 1)
-            if x.shape and x.shape[ax] - sum(s for s in vals if s != -1) == 0:
-                return "NNAPI does not support zero split sizes."
+        return reject(Reason.CONSTANT, "NNAPI only supports constant int32 axis tensor.")
+    vals = _split_sizes(node)
+    if vals is not None and (0 in vals or _unknown_split(node, vals) == 0):
+        return reject(Reason.SHAPE, "NNAPI only supports non-zero split sizes.")
     return None
 
 
-def _quantize(node: NodeView, L, accel) -> str | None:
+def _quantize(node: NodeView, t) -> Verdict | None:
     x, y = node.input(0), node.output(0)
-    if x is None or y is None:
-        return "QUANTIZE needs 1 input and 1 output."
-    if x.dtype not in FQ8 or (x.dtype in Q8 and (x.quant is None or x.quant.scales[0] <= 0)):
-        return "Input should be Float or Quant8 with a positive scale."
-    out_ok = {"uint8"} | ({"int8"} if L >= 30 else set())
+    if x is None or y is None or x.dtype not in FQ8:
+        return reject(Reason.TENSOR_TYPE, "Value should be quantized or Float32.")
+    if x.dtype in Q8 and (x.quant is None or x.quant.scales[0] <= 0):
+        return reject(Reason.QUANTIZATION, "Quantization scale should be > 0.")
+    out_ok = {"uint8"} | ({"int8"} if _L(t) >= NNAPI13 else set())
     if y.dtype not in out_ok:
-        return f"Output type {y.dtype} is not supported."
+        return reject(Reason.TENSOR_TYPE, "Output should be kTfLiteUInt8.")
     if y.quant is None or y.quant.scales[0] <= 0:
-        return "Output scale must be positive."
+        return reject(Reason.QUANTIZATION, "Quantization scale should be > 0.")
     return None
 
 
-def _fill(node: NodeView, L, accel) -> str | None:
-    dims, value = node.input(0), node.input(1)
-    if dims is None or not dims.is_const or dims.dtype not in ("int32", "int64"):
-        return "Dims must be a constant int32/int64 tensor."
+def _fill_dims(dims) -> Verdict | None:
+    if dims is None or not dims.is_const:
+        return reject(Reason.CONSTANT, "NNAPI doesn't support dynamic dimensions tensor.")
+    if dims.dtype not in ("int32", "int64"):
+        return reject(Reason.TENSOR_TYPE, "Dims type not supported.")
     if dims.shape and dims.shape[0] == 0:
-        return "Zero-rank output is not supported."
+        return reject(Reason.SHAPE, "NNAPI doesn't support generating scalars from FILL.")
     v = dims.values()
     if dims.dtype == "int64" and v is not None and ((v >= 2**31) | (v < -(2**31))).any():
-        return "int64 dims do not fit int32."
+        return reject(Reason.CONSTANT, "NNAPI only supports int32 dimensions tensor.")
+    return None
+
+
+def _fill(node: NodeView, _t) -> Verdict | None:
+    r = _fill_dims(node.input(0))
+    if r:
+        return r
+    value = node.input(1)
     if value is None or value.dtype not in ("float32", "int32", "int64"):
-        return "Value type not supported."
-    if value.dtype == "int64":
+        return reject(Reason.TENSOR_TYPE, "Value type not supported.")
+    if value.dtype == "int64" and value.is_const:
         vv = value.values()
         if vv is None or abs(int(vv[0])) >= 2**31:
-            return "int64 value must be a constant that fits int32."
+            return reject(Reason.CONSTANT, "NNAPI only supports int32 input.")
     return None
 
 
-def _pack(node: NodeView, L, accel) -> str | None:
+def _pack(node: NodeView, t) -> Verdict | None:
     x = node.input(0)
-    if L >= NNAPI_FL6:
-        return None if _type(node, 0) in {"int32", "float32", "int8", "uint8"} else "Input type not supported."
-    if _type(node, 0) not in {"float32", "int8"}:
-        return "Input type not supported."
+    if _L(t) >= NNAPI_FL6:
+        return _in0({"int32", "float32", "int8", "uint8"})(node, t)
+    r = _in0({"float32", "int8"})(node, t)
+    if r:
+        return r
     axis = node.opts.get("axis", 0)
     if x is not None and axis in (-1, x.rank):
-        return "Packing along the last axis is not supported."
+        return reject(Reason.OPTION, "NNAPI does not support axis being the last dimension.")
     return None
 
 
-def _unpack(node: NodeView, L, accel) -> str | None:
+def _unpack(node: NodeView, _t) -> Verdict | None:
     x = node.input(0)
-    if _type(node, 0) not in FQ8:
-        return "Input should be Float or Quant8."
     if x is None or not 2 <= x.rank <= 4:
-        return "Input rank should be 2..4."
+        return reject(Reason.TENSOR_RANK, "NNAPI unpacks tensors of rank 2 to 4 only.")
     axis = node.opts.get("axis", 0)
-    return "Unpacking along the last axis is not supported." if axis in (-1, x.rank - 1) else None
+    if axis in (-1, x.rank - 1):
+        return reject(Reason.OPTION, "NNAPI does not support axis being the last dimension.")
+    return None
 
 
-def _sqdiff(node: NodeView, L, accel) -> str | None:
-    allowed = FQ8 | {"int32"} if L >= 30 else ({"float32", "uint8"} if L == 29 else F32)
-    return (None if _type(node, 0) in allowed else "Input type not supported.") or _ranks_le4(node, L, accel)
+def _sqdiff(node: NodeView, t) -> Verdict | None:
+    L = _L(t)
+    allowed = FQ8I if L >= NNAPI13 else ({"float32", "uint8"} if L == NNAPI12 else F32)
+    return _in0(allowed)(node, t) or _ranks_le4(node, t)
 
 
-def _bmm(node: NodeView, L, accel) -> str | None:
+def _bmm(node: NodeView, _t) -> Verdict | None:
     a, b = node.input(0), node.input(1)
-    if a is None or b is None or a.dtype not in ("float32", "int32", "int8") or a.dtype != b.dtype:
-        return "Inputs must be float32, int32 or int8 of the same type."
-    if not 2 <= a.rank <= 4 or a.rank != b.rank or a.shape[:-2] != b.shape[:-2]:
-        return "Inputs must have rank 2..4, equal ranks and equal batch dimensions (no broadcast)."
+    if a is None or b is None or a.dtype not in ("float32", "int32", "int8"):
+        return reject(Reason.TENSOR_TYPE, "Input type not supported.")
+    if a.dtype != b.dtype:
+        return reject(Reason.DYNAMIC_RANGE, "NNAPI does not support hybrid batch matmul.")
+    if not 2 <= a.rank <= 4:
+        return reject(Reason.TENSOR_RANK, "NNAPI does not support input rank greater than 4 or less than 2.")
+    if a.rank != b.rank or a.shape[:-2] != b.shape[:-2]:
+        return reject(Reason.BROADCAST, "NNAPI does not support broadcast batch matmul.")
     return None
 
 
-def _lstm(node: NodeView, L, accel) -> str | None:
-    n = len(node.op.inputs)
-    if _hybrid(node) and L < 29:
-        return "Hybrid operators not supported before NNAPI 1.2."
-    if n == 5:
-        w = node.input(2)
-        if w is None or w.dtype != "uint8":
-            return "Basic LSTM weights must be uint8."
-        x, y = node.input(0), node.output(0)
-        for t in (x, y):
-            if (
-                t is None
-                or t.quant is None
-                or abs(float(t.quant.scales[0]) - 1 / 128) > 1e-9
-                or int(t.quant.zero_points[0]) != 128
-            ):
-                return "Basic LSTM input/output must be quantized with scale 1/128 and zero point 128."
-        cs = node.output(1)
-        if (
-            cs is None
-            or cs.quant is None
-            or not (abs(float(cs.quant.scales[0]) - 16 / 32768) < 1e-12 or int(cs.quant.zero_points[0]) == 0)
-        ):
-            return "Basic LSTM cell state quantization is not supported."
-        if not (node.input(2).is_const and node.input(3) is not None and node.input(3).is_const):
-            return "Basic LSTM weights and bias must be constant."
-        return None
-    if n not in (20, 24):
-        return "LSTM needs 5, 20 or 24 inputs."
-    if n == 24 and L < 29:
-        return "Android sdk version less than 29 (24-input LSTM)."
-    allowed = {"float32", "uint8"} | ({"int8"} if L >= 30 else set())
-    return None if _type(node, 4) in allowed else "Weight type not supported."
+def _quant_params(x, scale: float, zp: int) -> bool:
+    return (
+        x is not None
+        and x.quant is not None
+        and abs(float(x.quant.scales[0]) - scale) < 1e-9
+        and len(x.quant.zero_points) > 0
+        and int(x.quant.zero_points[0]) == zp
+    )
 
 
-def _not_hybrid(node: NodeView, L, accel) -> str | None:
-    return "Hybrid operators are not supported." if _hybrid(node) else None
-
-
-def _out_rank_nonzero(node: NodeView, L, accel) -> str | None:
-    y = node.output(0)
-    return None if y is not None and y.rank != 0 else "NNAPI does not support generating a scalar as output."
-
-
-def _mean(node: NodeView, L, accel) -> str | None:
-    allowed = FQ8 if L >= 29 else F32
-    if _type(node, 0) not in allowed:
-        return "Input type not supported."
-    x = node.input(0)
-    if x is not None and x.rank > 4:
-        return "Input rank should be <= 4."
-    return _out_rank_nonzero(node, L, accel)
-
-
-def _squeeze(node: NodeView, L, accel) -> str | None:
-    if L == 28 and not node.opts.get("squeeze_dims"):
-        return "NNAPI 1.1 requires squeeze_dims to be specified."
+def _basic_lstm(node: NodeView) -> Verdict | None:
+    if dtype(node, 2) != "uint8":
+        return reject(Reason.TENSOR_TYPE, "Basic LSTM Kernels support only UINT8 weights.")
+    if not (_quant_params(node.input(0), 1 / 128, 128) and _quant_params(node.output(0), 1 / 128, 128)):
+        return reject(Reason.QUANTIZATION, "Invalid input/output quantization (needs scale 1/128, zero point 128).")
+    cs = node.output(1)
+    zp0 = cs is not None and cs.quant is not None and len(cs.quant.zero_points) and int(cs.quant.zero_points[0]) == 0
+    if not (zp0 or (cs is not None and cs.quant is not None and abs(float(cs.quant.scales[0]) - 16 / 32768) < 1e-12)):
+        return reject(Reason.QUANTIZATION, "Invalid cell state quantization.")
+    w, b = node.input(2), node.input(3)
+    if not (w is not None and w.is_const and b is not None and b.is_const):
+        return reject(Reason.CONSTANT, "Weights and biases tensors should be constant.")
     return None
 
 
-def _l2norm(node: NodeView, L, accel) -> str | None:
-    if node.opts.get("fused_activation_function", "NONE") != "NONE":
-        return "Activation function should be None."
-    x = node.input(0)
-    if L < 29 and (x is None or x.dtype != "float32" or x.rank != 4):
-        return "Expected float32 4-D input before NNAPI 1.2."
+def _lstm(node: NodeView, t) -> Verdict | None:
+    L = _L(t)
+    if L < NNAPI12 and _hybrid(node) and len(node.op.inputs) in (20, 24):
+        return reject(Reason.DYNAMIC_RANGE, "Hybrid operators not supported before NNAPI 1.2.", limit=NNAPI12)
+    if len(node.op.inputs) == 5:  # isLstmBasicKernel
+        return _basic_lstm(node)
+    if len(node.op.inputs) == 24 and L < NNAPI12:
+        return _level(NNAPI12, " (24-input LSTM)")
+    allowed = {"float32", "uint8"} | ({"int8"} if L >= NNAPI13 else set())
+    return None if dtype(node, 4) in allowed else reject(Reason.TENSOR_TYPE, "Weight has to be Float32 or UINT8.")
+
+
+def _not_hybrid(node: NodeView, _t) -> Verdict | None:
+    if _hybrid(node):
+        return reject(Reason.DYNAMIC_RANGE, "Hybrid version of this op is not supported by NN API.")
     return None
 
 
-def _lsh(node: NodeView, L, accel) -> str | None:
-    if node.opts.get("type") == "SPARSE" and (L < 29 or len(node.op.inputs) != 2):
-        return "NNAPI does not support sparse projection with weights (or before NNAPI 1.2)."
-    return None
-
-
-def _rsqrt(node: NodeView, L, accel) -> str | None:
-    allowed = F32 if L < NNAPI_FL7 else FQ8
-    return None if _type(node, 0) in allowed else "Input type not supported."
-
-
-def _tanh(node: NodeView, L, accel) -> str | None:
-    t = _type(node, 0)
-    return None if t == "float32" or (t in Q8 and L >= 29) else "Input type not supported."
-
-
-def _l2pool(node: NodeView, L, accel) -> str | None:
-    if L < 29 and node.opts.get("fused_activation_function", "NONE") != "NONE":
-        return "Before NNAPI 1.2 fused activation for l2_pool may not be supported."
-    return None
-
-
-def _slice(node: NodeView, L, accel) -> str | None:
-    if _type(node, 0) not in {"float32", "int32", "uint8", "int8"}:
-        return "Input type not supported."
-    return None if _type(node, 1) == "int32" and _type(node, 2) == "int32" else "Begin and size must be int32."
-
-
-def _tile(node: NodeView, L, accel) -> str | None:
-    if _type(node, 0) not in {"float32", "int8", "uint8", "int32"}:
-        return "Input type not supported."
-    return None if _type(node, 1) == "int32" else "Multipliers must be int32."
-
-
-def _topk(node: NodeView, L, accel) -> str | None:
-    if _type(node, 0) not in {"float32", "int32", "uint8", "int8"}:
-        return "Input type not supported."
-    k = node.input(1)
-    return None if k is not None and k.is_const and k.dtype == "int32" else "K must be a constant int32 tensor."
-
-
-def _densify(node: NodeView, L, accel) -> str | None:
-    x = node.input(0)
-    return None if x is not None and x.is_const else "Densify with a non-constant input is not supported."
-
-
-def _in1_f32(node: NodeView, L, accel) -> str | None:
-    return None if _type(node, 1) == "float32" else "Weights must be float32."
-
-
-def _n_in(k: int):
-    def check(node: NodeView, L, accel) -> str | None:
-        return None if len(node.op.inputs) == k else f"Expected {k} inputs."
+def _n_in(*k: int):
+    def check(node: NodeView, _t) -> Verdict | None:
+        n = len(node.op.inputs)
+        return None if n in k else reject(Reason.ARITY, f"Expected {' or '.join(map(str, k))} inputs, got {n}.")
 
     return check
 
 
-def _out0_f32(node: NodeView, L, accel) -> str | None:
+def _out_rank_nonzero(node: NodeView, _t) -> Verdict | None:
     y = node.output(0)
-    return None if y is not None and y.dtype == "float32" else "Output must be float32."
+    if y is not None and y.rank != 0:
+        return None
+    return reject(Reason.TENSOR_RANK, "NNAPI does not support generating a scalar as output.")
 
 
-def _rank_nonzero(node: NodeView, L, accel) -> str | None:
+def _in_rank_nonzero(node: NodeView, _t) -> Verdict | None:
     x = node.input(0)
-    return None if x is not None and x.rank != 0 else "Input rank must not be 0."
+    if x is not None and x.rank != 0:
+        return None
+    return reject(Reason.TENSOR_RANK, "NNAPI does not support generating a scalar as output.")
 
 
-BOOL = {"bool"}
-CMP = {"float32", "uint8", "int8", "bool", "int32"}
+def _mean(node: NodeView, t) -> Verdict | None:
+    r = _in0(FQ8 if _L(t) >= NNAPI12 else F32)(node, t) or _out_rank_nonzero(node, t)
+    if r:
+        return r
+    x = node.input(0)
+    if x is not None and x.rank > 4:
+        return reject(Reason.TENSOR_RANK, "NNAPI does not support mean of a tensor with rank > 4.", limit=4)
+    return None
 
-# op -> (max version or None, min feature level, checks)
-OPS: dict[str, tuple[int | None, int, tuple]] = {
-    "ADD": (2, 27, (_add_mul,)),
-    "SUB": (3, 28, (_sub,)),
-    "DIV": (1, 28, (_in0(F32), _ranks_le4)),
-    "ARG_MAX": (2, 29, (_arg,)),
-    "ARG_MIN": (2, 29, (_arg,)),
-    "AVERAGE_POOL_2D": (2, 27, (_avg_pool,)),
-    "MAX_POOL_2D": (2, 27, (_in0(FQ8),)),
-    "L2_POOL_2D": (1, 27, (_in0(F32), _l2pool)),
-    "CONV_2D": (5, 27, (_conv,)),
-    "DEPTHWISE_CONV_2D": (3, 27, (_dwconv,)),
-    "FULLY_CONNECTED": (5, 27, (_fc,)),
-    "HARD_SWISH": (None, 27, (_in0(FQ8),)),
-    "SOFTMAX": (2, 27, (_softmax,)),
-    "RESHAPE": (1, 27, (_reshape,)),
-    "RESIZE_BILINEAR": (3, 27, (_resize,)),
-    "RESIZE_NEAREST_NEIGHBOR": (3, 29, (_resize,)),
-    "SQUEEZE": (1, 28, (_squeeze,)),
-    "L2_NORMALIZATION": (2, 27, (_l2norm,)),
-    "LOCAL_RESPONSE_NORMALIZATION": (1, 27, ()),
-    "LSH_PROJECTION": (1, 27, (_lsh,)),
-    "CONCATENATION": (2, 27, (_concat,)),
-    "DENSIFY": (None, 30, (_densify,)),
-    "FLOOR": (1, 27, ()),
-    **{op: (2, 27, (_in0(FQ8),)) for op in ("RELU", "RELU_N1_TO_1", "RELU6", "LOGISTIC")},
-    "TANH": (2, 27, (_tanh,)),
-    "PAD": (2, 28, (_pad,)),
-    "PADV2": (2, 28, (_pad,)),
-    "MIRROR_PAD": (2, NNAPI_FL7, (_mirror_pad,)),
-    "SPACE_TO_BATCH_ND": (2, 28, ()),
-    "BATCH_TO_SPACE_ND": (2, 28, (_b2s,)),
-    "STRIDED_SLICE": (2, 28, (_in0(FQ8),)),
-    "TRANSPOSE": (2, 28, (_const(1, "The permutation (input 1)"),)),
-    **{op: (1, 29, (_in0(F32),)) for op in ("ABS", "EXP", "LOG", "POW", "SIN", "COS", "SQRT", "LOG_SOFTMAX")},
-    "RSQRT": (2, 29, (_rsqrt,)),
-    "SLICE": (2, 29, (_slice,)),
-    "TRANSPOSE_CONV": (4, 29, (_const(0, "The output shape (input 0)"), _const(1, "The weights (input 1)"))),
-    "RNN": (1, 27, (_n_in(5), _in1_f32)),
-    "SVDF": (1, 28, (_n_in(5), _in1_f32)),
-    "LSTM": (3, 28, (_lstm,)),
-    "UNIDIRECTIONAL_SEQUENCE_LSTM": (2, 29, (_not_hybrid,)),
-    "UNIDIRECTIONAL_SEQUENCE_RNN": (1, 29, (_not_hybrid,)),
-    "BIDIRECTIONAL_SEQUENCE_LSTM": (1, 29, (_not_hybrid,)),
-    "MEAN": (2, 28, (_mean,)),
-    "SUM": (1, 29, (_in0(F32), _out_rank_nonzero)),
-    "REDUCE_PROD": (1, 29, (_in0(F32), _out_rank_nonzero)),
-    "REDUCE_MAX": (2, 29, (_in0(FQ8), _rank_nonzero)),
-    "REDUCE_MIN": (2, 29, (_in0(FQ8), _rank_nonzero)),
-    "REDUCE_ANY": (2, 29, (_out_rank_nonzero,)),
-    "EMBEDDING_LOOKUP": (1, 27, (_in1_f32,)),
-    "HASHTABLE_LOOKUP": (1, 27, (_out0_f32,)),
-    "MAXIMUM": (3, 29, (_maxmin,)),
-    "MINIMUM": (3, 29, (_maxmin,)),
-    "CAST": (1, 29, (_cast,)),
-    "LEAKY_RELU": (1, 29, (_in0(FQ8),)),
-    "PRELU": (1, 29, (_in0(FQ8),)),
-    "TILE": (1, 29, (_tile,)),
-    **{op: (1, 29, (_in0(BOOL),)) for op in ("LOGICAL_AND", "LOGICAL_OR", "LOGICAL_NOT")},
-    **{op: (2, 29, (_in0(CMP),)) for op in ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL")},
-    "NEG": (2, 29, (_in0({"float32", "int32"}),)),
-    "TOPK_V2": (2, 29, (_topk,)),
-    "SELECT": (2, 29, (_select,)),
-    "GATHER": (2, 29, (_gather,)),
-    "EXPAND_DIMS": (1, 29, (_in0({"float32", "float16", "int32", "uint8", "int8"}), _axis_const_i32(1))),
-    "SPLIT": (3, 29, (_split, _axis_const_i32(0))),
-    "SPLIT_V": (2, 30, (_split_v,)),
-    "QUANTIZE": (2, 29, (_quantize,)),
-    "DEPTH_TO_SPACE": (None, 27, (_in0(FQ8),)),
-    "SPACE_TO_DEPTH": (2, 27, (_in0(FQ8),)),
-    "ELU": (1, 30, (_in0(F32),)),
-    "FILL": (1, 30, (_fill,)),
-    "PACK": (2, 30, (_pack,)),
-    "UNPACK": (2, 30, (_unpack,)),
-    "SQUARED_DIFFERENCE": (2, 28, (_sqdiff,)),
-    "BATCH_MATMUL": (2, NNAPI_FL6, (_bmm,)),
-    "REVERSE_V2": (3, NNAPI_FL7, (_in0(FQ8 | {"int32"}), _n_in(2))),
+
+def _squeeze(node: NodeView, t) -> Verdict | None:
+    if _L(t) == NNAPI11 and not node.opts.get("squeeze_dims"):
+        return reject(Reason.OPTION, "NNAPI 1.1 does not support null squeeze_dims properly.")
+    return None
+
+
+def _l2norm(node: NodeView, t) -> Verdict | None:
+    x = node.input(0)
+    if _L(t) < NNAPI12 and (x is None or x.dtype != "float32" or x.rank != 4):
+        return reject(Reason.TENSOR_TYPE, "Expected a float32 4-D input before NNAPI 1.2.")
+    if node.opts.get("fused_activation_function", "NONE") != "NONE":
+        return reject(Reason.ACTIVATION, "Expected no activation.")
+    return None
+
+
+def _lsh(node: NodeView, t) -> Verdict | None:
+    if node.opts.get("type") != "SPARSE":
+        return None
+    if _L(t) < NNAPI12:
+        return _level(NNAPI12, " (sparse projection)")
+    return (
+        None
+        if len(node.op.inputs) == 2
+        else reject(Reason.ARITY, "NNAPI does not support weights for sparse projects.")
+    )
+
+
+def _rsqrt(node: NodeView, t) -> Verdict | None:
+    return _in0(F32 if _L(t) < NNAPI_FL7 else FQ8)(node, t)
+
+
+def _tanh(node: NodeView, t) -> Verdict | None:
+    got = dtype(node, 0)
+    if got == "float32" or (got in Q8 and _L(t) >= NNAPI12):
+        return None
+    return reject(Reason.TENSOR_TYPE, "NNAPI only support float tanh.")
+
+
+def _l2pool(node: NodeView, t) -> Verdict | None:
+    if _L(t) < NNAPI12 and node.opts.get("fused_activation_function", "NONE") != "NONE":
+        return reject(Reason.ACTIVATION, "Before NNAPI 1.2 fused activation for l2_pool may not be supported.")
+    return None
+
+
+def _topk(node: NodeView, _t) -> Verdict | None:
+    k = node.input(1)
+    if k is not None and k.is_const and k.dtype == "int32":
+        return None
+    return reject(Reason.CONSTANT, "K param should be a constant of type Int32.")
+
+
+def _densify(node: NodeView, _t) -> Verdict | None:
+    x = node.input(0)
+    return None if x is not None and x.is_const else reject(Reason.CONSTANT, "Densify with a non-constant input.")
+
+
+def _type_at(i: int, allowed, what: str):
+    return input_type_in(i, allowed, what)
+
+
+def _out0_f32(node: NodeView, _t) -> Verdict | None:
+    y = node.output(0)
+    if y is not None and y.dtype == "float32":
+        return None
+    return reject(Reason.TENSOR_TYPE, "NNAPI only support float32 output.")
+
+
+BOOL = frozenset({"bool"})
+CMP = frozenset({"float32", "uint8", "int8", "bool", "int32"})
+_FLOAT_W = _type_at(1, F32, "Weights type")
+
+# op -> Rule(max version, checks, min feature level). MUL and DEQUANTIZE are special-cased in `check`.
+OPS: dict[str, Rule] = {
+    "ADD": Rule(2, (_add_mul,), NNAPI10),
+    "SUB": Rule(3, (_sub,), NNAPI10),
+    "DIV": Rule(1, (_in0(F32), _ranks_le4), NNAPI11),
+    "ARG_MAX": Rule(2, (_arg,), NNAPI12),
+    "ARG_MIN": Rule(2, (_arg,), NNAPI12),
+    "AVERAGE_POOL_2D": Rule(2, (_in0(FQ8), _avg_pool), NNAPI10),
+    "MAX_POOL_2D": Rule(2, (_in0(FQ8),), NNAPI10),
+    "L2_POOL_2D": Rule(1, (_in0(F32), _l2pool), NNAPI10),
+    "CONV_2D": Rule(5, (_conv_pre12, _restricted, _conv), NNAPI10),
+    "DEPTHWISE_CONV_2D": Rule(3, (_dwconv, _restricted), NNAPI10),
+    "FULLY_CONNECTED": Rule(5, (_fc, _restricted), NNAPI10),
+    "HARD_SWISH": Rule(None, (_in0(FQ8),), NNAPI10),
+    "SOFTMAX": Rule(2, (_in0(FQ8), _softmax), NNAPI10),
+    "RESHAPE": Rule(1, (_reshape,), NNAPI10),
+    "RESIZE_BILINEAR": Rule(3, (_rank4, _in0(FQ8), _size_const, _bilinear_pre12, _no_align), NNAPI10),
+    "RESIZE_NEAREST_NEIGHBOR": Rule(3, (_in0(FQ8), _size_const, _no_align), NNAPI12),
+    "SQUEEZE": Rule(1, (_squeeze,), NNAPI11),
+    "L2_NORMALIZATION": Rule(2, (_l2norm,), NNAPI10),
+    "LOCAL_RESPONSE_NORMALIZATION": Rule(1, (), NNAPI10),
+    "LSH_PROJECTION": Rule(1, (_lsh,), NNAPI10),
+    "CONCATENATION": Rule(2, (_concat,), NNAPI10),
+    "DENSIFY": Rule(None, (_densify,), NNAPI13),
+    "FLOOR": Rule(1, (), NNAPI10),
+    **{op: Rule(2, (_in0(FQ8),), NNAPI10) for op in ("RELU", "RELU_N1_TO_1", "RELU6", "LOGISTIC")},
+    "TANH": Rule(2, (_tanh,), NNAPI10),
+    "PAD": Rule(2, (_in0(FQ8), _no_empty_input, _pad), NNAPI11),
+    "PADV2": Rule(2, (_in0(FQ8), _no_empty_input, _pad), NNAPI11),
+    "MIRROR_PAD": Rule(2, (_in0(FQ8I), _no_empty_input, _mirror_pad), NNAPI_FL7),
+    "SPACE_TO_BATCH_ND": Rule(2, (), NNAPI11),
+    "BATCH_TO_SPACE_ND": Rule(2, (_b2s,), NNAPI11),
+    "STRIDED_SLICE": Rule(2, (_in0(FQ8),), NNAPI11),
+    "TRANSPOSE": Rule(2, (_transpose,), NNAPI11),
+    **{op: Rule(1, (_in0(F32),), NNAPI12) for op in ("ABS", "EXP", "LOG", "POW", "SIN", "COS", "SQRT", "LOG_SOFTMAX")},
+    "RSQRT": Rule(2, (_rsqrt,), NNAPI12),
+    "SLICE": Rule(
+        2,
+        (
+            _in0({"float32", "int32", "uint8", "int8"}),
+            _type_at(1, {"int32"}, "Begin type"),
+            _type_at(2, {"int32"}, "Size type"),
+        ),
+        NNAPI12,
+    ),
+    "TRANSPOSE_CONV": Rule(4, (_transpose_conv,), NNAPI12),
+    "RNN": Rule(1, (_n_in(5), _FLOAT_W), NNAPI10),
+    "SVDF": Rule(1, (_n_in(5), _FLOAT_W), NNAPI11),
+    "LSTM": Rule(3, (_lstm,), NNAPI11),
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": Rule(2, (_not_hybrid, _n_in(20, 24)), NNAPI12),
+    "UNIDIRECTIONAL_SEQUENCE_RNN": Rule(1, (_not_hybrid,), NNAPI12),
+    "BIDIRECTIONAL_SEQUENCE_LSTM": Rule(1, (_not_hybrid,), NNAPI12),
+    "MEAN": Rule(2, (_mean,), NNAPI11),
+    "SUM": Rule(1, (_out_rank_nonzero, _in0(F32)), NNAPI12),
+    "REDUCE_PROD": Rule(1, (_out_rank_nonzero, _in0(F32)), NNAPI12),
+    "REDUCE_MAX": Rule(2, (_in0(FQ8), _in_rank_nonzero), NNAPI12),
+    "REDUCE_MIN": Rule(2, (_in0(FQ8), _in_rank_nonzero), NNAPI12),
+    "REDUCE_ANY": Rule(2, (_out_rank_nonzero,), NNAPI12),
+    "EMBEDDING_LOOKUP": Rule(1, (_type_at(1, F32, "Values type"),), NNAPI10),
+    "HASHTABLE_LOOKUP": Rule(1, (_out0_f32,), NNAPI10),
+    "MAXIMUM": Rule(3, (_in0(FQ8I), _maxmin), NNAPI12),
+    "MINIMUM": Rule(3, (_in0(FQ8I), _maxmin), NNAPI12),
+    "CAST": Rule(1, (_cast,), NNAPI12),
+    "LEAKY_RELU": Rule(1, (_in0(FQ8),), NNAPI12),
+    "PRELU": Rule(1, (_in0(FQ8),), NNAPI12),
+    "TILE": Rule(1, (_in0(FQ8I), _type_at(1, {"int32"}, "Multipliers type")), NNAPI12),
+    **{op: Rule(1, (_in0(BOOL),), NNAPI12) for op in ("LOGICAL_AND", "LOGICAL_OR", "LOGICAL_NOT")},
+    **{
+        op: Rule(2, (_in0(CMP),), NNAPI12)
+        for op in ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL")
+    },
+    "NEG": Rule(2, (_in0({"float32", "int32"}),), NNAPI12),
+    "TOPK_V2": Rule(2, (_in0(FQ8I), _topk), NNAPI12),
+    "SELECT": Rule(2, (_select,), NNAPI12),
+    "GATHER": Rule(2, (_in0({"float32", "float16", "int32", "uint8", "int8"}), _gather), NNAPI12),
+    "EXPAND_DIMS": Rule(1, (_in0({"float32", "float16", "int32", "uint8", "int8"}), _axis_const_i32(1)), NNAPI12),
+    "SPLIT": Rule(3, (_split, _axis_const_i32(0)), NNAPI12),
+    "SPLIT_V": Rule(2, (_in0(FQ8I), _split_v), NNAPI13),
+    "QUANTIZE": Rule(2, (_quantize,), NNAPI12),
+    "DEPTH_TO_SPACE": Rule(None, (_in0(FQ8),), NNAPI10),
+    "SPACE_TO_DEPTH": Rule(2, (_in0(FQ8),), NNAPI10),
+    "ELU": Rule(1, (_in0(F32),), NNAPI13),
+    "FILL": Rule(1, (_fill,), NNAPI13),
+    "PACK": Rule(2, (_pack,), NNAPI13),
+    "UNPACK": Rule(2, (_in0(FQ8), _unpack), NNAPI13),
+    "SQUARED_DIFFERENCE": Rule(2, (_sqdiff,), NNAPI11),
+    "BATCH_MATMUL": Rule(2, (_bmm,), NNAPI_FL6),
+    "REVERSE_V2": Rule(3, (_in0(FQ8I), _n_in(2)), NNAPI_FL7),
 }
 
 
-def check(node: NodeView, target: TargetParams) -> str | None:
-    """NNAPI's Validate for one node: None when accepted, else the first failure message."""
-    L, accel = target.nnapi_level, target.nnapi_is_accel
-    name = node.name
-    if name == "MUL":
-        spec = (3 if accel else 2, 27, (_add_mul,))
-    elif name == "DEQUANTIZE":
-        return _dequantize(node, L, accel)
-    else:
-        spec = OPS.get(name)
-    if spec is None:
-        return (
-            "Unsupported operation type."
-            if name != "CUSTOM"
-            else f"Unsupported operation type (custom op '{node.op.custom_code}')."
-        )
-    vmax, min_level, checks = spec
-    if vmax is not None and node.version > vmax:
-        return f"OP Version higher than {vmax}."
-    if L < min_level:
-        return f"Android sdk version less than {min_level}."
-    for c in checks:
-        r = c(node, L, accel)
-        if r:
-            return r
-    return None
+def _mul_rule(target: TargetParams) -> Rule:
+    """MUL's version cap depends on whether an accelerator is named (nnapi_delegate.cc:2435-2439)."""
+    return Rule(3 if target.nnapi_is_accel else 2, (_add_mul,), NNAPI10)
 
 
-def build_failure(node: NodeView, target: TargetParams) -> str | None:
+def _unsupported(node: NodeView) -> Verdict:
+    extra = f" (custom op '{node.op.custom_code}')" if node.name == "CUSTOM" else ""
+    return reject(Reason.UNSUPPORTED_OP, f"Unsupported operation type{extra}.")
+
+
+def check(node: NodeView, target: TargetParams) -> Verdict | None:
+    """NNAPI's Validate for one node: None when accepted, else the first failure."""
+    if node.name == "DEQUANTIZE":
+        return _dequantize(node, target)
+    rule = _mul_rule(target) if node.name == "MUL" else OPS.get(node.name)
+    if rule is None:
+        return _unsupported(node)
+    if rule.vmax is not None and node.version > rule.vmax:
+        return reject(Reason.OP_VERSION, f"OP Version higher than {rule.vmax}.", limit=rule.vmax)
+    if rule.min_level is not None and _L(target) < rule.min_level:
+        return _level(rule.min_level)
+    return first(rule.checks, node, target)
+
+
+def build_failure(node: NodeView, target: TargetParams) -> Verdict | None:
     """A runtime tensor type NNAPI cannot represent fails the whole delegation when the model is built."""
-    for t in node.runtime_inputs + node.outputs:
-        if t.dtype not in NNAPI_TYPES:
-            return f"Failed to add NN API tensor: type {t.dtype} is not supported"
+    for x in node.runtime_inputs + node.outputs:
+        if x.dtype not in NNAPI_TYPES:
+            return reject(Reason.TENSOR_TYPE, f"Failed to add NN API tensor: type {x.dtype} is not supported")
     return None
 
 
-def hints(reasons: dict, target: TargetParams, scheme: str) -> list[str]:
+def hints(findings: Sequence[Finding], target: TargetParams, scheme: str) -> list[str]:
     out: list[str] = []
-    text = " ".join(r for _, _, r in reasons.values())
-    if "Hybrid" in text or (scheme == "dynamic" and reasons):
+    found = codes(findings)
+    if Reason.DYNAMIC_RANGE in found:
         out.append(
-            "NNAPI rejects dynamic-range models (float activations, int8 weights): use int8 (full integer) or float16."
+            "NNAPI rejects these dynamic-range (hybrid) ops at this feature level: use int8 (full integer) or "
+            "float16, or target Android 10+ (API 29)."
         )
-    if "Android sdk version less than" in text:
+    if Reason.FEATURE_LEVEL in found:
         out.append(
             f"NNAPI: some ops need a newer Android / NNAPI feature level than the target ({target.nnapi_level})."
         )
-    if scheme == "int16x8" and reasons:
+    if scheme == Scheme.INT16X8 and findings:
         out.append("NNAPI does not take int16 activations: use int8.")
+    if scheme == Scheme.FLOAT16:
+        out.append(NNAPI_FLOAT16.hint)
     out.append("NNAPI: this is an upper bound; on Android 10+ the device driver may refuse more nodes.")
     return out
+
+
+class NnapiRules(Rules):
+    name = Delegate.NNAPI
+    source = SOURCE
+
+    def policy(self, target: TargetParams) -> Policy:
+        return policy(target)
+
+    def check(self, node: NodeView, target: TargetParams) -> Verdict | None:
+        return check(node, target)
+
+    def veto(self, model, target: TargetParams) -> Verdict | None:
+        return veto(model, target)
+
+    def build_failure(self, node: NodeView, target: TargetParams) -> Verdict | None:
+        return build_failure(node, target)
+
+    def hints(self, findings: Sequence[Finding], target: TargetParams, scheme: str) -> list[str]:
+        return hints(findings, target, scheme)
+
+
+RULES = NnapiRules()

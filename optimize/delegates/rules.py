@@ -1,63 +1,189 @@
-"""Shared vocabulary for the per-delegate rule tables: the rule record, the policy, small predicates.
+"""The contract every delegate's rules follow, and the vocabulary they share.
 
-Each delegate module keeps its rules as data: a table from builtin op name to the highest op version it
-takes and a tuple of small checks (GPU uses `Rule`; NNAPI adds the minimum feature level; Hexagon and
-Core ML keep their version allowlist beside the table). A check returns a reason string or None; the
-first reason wins, the way the runtime's IsSupported returns its first failing status. Each module also
-provides `policy(target)` (partition limits, FP16 helper, dynamic tensors), `check(node, target)`,
-`hints(...)`, and a `SOURCE` tag naming the file and release it follows.
+A delegate's rules are one object that satisfies `DelegateRules`: a name, the source it follows, its
+partition `policy`, and one `check(node, target) -> Verdict | None` per node (None: the delegate takes
+the node). A `Verdict` carries a reason *code* (`Reason`) beside the delegate's own words, so hints,
+reports and overlays key on the code, never on the text. The optional hooks (`veto`, `build_failure`,
+`hints`) have do-nothing defaults in `Rules`, so the engine calls them unconditionally.
+
+Each module keeps its op table as data (op name -> `Rule`: highest op version, minimum feature level,
+a tuple of small checks). A check returns a Verdict or None; the first Verdict wins, the way the runtime's
+IsSupported returns its first failing status.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
+from ..vocab import Delegate
 from .flatbuffer import Tensor
 from .graph import NodeView
 
-Check = Callable[[NodeView, object], "str | None"]
+if TYPE_CHECKING:
+    from .flatbuffer import Model
+    from .target import TargetParams
 
-FLOAT = frozenset({"float32", "float16"})
-QUANT8 = frozenset({"uint8", "int8"})
+
+class Reason(StrEnum):
+    """Why a delegate leaves a node (or the whole model) on the CPU, as a code."""
+
+    UNSUPPORTED_OP = "unsupported-op"  # the delegate has no kernel for this op (or custom op)
+    OP_VERSION = "op-version"  # the op's version is above the delegate's cap
+    FEATURE_LEVEL = "feature-level"  # needs a newer Android/NNAPI level or another Core ML version
+    TENSOR_TYPE = "tensor-type"  # an input or output dtype the delegate does not take
+    TENSOR_RANK = "tensor-rank"  # rank above the delegate's limit (or wrong rank for the op)
+    SHAPE = "shape"  # dimension constraints (sizes, channels, batch)
+    BROADCAST = "broadcast"  # broadcasting pattern the delegate does not do
+    ARITY = "arity"  # number of inputs/outputs, or runtime vs constant inputs
+    CONSTANT = "constant"  # an input must be a constant (weights, axes, sizes)
+    ACTIVATION = "activation"  # fused activation not supported
+    OPTION = "option"  # a builtin option value (strides, masks, beta, axis, mode ...)
+    PER_CHANNEL = "per-channel"  # per-channel (or blockwise) quantization where per-tensor is needed
+    DYNAMIC_RANGE = "dynamic-range"  # hybrid op: float activations with 8-bit weights
+    QUANTIZATION = "quantization"  # scale / zero-point constraints
+    GRAPH = "graph"  # the op's producers/consumers (e.g. a comparison must feed one CAST/SELECT)
+    QUANT_DISABLED = "quant-disabled"  # the target turned quantized models off (GPU flag)
+    NO_OPENCL = "no-opencl"  # the target has no OpenCL (GPU excludes SPLIT/SPLIT_V)
+    FP16_DEQUANT = "fp16-dequantize"  # float16 weight DEQUANTIZE kept on the CPU in partial delegation
+    PARTITION_LIMIT = "partition-limit"  # supported, but its partition is not among the N kept
+    PARTITION_SIZE = "partition-size"  # supported, but its partition is below the minimum size
+    DYNAMIC_TENSOR = "dynamic-tensor"  # model-level: a dynamic-sized tensor vetoes the delegate
+    BUILD_FAILURE = "build-failure"  # model-level: the delegate would fail building its graph
+    PLATFORM = "platform"  # model-level: the target cannot run this delegate at all
+    RUNTIME = "runtime"  # observed in the interpreter (XNNPACK), not predicted
 
 
-@dataclass(frozen=True)
-class Rule:
-    vmax: int | None = None
-    checks: tuple[Check, ...] = ()
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A delegate's refusal: the code, its own words, the threshold involved (a version cap, a level) and
+    the offending value where one helps a hint (e.g. the dtype that was refused)."""
+
+    code: Reason
+    text: str
+    limit: int | None = None
+    detail: str | None = None
+
+
+def reject(code: Reason, text: str, limit: int | None = None, detail: str | None = None) -> Verdict:
+    return Verdict(code, text, limit, detail)
+
+
+class Finding(NamedTuple):
+    """One node a delegate leaves on the CPU, with its verdict."""
+
+    subgraph: int
+    index: int
+    op: str
+    version: int
+    verdict: Verdict
 
 
 @dataclass(frozen=True)
 class Policy:
     """How a delegate turns supported nodes into delegated ones (partition helper and its limits)."""
 
-    max_partitions: int | None  # None or <= 0: unlimited
+    max_partitions: int | None  # None: unlimited
     min_nodes: int
     fp16_helper: bool  # FP16GraphPartitionHelper: fold float16-weight DEQUANTIZE into consumers
     allows_dynamic: bool  # kTfLiteDelegateFlagsAllowDynamicTensors
     params: dict = field(default_factory=dict)
 
 
+@runtime_checkable
+class DelegateRules(Protocol):
+    """What the engine needs from one delegate's rules."""
+
+    name: Delegate
+    source: str
+
+    def policy(self, target: TargetParams) -> Policy: ...
+
+    def check(self, node: NodeView, target: TargetParams) -> Verdict | None: ...
+
+    def veto(self, model: Model, target: TargetParams) -> Verdict | None: ...
+
+    def build_failure(self, node: NodeView, target: TargetParams) -> Verdict | None: ...
+
+    def hints(self, findings: Sequence[Finding], target: TargetParams, scheme: str) -> list[str]: ...
+
+
+class Rules:
+    """Defaults for the optional hooks: no model-level veto, no build-time failure, no hints."""
+
+    name: Delegate
+    source: str
+
+    def veto(self, model: Model, target: TargetParams) -> Verdict | None:
+        return None
+
+    def build_failure(self, node: NodeView, target: TargetParams) -> Verdict | None:
+        return None
+
+    def hints(self, findings: Sequence[Finding], target: TargetParams, scheme: str) -> list[str]:
+        return []
+
+
+Check = Callable[[NodeView, "TargetParams"], Verdict | None]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One op in a delegate's table: highest op version, lowest feature level, then its checks."""
+
+    vmax: int | None = None
+    checks: tuple[Check, ...] = ()
+    min_level: int | None = None
+
+
+def first(checks: Iterable[Check], node: NodeView, target: TargetParams) -> Verdict | None:
+    """The first failing check's verdict (the runtime's RETURN_IF_ERROR chain)."""
+    for c in checks:
+        v = c(node, target)
+        if v is not None:
+            return v
+    return None
+
+
+def codes(findings: Iterable[Finding]) -> set[Reason]:
+    return {f.verdict.code for f in findings}
+
+
+FLOAT = frozenset({"float32", "float16"})
+QUANT8 = frozenset({"uint8", "int8"})
+
+
 def shape_str(t: Tensor | None) -> str:
     return "none" if t is None else "[" + ",".join(str(d) for d in t.shape) + "]"
+
+
+def dtype(node: NodeView, i: int) -> str:
+    """Type of input i ('none' when absent or omitted)."""
+    t = node.input(i)
+    return t.dtype if t is not None else "none"
 
 
 # ---- small predicate factories -------------------------------------------------------------------
 
 
 def n_inputs(*allowed: int) -> Check:
-    def check(node: NodeView, _t) -> str | None:
+    def check(node: NodeView, _t) -> Verdict | None:
         n = len(node.op.inputs)
-        return None if n in allowed else f"Expected {' or '.join(map(str, allowed))} input(s), got {n}."
+        if n in allowed:
+            return None
+        return reject(Reason.ARITY, f"Expected {' or '.join(map(str, allowed))} input(s), got {n}.")
 
     return check
 
 
 def n_outputs(*allowed: int) -> Check:
-    def check(node: NodeView, _t) -> str | None:
+    def check(node: NodeView, _t) -> Verdict | None:
         n = len(node.op.outputs)
-        return None if n in allowed else f"Expected {' or '.join(map(str, allowed))} output(s), got {n}."
+        if n in allowed:
+            return None
+        return reject(Reason.ARITY, f"Expected {' or '.join(map(str, allowed))} output(s), got {n}.")
 
     return check
 
@@ -65,27 +191,46 @@ def n_outputs(*allowed: int) -> Check:
 def runtime_const(*pairs: tuple[int, int]) -> Check:
     """(runtime inputs, const inputs) must be one of the given pairs (gpu_compatibility's CheckInputsConstsOutputs)."""
 
-    def check(node: NodeView, _t) -> str | None:
+    def check(node: NodeView, _t) -> Verdict | None:
         got = (len(node.runtime_inputs), len(node.const_inputs))
         if got in pairs:
             return None
         want = " or ".join(f"{r} runtime + {c} constant" for r, c in pairs)
-        return f"Expected {want} input(s), got {got[0]} runtime + {got[1]} constant."
+        return reject(Reason.ARITY, f"Expected {want} input(s), got {got[0]} runtime + {got[1]} constant.")
 
     return check
 
 
 def option(key: str, ok: Callable[[object], bool], what: str) -> Check:
-    def check(node: NodeView, _t) -> str | None:
+    def check(node: NodeView, _t) -> Verdict | None:
         v = node.opts.get(key)
-        return None if ok(v) else f"{what} (got {key}={v!r})."
+        return None if ok(v) else reject(Reason.OPTION, f"{what} (got {key}={v!r}).")
 
     return check
 
 
 def activation_in(allowed: frozenset[str], key: str = "fused_activation_function") -> Check:
-    def check(node: NodeView, _t) -> str | None:
+    def check(node: NodeView, _t) -> Verdict | None:
         act = node.opts.get(key, "NONE")
-        return None if act in allowed else f"Unsupported fused activation {act}."
+        return None if act in allowed else reject(Reason.ACTIVATION, f"Unsupported fused activation {act}.")
+
+    return check
+
+
+def input_type_in(i: int, allowed: Iterable[str], what: str = "Input type") -> Check:
+    """Input i's dtype must be one of `allowed` (an omitted input counts as 'none')."""
+    allowed = frozenset(allowed)
+
+    def check(node: NodeView, _t) -> Verdict | None:
+        got = dtype(node, i)
+        return None if got in allowed else reject(Reason.TENSOR_TYPE, f"{what} {got} is not supported.")
+
+    return check
+
+
+def constant_input(i: int, what: str) -> Check:
+    def check(node: NodeView, _t) -> Verdict | None:
+        t = node.input(i)
+        return None if t is not None and t.is_const else reject(Reason.CONSTANT, f"{what} must be constant.")
 
     return check

@@ -16,35 +16,33 @@ from pathlib import Path
 from ..errors import ModelError
 from ..results import DelegateReport, NodeVerdict
 from .engine import verdict
+from .rules import Reason
 
 SOURCE = "runtime: ai-edge-litert interpreter with the default XNNPACK delegate (primary subgraph)"
 NAME = "xnnpack"
 
 
+def _covered(delegate: dict, producer: dict[int, int], by_index: dict[int, dict]) -> set[int]:
+    """The original nodes one DELEGATE node replaced: trace its outputs back to its inputs."""
+    boundary = {int(t) for t in delegate["inputs"]}
+    covered: set[int] = set()
+    stack = [int(t) for t in delegate["outputs"]]
+    while stack:
+        t = stack.pop()
+        p = producer.get(t) if t not in boundary else None
+        if p is None or p in covered:
+            continue
+        covered.add(p)
+        stack.extend(int(x) for x in by_index[p]["inputs"] if int(x) >= 0)
+    return covered
+
+
 def replaced_nodes(ops: list[dict]) -> tuple[list[set[int]], int]:
     """(nodes replaced by each DELEGATE partition, number of original nodes) from `_get_ops_details()`."""
     originals = [d for d in ops if d["op_name"] != "DELEGATE"]
-    delegates = [d for d in ops if d["op_name"] == "DELEGATE"]
-    producer: dict[int, int] = {}
-    for d in originals:
-        for t in d["outputs"]:
-            producer[int(t)] = int(d["index"])
+    producer = {int(t): int(d["index"]) for d in originals for t in d["outputs"]}
     by_index = {int(d["index"]): d for d in originals}
-    parts = []
-    for d in delegates:
-        boundary = {int(t) for t in d["inputs"]}
-        covered: set[int] = set()
-        stack = [int(t) for t in d["outputs"]]
-        while stack:
-            t = stack.pop()
-            if t in boundary:
-                continue
-            p = producer.get(t)
-            if p is None or p in covered:
-                continue
-            covered.add(p)
-            stack.extend(int(x) for x in by_index[p]["inputs"] if int(x) >= 0)
-        parts.append(covered)
+    parts = [_covered(d, producer, by_index) for d in ops if d["op_name"] == "DELEGATE"]
     return parts, len(originals)
 
 
@@ -60,13 +58,16 @@ def _nodes(interpreter) -> list[dict]:
     ]
 
 
-def check(model: str | Path | bytes, threads: int = 2, versions: dict[int, int] | None = None) -> DelegateReport:
-    """Load the model with XNNPACK and report which nodes it replaced. `versions`: node index -> op version."""
+def check(
+    model: str | Path | bytes, threads: int = 2, versions: dict[int, int] | None = None, loaded=None
+) -> DelegateReport:
+    """Load the model with XNNPACK (or read `loaded`, an interpreter built that way) and report which nodes
+    it replaced. `versions`: node index -> op version."""
     from .. import runtime
 
     versions = versions or {}
     try:
-        loaded = runtime.load(model, threads=threads, xnnpack=True)
+        loaded = loaded or runtime.load(model, threads=threads, xnnpack=True)
     except ModelError as e:
         return DelegateReport(
             delegate=NAME,
@@ -78,18 +79,20 @@ def check(model: str | Path | bytes, threads: int = 2, versions: dict[int, int] 
             partitions=0,
             verdict="none",
             vetoed=f"The runtime could not load the model: {e.problem}",
+            veto_code=Reason.RUNTIME.value,
         )
     ops = _nodes(loaded.interpreter)
     parts, total = replaced_nodes(ops)
     taken = set().union(*parts) if parts else set()
     names = {int(d["index"]): d["op_name"] for d in ops if d["op_name"] != "DELEGATE"}
     cpu = [
-        NodeVerdict.model_construct(
+        NodeVerdict(
             subgraph=0,
             index=i,
             op=names[i],
             version=versions.get(i, 1),
             reason="Runs on the built-in CPU kernels: XNNPACK did not replace it (observed).",
+            code=Reason.RUNTIME.value,
         )
         for i in sorted(names)
         if i not in taken

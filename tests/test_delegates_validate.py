@@ -1,0 +1,86 @@
+"""Issue 11, item 11: `compat` must not give verdicts for models the runtime would refuse.
+
+Each class of corruption is made by editing one field of a small valid model. Where the LiteRT runtime
+refuses the edited model too, the test checks that (so the validation follows the runtime, not a guess);
+every case must be one ModelError line (exit code 2 from the CLI), never a verdict.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from delegate_fixtures import load_t, op, save_t, tensor, tiny
+
+from optimize import runtime
+from optimize.delegates import check_delegates
+from optimize.delegates.flatbuffer import read_model
+from optimize.errors import ModelError
+
+
+@pytest.fixture(scope="module")
+def base() -> bytes:
+    """x[1,4] + constant[4] -> ADD -> RELU: valid, and the runtime runs it."""
+    tensors = [tensor([1, 4]), tensor([4], data=np.ones(4, np.float32)), tensor([1, 4]), tensor([1, 4])]
+    ops = [op("ADD", [0, 1], [2], ("AddOptions", {})), op("RELU", [2], [3])]
+    return tiny(tensors, ops, [0], [3])
+
+
+def edit(data: bytes, change) -> bytes:
+    m = load_t(data)
+    change(m.subgraphs[0])
+    return save_t(m)
+
+
+CASES = {
+    # core/interpreter_builder.cc:749-754
+    "buffer index out of range": (lambda g: setattr(g.tensors[1], "buffer", 57), "refers to buffer 57", True),
+    # core/subgraph.cc:916-937 (node inputs, 1116-1120)
+    "operator input out of range": (lambda g: setattr(g.operators[1], "inputs", [99]), "refers to tensor 99", True),
+    "negative operator input": (lambda g: setattr(g.operators[1], "inputs", [-5]), "refers to tensor -5", True),
+    # core/subgraph.cc:843-851
+    "graph input out of range": (lambda g: setattr(g, "inputs", [42]), "input list refers to tensor 42", True),
+    "graph output out of range": (lambda g: setattr(g, "outputs", [42]), "output list refers to tensor 42", True),
+    # graph_info.cc:124-127: partitioning fails; the runtime alone runs the ops in file order on garbage
+    "cycle": (lambda g: setattr(g.operators[0], "inputs", [3, 1]), "has a cycle: operator 0 (ADD)", False),
+    # util.cc:243-258 (BytesRequired overflows): 2^62 elements
+    "huge shape": (lambda g: setattr(g.tensors[2], "shape", [2**31 - 1, 2**31 - 1, 2]), "more than any device", True),
+    "negative dimension": (lambda g: setattr(g.tensors[2], "shape", [1, -4]), "negative dimension", True),
+    # core/subgraph.cc:1955-1966: a constant's buffer must hold its shape
+    "constant buffer too small": (lambda g: setattr(g.tensors[1], "shape", [1000]), "needs 4000 bytes", True),
+}
+
+
+def test_the_base_model_is_valid(base):
+    runtime.load(base).interpreter.invoke()
+    assert check_delegates(base, ["gpu"])["gpu"].verdict == "full"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_corrupt_structure_is_one_model_error(base, case):
+    change, message, runtime_refuses = CASES[case]
+    data = edit(base, change)
+    with pytest.raises(ModelError, match="corrupt or hand-edited") as e:
+        check_delegates(data)
+    assert message in str(e.value) and "\n" not in str(e.value) and e.value.exit_code == 2
+    if runtime_refuses:
+        with pytest.raises(ModelError, match="cannot load"):
+            runtime.load(data)
+
+
+def test_buffer_of_2_to_the_62_bytes(base):
+    """A buffer stored by offset/size (the >2 GB layout) claiming 2^62 bytes runs past the file: refused
+    (interpreter_builder.cc:762-768)."""
+    m = load_t(base)
+    buf = m.buffers[m.subgraphs[0].tensors[1].buffer]
+    buf.data, buf.offset, buf.size = None, 64, 2**62
+    with pytest.raises(ModelError, match="runs past the end of the file"):
+        read_model(save_t(m))
+
+
+def test_compat_exits_2_with_one_line(base, tmp_path, cli):
+    bad = tmp_path / "cycle.tflite"
+    bad.write_bytes(edit(base, CASES["cycle"][0]))
+    r = cli("compat", str(bad))
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "has a cycle" in lines[0]

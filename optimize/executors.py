@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 import signal
 from collections import deque
 from collections.abc import Iterator
@@ -293,4 +294,15 @@ class ProcessExecutor:
 
 def executor(settings: Settings, jobs: int, progress: Progress | None = None):
     """jobs 0: in this process; otherwise that many crash-isolated worker processes."""
+    if jobs and not _spawnable():
+        log.info("the main script cannot be re-imported by worker processes (stdin or -c): running in this process")
+        jobs = 0
     return SerialExecutor(settings, progress) if jobs == 0 else ProcessExecutor(settings, jobs, progress)
+
+
+def _spawnable() -> bool:
+    """Spawned workers re-import the main script by path; a script read from stdin has none and hangs them."""
+    import sys
+
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    return main_file is None or os.path.isfile(main_file)

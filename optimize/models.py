@@ -301,10 +301,21 @@ def output_names(src: ModelSource) -> tuple[str, ...]:
         except (KeyError, IndexError, TypeError):
             return ()
     if src.kind == "tflite":
-        from . import runtime
-
-        return tuple(runtime.Runner(runtime.load(src.path)).output_names())
+        return _tflite_outputs(src.path)
     return ()
+
+
+def _tflite_outputs(path: Path) -> tuple[str, ...]:
+    """Output names as the techniques will see them (read without allocating: custom ops need not run)."""
+    from . import runtime
+    from .normalize import normalize
+
+    it = runtime.describe(normalize(path.read_bytes()).content)
+    sigs = it.get_signature_list()
+    if sigs:
+        key = "serving_default" if "serving_default" in sigs else sorted(sigs)[0]
+        return tuple(sigs[key]["outputs"])
+    return tuple(d["name"] for d in it.get_output_details())
 
 
 RECURRENT = frozenset({"LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"})

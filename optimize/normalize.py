@@ -218,3 +218,23 @@ def normalize(content: bytes) -> Normalized:
     if _add_signature(model):
         facts.append("a serving_default signature made from the graph's inputs and outputs")
     return Normalized(_save(model) if facts else content, facts)
+
+
+def not_float(content: bytes) -> str | None:
+    """Why a (normalised) .tflite is not a float model every scheme can start from, or None when it is."""
+    from .delegates.flatbuffer import read_model
+
+    sg = read_model(content).main
+    for op in sg.ops:
+        if op.name == "DEQUANTIZE" and op.inputs and op.inputs[0] >= 0:
+            src = sg.tensors[op.inputs[0]]
+            if src.dtype == "float16" and not src.is_const:
+                return (
+                    f"a float16 tensor that is not a constant weight ({src.name or op.inputs[0]}) feeds DEQUANTIZE: "
+                    "the model computes in float16 at run time, so it is not a float32 model"
+                )
+    quantized = sorted({t.dtype for t in sg.tensors if t.quant is not None and t.dtype != "float32"})
+    if quantized or any(op.name in ("QUANTIZE", "DEQUANTIZE") for op in sg.ops):
+        kinds = f" ({', '.join(quantized)} tensors)" if quantized else ""
+        return f"it is already quantized{kinds}"
+    return None

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import _tf, measure, models, paths, registry, verify
 from .data import Dataset, check_inputs, combine, load_data
 from .errors import DataError, ModelError, OptimizeError, RecipeError, TechniqueFailed
-from .normalize import normalize
+from .normalize import normalize, not_float
 from .progress import Progress
 from .recipe import Recipe, build, make_steps
 from .registry import Context, Stage
@@ -217,7 +217,15 @@ def _tflite_steps(recipe: Recipe, src: models.ModelSource) -> list[dict]:
 
 
 def check_data(src: models.ModelSource, data: Dataset | None) -> None:
-    """Check data against the model's input before any work starts (one clear line if it does not fit)."""
+    """Check the model and data before any work starts (one clear line if they do not fit): a .tflite must
+    be a float model once normalised, and the data must fit the model's inputs."""
+    if src.kind == "tflite":
+        why = not_float(normalize(src.path.read_bytes()).content)
+        if why:
+            raise ModelError(
+                f"{src.path.name} cannot be optimized: {why}.",
+                "Pass the float32 model it was made from; `optimize evaluate` and `optimize compat` measure it as it is.",
+            )
     if data is None:
         return
     check_inputs(data, models.input_specs(src))

@@ -432,19 +432,78 @@ class Study(Record):
         return write_atomic(Path(path), self.to_json().encode())
 
 
+MAX_STUDY_BYTES = 256 * 2**20  # a study of thousands of candidates is a few MiB
+FRACTIONS = {"top1", "topk", "top1_agreement", "relative_error", "iou", "sparsity", "auc", "coverage"}
+PLAUSIBLE = (  # (how a numeric field's name ends, its unit, the largest value a real study can hold)
+    ("bytes", "bytes", 2**48),
+    ("_ms", "ms", 1e9),
+    ("seconds", "seconds", 1e9),
+    ("samples", "samples", 2**40),
+)
+
+
+def _numbers(value, where: str = ""):
+    """Every number in a dumped record, with its dotted path."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _numbers(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from _numbers(v, f"{where}.{i}")
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield where, value
+
+
+def _implausible(where: str, v: float) -> str | None:
+    """Why one number cannot come from a real measurement, or None."""
+    if v != v or v in (float("inf"), float("-inf")):
+        return f"{where} is {v}"
+    leaf = where.rsplit(".", 1)[-1]
+    parent = where.rsplit(".", 2)[-2] if where.count(".") >= 1 else ""
+    if leaf in FRACTIONS or parent == "calibration_outside":
+        return None if 0 <= v <= 1 else f"{where} is {v:g}, outside 0..1 (fractions are 0..1, not percent)"
+    if leaf == "accuracy_delta":
+        return None if -1 <= v <= 1 else f"{where} is {v:g}, outside -1..1 (a difference of two fractions)"
+    for end, unit, top in PLAUSIBLE:
+        if (leaf.endswith(end) or parent.endswith(end)) and not 0 <= v <= top:
+            return f"{where} is {v:g} {unit}, outside 0..{top:g}"
+    return None
+
+
+def check_plausible(study: Study) -> str | None:
+    """What makes a study impossible as a measurement (NaN, negative sizes, a top-1 of 57, no baseline)."""
+    names = [c.name for c in study.candidates]
+    if study.baseline not in names:
+        return f"its baseline {study.baseline!r} is not among its candidates"
+    for i, c in enumerate(study.candidates):
+        for where, v in _numbers(c.model_dump(exclude={"steps"})):
+            why = _implausible(where, v)
+            if why:
+                return f"candidate {i} ({c.name}): {why}"
+    for where, v in _numbers(study.model_dump(include={"calibration_outside"})):
+        why = _implausible(where, v)
+        if why:
+            return why
+    return None
+
+
 def load_study(path: str | os.PathLike) -> Study:
-    """Read a study.json, with one clear error for a missing, foreign or hand-broken file."""
+    """Read a study.json, with one clear error for a missing, foreign, hand-broken or impossible file."""
     p = Path(path)
     if p.is_dir():
         p = p / "study.json"
+    fix = "Re-run `optimize sweep`, or pass the study.json it wrote."
     if not p.is_file():
         raise StudyError(f"No study at {p}.", "Run `optimize sweep` first, or pass the study.json it wrote.")
+    if p.stat().st_size > MAX_STUDY_BYTES:
+        raise StudyError(f"{p} is {p.stat().st_size:,} bytes, more than any study (at most {MAX_STUDY_BYTES:,}).", fix)
     try:
         raw = json.loads(p.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise StudyError(
-            f"{p} is not JSON ({e.__class__.__name__}).", "Pass a study.json written by `optimize sweep`."
-        ) from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else e.__class__.__name__
+        if isinstance(e, ValueError) and "digits" in str(e):
+            why = "a number with thousands of digits"
+        raise StudyError(f"{p} is not a JSON study ({why}).", fix) from None
     if not isinstance(raw, dict) or raw.get("schema_version") != SCHEMA_VERSION:
         found = raw.get("schema_version") if isinstance(raw, dict) else None
         raise StudyError(
@@ -452,11 +511,15 @@ def load_study(path: str | os.PathLike) -> Study:
             "Re-run `optimize sweep` with this version.",
         )
     try:
-        return Study.model_validate(raw)
+        study = Study.model_validate(raw)
     except ValidationError as e:
         raise from_validation(
             e, Study, where=f"{p} is not a valid study: ", kind=StudyError, fix="Re-run `optimize sweep`."
         ) from None
+    why = check_plausible(study)
+    if why:
+        raise StudyError(f"{p} is not a real measurement: {why}.", "Re-run `optimize sweep`; do not edit its numbers.")
+    return study
 
 
 def write_atomic(path: Path, data: bytes) -> Path:

@@ -76,6 +76,15 @@ def describe(model: bytes):
             raise ModelError(f"This is not a readable .tflite ({reason}).", "Pass a float32 .tflite model.") from None
 
 
+def loads(model: str | Path | bytes) -> bool:
+    """Whether this runtime can prepare the model (False for custom ops it lacks, for one)."""
+    try:
+        load(model, threads=1, xnnpack=False)
+    except ModelError:
+        return False
+    return True
+
+
 def load(model: str | Path | bytes, threads: int = 2, xnnpack: bool = True, keep_tensors: bool = False) -> Loaded:
     """Build and allocate an interpreter. A model the runtime rejects is a ModelError with its reason.
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from . import _tf, measure, models, paths, registry, runtime
 from .cache import ResultCache, key_for
 from .data import Dataset, take
-from .errors import NothingWorked, RecipeError
+from .errors import ModelError, NothingWorked, RecipeError
 from .executors import Settings, Task, executor
 from .pipeline import MeasureOptions, _key, check_data, environment, open_inputs, resolve
 from .progress import Progress
@@ -82,6 +82,21 @@ def _defaults(src: models.ModelSource, ds: Dataset | None, backend) -> list[Reci
     return default_recipes(include_training, backend)
 
 
+def _is_baseline(r: Recipe) -> bool:
+    return r.scheme == "float32" and len(r.steps) <= 1
+
+
+def _with_baseline(recipes: list[Recipe], src: models.ModelSource) -> list[Recipe]:
+    """Given recipes, plus the float32 baseline first when none of them is one: every candidate is
+    compared with it (fidelity, accuracy delta, latency ratio)."""
+    if any(_is_baseline(r) for r in recipes):
+        return recipes
+    name = "float32" if all(r.name != "float32" for r in recipes) else "float32-baseline"
+    if src.kind == "tflite":
+        return [as_given(name), *recipes]
+    return [build(name, [{"technique": "convert", "scheme": "float32"}]), *recipes]
+
+
 def _with_target_recipe(recipes: list[Recipe], target: Target, src: models.ModelSource, backend) -> list[Recipe]:
     """The target's own shipped recipe added, unless a recipe with the same resolved steps is there already."""
     extra = load_recipe(TARGET_RECIPE[target]).with_backend(backend)
@@ -103,7 +118,7 @@ def plan(
     if recipes is None:
         recipes = _defaults(src, ds, backend)
     else:
-        recipes = [r.with_backend(backend) for r in recipes]
+        recipes = _with_baseline([r.with_backend(backend) for r in recipes], src)
     if target is not None and src.kind != "tflite":
         recipes = _with_target_recipe(recipes, Target(target), src, backend)
     if ds is None:
@@ -172,20 +187,29 @@ def _submit_all(ex, groups, ref, metrics) -> list:
     return []
 
 
+def _time_one(c: Candidate, out_dir: Path, sample, threads: int, runs: int) -> Candidate:
+    """One candidate timed; a model this runtime cannot run (custom ops it lacks) keeps its size only."""
+    try:
+        metrics = measure.add_timing(c.metrics, out_dir / c.artifact, sample, threads=threads, runs=runs, memory=False)
+    except ModelError as e:
+        return c.model_copy(update={"notes": [*c.notes, f"not timed: {e.problem}"]})
+    return c.model_copy(update={"metrics": metrics})
+
+
 def _time_all(cands: list[Candidate], out_dir: Path, sample, threads: int, runs: int) -> list[Candidate]:
     """Latency of each candidate one at a time, then every peak memory from one probe process."""
     ok = [c for c in cands if c.ok]
     if ok:
         log.info("Timing %d candidate(s), one at a time (%d threads)...", len(ok), threads)
-    timed = {
-        c.name: measure.add_timing(c.metrics, out_dir / c.artifact, sample, threads=threads, runs=runs, memory=False)
-        for c in ok
-    }
-    peaks = runtime.peak_memory_many([out_dir / c.artifact for c in ok], threads) if ok else []
-    for c, peak in zip(ok, peaks):
+    timed = {c.name: _time_one(c, out_dir, sample, threads, runs) for c in ok}
+    runnable = [c for c in timed.values() if c.metrics.latency is not None]
+    peaks = runtime.peak_memory_many([out_dir / c.artifact for c in runnable], threads) if runnable else []
+    for c, peak in zip(runnable, peaks):
         if peak is not None:
-            timed[c.name] = timed[c.name].model_copy(update={"memory": Memory(peak_rss_bytes=peak)})
-    return [c.model_copy(update={"metrics": timed[c.name]}) if c.name in timed else c for c in cands]
+            timed[c.name] = c.model_copy(
+                update={"metrics": c.metrics.model_copy(update={"memory": Memory(peak_rss_bytes=peak)})}
+            )
+    return [timed.get(c.name, c) for c in cands]
 
 
 def _as_baseline(c: Candidate) -> Candidate:
@@ -210,7 +234,7 @@ class _Run:
 
     @property
     def baseline(self) -> Recipe | None:
-        return next((r for r in self.recipes if r.scheme == "float32" and len(r.steps) <= 1), None)
+        return next((r for r in self.recipes if _is_baseline(r)), None)
 
     def keys(self) -> dict[str, str]:
         common = {"model": self.src.fingerprint, "data": self.ds.fingerprint if self.ds else None}
@@ -348,8 +372,10 @@ def _plain_int8(run: _Run) -> Candidate | None:
     """The sweep's post-training int8 candidate made by LiteRT Quantizer with no Keras step, if it ran."""
     for r in run.recipes:
         keras = any(registry.get(s.technique).stage is Stage.KERAS for s in r.steps)
-        if r.name in run.done and r.scheme == "int8" and r.made_by == "litert" and not keras:
-            return run.done[r.name]
+        made = run.done.get(r.name)
+        if made is not None and r.scheme == "int8" and r.made_by == "litert" and not keras:
+            # the calibrator stood in for LiteRT Quantizer (an LSTM it leaves float): no per-op search there
+            return None if made.backend == Backend.CALIBRATOR else made
     return None
 
 

@@ -44,7 +44,7 @@ def test_round_trip(tmp_path):
 @pytest.mark.parametrize(
     "content, match",
     [
-        ("not json", "is not JSON"),
+        ("not json", "is not a JSON study"),
         ('{"schema_version": 99}', "schema_version 99"),
         ("[1, 2]", "schema_version None"),
     ],
@@ -88,3 +88,65 @@ def test_write_atomic_leaves_nothing_on_failure(tmp_path, monkeypatch):
         write_atomic(target, b"new")
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+
+
+def _edited(tmp_path, edit) -> object:
+    raw = json.loads(make_study().to_json())
+    edit(raw)
+    p = tmp_path / "study.json"
+    p.write_text(json.dumps(raw))
+    return p
+
+
+def _metric(path: str, value):
+    def edit(raw):
+        node = raw["candidates"][0]["metrics"]
+        *head, leaf = path.split(".")
+        for k in head:
+            node = node.setdefault(k, {})
+        node[leaf] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (_metric("size.bytes", -5), "size.bytes is -5 bytes"),
+        (_metric("size.gzip_bytes", 1e18), "gzip_bytes is 1e\\+18 bytes"),
+        (_metric("accuracy", {"samples": 10, "top1": 57.0}), "top1 is 57, outside 0..1"),
+        (_metric("accuracy_delta", float("nan")), "accuracy_delta is nan"),
+        (_metric("accuracy_delta", -3.0), "accuracy_delta is -3"),
+        (lambda raw: raw.update(baseline="float64"), "baseline 'float64' is not among its candidates"),
+        (lambda raw: raw.update(calibration_outside={"x": 7}), "calibration_outside.x is 7"),
+        (lambda raw: raw["candidates"][0].update(seconds=float("inf")), "seconds is inf"),
+    ],
+    ids=["negative-size", "huge-size", "top1-57", "nan", "delta", "no-baseline", "coverage", "inf"],
+)
+def test_impossible_measurements_refused_on_load(tmp_path, edit, match):
+    with pytest.raises(StudyError, match=f"not a real measurement: .*{match}"):
+        load_study(_edited(tmp_path, edit))
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("[" * 200_000 + "]" * 200_000, "nested too deeply"),
+        ('{"schema_version": ' + "9" * 5000 + "}", "thousands of digits"),
+        (b"\xff\xfe junk", "UnicodeDecodeError"),
+    ],
+    ids=["deep", "digits", "bytes"],
+)
+def test_hostile_json(tmp_path, content, match):
+    p = tmp_path / "study.json"
+    p.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(StudyError, match=match):
+        load_study(p)
+
+
+def test_report_on_an_impossible_study_is_one_line(tmp_path, cli):
+    from tests_support import one_line_error
+
+    p = _edited(tmp_path, _metric("size.bytes", -1))
+    one_line_error(cli("report", str(p)), "not a real measurement", "size.bytes is -1")
+    one_line_error(cli("recommend", str(p)), "not a real measurement")

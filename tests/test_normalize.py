@@ -1,0 +1,145 @@
+"""The .tflite front door and artifact verification, on tiny flatbuffers shaped like MediaPipe's files.
+
+A MediaPipe model has float16 weights behind DEQUANTIZE, no signature, and operator codes in the old
+schema's field. Each is made here from a seeded Keras model, then normalised: the result must be a plain
+float32 model with a serving_default signature that computes what the original computes. A model whose
+float16 feeds a non-constant path is refused in one line; a model whose weights a scheme cannot touch
+is a failed candidate, never a result under the scheme's name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from delegate_fixtures import _schema, load_t, save_t
+from tests_support import one_line_error
+
+from optimize import _tf, runtime
+from optimize.delegates.flatbuffer import read_model
+from optimize.errors import ModelError
+from optimize.normalize import normalize
+
+
+def _keras(filters: int = 16, units: int = 80):
+    keras = _tf.keras()
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 3))
+    h = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(inp)
+    h = keras.layers.Flatten()(h)
+    return keras.Model(inp, keras.layers.Dense(units)(h))
+
+
+def _convert(model, float16: bool) -> bytes:
+    tf = _tf.tf()
+    conv = tf.lite.TFLiteConverter.from_keras_model(model)
+    if float16:
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+        conv.target_spec.supported_types = [tf.float16]
+    return conv.convert()
+
+
+@pytest.fixture(scope="module")
+def float16_model() -> bytes:
+    return _convert(_keras(), float16=True)
+
+
+@pytest.fixture(scope="module")
+def mediapipe_like(float16_model) -> bytes:
+    """float16 weights behind DEQUANTIZE, no signature, op codes only in deprecated_builtin_code."""
+    m = load_t(float16_model)
+    m.signatureDefs = []
+    for code in m.operatorCodes:
+        if code.builtinCode < 127:
+            code.deprecatedBuiltinCode, code.builtinCode = code.builtinCode, 0
+    return save_t(m)
+
+
+def _outputs(content: bytes, x: np.ndarray) -> list[np.ndarray]:
+    runner = runtime.Runner(runtime.load(content, threads=1))
+    return runner.run(x)
+
+
+def _dtypes(content: bytes) -> set[str]:
+    """The dtypes of the weights the model holds (tensors with data)."""
+    return {t.dtype for t in read_model(content).main.tensors if t.data is not None and len(t.data)}
+
+
+def _ops(content: bytes) -> set[str]:
+    return {op.name for op in read_model(content).main.ops}
+
+
+def test_mediapipe_style_model_becomes_plain_float32(mediapipe_like):
+    assert "float16" in _dtypes(mediapipe_like) and "DEQUANTIZE" in _ops(mediapipe_like)
+    n = normalize(mediapipe_like)
+    text = "; ".join(n.facts)
+    assert "operator code(s) moved" in text
+    assert "float16 weight tensor(s) behind DEQUANTIZE folded" in text
+    assert "serving_default signature" in text
+    assert "float16" not in _dtypes(n.content) and "DEQUANTIZE" not in _ops(n.content)
+    it = runtime.describe(n.content)
+    assert list(it.get_signature_list()) == ["serving_default"]
+    x = np.random.default_rng(0).normal(size=(1, 8, 8, 3)).astype(np.float32)
+    for a, b in zip(_outputs(mediapipe_like, x), _outputs(n.content, x), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_a_plain_float32_model_is_left_as_it_is():
+    f32 = _convert(_keras(), float16=False)
+    n = normalize(f32)
+    assert not n.changed and n.content == f32
+
+
+def test_unreadable_bytes_are_a_model_error():
+    with pytest.raises(ModelError, match="cannot be read as a flatbuffer"):
+        normalize(b"TFL3" + bytes(range(200)))
+
+
+def _float16_on_a_live_path(float16_model: bytes) -> bytes:
+    """The first float16 weight made a graph input: its DEQUANTIZE now runs on data, not a constant."""
+    s = _schema()
+    m = load_t(float16_model)
+    sg = m.subgraphs[0]
+    i = next(
+        int(op.inputs[0])
+        for op in sg.operators
+        if m.operatorCodes[op.opcodeIndex].builtinCode == s.BuiltinOperator.DEQUANTIZE
+    )
+    m.buffers[sg.tensors[i].buffer].data = None
+    sg.inputs = [*sg.inputs, i]
+    m.signatureDefs = []
+    return save_t(m)
+
+
+def test_float16_feeding_a_non_constant_path_is_refused_in_one_line(float16_model, tmp_path, cli):
+    model = tmp_path / "live16.tflite"
+    model.write_bytes(_float16_on_a_live_path(float16_model))
+    n = normalize(model.read_bytes())
+    assert "DEQUANTIZE" in _ops(n.content)  # left alone: nothing constant to fold
+    out = tmp_path / "out"
+    one_line_error(cli("quantize", str(model), "--scheme", "dynamic", "-o", str(out)), "float16")
+    assert not out.exists()
+
+
+def test_a_scheme_that_touches_no_weight_is_a_failed_candidate(tmp_path):
+    """Every weight under 1,024 elements: dynamic range keeps them all float, so 'dynamic' is refused."""
+    import optimize
+    from optimize.recipe import build
+
+    model = tmp_path / "small.tflite"
+    model.write_bytes(_convert(_keras(filters=4, units=3), float16=False))
+    cand = optimize.run(build("dynamic", [{"technique": "quantize", "scheme": "dynamic"}]), model, output=tmp_path / "o")
+    assert not cand.ok
+    assert "no weights were quantized" in cand.error and "1,024" in cand.error
+    assert not list((tmp_path / "o").glob("*.tflite"))  # no artifact under a name it does not deserve
+
+
+def test_verified_candidates_carry_their_composition(tmp_path):
+    import optimize
+    from optimize.recipe import build
+
+    model = tmp_path / "f32.tflite"
+    model.write_bytes(_convert(_keras(), float16=False))
+    cand = optimize.run(build("float16", [{"technique": "quantize", "scheme": "float16"}]), model, output=tmp_path)
+    assert cand.ok, cand.error
+    assert 0.45 <= cand.composition.shrink <= 0.55
+    assert set(cand.composition.weight_bytes) >= {"float16"}

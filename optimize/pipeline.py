@@ -275,6 +275,7 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
             if verify.check(other, composition) is None:
                 state.notes = [*state.notes, f"LiteRT Quantizer left weights float ({problem}); made by the converter"]
                 return other, state, composition
+            problem = f"{problem}; the converter leaves them float too"
     if problem:
         raise NotWhatItSays(problem)
     return recipe, state, composition

@@ -26,6 +26,9 @@ app.add_typer(recipes_app, name="recipes")
 THREADS = typer.Option(
     2, "--threads", "-t", min=1, max=256, help="Interpreter threads for latency (recorded with it), 1..256."
 )
+OUTPUT_TFLITE = typer.Option(None, "--output", "-o", help="Output .tflite file or folder.")
+KERAS_MODEL = typer.Argument(..., help="Keras 2 (tf_keras) .keras/.h5 model.")
+TRAINING_DATA = typer.Option(..., "--data", "-d", help=".npz with labelled training data (x/y).")
 JSON = typer.Option(False, "--json", help="Print the result record as JSON instead of a table.")
 DELEGATES = typer.Option(True, "--delegates/--no-delegates", help="Check each result against the delegates.")
 TASK = typer.Option(None, "--task", help="What the labels are (default: guessed from the output and labels).")
@@ -172,7 +175,7 @@ def quantize(
     io: IO = typer.Option(IO.FLOAT, "--io", help="Input/output type: float, int8/uint8 (int8), int16 (int16x8)."),
     float_fallback: bool = typer.Option(False, help="Keep ops that cannot be quantized in float."),
     backend: Backend | None = typer.Option(None, help="converter, litert (LiteRT Quantizer) or auto (per scheme)."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Output .tflite file or folder."),
+    output: Path | None = OUTPUT_TFLITE,
     task: Task | None = TASK,
     label_output: str | None = LABEL_OUTPUT,
     calibration_seed: int = CAL_SEED,
@@ -197,14 +200,14 @@ def quantize(
 
 @app.command()
 def prune(
-    model: Path = typer.Argument(..., help="Keras 2 (tf_keras) .keras/.h5 model."),
-    data: Path = typer.Option(..., "--data", "-d", help=".npz with labelled training data (x/y)."),
+    model: Path = KERAS_MODEL,
+    data: Path = TRAINING_DATA,
     sparsity: float = typer.Option(0.5, help="Final fraction of zero weights, in (0, 1)."),
     schedule: str = typer.Option("polynomial", help="constant or polynomial."),
     structured: str | None = typer.Option(None, help="'2:4' for structured sparsity."),
     epochs: int = typer.Option(2, min=1, help="Fine-tuning epochs."),
     then: str | None = typer.Option("float32", help="What follows: e.g. 'int8' or 'cluster,int8' or 'qat,int8'."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Output .tflite file or folder."),
+    output: Path | None = OUTPUT_TFLITE,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
@@ -221,14 +224,14 @@ def prune(
 
 @app.command()
 def cluster(
-    model: Path = typer.Argument(..., help="Keras 2 (tf_keras) .keras/.h5 model."),
-    data: Path = typer.Option(..., "--data", "-d", help=".npz with labelled training data (x/y)."),
+    model: Path = KERAS_MODEL,
+    data: Path = TRAINING_DATA,
     clusters: int = typer.Option(16, help="Distinct weight values per layer (>= 2)."),
     init: str = typer.Option("kmeans++", help="kmeans++, density, linear or random."),
     preserve_sparsity: bool = typer.Option(False, help="Keep zeros from an earlier pruning at zero."),
     epochs: int = typer.Option(1, min=1, help="Fine-tuning epochs."),
     then: str | None = typer.Option("float32", help="What follows: e.g. 'int8' or 'qat,int8'."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Output .tflite file or folder."),
+    output: Path | None = OUTPUT_TFLITE,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
@@ -245,12 +248,12 @@ def cluster(
 
 @app.command()
 def qat(
-    model: Path = typer.Argument(..., help="Keras 2 (tf_keras) .keras/.h5 model."),
-    data: Path = typer.Option(..., "--data", "-d", help=".npz with labelled training data (x/y)."),
+    model: Path = KERAS_MODEL,
+    data: Path = TRAINING_DATA,
     epochs: int = typer.Option(2, min=1, help="Fine-tuning epochs."),
     preserve: str = typer.Option("none", help="none, sparsity, clusters or clusters+sparsity (after prune/cluster)."),
     then: str = typer.Option("int8", help="The conversion that follows: int8 or dynamic."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Output .tflite file or folder."),
+    output: Path | None = OUTPUT_TFLITE,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,

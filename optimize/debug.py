@@ -84,14 +84,18 @@ class Samples:
         return cls([take(xs, slice(i, i + 1)) for i in range(min(n, count(xs)))])
 
 
+def _computing(sg):
+    """(op, its first output tensor) for every op that computes something: QUANTIZE/DEQUANTIZE excluded."""
+    for op in sg.ops:
+        if op.name not in ("QUANTIZE", "DEQUANTIZE") and op.outputs and op.outputs[0] >= 0:
+            yield op, sg.tensors[op.outputs[0]]
+
+
 def _pairs(fm: Model, qm: Model, f_names: dict[str, int], q_names: dict[str, int]) -> list[_Pair]:
     """Quantized op outputs that have a float counterpart of the same name (QUANTIZE/DEQUANTIZE excluded)."""
     sg = qm.main
     out = []
-    for op in sg.ops:
-        if op.name in ("QUANTIZE", "DEQUANTIZE") or not op.outputs or op.outputs[0] < 0:
-            continue
-        t = sg.tensors[op.outputs[0]]
+    for op, t in _computing(sg):
         q = t.quant
         if t.dtype not in QUANT_DTYPES or q is None or not len(q.scales) or t.name not in f_names:
             continue
@@ -203,10 +207,7 @@ def kept_float(float_model: bytes, quantized: bytes) -> list[str]:
     qm = read_model(quantized)
     sg = qm.main
     out = []
-    for op in sg.ops:
-        if op.name in ("QUANTIZE", "DEQUANTIZE") or not op.outputs or op.outputs[0] < 0:
-            continue
-        t = sg.tensors[op.outputs[0]]
+    for op, t in _computing(sg):
         weights = [sg.tensors[i] for i in op.inputs if i >= 0 and sg.tensors[i].is_const]
         if t.dtype == "float32" and any(w.dtype == "float32" and w.numel > 1 for w in weights):
             out.append(f"{op.name} ({t.name})")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from .errors import RecipeError, from_validation
 
@@ -37,6 +37,19 @@ class Params(BaseModel):
     """Base for technique params: frozen, and unknown keys are errors."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SchemeParams(Params):
+    """Params with a numeric `scheme` and an `io` type, which must fit the scheme (vocab.IO_BY_SCHEME)."""
+
+    @model_validator(mode="after")
+    def _io_fits_scheme(self):
+        from .vocab import io_allowed
+
+        problem = io_allowed(self.scheme, self.io)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 @dataclass

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from ..vocab import Delegate, Scheme
 from .graph import NodeView
-from .rules import Finding, Policy, Reason, Rules, Verdict, reject
+from .rules import Finding, ModuleRules, Policy, Reason, Verdict, reject
 from .target import TargetParams
 
 SOURCE = "tflite/delegates/coreml/coreml_delegate.mm (IsNodeSupportedByDelegate), builders/*.cc @ LiteRT f67457790c9c"
@@ -259,18 +259,4 @@ def hints(findings: Sequence[Finding], target: TargetParams, scheme: str) -> lis
     return out
 
 
-class CoreMlRules(Rules):
-    name = Delegate.COREML
-    source = SOURCE
-
-    def policy(self, target: TargetParams) -> Policy:
-        return policy(target)
-
-    def check(self, node: NodeView, target: TargetParams) -> Verdict | None:
-        return check(node, target)
-
-    def hints(self, findings: Sequence[Finding], target: TargetParams, scheme: str) -> list[str]:
-        return hints(findings, target, scheme)
-
-
-RULES = CoreMlRules()
+RULES = ModuleRules(Delegate.COREML, SOURCE, policy, check, hints=hints)

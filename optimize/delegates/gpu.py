@@ -19,10 +19,10 @@ from .rules import (
     FLOAT,
     QUANT8,
     Finding,
+    ModuleRules,
     Policy,
     Reason,
     Rule,
-    Rules,
     Verdict,
     activation_in,
     codes,
@@ -766,21 +766,4 @@ def hints(findings: Sequence[Finding], target: TargetParams, scheme: str) -> lis
     return out
 
 
-class GpuRules(Rules):
-    name = Delegate.GPU
-    source = SOURCE
-
-    def policy(self, target: TargetParams) -> Policy:
-        return policy(target)
-
-    def check(self, node: NodeView, target: TargetParams) -> Verdict | None:
-        return check(node, target)
-
-    def build_failure(self, node: NodeView, target: TargetParams) -> Verdict | None:
-        return build_failure(node, target)
-
-    def hints(self, findings: Sequence[Finding], target: TargetParams, scheme: str) -> list[str]:
-        return hints(findings, target, scheme)
-
-
-RULES = GpuRules()
+RULES = ModuleRules(Delegate.GPU, SOURCE, policy, check, build_failure=build_failure, hints=hints)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from ..vocab import Delegate, Scheme
 from .graph import NodeView
-from .rules import Finding, Policy, Reason, Rules, Verdict, reject
+from .rules import Finding, ModuleRules, Policy, Reason, Verdict, reject
 from .target import TargetParams
 
 SOURCE = "tflite/delegates/hexagon/utils.cc (IsNodeSupportedByHexagon), hexagon_delegate.cc @ LiteRT f67457790c9c"
@@ -391,18 +391,4 @@ def hints(findings: Sequence[Finding], target: TargetParams, scheme: str) -> lis
     return []
 
 
-class HexagonRules(Rules):
-    name = Delegate.HEXAGON
-    source = SOURCE
-
-    def policy(self, target: TargetParams) -> Policy:
-        return policy(target)
-
-    def check(self, node: NodeView, target: TargetParams) -> Verdict | None:
-        return check(node, target)
-
-    def hints(self, findings: Sequence[Finding], target: TargetParams, scheme: str) -> list[str]:
-        return hints(findings, target, scheme)
-
-
-RULES = HexagonRules()
+RULES = ModuleRules(Delegate.HEXAGON, SOURCE, policy, check, hints=hints)

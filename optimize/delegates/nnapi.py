@@ -15,10 +15,10 @@ from .conflicts import NNAPI_FLOAT16
 from .graph import NodeView
 from .rules import (
     Finding,
+    ModuleRules,
     Policy,
     Reason,
     Rule,
-    Rules,
     Verdict,
     codes,
     constant_input,
@@ -808,24 +808,4 @@ def hints(findings: Sequence[Finding], target: TargetParams, scheme: str) -> lis
     return out
 
 
-class NnapiRules(Rules):
-    name = Delegate.NNAPI
-    source = SOURCE
-
-    def policy(self, target: TargetParams) -> Policy:
-        return policy(target)
-
-    def check(self, node: NodeView, target: TargetParams) -> Verdict | None:
-        return check(node, target)
-
-    def veto(self, model, target: TargetParams) -> Verdict | None:
-        return veto(model, target)
-
-    def build_failure(self, node: NodeView, target: TargetParams) -> Verdict | None:
-        return build_failure(node, target)
-
-    def hints(self, findings: Sequence[Finding], target: TargetParams, scheme: str) -> list[str]:
-        return hints(findings, target, scheme)
-
-
-RULES = NnapiRules()
+RULES = ModuleRules(Delegate.NNAPI, SOURCE, policy, check, veto=veto, build_failure=build_failure, hints=hints)

@@ -126,6 +126,21 @@ class Rules:
         return []
 
 
+class ModuleRules(Rules):
+    """A delegate's rules made of its module's functions: `policy` and `check` always; `veto`,
+    `build_failure` and `hints` where the delegate has them (the defaults above otherwise)."""
+
+    def __init__(self, name: Delegate, source: str, policy, check, veto=None, build_failure=None, hints=None):
+        self.name, self.source = name, source
+        self.policy, self.check = policy, check
+        for hook, fn in (("veto", veto), ("build_failure", build_failure), ("hints", hints)):
+            if fn is not None:
+                setattr(self, hook, fn)
+
+    def __repr__(self) -> str:
+        return f"ModuleRules({self.name})"
+
+
 Check = Callable[[NodeView, "TargetParams"], Verdict | None]
 
 
@@ -168,24 +183,22 @@ def dtype(node: NodeView, i: int) -> str:
 # ---- small predicate factories -------------------------------------------------------------------
 
 
-def n_inputs(*allowed: int) -> Check:
+def _count(what: str, allowed: tuple[int, ...]) -> Check:
     def check(node: NodeView, _t) -> Verdict | None:
-        n = len(node.op.inputs)
+        n = len(getattr(node.op, what))
         if n in allowed:
             return None
-        return reject(Reason.ARITY, f"Expected {' or '.join(map(str, allowed))} input(s), got {n}.")
+        return reject(Reason.ARITY, f"Expected {' or '.join(map(str, allowed))} {what[:-1]}(s), got {n}.")
 
     return check
+
+
+def n_inputs(*allowed: int) -> Check:
+    return _count("inputs", allowed)
 
 
 def n_outputs(*allowed: int) -> Check:
-    def check(node: NodeView, _t) -> Verdict | None:
-        n = len(node.op.outputs)
-        if n in allowed:
-            return None
-        return reject(Reason.ARITY, f"Expected {' or '.join(map(str, allowed))} output(s), got {n}.")
-
-    return check
+    return _count("outputs", allowed)
 
 
 def runtime_const(*pairs: tuple[int, int]) -> Check:

@@ -10,13 +10,13 @@ from pydantic import Field, model_validator
 from .. import _tf
 from ..data import count, take
 from ..errors import DataError, TechniqueFailed
-from ..registry import Context, Params, Stage, technique
+from ..registry import Context, SchemeParams, Stage, technique
 from ..results import write_atomic
 from ..runtime import captured_stderr
-from ..vocab import CALIBRATED_SCHEMES, IO, Scheme, io_allowed
+from ..vocab import CALIBRATED_SCHEMES, IO, Scheme
 
 
-class ConvertParams(Params):
+class ConvertParams(SchemeParams):
     scheme: Scheme = Field(
         Scheme.FLOAT32,
         description="float32 (baseline), float16 weights, dynamic-range int8 weights, full int8, int16x8.",
@@ -42,13 +42,6 @@ class ConvertParams(Params):
         if isinstance(data, dict) and data.get("scheme", Scheme.FLOAT32) not in CALIBRATED_SCHEMES:
             data = {k: v for k, v in data.items() if k not in ("samples", "float_fallback")}
         return data
-
-    @model_validator(mode="after")
-    def _io_fits_scheme(self):
-        problem = io_allowed(self.scheme, self.io)
-        if problem:
-            raise ValueError(problem)
-        return self
 
 
 def _representative(ctx: Context, n: int, scheme: str):

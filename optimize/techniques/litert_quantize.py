@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from .. import calibrator
 from ..errors import DataError, ModelError, OptimizeError, TechniqueFailed
-from ..registry import Context, Params, Stage, technique
+from ..registry import Context, SchemeParams, Stage, technique
 from ..results import write_atomic
-from ..vocab import CALIBRATED_SCHEMES, IO, PTQ_SCHEMES, Backend, Scheme, io_allowed
+from ..vocab import CALIBRATED_SCHEMES, IO, PTQ_SCHEMES, Backend, Scheme
 
 RECIPES = {
     Scheme.FLOAT16: "weight-only float16 (float_casting)",
@@ -37,7 +37,7 @@ RECIPES = {
 _QUANTIZED_DTYPES = ("int8", "uint8", "int16", "float16")
 
 
-class QuantizeParams(Params):
+class QuantizeParams(SchemeParams):
     scheme: Scheme = Field(
         description="float16 weights; dynamic (int8 weights); int8 (calibrated); int16x8 (int16 activations, calibrated)."
     )
@@ -69,13 +69,6 @@ class QuantizeParams(Params):
         if scheme not in PTQ_SCHEMES:
             raise ValueError(f"quantize makes {', '.join(PTQ_SCHEMES)}; {scheme} is what it starts from")
         return scheme
-
-    @model_validator(mode="after")
-    def _io_fits_scheme(self):
-        problem = io_allowed(self.scheme, self.io)
-        if problem:
-            raise ValueError(problem)
-        return self
 
 
 @technique("quantize", stage=Stage.TFLITE, params=QuantizeParams)

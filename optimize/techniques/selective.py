@@ -22,9 +22,9 @@ from pydantic import Field, model_validator
 from .. import debug, litert, runtime, tasks
 from ..data import as_float, count, take
 from ..errors import DataError, TechniqueFailed
-from ..registry import Context, Params, Stage, technique
+from ..registry import Context, SchemeParams, Stage, technique
 from ..results import SearchStep, write_atomic
-from ..vocab import IO, Scheme, io_allowed
+from ..vocab import IO, Scheme
 
 #: Budgets used when a recipe names none: what "int8 hurts" means in peers.md and issue 10.
 DEFAULT_DROP = 0.005  # classification: at most half a point of top-1
@@ -32,7 +32,7 @@ DEFAULT_INCREASE = 0.10  # regression: error at most 1.10x float32
 DEFAULT_OUTPUT_ERROR = 0.01  # no labels: mean |diff| at most 1% of the output's range
 
 
-class SelectiveParams(Params):
+class SelectiveParams(SchemeParams):
     scheme: Scheme = Field(Scheme.INT8, description="The precision everything starts from (int8).")
     io: IO = Field(IO.FLOAT, description="Model input/output type: float, or int8/uint8 for integer pipelines.")
     samples: int = Field(200, ge=1, le=10000, description="Calibration samples.")
@@ -61,9 +61,6 @@ class SelectiveParams(Params):
         given = [b for b in (self.max_accuracy_drop, self.max_error_increase, self.max_output_error) if b is not None]
         if len(given) > 1:
             raise ValueError("give one budget: max_accuracy_drop, max_error_increase or max_output_error")
-        problem = io_allowed(self.scheme, self.io)
-        if problem:
-            raise ValueError(problem)
         return self
 
 

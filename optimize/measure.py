@@ -158,18 +158,20 @@ def evaluate(
     memory: bool = True,
     baseline_accuracy: Accuracy | None = None,
     timing: bool = True,
+    loaded: runtime.Loaded | None = None,
 ) -> Metrics:
     """Every measurement of one .tflite. Without data, latency and memory use a zero input.
 
     `reference` is the float model to compare outputs with (inference_diff-style fidelity).
     `baseline_accuracy` (the float model's on the same data) fills `accuracy_delta` or `error_ratio`.
     `timing=False` leaves latency and memory to `add_timing`, so a sweep can time every candidate
-    on a quiet machine after the parallel work is done.
+    on a quiet machine after the parallel work is done. `loaded`: the model's interpreter, when the
+    caller has one (`runtime.load(model, threads=threads)`), so it is built once.
     """
     path = Path(model)
     _check_tflite(path)
     ds = _dataset(data)
-    runner = runtime.Runner(runtime.load(path, threads=threads))
+    runner = runtime.Runner(loaded or runtime.load(path, threads=threads))
     acc = fid = xs = None
     if ds is not None:
         check_inputs(ds, runner_specs(runner))

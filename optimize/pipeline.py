@@ -281,6 +281,16 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
     return recipe, state, composition
 
 
+def _load(artifact: Path, threads: int):
+    """The artifact's interpreter, built once for measuring and the XNNPACK column (None: not loadable)."""
+    from . import runtime
+
+    try:
+        return runtime.load(artifact, threads=threads)
+    except ModelError:
+        return None  # measuring says why, in its own words
+
+
 def _measure(ws: Workspace, artifact: Path, state: _State, **kw) -> Metrics:
     """Every measurement; a model this runtime cannot run (custom ops it lacks) keeps its size only."""
     try:
@@ -316,6 +326,7 @@ def make_candidate(
         made, state, composition = produce_verified(ws, recipe)
         _copy_out(state.path, artifact)
         metrics = None
+        loaded = _load(artifact, ws.threads) if measure_it or delegates else None
         if measure_it:
             progress.phase(f"{recipe.name}: measuring")
             metrics = _measure(
@@ -328,11 +339,12 @@ def make_candidate(
                 samples=eval_samples,
                 baseline_accuracy=baseline.accuracy if baseline else None,
                 timing=timing,
+                loaded=loaded,
             )
         notes = list(state.notes)
         if delegates:
             progress.phase(f"{recipe.name}: checking delegates")
-        reports = check_all_delegates(artifact, ws.threads, notes) if delegates else {}
+        reports = check_all_delegates(artifact, ws.threads, notes, loaded=loaded) if delegates else {}
         return Candidate(
             name=recipe.name,
             steps=list(made.steps),
@@ -373,13 +385,14 @@ def _failed(recipe: Recipe, e: BaseException, t0: float) -> Candidate:
     return failed
 
 
-def check_all_delegates(artifact: Path, threads: int, notes: list[str]) -> dict:
-    """Delegate reports for one artifact. A checker that cannot read the artifact is noted on the
-    candidate (in `notes`), never fatal: the candidate stands without its delegate columns."""
+def check_all_delegates(artifact: Path, threads: int, notes: list[str], loaded=None) -> dict:
+    """Delegate reports for one artifact (`loaded`: its interpreter, when measuring built one). A checker
+    that cannot read the artifact is noted on the candidate (in `notes`), never fatal: the candidate
+    stands without its delegate columns."""
     from .delegates import check_delegates
 
     try:
-        return check_delegates(artifact, threads=threads)
+        return check_delegates(artifact, threads=threads, loaded=loaded)
     except OptimizeError as e:
         notes.append(f"delegates: not checked ({e.problem})")
         return {}

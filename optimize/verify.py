@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .delegates.flatbuffer import read_model
+from .delegates.flatbuffer import Model, read_model
 from .results import Composition
 from .vocab import Scheme
 
@@ -72,9 +72,10 @@ def _sparsity(big: list) -> float | None:
     return sum(int((v == 0).sum()) for v in values) / total if total else None
 
 
-def compose(content: bytes) -> Composition:
-    """What an artifact holds: weight bytes per dtype, the float ops, sparsity and distinct values."""
-    sg = read_model(content).main
+def compose(content: bytes | Model) -> Composition:
+    """What an artifact holds: weight bytes per dtype, the float ops, sparsity and distinct values
+    (from its bytes, or from the model already parsed)."""
+    sg = (content if isinstance(content, Model) else read_model(content)).main
     by_dtype, equivalent = _weight_bytes(sg)
     float_ops = [op.name for op in sg.ops if _computes_in_float(sg, op)]
     big = _big_weights(sg)

@@ -341,7 +341,15 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
     A greedy, seeded search capped at `max_evals` model evaluations, ranked by per-layer error analysis;
     every move is recorded on the candidate. Needs calibration data, and labels for an accuracy budget.
     """
-    from .litert_quantize import QuantizeParams, _calibration_data, _check_loads, _inspect, _read_model
+    from .litert_quantize import (
+        QuantizeParams,
+        _calibration_data,
+        _check_loads,
+        _inspect,
+        _left_float,
+        _read_model,
+        _refuse_control_flow,
+    )
 
     if ctx.data is None:
         raise DataError("selective needs calibration data.", "Pass --calibration DATA.npz or --data DATA.npz.")
@@ -354,12 +362,19 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
         granularity=params.granularity,
         calibration=params.calibration,
     )
+    _refuse_control_flow(content, qparams)
     calibration = _calibration_data(qparams, ctx, signature, inputs, Path(model))
     session = litert.Session(content, qparams, ctx, calibration)
     budget = _budget(content, params, ctx)
     budget.float_ms = _p50(content, take(budget.xs, slice(0, 1)), ctx.threads)
     search = _Search(session, budget, params, ctx.threads)
     start = search.evaluate({})
+    left = _left_float(start.content)
+    if left:
+        raise TechniqueFailed(
+            f"selective: LiteRT Quantizer, which the per-op search works through, leaves {', '.join(left)} float; "
+            "the plain int8 candidate (made by the TFLite calibrator) is the int8 model for this one."
+        )
     final = start if search.budget.meets(start.value) else _climb(search, content, start)
     _check_loads(final.content, qparams, ctx)
     out = write_atomic(ctx.workdir / "selective-int8.tflite", final.content)

@@ -258,6 +258,9 @@ def debug_timing(out: Path) -> bool:
     session = litert.Session(flat, params, ctx, _calibration_data(params, ctx, sig, inputs, folder / "m.tflite"))
     calib = time.perf_counter() - t0
     t0 = time.perf_counter()
+    session.quantize({})
+    int8 = calib + time.perf_counter() - t0  # one plain int8 model: calibration plus the quantization pass
+    t0 = time.perf_counter()
     rep = optimize.debug_model(folder / "m.tflite", folder / "d.npz", leave_out=0)
     dbg = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -265,11 +268,12 @@ def debug_timing(out: Path) -> bool:
     extra = time.perf_counter() - t0 - dbg
     del session
     print(
-        f"  {len(rep.layers)} quantized ops compared; the table {dbg:.2f} s vs one int8 calibration {calib:.2f} s: "
-        f"{dbg / calib:.2f}x (it calibrates itself); leave-one-out for the worst 3 adds {extra:.2f} s"
+        f"  {len(rep.layers)} quantized ops compared; the table {dbg:.2f} s (it makes its own int8 model) vs one "
+        f"int8 calibration + quantization {int8:.2f} s: {dbg / int8:.2f}x (vs the calibration pass alone, "
+        f"{calib:.2f} s: {dbg / calib:.2f}x); leave-one-out for the worst 3 adds {extra:.2f} s"
     )
-    ok = dbg / calib < 2
-    print(f"    {'debug table < 2x one calibration':28} {'PASS' if ok else 'FAIL'}")
+    ok = dbg / int8 < 2
+    print(f"    {'debug table < 2x one int8 calibration + quantization':28} {'PASS' if ok else 'FAIL'}")
     return ok
 
 

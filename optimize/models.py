@@ -234,9 +234,9 @@ def _config_inputs(src: ModelSource) -> list[InputSpec] | None:
 
 def _tflite_inputs(path: Path) -> list[InputSpec]:
     from . import runtime
-    from .normalize import normalize
+    from .normalize import normalize_file
 
-    it = runtime.describe(normalize(path.read_bytes()).content)  # the signature the techniques will see
+    it = runtime.describe(normalize_file(path).content)  # the signature the techniques will see
     sigs = it.get_signature_list()
     if sigs:
         key = "serving_default" if "serving_default" in sigs else sorted(sigs)[0]
@@ -308,9 +308,9 @@ def output_names(src: ModelSource) -> tuple[str, ...]:
 def _tflite_outputs(path: Path) -> tuple[str, ...]:
     """Output names as the techniques will see them (read without allocating: custom ops need not run)."""
     from . import runtime
-    from .normalize import normalize
+    from .normalize import normalize_file
 
-    it = runtime.describe(normalize(path.read_bytes()).content)
+    it = runtime.describe(normalize_file(path).content)
     sigs = it.get_signature_list()
     if sigs:
         key = "serving_default" if "serving_default" in sigs else sorted(sigs)[0]

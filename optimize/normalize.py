@@ -238,3 +238,21 @@ def not_float(content: bytes) -> str | None:
         kinds = f" ({', '.join(quantized)} tensors)" if quantized else ""
         return f"it is already quantized{kinds}"
     return None
+
+
+_LAST: dict[tuple, Normalized] = {}
+
+
+def normalize_file(path) -> Normalized:
+    """`normalize` of a file, remembered for the last file read (by path, size and mtime): the input
+    checks, the signature reads and the workspace all ask for the same one in one run."""
+    import os
+
+    st = os.stat(path)
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _LAST:
+        _LAST.clear()
+        with open(path, "rb") as f:
+            _LAST[key] = normalize(f.read())
+    return _LAST[key]
+

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import _tf, measure, models, paths, registry, verify
 from .data import Dataset, check_inputs, combine, load_data
 from .errors import DataError, ModelError, OptimizeError, RecipeError, TechniqueFailed
-from .normalize import normalize, not_float
+from .normalize import normalize_file, not_float
 from .progress import Progress
 from .recipe import Recipe, build, make_steps
 from .registry import Context, Stage
@@ -103,7 +103,7 @@ class Workspace:
         if self._source is None:
             self._source = _State("source", self.src.path)
             if self.src.kind == "tflite":
-                n = normalize(self.src.path.read_bytes())
+                n = normalize_file(self.src.path)
                 if n.changed:
                     self._source.path = write_atomic(self.workdir / "source.tflite", n.content)
                     self._source.notes = [f"input normalised: {'; '.join(n.facts)}"]
@@ -220,7 +220,7 @@ def check_data(src: models.ModelSource, data: Dataset | None) -> None:
     """Check the model and data before any work starts (one clear line if they do not fit): a .tflite must
     be a float model once normalised, and the data must fit the model's inputs."""
     if src.kind == "tflite":
-        why = not_float(normalize(src.path.read_bytes()).content)
+        why = not_float(normalize_file(src.path).content)
         if why:
             raise ModelError(
                 f"{src.path.name} cannot be optimized: {why}.",

@@ -10,7 +10,7 @@ candidate whose weights are not what its scheme promises is a failed candidate, 
     dynamic   0.50   (int8 is 0.25; the converter keeps tensors under 1,024 elements float)
     int8      0.50
     int16x8   0.50
-    selective 0.98   (float islands are the point of it; at least some weights must be 8-bit)
+    selective -      (float islands are the point of it; at least some weights must be 8-bit)
 
 Pruning must leave at least half its target sparsity across the big weight tensors (layers tfmot could
 not wrap stay dense), and clustering at most its cluster count of distinct values in the median big
@@ -28,7 +28,6 @@ from .vocab import Scheme
 WEIGHT_DTYPES = ("float32", "float16", "int8", "uint8", "int16")
 BYTES = {"float32": 4, "float16": 2, "int8": 1, "uint8": 1, "int16": 2}
 MAX_SHRINK = {Scheme.FLOAT16: 0.60, Scheme.DYNAMIC: 0.50, Scheme.INT8: 0.50, Scheme.INT16X8: 0.50}
-SELECTIVE_MAX = 0.98
 BIG = 1024  # weight tensors this large are the ones pruning and clustering are judged on
 
 
@@ -97,7 +96,7 @@ def check(recipe, c: Composition) -> str | None:
     shrink = c.shrink
     why = f" ({', '.join(c.float_op_types[:3])} kept float)" if c.float_op_types else ""
     if "selective" in techniques:
-        if shrink > SELECTIVE_MAX:
+        if not c.weight_bytes.get("int8"):
             return f"{scheme}: no weights were quantized{why}"
     elif scheme in MAX_SHRINK and shrink > MAX_SHRINK[scheme]:
         if shrink > 0.98:

@@ -255,4 +255,3 @@ def normalize_file(path) -> Normalized:
         with open(path, "rb") as f:
             _LAST[key] = normalize(f.read())
     return _LAST[key]
-

@@ -127,7 +127,9 @@ def test_a_scheme_that_touches_no_weight_is_a_failed_candidate(tmp_path):
 
     model = tmp_path / "small.tflite"
     model.write_bytes(_convert(_keras(filters=4, units=3), float16=False))
-    cand = optimize.run(build("dynamic", [{"technique": "quantize", "scheme": "dynamic"}]), model, output=tmp_path / "o")
+    cand = optimize.run(
+        build("dynamic", [{"technique": "quantize", "scheme": "dynamic"}]), model, output=tmp_path / "o"
+    )
     assert not cand.ok
     assert "no weights were quantized" in cand.error and "1,024" in cand.error
     assert not list((tmp_path / "o").glob("*.tflite"))  # no artifact under a name it does not deserve

@@ -72,7 +72,8 @@ def _run_and_show(
     calibration=None,
     measuring=None,
     trust_model_code: bool = False,
-) -> None:
+):
+    """Run one recipe, print its candidate (table or JSON), exit 1 if it failed; return the candidate."""
     from . import pipeline, report_text
 
     cand = pipeline.run(
@@ -91,9 +92,10 @@ def _run_and_show(
     if as_json:
         _print_json(cand)
     else:
-        report_text.print_candidates([cand], Path(output or "optimize-out"))
+        report_text.print_candidates([cand], Path(output or recipe.output or "optimize-out"))
     if cand.error:
         raise typer.Exit(1)
+    return cand
 
 
 def _chain(first: dict, name: str, then: str | None):
@@ -435,29 +437,13 @@ def run_recipe(
 
     Example: optimize run mobile-gpu model.keras --data data.npz
     """
-    from . import pipeline, report_text
     from .choose import judge_recipe
     from .recipe import load_recipe
 
     r = load_recipe(recipe)
-    progress = _progress(as_json)
-    cand = pipeline.run(
-        r,
-        model,
-        data,
-        output,
-        threads=threads,
-        delegates=delegates,
-        backend=backend,
-        progress=progress,
-        trust_model_code=trust_model_code,
+    cand = _run_and_show(
+        r, model, data, output, threads, as_json, delegates, backend=backend, trust_model_code=trust_model_code
     )
-    if as_json:
-        _print_json(cand)
-    else:
-        report_text.print_candidates([cand], Path(output or r.output or "optimize-out"))
-    if cand.error:
-        raise typer.Exit(1)
     verdicts = judge_recipe(cand, r)
     for t, problem in verdicts:
         typer.echo(

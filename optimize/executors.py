@@ -23,6 +23,7 @@ import logging
 import multiprocessing as mp
 import os
 import signal
+import sys
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -302,7 +303,5 @@ def executor(settings: Settings, jobs: int, progress: Progress | None = None):
 
 def _spawnable() -> bool:
     """Spawned workers re-import the main script by path; a script read from stdin has none and hangs them."""
-    import sys
-
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
     return main_file is None or os.path.isfile(main_file)

@@ -232,16 +232,20 @@ def _config_inputs(src: ModelSource) -> list[InputSpec] | None:
         return None
 
 
-def _tflite_inputs(path: Path) -> list[InputSpec]:
+def _described(path: Path):
+    """The normalised model's interpreter, built but not allocated, and its signature key (or None):
+    what the techniques will see, readable even when custom ops keep it from running here."""
     from . import runtime
     from .normalize import normalize_file
 
-    it = runtime.describe(normalize_file(path).content)  # the signature the techniques will see
-    sigs = it.get_signature_list()
-    if sigs:
-        key = "serving_default" if "serving_default" in sigs else sorted(sigs)[0]
-        details = it.get_signature_runner(key).get_input_details()
-        items = [(name, d) for name, d in details.items()]
+    it = runtime.describe(normalize_file(path).content)
+    return it, runtime.signature_key(it)
+
+
+def _tflite_inputs(path: Path) -> list[InputSpec]:
+    it, key = _described(path)
+    if key is not None:
+        items = list(it.get_signature_runner(key).get_input_details().items())
     else:
         items = [(d["name"], d) for d in it.get_input_details()]
     return [
@@ -307,14 +311,9 @@ def output_names(src: ModelSource) -> tuple[str, ...]:
 
 def _tflite_outputs(path: Path) -> tuple[str, ...]:
     """Output names as the techniques will see them (read without allocating: custom ops need not run)."""
-    from . import runtime
-    from .normalize import normalize_file
-
-    it = runtime.describe(normalize_file(path).content)
-    sigs = it.get_signature_list()
-    if sigs:
-        key = "serving_default" if "serving_default" in sigs else sorted(sigs)[0]
-        return tuple(sigs[key]["outputs"])
+    it, key = _described(path)
+    if key is not None:
+        return tuple(it.get_signature_list()[key]["outputs"])
     return tuple(d["name"] for d in it.get_output_details())
 
 

@@ -233,10 +233,10 @@ def not_float(content: bytes) -> str | None:
                     f"a float16 tensor that is not a constant weight ({src.name or op.inputs[0]}) feeds DEQUANTIZE: "
                     "the model computes in float16 at run time, so it is not a float32 model"
                 )
-    quantized = sorted({t.dtype for t in sg.tensors if t.quant is not None and t.dtype != "float32"})
-    if quantized or any(op.name in ("QUANTIZE", "DEQUANTIZE") for op in sg.ops):
-        kinds = f" ({', '.join(quantized)} tensors)" if quantized else ""
-        return f"it is already quantized{kinds}"
+    scaled = any(t.quant is not None and t.dtype != "float32" for t in sg.tensors)
+    if scaled or any(op.name in ("QUANTIZE", "DEQUANTIZE") for op in sg.ops):
+        kinds = sorted({t.dtype for t in sg.tensors} & {"int8", "uint8", "int16", "float16"})
+        return "it is already quantized" + (f" ({', '.join(kinds)} tensors)" if kinds else "")
     return None
 
 

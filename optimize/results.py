@@ -495,8 +495,9 @@ def load_study(path: str | os.PathLike) -> Study:
     fix = "Re-run `optimize sweep`, or pass the study.json it wrote."
     if not p.is_file():
         raise StudyError(f"No study at {p}.", "Run `optimize sweep` first, or pass the study.json it wrote.")
-    if p.stat().st_size > MAX_STUDY_BYTES:
-        raise StudyError(f"{p} is {p.stat().st_size:,} bytes, more than any study (at most {MAX_STUDY_BYTES:,}).", fix)
+    size = p.stat().st_size
+    if size > MAX_STUDY_BYTES:
+        raise StudyError(f"{p} is {size:,} bytes, more than any study (at most {MAX_STUDY_BYTES:,}).", fix)
     try:
         raw = json.loads(p.read_text())
     except (UnicodeDecodeError, ValueError, RecursionError) as e:

@@ -76,6 +76,14 @@ def describe(model: bytes):
             raise ModelError(f"This is not a readable .tflite ({reason}).", "Pass a float32 .tflite model.") from None
 
 
+def signature_key(it) -> str | None:
+    """The signature optimize reads a model through: serving_default, else the first by name (None: none)."""
+    sigs = it.get_signature_list()
+    if not sigs:
+        return None
+    return "serving_default" if "serving_default" in sigs else sorted(sigs)[0]
+
+
 def loads(model: str | Path | bytes) -> bool:
     """Whether this runtime can prepare the model (False for custom ops it lacks, for one)."""
     try:
@@ -149,9 +157,9 @@ class Runner:
         self.loaded = loaded
         it = loaded.interpreter
         self.it = it
-        sigs = it.get_signature_list()
-        if sigs:
-            key = "serving_default" if "serving_default" in sigs else sorted(sigs)[0]
+        key = signature_key(it)
+        if key is not None:
+            sigs = it.get_signature_list()
             sig = it.get_signature_runner(key)
             ins, outs = sig.get_input_details(), sig.get_output_details()
             self.input_names = list(sigs[key]["inputs"])

@@ -24,6 +24,7 @@ from pydantic import Field, field_validator
 
 from .. import calibrator
 from ..errors import DataError, ModelError, OptimizeError, TechniqueFailed
+from ..normalize import not_float
 from ..registry import Context, SchemeParams, Stage, technique
 from ..results import write_atomic
 from ..vocab import CALIBRATED_SCHEMES, IO, PTQ_SCHEMES, Backend, Scheme
@@ -34,7 +35,6 @@ RECIPES = {
     Scheme.INT8: "static_wi8_ai8",
     Scheme.INT16X8: "static_wi8_ai16",
 }
-_QUANTIZED_DTYPES = ("int8", "uint8", "int16", "float16")
 
 
 class QuantizeParams(SchemeParams):
@@ -136,27 +136,23 @@ def _read_model(model: Path) -> bytes:
 
 
 def _inspect(content: bytes, model: Path) -> tuple[str | None, dict[str, dict]]:
-    """The signature to calibrate and its input details; refuse models that are quantized already."""
+    """The signature to calibrate and its input details; refuse models that are not float
+    (normalize.not_float, the same check a run makes up front)."""
     from .. import runtime
 
     try:
         it = runtime.describe(content)
     except ModelError as e:
         raise ModelError(f"{model.name}: {e.problem}", e.fix) from None
-    ops = {op["op_name"] for op in it._get_ops_details()}
-    tensors = it.get_tensor_details()
-    scaled = any(len(t["quantization_parameters"]["scales"]) for t in tensors)
-    if scaled or ops & {"QUANTIZE", "DEQUANTIZE"}:
-        kinds = sorted({np.dtype(t["dtype"]).name for t in tensors} & set(_QUANTIZED_DTYPES))
-        what = f" ({', '.join(kinds)} tensors)" if kinds else ""
+    why = not_float(content)
+    if why:
         raise ModelError(
-            f"{model.name}: this .tflite is already quantized{what}; pass the float32 model.",
+            f"{model.name}: {why}; pass the float32 model.",
             "Quantize the float32 .tflite it was made from (convert without quantization).",
         )
-    signatures = it.get_signature_list()
-    if not signatures:
+    key = runtime.signature_key(it)
+    if key is None:
         return None, {}
-    key = "serving_default" if "serving_default" in signatures else sorted(signatures)[0]
     return key, it.get_signature_runner(key).get_input_details()
 
 

@@ -26,12 +26,22 @@ from pydantic import ValidationError
 
 from .results import Candidate, write_atomic
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3  # 3: candidates carry the robustness probe; every deterministic failure is kept
 STALE_SECONDS = 3600  # temp folders older than this are left over from a crash: removed
 log = logging.getLogger(__name__)
 
-#: Failure classes that are properties of the inputs, so worth remembering.
-DETERMINISTIC = ("TechniqueFailed", "ModelError", "DataError")
+#: Failure classes the environment causes, not the inputs: never remembered. Every other failure is the
+#: technique's (or the runtime's) answer to these inputs and code, and comes back the same on a re-run: a
+#: converter error, a tfmot ValueError, a candidate failing verification or the robustness probe.
+ENVIRONMENT = frozenset(
+    {
+        "OSError", "IOError", "EnvironmentError", "PermissionError", "FileNotFoundError", "FileExistsError",
+        "IsADirectoryError", "NotADirectoryError", "BlockingIOError", "BrokenPipeError", "ConnectionError",
+        "ConnectionResetError", "ConnectionAbortedError", "ConnectionRefusedError", "InterruptedError",
+        "TimeoutError", "ChildProcessError", "ProcessLookupError", "MemoryError", "KeyboardInterrupt", "SystemExit",
+        "ResourceExhaustedError", "DeadlineExceededError", "UnavailableError", "CancelledError", "AbortedError",
+    }
+)  # fmt: skip
 
 
 def key_for(**parts) -> str:
@@ -56,7 +66,7 @@ def cacheable(c: Candidate) -> bool:
         from .executors import CRASH_SIGNALS
 
         return (c.error_detail or "") in CRASH_SIGNALS
-    return c.error_kind in DETERMINISTIC
+    return c.error_kind is not None and c.error_kind not in ENVIRONMENT
 
 
 class ResultCache:

@@ -176,7 +176,7 @@ def evaluate(
     if ds is not None:
         check_inputs(ds, runner_specs(runner))
         xs = take(ds.x_test, slice(0, samples)) if samples else ds.x_test
-        outs = runner.predict(xs)
+        outs = _predict(runner, xs, path, ds.source)
         hs = heads(path, runner)
         acc = accuracy_on(ds, outs, hs, runner, count(xs))
         if reference is not None:
@@ -188,6 +188,20 @@ def evaluate(
         sample = take(xs, slice(0, 1)) if xs is not None else None
         metrics = add_timing(metrics, path, sample, threads=threads, runs=runs, warmup=warmup, memory=memory)
     return metrics
+
+
+INVOKE_FIX = "If its float model runs on the same input, the quantization broke it: try `optimize debug`."
+
+
+def _predict(runner: runtime.Runner, xs, path: Path, source: str) -> list[np.ndarray]:
+    """runner.predict, with a failure to invoke told in one line: the model, the sample, the node and op."""
+    try:
+        return runner.predict(xs)
+    except runtime.InvokeError as e:
+        where = f"test sample {e.sample} of {Path(source).name}" if e.sample is not None else Path(source).name
+        raise runtime.InvokeError(
+            e.failure, f"{path.name} fails to invoke on {where}: {e.failure}.", INVOKE_FIX, e.sample
+        ) from None
 
 
 def runner_specs(runner: runtime.Runner) -> list:
@@ -212,14 +226,21 @@ def add_timing(
     """Latency (benchmark_model style) and peak memory of one .tflite, added to its metrics."""
     loaded = runtime.load(model, threads=threads)
     runner = runtime.Runner(loaded)
+    what = "the sample timed"
     if sample is None:
-        sample = runner.zeros()
-    t = runtime.time_invoke(runner, sample, warmup=warmup, runs=runs)
+        what = "an all-zero input (no data given)"
+    try:
+        t = runtime.time_invoke(runner, runner.zeros() if sample is None else sample, warmup=warmup, runs=runs)
+    except runtime.InvokeError as e:
+        raise runtime.InvokeError(
+            e.failure, f"{Path(model).name} fails to invoke on {what}: {e.failure}.", INVOKE_FIX
+        ) from None
     latency = Latency(
         runtime=runtime.runtime_label(), threads=threads, xnnpack=loaded.xnnpack, init_ms=loaded.init_ms, **t
     )
-    mem = None
+    update: dict = {"latency": latency, "memory": None}
     if memory:
-        peak = runtime.peak_memory_bytes(model, threads)
-        mem = Memory(peak_rss_bytes=peak) if peak is not None else None
-    return metrics.model_copy(update={"latency": latency, "memory": mem})
+        peak = runtime.peak_memory_bytes(model, threads, sample)
+        update["memory"] = Memory(peak_rss_bytes=peak) if isinstance(peak, int) else None
+        update["memory_error"] = peak if isinstance(peak, str) else None
+    return metrics.model_copy(update=update)

@@ -23,14 +23,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import _tf, measure, models, paths, registry, verify
+from . import _tf, measure, models, paths, probe, registry, verify
 from .data import Dataset, check_inputs, combine, load_data
 from .errors import DataError, ModelError, OptimizeError, RecipeError, TechniqueFailed
 from .normalize import normalize_file, not_float
 from .progress import Progress
 from .recipe import Recipe, build, make_steps
 from .registry import Context, Stage
-from .results import Candidate, Composition, Environment, Metrics, Step, write_atomic
+from .results import Candidate, Composition, Environment, Metrics, Probe, Step, write_atomic
 from .vocab import PTQ_SCHEMES, Backend, Task
 
 log = logging.getLogger(__name__)
@@ -327,6 +327,10 @@ def make_candidate(
         _copy_out(state.path, artifact)
         metrics = None
         loaded = _load(artifact, ws.threads) if measure_it or delegates else None
+        probed = None
+        if loaded is not None:
+            progress.phase(f"{recipe.name}: probing edge inputs")
+            probed = robustness(ws, loaded, reference, made)
         if measure_it:
             progress.phase(f"{recipe.name}: measuring")
             metrics = _measure(
@@ -359,6 +363,7 @@ def make_candidate(
             notes=notes,
             search=state.records.get("search", []),
             debug=state.records.get("debug"),
+            probe=probed,
             seconds=time.perf_counter() - t0,
         )
     except (DataError, RecipeError):
@@ -381,8 +386,22 @@ _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 def _failed(recipe: Recipe, e: BaseException, t0: float) -> Candidate:
     failed = Candidate.failed(recipe, e, seconds=time.perf_counter() - t0, detail=getattr(e, "detail", None))
+    if isinstance(e, probe.ProbeFailed):
+        failed = failed.model_copy(update={"probe": e.probe})
     log.warning("  %s failed: %s", recipe.name, failed.error)
     return failed
+
+
+def robustness(ws: Workspace, loaded, reference: Path | None, recipe: Recipe) -> Probe:
+    """The robustness probe on the candidate's own interpreter (optimize.probe). Failing it fails the
+    candidate: compared with the float reference, or, with none, whenever the candidate is not the float
+    model itself (the float baseline's own failures are recorded, never held against it)."""
+    from . import runtime
+
+    report = probe.run(runtime.Runner(loaded), ws.data, reference, ws.threads)
+    if report.failures and (reference is not None or recipe.scheme != "float32"):
+        raise probe.ProbeFailed(report)
+    return report
 
 
 def check_all_delegates(artifact: Path, threads: int, notes: list[str], loaded=None) -> dict:

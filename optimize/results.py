@@ -109,6 +109,50 @@ class Metrics(Record):
     fidelity: Fidelity | None = None
     latency: Latency | None = None
     memory: Memory | None = None
+    memory_error: str | None = Field(None, description="Why peak memory could not be measured, when it could not.")
+
+
+class ProbeFailure(Record):
+    """One probe input a candidate fails on while its float model handles it."""
+
+    input: str = Field(description="The probe input: 'all-zero input', 'calibrated maximum (0.98)', ...")
+    kind: Literal["invoke", "non-finite"] = Field(description="It failed to invoke, or gave NaN/inf outputs.")
+    node: int | None = Field(None, description="The node the runtime named (its index in the main subgraph).")
+    op: str | None = Field(None, description="The op the runtime named (DIV, ...).")
+    message: str = Field("", description="The kernel's own message, or which outputs were not finite.")
+
+    @property
+    def line(self) -> str:
+        """`fails on all-zero input: DIV node 6 (div.cc:262 data[i] != zero_point was not true)`."""
+        if self.kind == "non-finite":
+            return f"gives non-finite outputs on {self.input} ({self.message})"
+        where = f"{self.op} node {self.node}" if self.op is not None and self.node is not None else ""
+        detail = f"{where} ({self.message})" if where and self.message else where or self.message
+        return f"fails on {self.input}: {detail}" if detail else f"fails on {self.input}"
+
+
+class Probe(Record):
+    """The robustness probe (optimize.probe): the candidate run on edge inputs its float model handles."""
+
+    inputs: list[str] = Field(description="The probe inputs tried, in order.")
+    reference: str | None = Field(None, description="The float model the outcomes were compared with.")
+    failures: list[ProbeFailure] = Field(default_factory=list, description="Inputs it fails on where float does not.")
+    reference_failures: list[str] = Field(
+        default_factory=list, description="Inputs the float model itself fails on (not held against the candidate)."
+    )
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def line(self) -> str:
+        """The first failure in one line, with how many more; `passed` when there is none."""
+        if not self.failures:
+            return f"passed ({len(self.inputs)} inputs)"
+        more = len(self.failures) - 1
+        rest = f" (and {more} more: {', '.join(f.input for f in self.failures[1:4])})" if more else ""
+        return self.failures[0].line + rest
 
 
 class NodeVerdict(Record):
@@ -286,6 +330,7 @@ class Candidate(Record):
     search: list[SearchStep] = Field(
         default_factory=list, description="A selective-quantization search's moves, in order."
     )
+    probe: Probe | None = Field(None, description="The robustness probe on edge inputs (None: not run).")
     seconds: float = Field(0.0, description="Wall time to produce and measure this candidate.")
     cached: bool = False
     error: str | None = Field(None, description="Why this candidate failed, in one line; the rest of the study stands.")

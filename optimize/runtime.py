@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -60,6 +61,46 @@ class Loaded:
     log: list[str]
     xnnpack: bool
     threads: int
+
+
+class InvokeError(ModelError):
+    """The runtime failed to run the model on one input (a kernel's check, a delegate's reshape)."""
+
+    def __init__(
+        self, failure: InvokeFailure, problem: str | None = None, fix: str | None = None, sample: int | None = None
+    ):
+        self.failure, self.sample = failure, sample
+        super().__init__(problem or f"The model fails to invoke: {failure}.", fix)
+
+
+@dataclass(frozen=True)
+class InvokeFailure:
+    """What the runtime said when an invoke failed: the node and op it names, and the kernel's message."""
+
+    node: int | None
+    op: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.op} node {self.node}" if self.op is not None and self.node is not None else ""
+        if where and self.message:
+            return f"{where} ({self.message})"
+        return where or self.message or "the runtime gave no reason"
+
+
+_NODE = re.compile(r"Node number (\d+) \(([^)]+)\) failed to (?:invoke|prepare)\.?")
+
+
+def invoke_failure(e: BaseException | str) -> InvokeFailure:
+    """Read the runtime's error text: `div.cc:262 data[i] != zero_point was not true.Node number 6 (DIV)
+    failed to invoke.` becomes node 6, op DIV and the kernel's own message."""
+    text = str(e).strip()
+    m = _NODE.search(text)
+    node, op = (int(m.group(1)), m.group(2)) if m else (None, None)
+    rest = _NODE.sub(" ", text) if m else text
+    lines = [ln.strip(" .") for ln in rest.replace("\r", "\n").splitlines() if ln.strip(" .")]
+    lines = [re.sub(r"^(?:\S*/)?(?=\w+\.cc:\d+)", "", ln) for ln in lines]  # tflite/kernels/div.cc -> div.cc
+    return InvokeFailure(node, op, "; ".join(dict.fromkeys(lines))[:300])
 
 
 def describe(model: bytes):
@@ -150,26 +191,35 @@ class Runner:
 
     Inputs and outputs are addressed through the model's signature when it has one: inputs by their
     signature keys (a Keras model's input names), outputs in signature order (output_0, output_1, ...:
-    the Keras model's output order). The interpreter's own tensor order is neither.
+    the Keras model's output order). The interpreter's own tensor order is neither. An input with free
+    dimensions (-1 in its shape signature: a variable length) is resized to each sample's shape before
+    it is fed, as the runtime allocates it at 1 along every free dimension.
     """
 
     def __init__(self, loaded: Loaded):
         self.loaded = loaded
         it = loaded.interpreter
         self.it = it
-        key = signature_key(it)
-        if key is not None:
+        self.key = signature_key(it)
+        if self.key is not None:
             sigs = it.get_signature_list()
-            sig = it.get_signature_runner(key)
+            self.input_names = list(sigs[self.key]["inputs"])
+            self.keys = list(sigs[self.key]["outputs"])
+        self._read_details()
+        if self.key is None:
+            self.input_names = [d["name"] for d in self.inputs]
+            self.keys = [d["name"] for d in self.outputs]
+
+    def _read_details(self) -> None:
+        """The input and output details (shapes change when an input is resized)."""
+        it = self.it
+        if self.key is not None:
+            sig = it.get_signature_runner(self.key)
             ins, outs = sig.get_input_details(), sig.get_output_details()
-            self.input_names = list(sigs[key]["inputs"])
             self.inputs = [ins[n] for n in self.input_names]
-            self.keys = list(sigs[key]["outputs"])
             self.outputs = [outs[n] for n in self.keys]
         else:
             self.inputs, self.outputs = it.get_input_details(), it.get_output_details()
-            self.input_names = [d["name"] for d in self.inputs]
-            self.keys = [d["name"] for d in self.outputs]
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -179,8 +229,16 @@ class Runner:
         """The outputs' names, in signature order (the keys when the model has a signature)."""
         return list(self.keys)
 
+    def free_dims(self) -> dict[str, list[int]]:
+        """Per input with free dimensions: its shape signature (-1 where the size is free)."""
+        return {
+            n: [int(x) for x in d["shape_signature"]]
+            for n, d in zip(self.input_names, self.inputs)
+            if any(int(x) < 0 for x in d.get("shape_signature", ()))
+        }
+
     def zeros(self) -> list[np.ndarray]:
-        """An all-zero sample for every input (for timing without data)."""
+        """An all-zero sample for every input (for timing without data; free dimensions at 1)."""
         return [np.zeros(d["shape"], np.float32) for d in self.inputs]
 
     def _ordered(self, sample) -> list:
@@ -193,11 +251,38 @@ class Runner:
             return [sample[n] for n in self.input_names]
         return list(sample) if isinstance(sample, (list, tuple)) else [sample]
 
+    @staticmethod
+    def _fitted(x, d: dict) -> list[int] | None:
+        """The shape to resize input `d` to for sample x (batch of 1), or None when it needs no resize."""
+        sig = [int(v) for v in d.get("shape_signature", d["shape"])]
+        shape = list(np.shape(x))
+        if len(shape) == len(sig) - 1:
+            shape = [1, *shape]
+        fits = len(shape) == len(sig) and all(s in (-1, g) for s, g in zip(sig, shape))
+        return shape if -1 in sig and fits and shape != [int(v) for v in d["shape"]] else None
+
+    def _resize(self, samples: list) -> None:
+        """Resize inputs with free dimensions to the samples' shapes (batch of 1), then reallocate."""
+        shapes = [(d["index"], self._fitted(x, d)) for x, d in zip(samples, self.inputs)]
+        shapes = [(i, s) for i, s in shapes if s is not None]
+        if not shapes:
+            return
+        for index, shape in shapes:
+            self.it.resize_tensor_input(index, shape, strict=True)
+        with captured_stderr() as log:
+            try:
+                self.it.allocate_tensors()
+            except (ValueError, RuntimeError) as e:
+                errs = [ln for ln in log if "ERROR" in ln or "failed" in ln.lower()] or [str(e)]
+                raise ModelError(f"The model cannot be resized to its data: {errs[-1].strip()}") from None
+        self._read_details()
+
     def set_input(self, sample) -> None:
         """One sample (batch of 1): an array, a list in input order, or a dict keyed by input name."""
         samples = self._ordered(sample)
         if len(samples) != len(self.inputs):
             raise ModelError(f"The model has {len(self.inputs)} inputs; got {len(samples)}.")
+        self._resize(samples)
         for x, d in zip(samples, self.inputs):
             expected = int(np.prod(d["shape"]))
             if np.asarray(x).size != expected:
@@ -206,9 +291,16 @@ class Runner:
                 )
             self.it.set_tensor(d["index"], _to_input(x, d))
 
+    def invoke(self) -> None:
+        """Run the model once; a failure is an InvokeError naming the node, the op and the kernel's message."""
+        try:
+            self.it.invoke()
+        except (RuntimeError, ValueError) as e:
+            raise InvokeError(invoke_failure(e)) from None
+
     def run(self, sample) -> list[np.ndarray]:
         self.set_input(sample)
-        self.it.invoke()
+        self.invoke()
         return [_from_output(self.it.get_tensor(d["index"]), d)[0] for d in self.outputs]
 
     def run_fresh(self, sample) -> list[np.ndarray]:
@@ -218,11 +310,19 @@ class Runner:
 
     def predict(self, xs, limit: int | None = None) -> list[np.ndarray]:
         """Outputs for each sample of xs (an array, or a dict of arrays keyed by input name; first axis:
-        samples), each from a clean state, stacked per output."""
+        samples), each from a clean state, stacked per output. A sample the model fails on is an
+        InvokeError that says which sample."""
         from .data import count, take
 
         n = count(xs) if limit is None else min(limit, count(xs))
-        outs = [self.run_fresh(take(xs, slice(i, i + 1))) for i in range(n)]
+        outs = []
+        for i in range(n):
+            try:
+                outs.append(self.run_fresh(take(xs, slice(i, i + 1))))
+            except InvokeError as e:
+                raise InvokeError(
+                    e.failure, f"The model fails to invoke on sample {i}: {e.failure}.", sample=i
+                ) from None
         return [np.stack([o[j] for o in outs]) for j in range(len(self.outputs))]
 
 
@@ -234,7 +334,7 @@ def time_invoke(runner: Runner, sample: np.ndarray, warmup: int = 5, runs: int =
     """
     runner.set_input(sample)
     t0 = time.perf_counter()
-    runner.it.invoke()
+    runner.invoke()
     first_ms = (time.perf_counter() - t0) * 1000
     warmup = warmup if first_ms < 100 else min(warmup, 1)
     for _ in range(warmup):
@@ -260,28 +360,43 @@ def time_invoke(runner: Runner, sample: np.ndarray, warmup: int = 5, runs: int =
     }
 
 
-def peak_memory_bytes(model: str | Path, threads: int = 2) -> int | None:
-    """Peak RSS growth of loading, allocating and running one model once, in a fresh process."""
-    return peak_memory_many([model], threads)[0]
+def peak_memory_bytes(model: str | Path, threads: int = 2, sample=None) -> int | str:
+    """Peak RSS growth of loading, allocating and running one model once, in a fresh process (or why
+    it could not be measured, in one line)."""
+    return peak_memory_many([model], threads, sample)[0]
 
 
-def peak_memory_many(models: list[str | Path], threads: int = 2) -> list[int | None]:
+def peak_memory_many(models: list[str | Path], threads: int = 2, sample=None) -> list[int | str]:
     """Peak RSS growth per model, from one child process that forks a fresh grandchild per model.
 
     A separate process is the only honest way to get a peak (ru_maxrss never goes down in ours);
     forking per model from one runtime-importing process costs milliseconds instead of a Python start.
+    Each model runs once on `sample` (the sample latency is timed on; zeros without one). A model that
+    cannot be measured gets the reason as a string in place of its peak: never silently nothing.
     """
+    with tempfile.TemporaryDirectory(prefix="optimize-mem-") as tmp:
+        args = [sys.executable, "-m", "optimize.runtime", str(threads)]
+        if sample is not None:
+            from .data import as_float
+
+            x = as_float(sample)
+            arrays = x if isinstance(x, dict) else {"": x}
+            np.savez(Path(tmp) / "sample.npz", **{f"x:{k}" if k else "x": v for k, v in arrays.items()})
+            args += ["--sample", str(Path(tmp) / "sample.npz")]
+        try:
+            out = subprocess.run(
+                [*args, *map(str, models)], capture_output=True, text=True, timeout=300 + 60 * len(models)
+            )
+        except subprocess.SubprocessError as e:
+            return [f"the memory probe did not finish ({e.__class__.__name__})"] * len(models)
     try:
-        out = subprocess.run(
-            [sys.executable, "-m", "optimize.runtime", str(threads), *map(str, models)],
-            capture_output=True,
-            text=True,
-            timeout=300 + 60 * len(models),
-        )
         peaks = json.loads(out.stdout.strip().splitlines()[-1])
-        return [int(p) if p is not None else None for p in peaks]
-    except (subprocess.SubprocessError, ValueError, IndexError, TypeError):
-        return [None] * len(models)
+        if not isinstance(peaks, list) or len(peaks) != len(models):
+            raise ValueError
+    except (ValueError, IndexError):
+        why = (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1][:200]
+        return [f"the memory probe failed: {why}"] * len(models)
+    return [int(p) if isinstance(p, int) else str(p) for p in peaks]
 
 
 def _status_kb(field: str) -> int:
@@ -292,7 +407,16 @@ def _status_kb(field: str) -> int:
     return 0
 
 
-def _probe_one(path: str, threads: int) -> int:
+def _load_sample(path: str | None):
+    """The sample the memory probe feeds: an .npz with x, or x:<input> per input (None: zeros)."""
+    if path is None:
+        return None
+    with np.load(path) as z:
+        arrays = {k.removeprefix("x:"): z[k] for k in z.files}
+    return arrays.get("x", arrays) if set(arrays) == {"x"} else arrays
+
+
+def _probe_one(path: str, threads: int, sample) -> int:
     """In a fresh fork: reset the high-water mark, then load, allocate and run once; the growth in KiB."""
     Interpreter, _ = _interpreter_class()
     try:
@@ -302,35 +426,63 @@ def _probe_one(path: str, threads: int) -> int:
         pass
     base = _status_kb("VmRSS")
     with captured_stderr():
-        it = Interpreter(model_path=path, num_threads=threads)
-        it.allocate_tensors()
-        for d in it.get_input_details():
-            it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
-        it.invoke()
+        try:
+            it = Interpreter(model_path=path, num_threads=threads)
+            it.allocate_tensors()
+        except (ValueError, RuntimeError) as e:
+            raise ModelError(f"the runtime cannot load it: {str(e).strip().splitlines()[-1][:200]}") from None
+        runner = Runner(Loaded(it, 0.0, [], True, threads))
+        runner.set_input(sample if sample is not None else runner.zeros())
+        runner.invoke()
     return max(0, _status_kb("VmHWM") - base)
 
 
-def _probe(threads: int, paths: list[str]) -> None:
-    """Child-process body: one forked grandchild per model, each reporting its peak through a pipe."""
+def _probe(threads: int, paths: list[str], sample_path: str | None = None) -> None:
+    """Child-process body: one forked grandchild per model, each reporting its peak (or its error) through a
+    pipe."""
     _interpreter_class()  # import the runtime once, before forking
-    peaks: list[int | None] = []
+    sample = _load_sample(sample_path)
+    peaks: list[int | str] = []
     for path in paths:
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(r)
             try:
-                kib = _probe_one(path, threads)
+                kib = _probe_one(path, threads, sample)
                 os.write(w, str(kib * 1024).encode())
+            except Exception as e:  # noqa: BLE001 - reported to the parent, never swallowed
+                msg = e.problem if isinstance(e, ModelError) else f"{e.__class__.__name__}: {e}"
+                os.write(w, ("E" + msg.strip().splitlines()[0][:300]).encode())
             finally:
                 os._exit(0)
         os.close(w)
         with os.fdopen(r) as f:
             text = f.read()
-        os.waitpid(pid, 0)
-        peaks.append(int(text) if text.strip() else None)
+        _, status = os.waitpid(pid, 0)
+        if text.startswith("E"):
+            peaks.append(text[1:])
+        elif text.strip():
+            peaks.append(int(text))
+        else:
+            peaks.append(f"the memory probe's process died ({_exit_reason(status)})")
     print(json.dumps(peaks))
 
 
+def _exit_reason(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+        except ValueError:
+            return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit code {os.WEXITSTATUS(status)}"
+
+
 if __name__ == "__main__":
-    _probe(int(sys.argv[1]), sys.argv[2:])
+    _args = sys.argv[2:]
+    _sample = None
+    if _args[:1] == ["--sample"]:
+        _sample, _args = _args[1], _args[2:]
+    _probe(int(sys.argv[1]), _args, _sample)

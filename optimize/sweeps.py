@@ -203,12 +203,10 @@ def _time_all(cands: list[Candidate], out_dir: Path, sample, threads: int, runs:
         log.info("Timing %d candidate(s), one at a time (%d threads)...", len(ok), threads)
     timed = {c.name: _time_one(c, out_dir, sample, threads, runs) for c in ok}
     runnable = [c for c in timed.values() if c.metrics.latency is not None]
-    peaks = runtime.peak_memory_many([out_dir / c.artifact for c in runnable], threads) if runnable else []
+    peaks = runtime.peak_memory_many([out_dir / c.artifact for c in runnable], threads, sample) if runnable else []
     for c, peak in zip(runnable, peaks):
-        if peak is not None:
-            timed[c.name] = c.model_copy(
-                update={"metrics": c.metrics.model_copy(update={"memory": Memory(peak_rss_bytes=peak)})}
-            )
+        got = {"memory": Memory(peak_rss_bytes=peak)} if isinstance(peak, int) else {"memory_error": peak}
+        timed[c.name] = c.model_copy(update={"metrics": c.metrics.model_copy(update=got)})
     return [timed.get(c.name, c) for c in cands]
 
 

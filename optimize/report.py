@@ -107,7 +107,9 @@ HEADERS = (
 
 
 def _cell_text(r: DelegateReport) -> str:
-    return f"{r.verdict}: {r.nodes_delegated}/{r.nodes_total} nodes, {r.partitions} partition{'s' if r.partitions != 1 else ''}"
+    built = " (build fails: the whole model on the CPU)" if r.veto_code == "build-failure" else ""
+    parts = f"{r.partitions} partition{'s' if r.partitions != 1 else ''}"
+    return f"{r.verdict}{built}: {r.nodes_delegated}/{r.nodes_total} nodes, {parts}"
 
 
 def _reasons(r: DelegateReport) -> list[str]:

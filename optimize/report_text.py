@@ -51,7 +51,9 @@ def _delegate_cell(c: Candidate, name: str) -> str:
     if r is None:
         return "-"
     color = _COLOR[r.verdict]
-    return f"[{color}]{r.nodes_delegated}/{r.nodes_total}[/{color}]" + (f" p{r.partitions}" if r.partitions > 1 else "")
+    built = "!" if r.veto_code == "build-failure" else ""  # the delegate would fail building its graph
+    cell = f"[{color}]{r.nodes_delegated}/{r.nodes_total}{built}[/{color}]"
+    return cell + (f" p{r.partitions}" if r.partitions > 1 else "")
 
 
 def _delegates_compact(c: Candidate) -> str:
@@ -214,8 +216,9 @@ def _legend(study: Study) -> str | None:
     return (
         f"Latency: {lat.runtime}, {lat.threads} threads, p50 of {lat.runs} runs after {lat.warmup_runs} "
         "warm-up. x = ratio to float32. Delegates: nodes delegated/total (p = partitions), or G N H C X = "
-        "GPU, NNAPI, Hexagon, Core ML, XNNPACK (green full, yellow partial, red none); xnnpack is observed "
-        "in the runtime, the others predicted from each delegate's rules."
+        "GPU, NNAPI, Hexagon, Core ML, XNNPACK (green full, yellow partial, red none; ! = the delegate would "
+        "fail while building its graph, so the whole model runs on the CPU); xnnpack is observed in the "
+        "runtime, the others predicted from each delegate's rules."
     )
 
 

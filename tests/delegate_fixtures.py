@@ -184,11 +184,31 @@ def per_channel_activation(data: bytes, name: str) -> bytes:
 
 # ---- tiny graphs built directly with the schema's object API (no TensorFlow) ---------------------------
 
-_NP_TYPES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "int8": 9}
+_NP_TYPES = {
+    "float32": 0,
+    "float16": 1,
+    "int32": 2,
+    "uint8": 3,
+    "int64": 4,
+    "bool": 6,
+    "int16": 7,
+    "int8": 9,
+    "int4": 17,
+}
+
+
+def _packed(spec: dict) -> bytes:
+    """A constant's bytes; int4 values (-8..7) are packed two per byte, the first in the low nibble."""
+    if spec["dtype"] != "int4":
+        return np.asarray(spec["data"], dtype=spec["dtype"]).tobytes()
+    v = np.asarray(spec["data"], np.int8).ravel() & 0x0F
+    v = np.concatenate([v, np.zeros(len(v) % 2, np.int8)])
+    return (v[0::2] | (v[1::2] << 4)).astype(np.uint8).tobytes()
 
 
 def tensor(shape, dtype: str = "float32", data=None, name: str | None = None, signature=None, quant=None) -> dict:
-    """A tensor spec for `tiny`: shape, dtype, constant data (numpy-able), shape signature, (scales, zero points)."""
+    """A tensor spec for `tiny`: shape, dtype, constant data (numpy-able), shape signature, quantization as
+    (scales, zero points) or (scales, zero points, quantized dimension)."""
     return {"shape": list(shape), "dtype": dtype, "data": data, "name": name, "signature": signature, "quant": quant}
 
 
@@ -206,12 +226,13 @@ def _tensor_t(s, i: int, spec: dict, buffers: list):
         t.shapeSignature = list(spec["signature"])
     if spec["data"] is not None:
         b = s.BufferT()
-        b.data = list(np.asarray(spec["data"], dtype=spec["dtype"]).tobytes())
+        b.data = list(_packed(spec))
         buffers.append(b)
         t.buffer = len(buffers) - 1
     if spec["quant"] is not None:
         q = s.QuantizationParametersT()
         q.scale, q.zeroPoint = list(spec["quant"][0]), list(spec["quant"][1])
+        q.quantizedDimension = spec["quant"][2] if len(spec["quant"]) > 2 else 0
         t.quantization = q
     return t
 

@@ -86,6 +86,16 @@ def check_delegates(
 _VERDICT = {"full": "fully delegated", "partial": "partial", "none": "none"}
 
 
+def _veto_lines(r: DelegateReport) -> list[str]:
+    """Why nothing runs on the delegate; a build failure names the node that fails the whole delegation."""
+    if not r.vetoed:
+        return []
+    c = next((v for v in r.cpu_nodes if v.code == "build-failure"), None)
+    if r.veto_code == "build-failure" and c is not None:
+        return [f"  build fails at #{c.index} {c.op} v{c.version} (the whole delegation): {r.vetoed}"]
+    return [f"  vetoed: {r.vetoed}"]
+
+
 def format_report(reports: dict[str, DelegateReport], max_nodes: int = 25) -> str:
     """Plain text for the terminal: one block per delegate, CPU nodes with reasons, hints."""
     lines: list[str] = []
@@ -97,8 +107,7 @@ def format_report(reports: dict[str, DelegateReport], max_nodes: int = 25) -> st
         )
         if r.rules_version:
             lines.append(f"  source: {r.rules_version}")
-        if r.vetoed:
-            lines.append(f"  vetoed: {r.vetoed}")
+        lines += _veto_lines(r)
         for v in r.cpu_nodes[:max_nodes]:
             where = f"{v.subgraph}:" if v.subgraph else ""
             lines.append(f"  cpu  #{where}{v.index:<4} {v.op} v{v.version}: {v.reason}")

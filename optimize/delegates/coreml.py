@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from ..vocab import Delegate, Scheme
 from .graph import NodeView
-from .rules import Finding, ModuleRules, Policy, Reason, Verdict, reject
+from .rules import Boundary, Finding, ModuleRules, Policy, Reason, Verdict, reject
 from .target import TargetParams
 
 SOURCE = "tflite/delegates/coreml/coreml_delegate.mm (IsNodeSupportedByDelegate), builders/*.cc @ LiteRT f67457790c9c"
@@ -131,18 +133,35 @@ def _fc(node: NodeView, _t) -> Verdict | None:
     return None
 
 
+def _pad_words(p) -> np.ndarray | None:
+    """The paddings as IsPadOpSupported reads them, GetTensorData<int32_t>: the raw bytes as int32, whatever
+    the tensor's type (int64 paddings give two words per value: rows 0 and 1 fill the first eight)."""
+    if p.data is None or len(p.data) < 32:
+        return None
+    return np.frombuffer(p.data, "<i4", count=8)
+
+
 def _pad(node: NodeView, _t) -> Verdict | None:
     p = node.input(1)
     if p is None or not p.is_const:
         return reject(Reason.CONSTANT, "Only constant padding is supported.")
     if p.shape != (4, 2):
         return reject(Reason.TENSOR_RANK, "Only 4D inputs are supported for PAD (paddings [4,2]).")
-    v = p.values()
-    if v is None:
+    w = _pad_words(p)
+    if w is None:
         return reject(Reason.CONSTANT, "Paddings must be readable constants.")
-    v = v.reshape(4, 2)
-    if v[0].any() or v[3].any():
-        return reject(Reason.OPTION, "Padding on the batch or channel dimension is not supported.")
+    misread = f" ({p.dtype} paddings read as int32)" if p.dtype != "int32" else ""
+    if w[0] or w[1]:
+        return reject(Reason.OPTION, f"Padding for batch dimension is not supported in PAD{misread}.")
+    if w[6] or w[7]:
+        return reject(Reason.OPTION, f"Padding for channel dimension is not supported in PAD{misread}.")
+    if misread:
+        return reject(
+            Reason.TENSOR_TYPE,
+            f"Paddings of type {p.dtype} are read as int32: the check passes on the wrong values and the layer "
+            "would pad the wrong dimensions.",
+            detail=p.dtype,
+        )
     return None
 
 
@@ -246,6 +265,22 @@ def check(node: NodeView, target: TargetParams) -> Verdict | None:
     return _global(node) or fn(node, target)
 
 
+def build_failure(node: NodeView, target: TargetParams, boundary: Boundary) -> Verdict | None:
+    """BuildModel describes each partition output and each partition input it uses as a 4-D Core ML array
+    (coreml_delegate_kernel.mm:154-166): GetDims fails above rank 4 (:32-34), and the delegate kernel with it
+    (the node rules check no rank for RELU, TANH, LOGISTIC or HARD_SWISH)."""
+    for x, edge, where in ((node.runtime_inputs, boundary.inputs, "input"), (node.outputs, boundary.outputs, "output")):
+        for t in x:
+            if t.index in edge and t.rank > 4:
+                return reject(
+                    Reason.TENSOR_RANK,
+                    f"Partition {where} {t.name or t.index} has rank {t.rank}: the delegate kernel describes "
+                    "partition inputs and outputs in at most 4 dimensions.",
+                    limit=4,
+                )
+    return None
+
+
 def hints(findings: Sequence[Finding], target: TargetParams, scheme: str) -> list[str]:
     out = []
     if findings and scheme in (Scheme.INT8, Scheme.INT16X8, Scheme.DYNAMIC):
@@ -259,4 +294,4 @@ def hints(findings: Sequence[Finding], target: TargetParams, scheme: str) -> lis
     return out
 
 
-RULES = ModuleRules(Delegate.COREML, SOURCE, policy, check, hints=hints)
+RULES = ModuleRules(Delegate.COREML, SOURCE, policy, check, build_failure=build_failure, hints=hints)

@@ -2,7 +2,9 @@
 
 Per subgraph (validation subgraphs skipped): the per-node decision (with the FP16 helper's float16
 DEQUANTIZE folding where the delegate uses it), the dynamic-tensor veto, partitioning, selection of the
-largest partitions, then build-time all-or-nothing failures. The engine calls the `DelegateRules`
+largest partitions, then the second stage: the delegate building its graph from the chosen partitions,
+where the first node that fails fails the whole delegation (`BUILD_FAILURE`: the report names that node,
+and says how many nodes the delegate would otherwise have taken). The engine calls the `DelegateRules`
 protocol only; facts every delegate needs (dynamic tensors, the model's scheme) are computed once per
 model in `ModelFacts` and shared.
 """
@@ -17,7 +19,7 @@ from ..vocab import Scheme
 from .dynamic import Dynamics, analyse
 from .flatbuffer import Model, Subgraph
 from .graph import NodeView, Partition, control_edges, largest, partition
-from .rules import DelegateRules, Finding, Policy, Reason, Verdict, reject
+from .rules import Boundary, DelegateRules, Finding, Policy, Reason, Verdict, reject
 from .target import TargetParams
 
 FP16_DEQUANT = "float16 weights DEQUANTIZE: folded into its consumers only when the whole graph is delegated."
@@ -103,7 +105,7 @@ class _Run:
     delegated: int = 0
     partitions: int = 0
     veto: Verdict | None = None
-    build_error: Verdict | None = None
+    build_error: Finding | None = None
 
     def note(self, sg: Subgraph, i: int, v: Verdict) -> None:
         op = sg.ops[i]
@@ -180,12 +182,34 @@ def _choose(sg: Subgraph, views: _Views, rejected: dict[int, Verdict], pol: Poli
     return chosen
 
 
-def _build_failure(views: _Views, chosen: set[int], rules: DelegateRules, target: TargetParams) -> Verdict | None:
-    for i in sorted(chosen):
-        node = views.nodes[i]
-        v = rules.build_failure(node, target) if node is not None else None
-        if v is not None:
-            return v
+def _tensors(sg: Subgraph, nodes, attr: str) -> set[int]:
+    return {t for i in nodes for t in getattr(sg.ops[i], attr) if t >= 0}
+
+
+def boundary(sg: Subgraph, nodes: list[int]) -> Boundary:
+    """What one partition's delegate kernel reads from outside and hands back (graph_info.cc:205-230, 130-143)."""
+    inside = set(nodes)
+    produced = _tensors(sg, nodes, "outputs")
+    ins = frozenset(t for t in _tensors(sg, nodes, "inputs") - produced if not sg.tensors[t].is_const)
+    outside = _tensors(sg, (op.index for op in sg.ops if op.index not in inside), "inputs")
+    outs = frozenset(t for t in produced if t in outside or t in sg.outputs)
+    return Boundary(tuple(nodes), ins, outs)
+
+
+def _build_failure(
+    sg: Subgraph, views: _Views, parts: list[Partition], rules: DelegateRules, target: TargetParams
+) -> Finding | None:
+    """The second stage: each delegated partition is built node by node, in order; the first failure wins."""
+    for p in parts:
+        b = None
+        for i in p.nodes:
+            node = views.nodes[i]
+            if node is None:
+                continue
+            b = b or boundary(sg, p.nodes)
+            v = rules.build_failure(node, target, b)
+            if v is not None:
+                return Finding(sg.index, i, node.op.name, node.version, v)
     return None
 
 
@@ -214,22 +238,41 @@ def _subgraph(facts: ModelFacts, sg: Subgraph, rules: DelegateRules, target: Tar
         return
     edges = facts.edges(sg)
     chosen = _choose(sg, views, rejected, pol, run, edges)
+    parts = [p for p in partition(sg, chosen, edges) if p.delegated] if chosen else []
     if run.build_error is None:
-        run.build_error = _build_failure(views, chosen, rules, target)
+        run.build_error = _build_failure(sg, views, parts, rules, target)
     run.delegated += len(chosen)
-    run.partitions += sum(1 for p in partition(sg, chosen, edges) if p.delegated) if chosen else 0
+    run.partitions += len(parts)
+
+
+def _build_veto(run: _Run) -> Verdict:
+    """The whole-delegation effect of one build failure, and the failing node's own verdict (noted on it)."""
+    f = run.build_error
+    where = f"#{f.subgraph}:{f.index}" if f.subgraph else f"#{f.index}"
+    culprit = f"{where} {f.op} v{f.version}"
+    run.findings[(f.subgraph, f.index)] = f._replace(
+        verdict=reject(
+            Reason.BUILD_FAILURE,
+            f"Accepted node by node, but fails the delegate's build ({f.verdict.text}): the whole delegation "
+            "fails with it.",
+            detail=f.verdict.detail or f.verdict.code.value,
+        )
+    )
+    return reject(
+        Reason.BUILD_FAILURE,
+        f"The delegate would take {run.delegated} of {run.total} nodes, but fails while building its graph at "
+        f"{culprit} ({f.verdict.text}); the runtime then restores the original CPU plan: every node runs on "
+        "the CPU.",
+        limit=run.delegated,
+        detail=culprit,
+    )
 
 
 def _veto_text(run: _Run) -> Verdict | None:
     if run.veto is not None:
         return run.veto
     if run.build_error is not None:
-        e = run.build_error
-        return reject(
-            Reason.BUILD_FAILURE,
-            f"The delegate would fail while building its graph ({e.text}); the runtime then restores "
-            "the original CPU plan.",
-        )
+        return _build_veto(run)
     return None
 
 

@@ -93,8 +93,15 @@ class Quant:
     def per_channel(self) -> bool:
         return self.count > 1
 
+    @property
+    def legacy_scale(self) -> float:
+        """The scale a kernel reading `TfLiteTensor.params` sees: the one scale of a per-tensor quantization,
+        0 for per-channel or blockwise (core/subgraph.cc:145-170, GetLegacyQuantization)."""
+        return float(self.scales[0]) if self.count == 1 and not self.blockwise else 0.0
+
     def __repr__(self) -> str:
         kind = f"per-channel x{self.count} (dim {self.dim})" if self.per_channel else "per-tensor"
+        kind = "blockwise" if self.blockwise else kind
         return f"Quant({kind})"
 
 
@@ -330,7 +337,7 @@ def _quant(q: _Table | None) -> Quant | None:
         raise _corrupt("a tensor's quantization table is unreadable", e) from None
     if start + 4 * n > len(q.buf) or zstart + 8 * zn > len(q.buf):
         raise _corrupt("a tensor's quantization scales run past the end of the file")
-    if not n:
+    if not n and details != _BLOCKWISE:  # blockwise: the scales live in a tensor of their own
         return None
     return Quant(q.buf, start, n, zstart, zn, dim, details == _BLOCKWISE)
 

@@ -18,6 +18,7 @@ from .graph import NodeView
 from .rules import (
     FLOAT,
     QUANT8,
+    Boundary,
     Finding,
     ModuleRules,
     Policy,
@@ -25,6 +26,7 @@ from .rules import (
     Rule,
     Verdict,
     activation_in,
+    build_detail,
     codes,
     first,
     n_inputs,
@@ -731,19 +733,122 @@ def _parse_add(node: NodeView) -> Verdict | None:
     return None
 
 
+# CreateVectorCopyData<float> (model_builder_helper.cc:259-281): what a constant read as float data can be.
+FLOAT_READABLE = frozenset({"float32", "float16", "int8", "uint8", "int32"})
+# ParseInputsWithConstTensor (model_builder.cc:189-220) gives bool and int32 constants readers of their own.
+_ELEMENTWISE_READABLE = FLOAT_READABLE | {"bool"}
+_DTYPE_WORDS = frozenset({"int4", "int2", "int16", "int64", "uint16", "uint32", "uint64", "float64", "bfloat16"})
+_CONST_OPERAND = _TWO_ARGS | {"ADD", "MUL"}  # IsTwoArgumentOperationWithConst (model_builder.cc:1256-1279)
+_WEIGHTS_AT_1 = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL"})
+
+
+def _float_read(node: NodeView) -> list:
+    """The constants the node's parser reads as float data (weights, constant operands, concatenated values)."""
+    name = node.name
+    if name in _WEIGHTS_AT_1 or (name == "CUSTOM" and node.op.custom_code == "Convolution2DTransposeBias"):
+        w = node.input(1)
+        return [w] if w is not None and w.is_const and len(node.runtime_inputs) == 1 else []
+    if name in ("CONCATENATION", "PACK", "PRELU") or (name == "DEQUANTIZE" and not node.runtime_inputs):
+        return node.const_inputs
+    if name in _CONST_OPERAND and len(node.const_inputs) == 1 and len(node.runtime_inputs) == 1:
+        return node.const_inputs
+    return []
+
+
+def _parse_constants(node: NodeView) -> Verdict | None:
+    """A constant of a type the float reader cannot convert (int4, int16, int64, ...) fails the parse: the type
+    gate only checks arena tensors, so such a node is accepted and then fails the whole delegation."""
+    readable = _ELEMENTWISE_READABLE if node.name in _CONST_OPERAND else FLOAT_READABLE
+    for x in _float_read(node):
+        if x.dtype not in readable:
+            return reject(
+                Reason.TENSOR_TYPE,
+                f"{node.name}: Unsupported data type for float32 tensor ({x.dtype} constant {x.name or x.index}).",
+                detail=x.dtype,
+            )
+    return None
+
+
+def _bhwc(shape: tuple[int, ...]) -> tuple[int, int, int, int] | None:
+    """ExtractTensorShape (model_builder_helper.cc:97-121): rank 1 B, 2 BC, 3 BWC, 4 BHWC."""
+    r = len(shape)
+    if r == 1:
+        return (shape[0], 1, 1, 1)
+    if r == 2:
+        return (shape[0], 1, 1, shape[1])
+    if r == 3:
+        return (shape[0], 1, shape[1], shape[2])
+    return tuple(shape) if r == 4 else None
+
+
+def _parse_conv(node: NodeView) -> Verdict | None:
+    """Runtime weights must have the input's channels: grouped convolution needs constant weights."""
+    if len(node.runtime_inputs) != 2:
+        return None
+    x, w = _bhwc(node.input(0).shape), _bhwc(node.input(1).shape)
+    if x is not None and w is not None and x[3] != w[3]:
+        return reject(Reason.SHAPE, "CONV_2D: No support of CONVOLUTION_2D with runtime grouped weights.")
+    return None
+
+
+def _parse_transpose_conv(node: NodeView) -> Verdict | None:
+    """With a non-constant output shape there are two runtime inputs, and the parser then reads input 1 (the
+    constant weights) as a runtime value, which fails."""
+    w = node.input(1)
+    if len(node.runtime_inputs) == 2 and w is not None and w.is_const:
+        return reject(
+            Reason.CONSTANT,
+            "TRANSPOSE_CONV: ReadNonConstantTensor: value is a constant tensor (the output shape is not a "
+            "constant, so the constant weights are read as a runtime input).",
+        )
+    return None
+
+
+def _concat_axis_ok(shapes: list[tuple[int, int, int, int]]) -> bool:
+    """ConcatenationOperationParser::SetAxis, as written: it fails only when every axis is ruled out."""
+    s0 = shapes[0]
+
+    def differ(a: int, b: int, c: int) -> bool:
+        return any(s[a] != s0[a] and s[b] != s0[b] and s[c] != s0[c] for s in shapes[1:])
+
+    return not differ(1, 2, 3) or not differ(0, 2, 3) or not differ(0, 1, 3) or not differ(0, 2, 1)
+
+
+def _parse_concat(node: NodeView) -> Verdict | None:
+    """Constant inputs become 4-D float tensors (others fail); the inputs must differ along one axis only."""
+    if node.name == "PACK" and len(node.inputs) < 2:
+        return None  # a one-input PACK becomes a RESHAPE
+    for x in node.const_inputs:
+        if x.rank != 4:
+            return reject(
+                Reason.TENSOR_RANK,
+                f"{node.name}: Expected a 4D tensor of shape BxHxWxC but got {shape_str(x)} (constant input).",
+            )
+    if node.name == "PACK":
+        return None
+    shapes = [_bhwc(x.shape) for x in node.inputs if x is not None]
+    if len(shapes) > 1 and None not in shapes and not _concat_axis_ok(shapes):
+        return reject(Reason.SHAPE, "CONCATENATION: Can concatenate tensors only by batch, height, width, or channels.")
+    return None
+
+
 _PARSE = {
     "ADD": _parse_add,
     "BATCH_MATMUL": _parse_batch_matmul,
+    "CONCATENATION": _parse_concat,
+    "CONV_2D": _parse_conv,
+    "PACK": _parse_concat,
     "TRANSPOSE": _parse_transpose,
+    "TRANSPOSE_CONV": _parse_transpose_conv,
     "STRIDED_SLICE": _parse_strided_slice,
     "FULLY_CONNECTED": _parse_fully_connected,
 }
 
 
-def build_failure(node: NodeView, target: TargetParams) -> Verdict | None:
+def build_failure(node: NodeView, target: TargetParams, boundary: Boundary | None = None) -> Verdict | None:
     """Failures at delegate build time (Parse/graph transform): all-or-nothing, the CPU plan is restored."""
     parse = _PARSE.get(node.name)
-    return _runtime_quant(node) or _same_inputs(node) or (parse(node) if parse else None)
+    return _runtime_quant(node) or _same_inputs(node) or _parse_constants(node) or (parse(node) if parse else None)
 
 
 def hints(findings: Sequence[Finding], target: TargetParams, scheme: str) -> list[str]:
@@ -763,6 +868,12 @@ def hints(findings: Sequence[Finding], target: TargetParams, scheme: str) -> lis
         out.append("GPU: tensors of rank 5 or more are not supported; reshape to at most 4-D.")
     if Reason.NO_OPENCL in found:
         out.append("GPU: without OpenCL, SPLIT/SPLIT_V stay on the CPU (OpenGL backend).")
+    dtype = build_detail(findings)
+    if dtype is not None and dtype not in FLOAT_READABLE and dtype in _DTYPE_WORDS:
+        out.append(
+            f"GPU: the delegate reads constant weights as float and cannot convert {dtype}: for the GPU use "
+            "float16, dynamic (int8 weights) or int8; int4 weights are for the CPU (XNNPACK)."
+        )
     return out
 
 

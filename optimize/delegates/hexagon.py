@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from ..vocab import Delegate, Scheme
 from .graph import NodeView
-from .rules import Finding, ModuleRules, Policy, Reason, Verdict, reject
+from .rules import Boundary, Finding, ModuleRules, Policy, Reason, Verdict, reject
 from .target import TargetParams
 
 SOURCE = "tflite/delegates/hexagon/utils.cc (IsNodeSupportedByHexagon), hexagon_delegate.cc @ LiteRT f67457790c9c"
@@ -379,6 +379,29 @@ def check(node: NodeView, target: TargetParams) -> Verdict | None:
     return _version(node.name, node.version) or fn(node)
 
 
+# ---- build time (PopulateSubGraph per node, in HexagonDelegateKernel::BuildGraph) -------------------------
+
+# Inputs IsNodeSupportedByHexagon checks by type only, which the op builder then reads as constant data.
+_BUILD_CONST = {
+    "CONV_2D": (1, "Weights tensor doesn't have correct allocation type"),
+    "DEPTHWISE_CONV_2D": (1, "Weights tensor doesn't have correct allocation type"),
+    "ARG_MAX": (1, "Axis tensor doesn't have correct allocation type"),
+    "ARG_MIN": (1, "Axis tensor doesn't have correct allocation type"),
+}
+
+
+def build_failure(node: NodeView, target: TargetParams, boundary: Boundary | None = None) -> Verdict | None:
+    """A convolution's weights or an ARG_MAX/ARG_MIN axis that is not a constant: accepted by type, then the
+    builder fails, and with it the whole Hexagon graph."""
+    want = _BUILD_CONST.get(node.name)
+    if want is None:
+        return None
+    x = node.input(want[0])
+    if x is not None and not x.is_const:
+        return reject(Reason.CONSTANT, f"{node.name}: {want[1]}: {x.name or x.index} (not a constant).")
+    return None
+
+
 def hints(findings: Sequence[Finding], target: TargetParams, scheme: str) -> list[str]:
     if not findings:
         return []
@@ -391,4 +414,4 @@ def hints(findings: Sequence[Finding], target: TargetParams, scheme: str) -> lis
     return []
 
 
-RULES = ModuleRules(Delegate.HEXAGON, SOURCE, policy, check, hints=hints)
+RULES = ModuleRules(Delegate.HEXAGON, SOURCE, policy, check, build_failure=build_failure, hints=hints)

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from ..vocab import Delegate, Scheme
 from .conflicts import NNAPI_FLOAT16
 from .graph import NodeView
 from .rules import (
+    Boundary,
     Finding,
     ModuleRules,
     Policy,
     Reason,
     Rule,
     Verdict,
+    build_detail,
     codes,
     constant_input,
     dtype,
@@ -98,10 +102,14 @@ def _hybrid(node: NodeView) -> bool:
 
 
 def _restricted_scales(node: NodeView) -> bool:
-    x, w, y = node.input(0), node.input(1), node.output(0)
-    if not (x and w and y and x.quant and w.quant and y.quant):
-        return True
-    return float(x.quant.scales[0]) * float(w.quant.scales[0]) < float(y.quant.scales[0])
+    """input_scale * filter_scale < output_scale on the legacy per-tensor scales, in float32: a per-channel,
+    blockwise or unquantized tensor's scale reads as 0 (core/subgraph.cc:145-170)."""
+    x, w, y = (np.float32(t.quant.legacy_scale if t is not None and t.quant else 0.0) for t in _first_io(node))
+    return bool(x * w < y)
+
+
+def _first_io(node: NodeView) -> tuple:
+    return node.input(0), node.input(1), node.output(0)
 
 
 def _no_act_int32(node: NodeView) -> Verdict | None:
@@ -780,11 +788,76 @@ def check(node: NodeView, target: TargetParams) -> Verdict | None:
     return first(rule.checks, node, target)
 
 
-def build_failure(node: NodeView, target: TargetParams) -> Verdict | None:
-    """A runtime tensor type NNAPI cannot represent fails the whole delegation when the model is built."""
-    for x in node.runtime_inputs + node.outputs:
+# ---- build time (AddOpsAndTensors): every node the partitions hold is added to the NNAPI model --------
+
+# Input slots the builder does not add with AddTensorInput (nnapi_delegate.cc:5822-6190): the op's Map adds
+# them itself (as scalars, or in another order), or skips them. Everything else goes through AddTensor.
+_NOT_ADDED: dict[str, object] = {
+    "TRANSPOSE_CONV": lambda pos, node: True,  # :5829-5833, all in Map
+    "FILL": lambda pos, node: True,  # :6122-6186, dims and value converted in place
+    "SPLIT": lambda pos, node: pos == 0,  # :5915-5920, the axis is a scalar
+    "PAD": lambda pos, node: pos == 2,  # :5924-5978, the pad value is a scalar
+    "PADV2": lambda pos, node: pos == 2,
+    "RESIZE_BILINEAR": lambda pos, node: pos >= 1,  # :5987-5996, the size is two scalars
+    "RESIZE_NEAREST_NEIGHBOR": lambda pos, node: pos >= 1,
+    "TOPK_V2": lambda pos, node: pos >= 1,  # :5997-6001
+    "GATHER": lambda pos, node: pos >= 1,  # :6002-6009
+    "EXPAND_DIMS": lambda pos, node: pos == 1,  # :6010-6013
+    "BATCH_TO_SPACE_ND": lambda pos, node: pos == 2,  # :6014-6018
+    "ARG_MAX": lambda pos, node: pos == 1,  # :6019-6049
+    "ARG_MIN": lambda pos, node: pos == 1,
+    "LSTM": lambda pos, node: len(node.op.inputs) == 5 or pos >= 20,  # :5890-5901
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": lambda pos, node: pos >= 20,  # :5902-5909
+}
+_MAXMIN = frozenset({"MAXIMUM", "MINIMUM"})
+_SCALAR_FORMS = _MAXMIN | frozenset({"MEAN", "SUM", "REDUCE_PROD", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_ANY"})
+# Omitted (-1) inputs the builder has a path for (:5834-5838, 5910-5913, 5928-5929, 5980-5986); any other -1
+# slot reaches AddTensor (:1780-1809) as tensor index -1.
+_OPTIONAL_OK = frozenset(
+    {"FULLY_CONNECTED", "LSTM", "SVDF", "BIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM", "PAD", "PADV2"}
+)
+
+
+def _added(node: NodeView):
+    """(position, tensor or None for -1) of the inputs AddTensorInput receives."""
+    skip = _NOT_ADDED.get(node.name)
+    for pos, t in enumerate(node.inputs):
+        if skip is not None and skip(pos, node):
+            continue
+        if node.name in _SCALAR_FORMS and t is not None and t.rank == 0 and (pos == 1 or node.name in _MAXMIN):
+            continue  # a scalar axis or operand becomes a vector or constant operand (:6050-6121)
+        yield pos, t
+
+
+def _omitted_input(node: NodeView) -> Verdict | None:
+    if node.name in _OPTIONAL_OK or node.name in _NOT_ADDED:
+        return None
+    for pos, t in _added(node):
+        if t is None:
+            what = "Conv2D with omitted bias" if node.name == "CONV_2D" else f"{node.name} with omitted input {pos}"
+            return reject(
+                Reason.ARITY,
+                f"{what}: the model builder has no path for a -1 input (TODO(b/132950584)): it reaches AddTensor "
+                "as tensor index -1.",
+            )
+    return None
+
+
+def build_failure(node: NodeView, target: TargetParams, boundary: Boundary | None = None) -> Verdict | None:
+    """What fails the whole delegation while the NNAPI model is built: a tensor type AddTensor cannot map
+    (constants included, e.g. int64 PAD paddings or int4 weights), or an omitted input with no path."""
+    r = _omitted_input(node)
+    if r:
+        return r
+    added = [t for _, t in _added(node) if t is not None]
+    for x in added + node.outputs:
         if x.dtype not in NNAPI_TYPES:
-            return reject(Reason.TENSOR_TYPE, f"Failed to add NN API tensor: type {x.dtype} is not supported")
+            return reject(
+                Reason.TENSOR_TYPE,
+                f"Failed to add NN API tensor: type {x.dtype.upper()} is not supported "
+                f"({'constant' if x.is_const else 'tensor'} {x.name or x.index}).",
+                detail=x.dtype,
+            )
     return None
 
 
@@ -802,6 +875,11 @@ def hints(findings: Sequence[Finding], target: TargetParams, scheme: str) -> lis
         )
     if scheme == Scheme.INT16X8 and findings:
         out.append("NNAPI does not take int16 activations: use int8.")
+    dtype = build_detail(findings)
+    if dtype == "int64":
+        out.append("NNAPI cannot add int64 tensors to its model: store paddings and other index constants as int32.")
+    elif dtype == "int4":
+        out.append("NNAPI has no 4-bit tensors: use int8 (full integer) for NNAPI; int4 weights are for the CPU.")
     if scheme == Scheme.FLOAT16:
         out.append(NNAPI_FLOAT16.hint)
     out.append("NNAPI: this is an upper bound; on Android 10+ the device driver may refuse more nodes.")

@@ -7,7 +7,10 @@ It shows one value per node, so each delegate gets its own file; load them toget
 
 Ids follow Model Explorer's TFLite flatbuffer adapter: a node is its operator index in the subgraph, and a
 subgraph is its name, or `main` for an unnamed first subgraph and `subgraph_<i>` for the other unnamed ones.
-A node's value is `delegated`, or `cpu: <reason code>: <the delegate's reason>`.
+A node's value is `delegated`, or `cpu: <reason code>: <the delegate's reason>`. When the delegate would fail
+while building its graph, the failing node says so (`cpu: build-failure: ...`, red) and every node it would
+otherwise have taken is marked as lost with the whole delegation (`cpu: build-failure: accepted, lost ...`,
+in a colour of its own); nodes the node rules refused keep their own reasons.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from .rules import Reason
 
 DELEGATED = "delegated"
 GREEN, AMBER, RED = "#81c784", "#ffb74d", "#e57373"
+LOST = "#ba68c8"  # accepted node by node, lost when another node fails the delegate's build
 # Supported by the delegate, but left on the CPU by partitioning: worth a different colour.
 _PARTITIONING = frozenset({Reason.PARTITION_LIMIT, Reason.PARTITION_SIZE, Reason.FP16_DEQUANT})
 
@@ -54,21 +58,32 @@ def _graph_node_data(name: str, results: dict) -> dict:
     }
 
 
+def _lost(report: DelegateReport) -> dict | None:
+    """The value of the nodes a build failure takes down with the delegation (None: no build failure)."""
+    if report.veto_code != Reason.BUILD_FAILURE:
+        return None
+    c = next((v for v in report.cpu_nodes if v.code == Reason.BUILD_FAILURE), None)
+    at = f"#{c.index} {c.op}" if c is not None else "another node"
+    return {"value": f"cpu: build-failure: accepted, lost with the delegation ({at} fails its build)", "bgColor": LOST}
+
+
 def node_data(report: DelegateReport, model: Model) -> dict:
     """One delegate's verdicts as a Model Explorer ModelNodeData (JSON-able)."""
     cpu = {(v.subgraph, v.index): (v.code, v.reason) for v in report.cpu_nodes}
+    lost = _lost(report)
+    veto = report.vetoed if lost is None else None  # other vetoes (dynamic tensors, platform) mark every node
     out = {}
     for sg in model.subgraphs:
         if sg.name.startswith("VALIDATION:"):
             continue
         results = {}
         for op in sg.ops:
-            if report.vetoed:
-                results[str(op.index)] = _cpu(report.veto_code, report.vetoed)
+            if veto:
+                results[str(op.index)] = _cpu(report.veto_code, veto)
             elif (sg.index, op.index) in cpu:
                 results[str(op.index)] = _cpu(*cpu[(sg.index, op.index)])
             else:
-                results[str(op.index)] = {"value": DELEGATED, "bgColor": GREEN}
+                results[str(op.index)] = lost or {"value": DELEGATED, "bgColor": GREEN}
         out[graph_id(sg)] = _graph_node_data(f"{report.delegate} ({report.source})", results)
     return out
 

@@ -1,10 +1,18 @@
 """The contract every delegate's rules follow, and the vocabulary they share.
 
 A delegate's rules are one object that satisfies `DelegateRules`: a name, the source it follows, its
-partition `policy`, and one `check(node, target) -> Verdict | None` per node (None: the delegate takes
-the node). A `Verdict` carries a reason *code* (`Reason`) beside the delegate's own words, so hints,
-reports and overlays key on the code, never on the text. The optional hooks (`veto`, `build_failure`,
-`hints`) have do-nothing defaults in `Rules`, so the engine calls them unconditionally.
+partition `policy`, and two stages, as the runtime has them:
+
+1. `check(node, target) -> Verdict | None` per node (None: the delegate takes the node): the delegate's
+   IsSupported / Validate, which decides per node and feeds the partitioner;
+2. `build_failure(node, target, boundary) -> Verdict | None` per node the partitioner gave the delegate:
+   what fails while the delegate builds its own graph (GPU Parse, NNAPI AddOpsAndTensors, Core ML
+   BuildModel, Hexagon PopulateSubGraph). A node the first stage accepts can fail here, and one failure
+   fails the whole delegation: the runtime restores the CPU plan (`core/subgraph.cc:2507-2515`).
+
+A `Verdict` carries a reason *code* (`Reason`) beside the delegate's own words, so hints, reports and
+overlays key on the code, never on the text. The optional hooks (`veto`, `build_failure`, `hints`) have
+do-nothing defaults in `Rules`, so the engine calls them unconditionally.
 
 Each module keeps its op table as data (op name -> `Rule`: highest op version, minimum feature level,
 a tuple of small checks). A check returns a Verdict or None; the first Verdict wins, the way the runtime's
@@ -82,6 +90,16 @@ class Finding(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Boundary:
+    """One delegated partition as its delegate kernel receives it: the tensors it reads from outside (graph
+    inputs, CPU outputs; constants not counted) and the tensors it hands back (read outside, graph outputs)."""
+
+    nodes: tuple[int, ...]
+    inputs: frozenset[int]
+    outputs: frozenset[int]
+
+
+@dataclass(frozen=True)
 class Policy:
     """How a delegate turns supported nodes into delegated ones (partition helper and its limits)."""
 
@@ -105,7 +123,7 @@ class DelegateRules(Protocol):
 
     def veto(self, model: Model, target: TargetParams) -> Verdict | None: ...
 
-    def build_failure(self, node: NodeView, target: TargetParams) -> Verdict | None: ...
+    def build_failure(self, node: NodeView, target: TargetParams, boundary: Boundary) -> Verdict | None: ...
 
     def hints(self, findings: Sequence[Finding], target: TargetParams, scheme: str) -> list[str]: ...
 
@@ -119,7 +137,7 @@ class Rules:
     def veto(self, model: Model, target: TargetParams) -> Verdict | None:
         return None
 
-    def build_failure(self, node: NodeView, target: TargetParams) -> Verdict | None:
+    def build_failure(self, node: NodeView, target: TargetParams, boundary: Boundary) -> Verdict | None:
         return None
 
     def hints(self, findings: Sequence[Finding], target: TargetParams, scheme: str) -> list[str]:
@@ -164,6 +182,11 @@ def first(checks: Iterable[Check], node: NodeView, target: TargetParams) -> Verd
 
 def codes(findings: Iterable[Finding]) -> set[Reason]:
     return {f.verdict.code for f in findings}
+
+
+def build_detail(findings: Iterable[Finding]) -> str | None:
+    """The offending value (a dtype, say) of the node that fails the delegate's build, if one does."""
+    return next((f.verdict.detail for f in findings if f.verdict.code is Reason.BUILD_FAILURE), None)
 
 
 FLOAT = frozenset({"float32", "float16"})

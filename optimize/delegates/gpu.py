@@ -868,13 +868,17 @@ def hints(findings: Sequence[Finding], target: TargetParams, scheme: str) -> lis
         out.append("GPU: tensors of rank 5 or more are not supported; reshape to at most 4-D.")
     if Reason.NO_OPENCL in found:
         out.append("GPU: without OpenCL, SPLIT/SPLIT_V stay on the CPU (OpenGL backend).")
+    return out + _build_hints(findings)
+
+
+def _build_hints(findings: Sequence[Finding]) -> list[str]:
     dtype = build_detail(findings)
-    if dtype is not None and dtype not in FLOAT_READABLE and dtype in _DTYPE_WORDS:
-        out.append(
-            f"GPU: the delegate reads constant weights as float and cannot convert {dtype}: for the GPU use "
-            "float16, dynamic (int8 weights) or int8; int4 weights are for the CPU (XNNPACK)."
-        )
-    return out
+    if dtype not in _DTYPE_WORDS:
+        return []
+    return [
+        f"GPU: the delegate reads constant weights as float and cannot convert {dtype}: for the GPU use "
+        "float16, dynamic (int8 weights) or int8; int4 weights are for the CPU (XNNPACK)."
+    ]
 
 
 RULES = ModuleRules(Delegate.GPU, SOURCE, policy, check, build_failure=build_failure, hints=hints)

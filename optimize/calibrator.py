@@ -1,7 +1,8 @@
 """The TFLite calibrator on a float flatbuffer: what the converter uses for full-integer quantization, run
 directly on a .tflite (TensorFlow's copy: see _tf.calibration_wrapper). The quantize technique falls back to it where
 LiteRT Quantizer leaves ops float that it would quantize: the fused LSTM ops, which LiteRT Quantizer
-does not support at all. It does not go through control flow: on a WHILE loop (a GRU or SimpleRNN
+does not support at all, and, in integer-only models, ops it leaves float between DEQUANTIZE and
+QUANTIZE (PRELU, LEAKY_RELU), which the calibrator quantizes. It does not go through control flow: on a WHILE loop (a GRU or SimpleRNN
 lowered to a loop) it crashes, so such models are refused before it runs.
 """
 
@@ -34,8 +35,11 @@ def _ordered(content: bytes, samples: list[dict[str, np.ndarray]], signature: st
     return [[s[name] for name in order] for s in samples]
 
 
-def quantize(content: bytes, scheme: str, io: str, per_tensor: bool, calibration: dict) -> bytes:
-    """Full-integer (int8) or 16x8 quantization of `content` by the TFLite calibrator."""
+def quantize(
+    content: bytes, scheme: str, io: str, per_tensor: bool, calibration: dict, allow_float: bool = True
+) -> bytes:
+    """Full-integer (int8) or 16x8 quantization of `content` by the TFLite calibrator. `allow_float=False`
+    (integer-only) makes an op it cannot quantize an error instead of a float island."""
     from . import _tf
 
     wrapper = _tf.calibration_wrapper()
@@ -49,12 +53,15 @@ def quantize(content: bytes, scheme: str, io: str, per_tensor: bool, calibration
     ordered = _ordered(content, samples, signature)
     activations, bias = (np.int16, np.int64) if scheme == "int16x8" else (np.int8, np.int32)
     try:
-        cal = wrapper.CalibrationWrapper(wrapper.AddIntermediateTensors(content), [], [])
+        prepared = wrapper.AddIntermediateTensors(content)  # kept alive: the wrapper reads it, not a copy
+        cal = wrapper.CalibrationWrapper(prepared, [], [])
         cal.Prepare([list(a.shape) for a in ordered[0]])
         for sample in ordered:
             cal.FeedTensor(sample)
         kind = np.dtype(_IO[IO(io)]).num
-        out = cal.QuantizeModel(kind, kind, True, np.dtype(activations).num, np.dtype(bias).num, per_tensor, per_tensor)
+        out = cal.QuantizeModel(
+            kind, kind, allow_float, np.dtype(activations).num, np.dtype(bias).num, per_tensor, per_tensor
+        )
     except Exception as e:  # noqa: BLE001 - the calibrator raises RuntimeError/ValueError on models it cannot do
         raise TechniqueFailed(f"{scheme}: the TFLite calibrator could not quantize this model ({_line(e)})") from e
     return bytes(out)

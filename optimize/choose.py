@@ -116,8 +116,24 @@ def _integer_problem(c: Candidate, target: Target) -> str | None:
     return None
 
 
+#: Targets that run integer ops only; NNAPI joins them for a quantized model (its int path).
+INTEGER_ONLY_TARGETS = (Target.MCU, Target.EDGETPU, Target.HEXAGON)
+
+
+def _float_compute_problem(c: Candidate, target: Target) -> str | None:
+    """An integer-only target never gets a candidate that still computes in float (verify.float_compute)."""
+    ops = c.composition.float_compute_ops if c.composition else []
+    int_path = target in INTEGER_ONLY_TARGETS or (target is Target.NNAPI and c.scheme in (Scheme.INT8, Scheme.INT16X8))
+    if ops and int_path:
+        return f"still computes {', '.join(ops[:3])} in float; {target} runs integer ops only"
+    return None
+
+
 def _target_problem(c: Candidate, target: Target, facts: set[str]) -> str | None:
     """Why the target cannot run this candidate fully, or None."""
+    why = _float_compute_problem(c, target)
+    if why:
+        return why
     if target in (Target.EDGETPU, Target.MCU):
         return _integer_problem(c, target)
     delegate = TARGET_DELEGATE[target]

@@ -66,6 +66,7 @@ class Workspace:
         return Context(
             workdir=folder,
             data=self.data,
+            source_kind=self.src.kind,
             threads=self.threads,
             notes=list(state.notes),
             skipped_layers=list(state.skipped),
@@ -263,7 +264,8 @@ class NotWhatItSays(TechniqueFailed):
 
 def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Composition]:
     """The recipe's artifact, read back and checked. When LiteRT Quantizer leaves weights float that the
-    converter quantizes (an LSTM), the same scheme is made by the converter instead, and said so."""
+    converter quantizes (an LSTM), or float compute in an integer-only model (PRELU, LEAKY_RELU), the same
+    scheme is made by the converter instead, and said so."""
     state = ws.produce(recipe.steps)
     composition = verify.compose(state.path.read_bytes())
     problem = verify.check(recipe, composition) if recipe.steps else None
@@ -273,7 +275,9 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
             state = ws.produce(other.steps)
             composition = verify.compose(state.path.read_bytes())
             if verify.check(other, composition) is None:
-                state.notes = [*state.notes, f"LiteRT Quantizer left weights float ({problem}); made by the converter"]
+                how = "TFLITE_BUILTINS_INT8" if verify.integer_only(other) else "its own quantizer"
+                note = f"made by the TFLite converter ({how}): LiteRT Quantizer's result failed verification: {problem}"
+                state.notes = [*state.notes, note]
                 return other, state, composition
             problem = f"{problem}; the converter leaves them float too"
     if problem:

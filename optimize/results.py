@@ -192,6 +192,11 @@ class Composition(Record):
     float32_equivalent_bytes: int = Field(description="The same weights stored as float32.")
     float_ops: int = Field(description="Ops that still compute in float with float weights.")
     float_op_types: list[str] = Field(default_factory=list)
+    float_compute_ops: list[str] = Field(
+        default_factory=list,
+        description="Op types that compute on float tensors (any weights; QUANTIZE/DEQUANTIZE aside): what an "
+        "integer-only target (microcontroller, Edge TPU, Hexagon, NNAPI's int path) cannot run.",
+    )
     sparsity: float | None = Field(None, description="Share of zeros across the big weight tensors.")
     distinct_values: int | None = Field(
         None, description="Distinct values in the median big weight tensor (per output channel when quantized)."

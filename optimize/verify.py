@@ -12,6 +12,10 @@ candidate whose weights are not what its scheme promises is a failed candidate, 
     int16x8   0.50
     selective -      (float islands are the point of it; at least some weights must be 8-bit)
 
+A recipe whose name promises integer-only compute (int8 or int16x8 with integer I/O) fails when any op
+still reads or writes a float tensor (PRELU or LEAKY_RELU left float between DEQUANTIZE and QUANTIZE,
+say): a microcontroller or an Edge TPU cannot run it.
+
 Pruning must leave at least half its target sparsity across the big weight tensors (layers tfmot could
 not wrap stay dense), and clustering at most its cluster count of distinct values in the median big
 weight tensor (per output channel once quantized).
@@ -65,6 +69,37 @@ def _computes_in_float(sg, op) -> bool:
     return any(w.dtype == "float32" and w.numel >= 16 for w in weights)
 
 
+FLOAT_TYPES = ("float32", "float16")
+CONVERSIONS = ("QUANTIZE", "DEQUANTIZE")  # float <-> integer at an edge or around a float island: not compute
+
+
+def float_compute(model: Model) -> list[str]:
+    """Op types, in every subgraph, that read or write a non-constant float tensor: ops an integer-only
+    target cannot run. QUANTIZE and DEQUANTIZE are the conversions, not compute."""
+    found = set()
+    for sg in model.subgraphs:
+        for op in sg.ops:
+            if op.name in CONVERSIONS:
+                continue
+            tensors = (sg.tensors[i] for i in (*op.inputs, *op.outputs) if 0 <= i < len(sg.tensors))
+            if any(t.dtype in FLOAT_TYPES and not t.is_const for t in tensors):
+                found.add(op.name)
+    return sorted(found)
+
+
+def integer_only(recipe) -> bool:
+    """Whether the recipe's name promises integer-only compute: full int8 or int16x8 with integer I/O."""
+    return str(recipe.scheme) in (Scheme.INT8, Scheme.INT16X8) and recipe_io(recipe) in ("int8", "uint8", "int16")
+
+
+def recipe_io(recipe) -> str:
+    """The I/O type the recipe's last step that sets one asks for ('float' when none does)."""
+    io = "float"
+    for s in recipe.steps:
+        io = str(getattr(s.params, "io", None) or io)
+    return io
+
+
 def _sparsity(big: list) -> float | None:
     values = [v for v in (t.values() for t in big) if v is not None]
     total = sum(len(v) for v in values)
@@ -74,7 +109,8 @@ def _sparsity(big: list) -> float | None:
 def compose(content: bytes | Model) -> Composition:
     """What an artifact holds: weight bytes per dtype, the float ops, sparsity and distinct values
     (from its bytes, or from the model already parsed)."""
-    sg = (content if isinstance(content, Model) else read_model(content)).main
+    model = content if isinstance(content, Model) else read_model(content)
+    sg = model.main
     by_dtype, equivalent = _weight_bytes(sg)
     float_ops = [op.name for op in sg.ops if _computes_in_float(sg, op)]
     big = _big_weights(sg)
@@ -83,6 +119,7 @@ def compose(content: bytes | Model) -> Composition:
         float32_equivalent_bytes=equivalent,
         float_ops=len(float_ops),
         float_op_types=sorted(set(float_ops)),
+        float_compute_ops=float_compute(model),
         sparsity=_sparsity(big),
         distinct_values=int(np.median([_unique(t) for t in big])) if big else None,
         largest_weight=max((t.numel for t in sg.tensors if t.is_const and t.dtype in WEIGHT_DTYPES), default=0),
@@ -107,7 +144,16 @@ def check(recipe, c: Composition) -> str | None:
             )
             return f"{scheme}: no weights were quantized{small or why}"
         return f"{scheme}: the weights shrank only to {shrink:.2f}x of float32 (at most {MAX_SHRINK[scheme]:.2f}){why}"
-    return next((p for p in (_technique_problem(s, c) for s in recipe.steps) if p), None)
+    return _float_compute_problem(recipe, c) or next(
+        (p for p in (_technique_problem(s, c) for s in recipe.steps) if p), None
+    )
+
+
+def _float_compute_problem(recipe, c: Composition) -> str | None:
+    if integer_only(recipe) and c.float_compute_ops:
+        ops = ", ".join(c.float_compute_ops[:4]) + (" ..." if len(c.float_compute_ops) > 4 else "")
+        return f"{recipe.scheme} with {recipe_io(recipe)} I/O still computes {ops} in float (not integer-only)"
+    return None
 
 
 def _technique_problem(step, c: Composition) -> str | None:

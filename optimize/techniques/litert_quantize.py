@@ -93,6 +93,8 @@ def quantize(model: Path, params: QuantizeParams, ctx: Context) -> Path:
         data = calibrator.quantize(content, params.scheme, params.io, params.granularity == "tensor", calibration)
         ctx.records["backend"] = Backend.CALIBRATOR
         ctx.notes.append(f"quantize: LiteRT Quantizer leaves {', '.join(left)} float: the TFLite calibrator made it.")
+    elif calibration is not None and params.io != "float" and ctx.source_kind in (None, "tflite"):
+        data = _integer_only(content, data, params, ctx, calibration)
     _check_loads(data, params, ctx, source=content)
     out = ctx.workdir / f"quantize-{params.scheme}{'' if params.io == 'float' else '-' + params.io}.tflite"
     write_atomic(out, data)
@@ -111,6 +113,32 @@ def _left_float(data: bytes) -> list[str]:
     from ..verify import compose
 
     return sorted(set(compose(data).float_op_types) & calibrator.CALIBRATOR_OPS)
+
+
+def _integer_only(content: bytes, data: bytes, params: QuantizeParams, ctx: Context, calibration: dict) -> bytes:
+    """Integer I/O promises integer-only compute. Where LiteRT Quantizer leaves ops float between DEQUANTIZE
+    and QUANTIZE (PRELU, LEAKY_RELU), the TFLite calibrator quantizes the model with no float fallback.
+    (A Keras or SavedModel source is made by the converter instead: its run falls back on verification.)"""
+    from ..delegates.flatbuffer import read_model
+    from ..verify import float_compute
+
+    left = float_compute(read_model(data))
+    if not left:
+        return data
+    try:
+        made = calibrator.quantize(
+            content, params.scheme, params.io, params.granularity == "tensor", calibration, allow_float=False
+        )
+    except TechniqueFailed as e:
+        raise TechniqueFailed(
+            f"{params.scheme} with {params.io} I/O: LiteRT Quantizer leaves {', '.join(left)} float, and {e}"
+        ) from None
+    ctx.records["backend"] = Backend.CALIBRATOR
+    ctx.notes.append(
+        f"quantize: LiteRT Quantizer leaves {', '.join(left)} float in an integer-only model: the TFLite "
+        "calibrator made it, with no float fallback."
+    )
+    return made
 
 
 def _refuse_control_flow(content: bytes, params: QuantizeParams) -> None:

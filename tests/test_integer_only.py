@@ -1,0 +1,90 @@
+"""Integer-only means integer-only: an int8 model with int8 I/O computes no op in float.
+
+LiteRT Quantizer leaves PRELU and LEAKY_RELU float between DEQUANTIZE and QUANTIZE, even with int8 I/O.
+A Keras source is then made by the TFLite converter (TFLITE_BUILTINS_INT8), a .tflite source by the TFLite
+calibrator with no float fallback; either way the candidate says which and why, and the recommender never
+gives an integer-only target a candidate that still computes in float.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optimize import _tf, sweeps, verify
+from optimize.delegates.flatbuffer import read_model
+from optimize.recipe import build
+
+
+@pytest.fixture(scope="module")
+def prelu(tmp_path_factory):
+    """A seeded tf_keras CNN with a PReLU and a LeakyReLU, its float32 .tflite, and seeded data."""
+    tf, keras = _tf.tf(), _tf.keras()
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 3))
+    h = keras.layers.PReLU(shared_axes=[1, 2])(keras.layers.Conv2D(8, 3, padding="same")(inp))
+    h = keras.layers.LeakyReLU(0.1)(keras.layers.Conv2D(8, 3, padding="same")(h))
+    model = keras.Model(inp, keras.layers.Dense(4)(keras.layers.Flatten()(h)))
+    folder = tmp_path_factory.mktemp("prelu")
+    model.save(folder / "prelu.keras")
+    (folder / "prelu.tflite").write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    rng = np.random.default_rng(0)
+    np.savez(folder / "d.npz", x=rng.random((64, 8, 8, 3)).astype(np.float32), y=rng.integers(0, 4, 64))
+    return folder
+
+
+def _sweep(folder, model: str, step: str):
+    recipes = [
+        build("int8-int8io", [{"technique": step, "scheme": "int8", "io": "int8"}]),
+        build("int8", [{"technique": step, "scheme": "int8"}]),
+    ]
+    out = folder / f"out-{model}"
+    return sweeps.sweep(folder / model, folder / "d.npz", out, recipes=recipes, delegates=False, runs=3, jobs=0), out
+
+
+def _float_ops(path) -> list[str]:
+    return verify.float_compute(read_model(path.read_bytes()))
+
+
+@pytest.mark.parametrize(
+    ("model", "step", "backend", "said"),
+    [
+        ("prelu.keras", "convert", "converter", "TFLITE_BUILTINS_INT8"),
+        ("prelu.tflite", "quantize", "calibrator", "the TFLite calibrator made it"),
+    ],
+)
+def test_a_prelu_models_int8_int8io_has_no_float_op(prelu, model, step, backend, said):
+    study, out = _sweep(prelu, model, step)
+    io8, int8 = study.candidate("int8-int8io"), study.candidate("int8")
+    assert io8.ok, io8.error
+    assert _float_ops(out / io8.artifact) == [] and io8.composition.float_compute_ops == []
+    assert io8.backend == backend and any(said in n for n in io8.notes), io8.notes
+    assert "PRELU" in " ".join(io8.notes) and "LEAKY_RELU" in " ".join(io8.notes)
+    ops = {op.name for op in read_model((out / io8.artifact).read_bytes()).main.ops}
+    assert {"PRELU", "LEAKY_RELU"} <= ops and "DEQUANTIZE" not in ops
+    # float I/O int8 by LiteRT Quantizer keeps its float islands, and says so in its composition
+    assert int8.ok and int8.backend == "litert" and set(int8.composition.float_compute_ops) == {"LEAKY_RELU", "PRELU"}
+
+
+def test_integer_only_targets_never_get_float_compute(prelu):
+    from optimize.choose import recommend
+
+    study, _ = _sweep(prelu, "prelu.tflite", "quantize")
+    for target in ("hexagon", "mcu", "edgetpu", "nnapi"):
+        rec = recommend(study, target=target)
+        assert rec.chosen != "int8", (target, rec.chosen)
+        why = {r.candidate: r.reason for r in rec.rejected}
+        assert "computes LEAKY_RELU, PRELU in float" in why["int8"], why
+
+
+def test_verification_fails_an_integer_only_candidate_with_float_compute(prelu, tmp_path):
+    from optimize.data import load_data
+    from optimize.registry import Context, get
+
+    tech = get("quantize")
+    params = tech.params(scheme="int8", io="int8")
+    ctx = Context(workdir=tmp_path, data=load_data(prelu / "d.npz"), source_kind="keras2")  # left to the converter
+    made = tech.fn(prelu / "prelu.tflite", params, ctx)
+    recipe = build("int8-int8io", [{"technique": "quantize", "scheme": "int8", "io": "int8"}])
+    problem = verify.check(recipe, verify.compose(made.read_bytes()))
+    assert problem == "int8 with int8 I/O still computes LEAKY_RELU, PRELU in float (not integer-only)"

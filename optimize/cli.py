@@ -209,6 +209,7 @@ def prune(
     structured: str | None = typer.Option(None, help="'2:4' for structured sparsity."),
     epochs: int = typer.Option(2, min=1, help="Fine-tuning epochs."),
     then: str | None = typer.Option("float32", help="What follows: e.g. 'int8' or 'cluster,int8' or 'qat,int8'."),
+    label_output: str | None = LABEL_OUTPUT,
     output: Path | None = OUTPUT_TFLITE,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
@@ -221,7 +222,10 @@ def prune(
     """
     first = {"technique": "prune", "target_sparsity": sparsity, "schedule": schedule, "structured": structured}
     recipe = _chain({**first, "epochs": epochs}, "prune", then)
-    _run_and_show(recipe, model, data, output, threads, as_json, delegates, trust_model_code=trust_model_code)
+    measuring = _measuring(None, label_output, 0)
+    _run_and_show(
+        recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code
+    )
 
 
 @app.command()
@@ -233,6 +237,7 @@ def cluster(
     preserve_sparsity: bool = typer.Option(False, help="Keep zeros from an earlier pruning at zero."),
     epochs: int = typer.Option(1, min=1, help="Fine-tuning epochs."),
     then: str | None = typer.Option("float32", help="What follows: e.g. 'int8' or 'qat,int8'."),
+    label_output: str | None = LABEL_OUTPUT,
     output: Path | None = OUTPUT_TFLITE,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
@@ -245,7 +250,10 @@ def cluster(
     """
     first = {"technique": "cluster", "clusters": clusters, "init": init, "preserve_sparsity": preserve_sparsity}
     recipe = _chain({**first, "epochs": epochs}, "cluster", then)
-    _run_and_show(recipe, model, data, output, threads, as_json, delegates, trust_model_code=trust_model_code)
+    measuring = _measuring(None, label_output, 0)
+    _run_and_show(
+        recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code
+    )
 
 
 @app.command()
@@ -255,6 +263,7 @@ def qat(
     epochs: int = typer.Option(2, min=1, help="Fine-tuning epochs."),
     preserve: str = typer.Option("none", help="none, sparsity, clusters or clusters+sparsity (after prune/cluster)."),
     then: str = typer.Option("int8", help="The conversion that follows: int8 or dynamic."),
+    label_output: str | None = LABEL_OUTPUT,
     output: Path | None = OUTPUT_TFLITE,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
@@ -266,7 +275,10 @@ def qat(
     Example: optimize qat model.keras --data data.npz --epochs 2
     """
     recipe = _chain({"technique": "qat", "epochs": epochs, "preserve": preserve}, "qat", then)
-    _run_and_show(recipe, model, data, output, threads, as_json, delegates, trust_model_code=trust_model_code)
+    measuring = _measuring(None, label_output, 0)
+    _run_and_show(
+        recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code
+    )
 
 
 @app.command()
@@ -394,6 +406,7 @@ def debug(
     scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="int8 or int16x8."),
     samples: int = typer.Option(16, min=1, max=10000, help="Samples run through both models (errors settle fast)."),
     leave_out: int = typer.Option(3, min=0, max=50, help="Worst ops also measured with only them kept float."),
+    label_output: str | None = LABEL_OUTPUT,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
     as_json: bool = JSON,
@@ -404,11 +417,14 @@ def debug(
     """
     from . import report_text
     from .debug import debug_model
+    from .pipeline import check_data, open_inputs
 
     _progress(as_json)
+    src, ds = open_inputs(model, data, measuring=_measuring(None, label_output, 0), trust=trust_model_code)
+    check_data(src, ds)  # data and labels (--label-output) that fit the model, in one line if not
     report = debug_model(
         model,
-        data,
+        ds,
         scheme=scheme,
         samples=samples,
         leave_out=leave_out,

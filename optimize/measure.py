@@ -48,7 +48,8 @@ def _reference_outputs(reference: Path, xs, threads: int) -> list[np.ndarray]:
     key = (str(reference.resolve()), st.st_mtime_ns, st.st_size, _digest(xs))
     if key not in _REFERENCE_MEMO:
         _REFERENCE_MEMO.clear()
-        _REFERENCE_MEMO[key] = runtime.Runner(runtime.load(reference, threads=threads)).predict(xs)
+        loaded = runtime.load(reference, threads=threads, like=take(xs, slice(0, 1)))
+        _REFERENCE_MEMO[key] = runtime.Runner(loaded).predict(xs)
     return _REFERENCE_MEMO[key]
 
 
@@ -78,9 +79,15 @@ def heads(model: str | Path | bytes, runner: runtime.Runner) -> list[Head]:
 
 def label_index(ds: Dataset, runner: runtime.Runner) -> int:
     """Which output the labels belong to: --label-output by name (the model's output name or the
-    converted model's signature key), else the first."""
+    converted model's signature key); else, with labels keyed per output (y:<output>), the first output that
+    has some; else the first."""
     name = ds.label_output
     if name is None:
+        keyed = ds.y_test if isinstance(ds.y_test, dict) else {}
+        for order in (ds.outputs, runner.output_names()):
+            found = [i for i, n in enumerate(order) if n in keyed]
+            if found:
+                return found[0]
         return 0
     if name in runner.output_names():
         return runner.output_names().index(name)
@@ -117,23 +124,35 @@ def fidelity_of(
     only where outputs are classes."""
     per = []
     for j, (name, a, b) in enumerate(zip(names, outs, ref)):
-        d = np.abs(a.astype(np.float64) - b.astype(np.float64))
         head = hs[j] if hs else None
-        per.append(
-            OutputFidelity(
-                name=name,
-                mean_abs_diff=float(d.mean()),
-                std_abs_diff=float(d.std()),
-                max_abs_diff=float(d.max()),
-                relative_error=tasks.relative_error(a, b),
-                iou=tasks.mask_iou(a, b) if head is not None and head.is_mask else None,
-            )
-        )
+        per.append(_output_fidelity(name, a, b, head is not None and head.is_mask))
     agree = None
     classes = task == tasks.Task.CLASSIFICATION or (task is None and hs and hs[0].activation == "softmax")
     if outs and classes and outs[0].ndim == 2 and outs[0].shape[1] > 1:
         agree = float((outs[0].argmax(1) == ref[0].argmax(1)).mean())
     return Fidelity(reference=reference, samples=len(outs[0]) if outs else 0, outputs=per, top1_agreement=agree)
+
+
+def _finite_rows(a: np.ndarray) -> np.ndarray:
+    return np.isfinite(a.reshape(len(a), -1)).all(axis=1) if a.size else np.ones(len(a), bool)
+
+
+def _output_fidelity(name: str, a: np.ndarray, b: np.ndarray, is_mask: bool) -> OutputFidelity:
+    """One output against the reference, over the samples where both are finite; the samples where only
+    the reference is finite are counted (a quantized model going NaN where float32 does not)."""
+    mine, theirs = _finite_rows(a), _finite_rows(b)
+    both = mine & theirs
+    a, b = a[both], b[both]
+    d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    return OutputFidelity(
+        name=name,
+        mean_abs_diff=float(d.mean()) if d.size else 0.0,
+        std_abs_diff=float(d.std()) if d.size else 0.0,
+        max_abs_diff=float(d.max()) if d.size else 0.0,
+        relative_error=tasks.relative_error(a, b) if d.size else None,
+        iou=tasks.mask_iou(a, b) if is_mask and d.size else None,
+        nonfinite_samples=int((~mine & theirs).sum()),
+    )
 
 
 def compare(acc: Accuracy | None, base: Accuracy | None) -> dict:
@@ -171,7 +190,8 @@ def evaluate(
     path = Path(model)
     _check_tflite(path)
     ds = _dataset(data)
-    runner = runtime.Runner(loaded or runtime.load(path, threads=threads))
+    like = take(ds.x_test, slice(0, 1)) if ds is not None else None
+    runner = runtime.Runner(loaded or runtime.load(path, threads=threads, like=like))
     acc = fid = xs = None
     if ds is not None:
         check_inputs(ds, runner_specs(runner))
@@ -224,7 +244,7 @@ def add_timing(
     memory: bool = True,
 ) -> Metrics:
     """Latency (benchmark_model style) and peak memory of one .tflite, added to its metrics."""
-    loaded = runtime.load(model, threads=threads)
+    loaded = runtime.load(model, threads=threads, like=sample)
     runner = runtime.Runner(loaded)
     what = "the sample timed"
     if sample is None:

@@ -9,7 +9,9 @@ What third-party models (MediaPipe's, for one) bring, and what is done about it:
   float32 constant, so every scheme starts from float32 (a float16 tensor on a non-constant path is
   left alone);
 - sparse weights behind DENSIFY: the dense values are read from the runtime (the op's output does not
-  depend on the input) and stored as a constant, so the weights can be quantized.
+  depend on the input) and stored as a constant, so the weights can be quantized;
+- tensor names repeated across subgraphs (the branches of an IF from an ONNX converter: arg0, arg1, ...):
+  made unique, as LiteRT Quantizer addresses tensors by name.
 Custom ops and everything else are kept as they are. The model is written with the flatbuffer object
 API of the schema that ai-edge-litert ships; the result is checked to compute what the original
 computes (when the runtime can run it).
@@ -108,6 +110,29 @@ def _add_signature(model) -> bool:
         setattr(sig, attr, maps)
     model.signatureDefs = [sig]
     return True
+
+
+def _unique_names(model) -> int:
+    """Give every tensor a name no other tensor has, in any subgraph (LiteRT Quantizer addresses tensors by
+    name: "Tensor name arg0 is not unique"). Converters from other frameworks reuse names across the
+    branches of IF and WHILE (arg0, arg1, ...). The main subgraph keeps its names; later ones are suffixed."""
+    taken: set[str] = set()
+    renamed = 0
+    for si, sg in enumerate(model.subgraphs):
+        for ti, t in enumerate(sg.tensors or []):
+            name = _tensor_name(t)
+            if name and name not in taken:
+                taken.add(name)
+                continue
+            base, i = f"{name or 'tensor'}_sg{si}" if si else f"{name or 'tensor'}_{ti}", 1
+            new = base
+            while new in taken:
+                i += 1
+                new = f"{base}_{i}"
+            taken.add(new)
+            t.name = new
+            renamed += 1
+    return renamed
 
 
 def _const_data(model, tensor) -> np.ndarray | None:
@@ -217,6 +242,8 @@ def normalize(content: bytes) -> Normalized:
         facts.append(f"{n} float16 weight tensor(s) behind DEQUANTIZE folded into float32 constants")
     if _add_signature(model):
         facts.append("a serving_default signature made from the graph's inputs and outputs")
+    if n := _unique_names(model):
+        facts.append(f"{n} duplicate tensor name(s) made unique (LiteRT Quantizer addresses tensors by name)")
     return Normalized(_save(model) if facts else content, facts)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import _tf, measure, models, paths, probe, registry, verify
+from . import _tf, measure, models, paths, probe, rebuild, registry, verify
 from .data import Dataset, check_inputs, combine, load_data
 from .errors import DataError, ModelError, OptimizeError, RecipeError, TechniqueFailed
 from .normalize import normalize_file, not_float
@@ -51,6 +51,13 @@ class _State:
     batch1: Path | None = None  # the same model exported with a batch of 1 (recurrent models)
 
 
+KERAS3_ROUTE = (
+    "convert: Keras 3 model exported with a fixed batch of 1 (with a free batch, Keras 3 reads the batch size "
+    "at run time: Flatten and Reshape become SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, which the GPU, NNAPI, "
+    "Hexagon and Core ML delegates refuse)"
+)
+
+
 class Workspace:
     """Produces artifacts for step lists, sharing every step prefix within one run."""
 
@@ -73,7 +80,12 @@ class Workspace:
             records=dict(state.records),
         )
 
-    def _keras_model(self, state: _State):
+    def _keras_model(self, state: _State, notes: list[str] | None = None):
+        if state.kind == "source" and self.src.kind == "keras3":  # tfmot needs tf_keras: an exact rebuild
+            path, note = rebuild.keras2_path(self.src, self.data)
+            if notes is not None:
+                notes.append(note)
+            return models.load_keras2(models.ModelSource(path, "keras2", self.src.fingerprint))
         if state.kind == "source":
             return models.load_keras2(self.src)
         if state.kind == "keras":
@@ -87,8 +99,9 @@ class Workspace:
             state.saved_model = self.src.path
         elif state.kind == "source" and self.src.kind == "keras3":
             state.saved_model = models.export_saved_model(
-                models.load_keras3(self.src), self.workdir / key / "saved_model"
+                models.load_keras3(self.src), self.workdir / key / "saved_model", batch=1
             )
+            state.notes.append(KERAS3_ROUTE)
         elif state.kind in ("source", "keras"):
             state.saved_model = models.export_saved_model(self._keras_model(state), self.workdir / key / "saved_model")
         else:
@@ -140,7 +153,7 @@ class Workspace:
             log.info("  %s %s", tech.name, _brief(step))
             if tech.stage is Stage.KERAS:
                 ctx = self._context(key, state)
-                model = tech.fn(self._keras_model(state), params, ctx)
+                model = tech.fn(self._keras_model(state, ctx.notes), params, ctx)
                 path = self.workdir / key / "model.keras"
                 model.save(path)
                 sm = models.export_saved_model(model, self.workdir / key / "saved_model")
@@ -184,7 +197,9 @@ def resolve(recipe: Recipe, src: models.ModelSource) -> Recipe:
     steps on a model tfmot cannot read, and anything but quantization on a .tflite.
     """
     stages = [registry.get(s.technique).stage for s in recipe.steps]
-    if Stage.KERAS in stages and src.kind in ("keras3", "savedmodel"):
+    if Stage.KERAS in stages and src.kind == "keras3":
+        rebuild.keras2_path(src)  # a Keras 3 model rebuilt in tf_keras, or the one line saying why it cannot be
+    elif Stage.KERAS in stages and src.kind == "savedmodel":
         models.load_keras2(src)  # raises the one-line "needs a Keras 2 (tf_keras) model" error
     if src.kind == "tflite":
         return recipe.model_copy(update={"steps": make_steps(_tflite_steps(recipe, src))})
@@ -230,6 +245,22 @@ def check_data(src: models.ModelSource, data: Dataset | None) -> None:
     if data is None:
         return
     check_inputs(data, models.input_specs(src))
+    _check_label_names(data)
+
+
+def _check_label_names(data: Dataset) -> None:
+    """Labels keyed per output (y:<output>) and --label-output must name the model's outputs."""
+    outputs = list(data.outputs)
+    keyed = [k for y in (data.y_train, data.y_test) if isinstance(y, dict) for k in y]
+    wrong = [k for k in dict.fromkeys(keyed) if outputs and k not in outputs]
+    signature_keys = [f"output_{i}" for i in range(len(outputs))]  # what a converted model calls them
+    if data.label_output is not None and outputs and data.label_output not in outputs + signature_keys:
+        wrong.insert(0, data.label_output)
+    if wrong:
+        raise DataError(
+            f"{wrong[0]!r} is not an output of the model (it has {', '.join(outputs)}).",
+            "Key labels as y:<output name> and pass --label-output with one of those names.",
+        )
 
 
 def environment(threads: int) -> Environment:
@@ -285,12 +316,14 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
     return recipe, state, composition
 
 
-def _load(artifact: Path, threads: int):
-    """The artifact's interpreter, built once for measuring and the XNNPACK column (None: not loadable)."""
+def _load(artifact: Path, threads: int, data: Dataset | None):
+    """The artifact's interpreter, built once for measuring and the XNNPACK column (None: not loadable);
+    inputs with free dimensions take the data's shape before it is allocated."""
     from . import runtime
+    from .data import take
 
     try:
-        return runtime.load(artifact, threads=threads)
+        return runtime.load(artifact, threads=threads, like=take(data.x_test, slice(0, 1)) if data else None)
     except ModelError:
         return None  # measuring says why, in its own words
 
@@ -330,11 +363,8 @@ def make_candidate(
         made, state, composition = produce_verified(ws, recipe)
         _copy_out(state.path, artifact)
         metrics = None
-        loaded = _load(artifact, ws.threads) if measure_it or delegates else None
-        probed = None
-        if loaded is not None:
-            progress.phase(f"{recipe.name}: probing edge inputs")
-            probed = robustness(ws, loaded, reference, made)
+        loaded = _load(artifact, ws.threads, ws.data) if measure_it or delegates else None
+        probed = _probe_loaded(ws, loaded, state, reference, made, progress)
         if measure_it:
             progress.phase(f"{recipe.name}: measuring")
             metrics = _measure(
@@ -349,6 +379,7 @@ def make_candidate(
                 timing=timing,
                 loaded=loaded,
             )
+        _refuse_nonfinite(metrics)
         notes = list(state.notes)
         if delegates:
             progress.phase(f"{recipe.name}: checking delegates")
@@ -394,6 +425,38 @@ def _failed(recipe: Recipe, e: BaseException, t0: float) -> Candidate:
         failed = failed.model_copy(update={"probe": e.probe})
     log.warning("  %s failed: %s", recipe.name, failed.error)
     return failed
+
+
+def _probe_loaded(ws: Workspace, loaded, state: _State, reference, recipe: Recipe, progress: Progress):
+    """The robustness probe on the candidate's interpreter (None when it does not load here); without
+    data, a note on the free input dimensions it ran at."""
+    if loaded is None:
+        return None
+    if ws.data is None:
+        state.notes = [*state.notes, *_free_note(loaded)]
+    progress.phase(f"{recipe.name}: probing edge inputs")
+    return robustness(ws, loaded, reference, recipe)
+
+
+def _refuse_nonfinite(metrics: Metrics | None) -> None:
+    """A candidate that answers NaN/inf on test samples where its float reference does not has failed, as
+    one failing the probe has: said with the output and the count."""
+    fid = metrics.fidelity if metrics else None
+    bad = [o for o in (fid.outputs if fid else []) if o.nonfinite_samples]
+    if bad:
+        o = bad[0]
+        raise TechniqueFailed(
+            f"gives non-finite outputs (NaN/inf) on {o.nonfinite_samples} of {fid.samples} test samples where "
+            f"{fid.reference} does not (output {o.name})"
+        )
+
+
+def _free_note(loaded) -> list[str]:
+    """Without data, a model with free input dimensions runs at 1 along each: say so."""
+    from . import runtime
+
+    free = runtime.free_dims(loaded.interpreter)
+    return [f"measured without data: {free}; pass --data to measure it at the data's shape"] if free else []
 
 
 def robustness(ws: Workspace, loaded, reference: Path | None, recipe: Recipe) -> Probe:
@@ -443,7 +506,8 @@ def open_inputs(
     src = models.open_model(model, trust)
     ds = combine(_dataset(data), _dataset(calibration))
     if ds is not None:
-        m = measuring or MeasureOptions()
+        kept = {"task": ds.task, "label_output": ds.label_output, "calibration_seed": ds.calibration_seed}
+        m = measuring or MeasureOptions(**kept)  # a Dataset passed in keeps its own settings
         ds = replace(ds, outputs=models.output_names(src), **m.model_dump())
     return src, ds
 

@@ -134,7 +134,8 @@ def _reference_outcomes(reference: Path, inputs, data: Dataset | None, threads: 
     key = (str(reference.resolve()), st.st_mtime_ns, st.st_size, data.fingerprint if data else None)
     if key not in _REFERENCE_MEMO:
         _REFERENCE_MEMO.clear()
-        _REFERENCE_MEMO[key] = outcomes(runtime.Runner(runtime.load(reference, threads=threads)), inputs)
+        loaded = runtime.load(reference, threads=threads, like=inputs[0][1])
+        _REFERENCE_MEMO[key] = outcomes(runtime.Runner(loaded), inputs)
     return _REFERENCE_MEMO[key]
 
 

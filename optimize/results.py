@@ -68,6 +68,9 @@ class OutputFidelity(Record):
     max_abs_diff: float
     relative_error: float | None = Field(None, description="mean |diff| over the reference output's range (0..1).")
     iou: float | None = Field(None, description="For mask outputs: IoU of the two masks thresholded at 0.5.")
+    nonfinite_samples: int = Field(
+        0, description="Samples where this output is NaN/inf and the reference's is not (left out of the figures)."
+    )
 
 
 class Fidelity(Record):
@@ -425,6 +428,13 @@ def error_line(e: BaseException) -> str:
     return f"{e.__class__.__name__}: {msg}{where}"
 
 
+class Dropped(Record):
+    """Default recipes a sweep left out for this model, and why (never silently)."""
+
+    recipes: list[str]
+    reason: str
+
+
 class Environment(Record):
     python: str
     platform: str
@@ -450,6 +460,7 @@ class Study(Record):
     baseline: str = Field("float32", description="Name of the baseline candidate.")
     environment: Environment
     candidates: list[Candidate]
+    dropped: list[Dropped] = Field(default_factory=list, description="Default recipes left out, with the reason.")
 
     @property
     def float_reference(self) -> Candidate | None:

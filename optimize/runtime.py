@@ -125,20 +125,91 @@ def signature_key(it) -> str | None:
     return "serving_default" if "serving_default" in sigs else sorted(sigs)[0]
 
 
-def loads(model: str | Path | bytes) -> bool:
+def loads(model: str | Path | bytes, like=None) -> bool:
     """Whether this runtime can prepare the model (False for custom ops it lacks, for one)."""
     try:
-        load(model, threads=1, xnnpack=False)
+        load(model, threads=1, xnnpack=False, like=like)
     except ModelError:
         return False
     return True
 
 
-def load(model: str | Path | bytes, threads: int = 2, xnnpack: bool = True, keep_tensors: bool = False) -> Loaded:
+def io_details(it) -> tuple[str | None, list[str], list[dict], list[str], list[dict]]:
+    """(signature key, input names, input details, output names, output details), through the signature
+    when the model has one (inputs by key, outputs in signature order), else in the interpreter's order."""
+    key = signature_key(it)
+    if key is None:
+        ins, outs = it.get_input_details(), it.get_output_details()
+        return None, [d["name"] for d in ins], ins, [d["name"] for d in outs], outs
+    names = it.get_signature_list()[key]
+    sig = it.get_signature_runner(key)
+    ins, outs = sig.get_input_details(), sig.get_output_details()
+    return (
+        key,
+        list(names["inputs"]),
+        [ins[n] for n in names["inputs"]],
+        list(names["outputs"]),
+        [outs[n] for n in names["outputs"]],
+    )
+
+
+def _ordered_samples(sample, names: list[str]) -> list:
+    """A sample as a list in input order: an array (one input), a list, or a dict keyed by input name."""
+    if isinstance(sample, dict):
+        missing = [n for n in names if n not in sample]
+        if missing:
+            raise ModelError(f"No data for the model's input {missing[0]!r} (it takes {', '.join(names)}).")
+        return [sample[n] for n in names]
+    return list(sample) if isinstance(sample, (list, tuple)) else [sample]
+
+
+def _fitted(x, d: dict) -> list[int] | None:
+    """The shape to resize input `d` to for sample x (batch of 1), or None when it needs no resize."""
+    sig = [int(v) for v in d.get("shape_signature", d["shape"])]
+    shape = list(np.shape(x))
+    if len(shape) == len(sig) - 1:
+        shape = [1, *shape]
+    fits = len(shape) == len(sig) and all(s in (-1, g) for s, g in zip(sig, shape))
+    return shape if -1 in sig and fits and shape != [int(v) for v in d["shape"]] else None
+
+
+def resize_to(it, sample) -> bool:
+    """Resize the inputs with free dimensions (-1) to the sample's shapes; True if any changed. Allocation
+    is the caller's: before the first one, delegates are built at the data's shape."""
+    _, names, inputs, _, _ = io_details(it)
+    return _resize_inputs(it, _ordered_samples(sample, names), inputs)
+
+
+def _resize_inputs(it, samples: list, inputs: list[dict]) -> bool:
+    changed = False
+    for x, d in zip(samples, inputs):
+        shape = _fitted(x, d)
+        if shape is not None:
+            it.resize_tensor_input(d["index"], shape, strict=True)
+            changed = True
+    return changed
+
+
+def free_dims(it) -> str:
+    """Which inputs have free dimensions, in words ('' when none): what a model without data runs at."""
+    _, names, inputs, _, _ = io_details(it)
+    free = [
+        f"{n} {[int(v) for v in d['shape_signature']]}"
+        for n, d in zip(names, inputs)
+        if any(int(v) < 0 for v in d.get("shape_signature", ()))
+    ]
+    return f"input {', '.join(free)} has free dimensions (-1), allocated at 1" if free else ""
+
+
+def load(
+    model: str | Path | bytes, threads: int = 2, xnnpack: bool = True, keep_tensors: bool = False, like=None
+) -> Loaded:
     """Build and allocate an interpreter. A model the runtime rejects is a ModelError with its reason.
 
     `keep_tensors` keeps every intermediate tensor readable after invoke (the runtime's
     preserve-all-tensors mode, for per-layer debugging; it costs memory, and XNNPACK is then off).
+    `like`: a sample (batch of 1) whose shapes inputs with free dimensions take before the first
+    allocation, so delegates are built for the data, not for the runtime's default of 1 per free dimension.
     """
     Interpreter, OpResolverType = _interpreter_class()
     kwargs: dict = {"num_threads": threads}
@@ -152,14 +223,22 @@ def load(model: str | Path | bytes, threads: int = 2, xnnpack: bool = True, keep
     if not xnnpack:
         kwargs["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     t0 = time.perf_counter()
+    it = None
     with captured_stderr() as log:
         try:
             it = Interpreter(**kwargs)
+            if like is not None:
+                resize_to(it, like)
             it.allocate_tensors()
         except (ValueError, RuntimeError) as e:
-            err = None
             errs = [ln for ln in log if "ERROR" in ln or "failed" in ln.lower()]
-            err = errs[-1].strip() if errs else str(e).strip().splitlines()[-1]
+            err = str(invoke_failure(errs[-1].strip() if errs else str(e).strip().splitlines()[-1]))
+            free = free_dims(it) if it is not None and like is None else ""
+            if free:
+                raise ModelError(
+                    f"The LiteRT runtime cannot load this model at its default shape ({free}): {err}",
+                    "Pass data (--data) with samples of the size it takes.",
+                ) from None
             raise ModelError(f"The LiteRT runtime cannot load this model: {err}") from None
     init_ms = (time.perf_counter() - t0) * 1000
     used_xnn = xnnpack and any(d["op_name"] == "DELEGATE" for d in it._get_ops_details())
@@ -198,28 +277,12 @@ class Runner:
 
     def __init__(self, loaded: Loaded):
         self.loaded = loaded
-        it = loaded.interpreter
-        self.it = it
-        self.key = signature_key(it)
-        if self.key is not None:
-            sigs = it.get_signature_list()
-            self.input_names = list(sigs[self.key]["inputs"])
-            self.keys = list(sigs[self.key]["outputs"])
+        self.it = loaded.interpreter
         self._read_details()
-        if self.key is None:
-            self.input_names = [d["name"] for d in self.inputs]
-            self.keys = [d["name"] for d in self.outputs]
 
     def _read_details(self) -> None:
         """The input and output details (shapes change when an input is resized)."""
-        it = self.it
-        if self.key is not None:
-            sig = it.get_signature_runner(self.key)
-            ins, outs = sig.get_input_details(), sig.get_output_details()
-            self.inputs = [ins[n] for n in self.input_names]
-            self.outputs = [outs[n] for n in self.keys]
-        else:
-            self.inputs, self.outputs = it.get_input_details(), it.get_output_details()
+        self.key, self.input_names, self.inputs, self.keys, self.outputs = io_details(self.it)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -229,46 +292,14 @@ class Runner:
         """The outputs' names, in signature order (the keys when the model has a signature)."""
         return list(self.keys)
 
-    def free_dims(self) -> dict[str, list[int]]:
-        """Per input with free dimensions: its shape signature (-1 where the size is free)."""
-        return {
-            n: [int(x) for x in d["shape_signature"]]
-            for n, d in zip(self.input_names, self.inputs)
-            if any(int(x) < 0 for x in d.get("shape_signature", ()))
-        }
-
     def zeros(self) -> list[np.ndarray]:
         """An all-zero sample for every input (for timing without data; free dimensions at 1)."""
         return [np.zeros(d["shape"], np.float32) for d in self.inputs]
 
-    def _ordered(self, sample) -> list:
-        if isinstance(sample, dict):
-            missing = [n for n in self.input_names if n not in sample]
-            if missing:
-                raise ModelError(
-                    f"No data for the model's input {missing[0]!r} (it takes {', '.join(self.input_names)})."
-                )
-            return [sample[n] for n in self.input_names]
-        return list(sample) if isinstance(sample, (list, tuple)) else [sample]
-
-    @staticmethod
-    def _fitted(x, d: dict) -> list[int] | None:
-        """The shape to resize input `d` to for sample x (batch of 1), or None when it needs no resize."""
-        sig = [int(v) for v in d.get("shape_signature", d["shape"])]
-        shape = list(np.shape(x))
-        if len(shape) == len(sig) - 1:
-            shape = [1, *shape]
-        fits = len(shape) == len(sig) and all(s in (-1, g) for s, g in zip(sig, shape))
-        return shape if -1 in sig and fits and shape != [int(v) for v in d["shape"]] else None
-
     def _resize(self, samples: list) -> None:
         """Resize inputs with free dimensions to the samples' shapes (batch of 1), then reallocate."""
-        shapes = [(d["index"], self._fitted(x, d)) for x, d in zip(samples, self.inputs)]
-        shapes = [(i, s) for i, s in shapes if s is not None]
-        if not shapes:
+        if not _resize_inputs(self.it, samples, self.inputs):
             return
-        for index, shape in shapes:
-            self.it.resize_tensor_input(index, shape, strict=True)
         with captured_stderr() as log:
             try:
                 self.it.allocate_tensors()
@@ -279,7 +310,7 @@ class Runner:
 
     def set_input(self, sample) -> None:
         """One sample (batch of 1): an array, a list in input order, or a dict keyed by input name."""
-        samples = self._ordered(sample)
+        samples = _ordered_samples(sample, self.input_names)
         if len(samples) != len(self.inputs):
             raise ModelError(f"The model has {len(self.inputs)} inputs; got {len(samples)}.")
         self._resize(samples)
@@ -428,6 +459,8 @@ def _probe_one(path: str, threads: int, sample) -> int:
     with captured_stderr():
         try:
             it = Interpreter(model_path=path, num_threads=threads)
+            if sample is not None:
+                resize_to(it, sample)
             it.allocate_tensors()
         except (ValueError, RuntimeError) as e:
             raise ModelError(f"the runtime cannot load it: {str(e).strip().splitlines()[-1][:200]}") from None

@@ -27,7 +27,7 @@ from .pipeline import MeasureOptions, _key, check_data, environment, open_inputs
 from .progress import Progress
 from .recipe import Recipe, as_given, build, load_recipe
 from .registry import Stage
-from .results import Candidate, Memory, Study
+from .results import Candidate, Dropped, Memory, Study
 from .vocab import PTQ_SCHEMES, Backend, Target
 
 log = logging.getLogger(__name__)
@@ -75,11 +75,35 @@ def default_recipes(include_training: bool = True, backend: str | None = None) -
     return out
 
 
-def _defaults(src: models.ModelSource, ds: Dataset | None, backend) -> list[Recipe]:
+TRAINING = ("prune", "cluster", "qat")
+
+
+def training_blocker(src: models.ModelSource, ds: Dataset | None) -> str | None:
+    """Why pruning, clustering and QAT cannot run on this model and data, or None when they can."""
+    if src.kind == "tflite":
+        return "the model is a .tflite: pruning, clustering and QAT need the Keras model it was made from"
+    if src.kind == "savedmodel":
+        return "the model is a SavedModel: pruning, clustering and QAT need a Keras model (tfmot)"
+    if ds is None or ds.y_train is None:
+        return "no labelled training data (y or y_train) to fine-tune on"
+    if src.kind == "keras3":
+        from . import rebuild
+
+        try:
+            rebuild.keras2_path(src, ds)
+        except ModelError as e:
+            return e.problem
+    return None
+
+
+def _defaults(src: models.ModelSource, ds: Dataset | None, backend, dropped: list[Dropped]) -> list[Recipe]:
     if src.kind == "tflite":
         return [as_given("float32")] + [build(s, [{"technique": "quantize", "scheme": s}]) for s in PTQ_SCHEMES]
-    include_training = src.kind == "keras2" and ds is not None and ds.y_train is not None
-    return default_recipes(include_training, backend)
+    why = training_blocker(src, ds)
+    if why:
+        names = [n for n, steps in DEFAULT_SWEEP if any(s["technique"] in TRAINING for s in steps)]
+        dropped.append(Dropped(recipes=names, reason=why))
+    return default_recipes(why is None, backend)
 
 
 def _is_baseline(r: Recipe) -> bool:
@@ -97,10 +121,17 @@ def _with_baseline(recipes: list[Recipe], src: models.ModelSource) -> list[Recip
     return [build(name, [{"technique": "convert", "scheme": "float32"}]), *recipes]
 
 
-def _with_target_recipe(recipes: list[Recipe], target: Target, src: models.ModelSource, backend) -> list[Recipe]:
-    """The target's own shipped recipe added, unless a recipe with the same resolved steps is there already."""
+def _with_target_recipe(
+    recipes: list[Recipe], target: Target, src: models.ModelSource, backend, dropped: list[Dropped]
+) -> list[Recipe]:
+    """The target's own shipped recipe added, unless a recipe with the same resolved steps is there already
+    (or it needs a technique this model cannot take: then it is dropped, with the reason)."""
     extra = load_recipe(TARGET_RECIPE[target]).with_backend(backend)
-    extra = resolve(extra, src) if extra.steps else extra
+    try:
+        extra = resolve(extra, src) if extra.steps else extra
+    except ModelError as e:
+        dropped.append(Dropped(recipes=[extra.name], reason=e.problem))
+        return recipes
     if any(r.steps and resolve(r, src).hash == extra.hash for r in recipes):
         return recipes
     return [*recipes, extra.model_copy(update={"targets": (target,)})]
@@ -112,23 +143,34 @@ def plan(
     recipes: list[Recipe] | None,
     backend: str | None,
     target: Target | None = None,
+    dropped: list[Dropped] | None = None,
 ) -> list[Recipe]:
     """The resolved recipes a sweep will run: the defaults for this kind of model, or the given ones, plus
-    the target's own recipe when a target is named."""
+    the target's own recipe when a target is named. Default recipes left out are added to `dropped`, with
+    the reason, and logged."""
+    dropped = [] if dropped is None else dropped
     if recipes is None:
-        recipes = _defaults(src, ds, backend)
+        recipes = _defaults(src, ds, backend, dropped)
     else:
         recipes = _with_baseline([r.with_backend(backend) for r in recipes], src)
     if target is not None and src.kind != "tflite":
-        recipes = _with_target_recipe(recipes, Target(target), src, backend)
+        recipes = _with_target_recipe(recipes, Target(target), src, backend, dropped)
     if ds is None:
-        recipes = [r for r in recipes if r.scheme not in ("int8", "int16x8")]
-        log.warning("No data given: skipping int8 and int16x8 (they need calibration data) and accuracy.")
+        recipes = _without_data(recipes, dropped)
+    for d in dropped:
+        log.warning("Dropped %s: %s", ", ".join(d.recipes), d.reason)
     names = [r.name for r in recipes]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
         raise RecipeError(f"Two recipes are named {dup!r}.", "Give every recipe in a sweep its own name.")
     return [resolve(r, src) if r.steps else r for r in recipes]
+
+
+def _without_data(recipes: list[Recipe], dropped: list[Dropped]) -> list[Recipe]:
+    left = [r.name for r in recipes if r.scheme in ("int8", "int16x8")]
+    if left:
+        dropped.append(Dropped(recipes=left, reason="no data: int8 and int16x8 need calibration samples"))
+    return [r for r in recipes if r.scheme not in ("int8", "int16x8")]
 
 
 def with_samples(recipe: Recipe, n: int) -> Recipe:
@@ -229,6 +271,7 @@ class _Run:
     cache: ResultCache
     progress: Progress
     done: dict[str, Candidate] = field(default_factory=dict)
+    dropped: list[Dropped] = field(default_factory=list)
 
     @property
     def baseline(self) -> Recipe | None:
@@ -277,7 +320,8 @@ def sweep(
 
     progress = progress or Progress()
     src, ds = open_inputs(model, data, measuring=measuring, trust=trust_model_code)
-    planned = plan(src, ds, recipes, backend, target)
+    dropped: list[Dropped] = []
+    planned = plan(src, ds, recipes, backend, target, dropped)
     if calibration_samples is not None:
         planned = [with_samples(r, calibration_samples) for r in planned]
     check_data(src, ds)  # before anything is written
@@ -285,7 +329,7 @@ def sweep(
     settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
     settings["versions"] = _tf.versions()
     store = ResultCache(cache_dir() / "results" if cache else None)
-    run = _Run(src, ds, out_dir, planned, settings, store, progress)
+    run = _Run(src, ds, out_dir, planned, settings, store, progress, dropped=dropped)
     progress.start(len(planned))
     try:
         _reuse(run, on_candidate)
@@ -358,6 +402,7 @@ def _study(run: _Run, model, threads: int) -> Study:
         baseline=base.name if base else "float32",
         environment=environment(threads),
         candidates=[run.done[r.name] for r in run.recipes],
+        dropped=run.dropped,
     )
 
 

@@ -114,9 +114,14 @@ def _probabilities(out: np.ndarray, head: Head) -> np.ndarray:
 
 
 def scores(task: Task, out: np.ndarray, y: np.ndarray, head: Head, k: int = 5) -> dict:
-    """The task's figures for one output against its labels (fields of results.Accuracy)."""
+    """The task's figures for one output against its labels (fields of results.Accuracy), over the samples
+    whose outputs are finite (a model that answers NaN has those samples counted in its fidelity instead)."""
+    out = out[: len(y)]
+    finite = np.isfinite(out.reshape(len(out), -1)).all(axis=1)
+    out, y = out[finite], np.asarray(y)[: len(out)][finite]
     n = len(y)
-    out = out[:n]
+    if n == 0:
+        return {}
     if task is Task.CLASSIFICATION:
         logits = out.reshape(n, -1)
         k = min(k, logits.shape[1])

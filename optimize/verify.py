@@ -23,6 +23,8 @@ weight tensor (per output channel once quantized).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from .delegates.flatbuffer import Model, read_model
@@ -71,6 +73,7 @@ def _computes_in_float(sg, op) -> bool:
 
 FLOAT_TYPES = ("float32", "float16")
 CONVERSIONS = ("QUANTIZE", "DEQUANTIZE")  # float <-> integer at an edge or around a float island: not compute
+SHAPE_ONLY = ("SHAPE", "RANK")  # read a tensor's shape, never its values
 
 
 def float_compute(model: Model) -> list[str]:
@@ -79,7 +82,7 @@ def float_compute(model: Model) -> list[str]:
     found = set()
     for sg in model.subgraphs:
         for op in sg.ops:
-            if op.name in CONVERSIONS:
+            if op.name in CONVERSIONS or op.name in SHAPE_ONLY:
                 continue
             tensors = (sg.tensors[i] for i in (*op.inputs, *op.outputs) if 0 <= i < len(sg.tensors))
             if any(t.dtype in FLOAT_TYPES and not t.is_const for t in tensors):
@@ -110,9 +113,9 @@ def compose(content: bytes | Model) -> Composition:
     """What an artifact holds: weight bytes per dtype, the float ops, sparsity and distinct values
     (from its bytes, or from the model already parsed)."""
     model = content if isinstance(content, Model) else read_model(content)
-    sg = model.main
+    sg = SimpleNamespace(tensors=[t for g in model.subgraphs for t in g.tensors])  # branch and loop bodies too
     by_dtype, equivalent = _weight_bytes(sg)
-    float_ops = [op.name for op in sg.ops if _computes_in_float(sg, op)]
+    float_ops = [op.name for g in model.subgraphs for op in g.ops if _computes_in_float(g, op)]
     big = _big_weights(sg)
     return Composition(
         weight_bytes=by_dtype,

@@ -88,10 +88,12 @@ def test_keras3_where_tfmot_needs_keras2(cli, tmp_path, data_npz):
     from optimize import _tf
 
     k3 = _tf.keras3()
-    m = k3.Sequential([k3.layers.Input((8, 8, 1)), k3.layers.Flatten(), k3.layers.Dense(10)])
+    inp = k3.layers.Input((8, 8, 1))
+    m = k3.Model(inp, k3.layers.Dense(10)(k3.layers.Flatten()(inp * 2.0)))  # an op outside any layer
     p = tmp_path / "k3.keras"
     m.save(p)
-    assert_one_line_error(cli("prune", str(p), "--data", str(data_npz)), "Keras 2 (tf_keras)")
+    r = cli("prune", str(p), "--data", str(data_npz))
+    assert_one_line_error(r, "Keras 2 (tf_keras)", "cannot be rebuilt in tf_keras exactly", "outside any layer")
 
 
 def test_bad_params(cli, keras_model, data_npz):

@@ -9,6 +9,8 @@ is a failed candidate, never a result under the scheme's name.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from delegate_fixtures import _schema, load_t, save_t
@@ -145,3 +147,45 @@ def test_verified_candidates_carry_their_composition(tmp_path):
     assert cand.ok, cand.error
     assert 0.45 <= cand.composition.shrink <= 0.55
     assert set(cand.composition.weight_bytes) >= {"float16"}
+
+
+@pytest.fixture(scope="module")
+def onnx_like_if(tmp_path_factory) -> Path:
+    """An IF whose two branch subgraphs name their tensors arg0, arg1, ... as an ONNX converter does."""
+    tf = _tf.tf()
+    rng = np.random.default_rng(0)
+    w1, w2 = (rng.normal(size=(32, 64)).astype(np.float32) for _ in range(2))
+
+    class Branchy(tf.Module):  # the weights are constants inside each branch
+        @tf.function(input_signature=[tf.TensorSpec([1, 32], tf.float32, name="x")])
+        def serve(self, x):
+            y = tf.cond(
+                tf.reduce_sum(x) > 0, lambda: tf.matmul(x, tf.constant(w1)), lambda: tf.matmul(x, tf.constant(w2))
+            )
+            return {"y": tf.nn.relu(y)}
+
+    m = Branchy()
+    content = tf.lite.TFLiteConverter.from_concrete_functions([m.serve.get_concrete_function()], m).convert()
+    t = load_t(content)
+    for sg in t.subgraphs[1:]:
+        for i, tensor in enumerate(sg.tensors):
+            tensor.name = f"arg{i}"
+    folder = tmp_path_factory.mktemp("onnx_like")
+    (folder / "branchy.tflite").write_bytes(save_t(t))
+    np.savez(folder / "d.npz", x=rng.normal(size=(40, 32)).astype(np.float32))
+    return folder
+
+
+def test_an_if_with_repeated_tensor_names_takes_every_scheme_it_can(onnx_like_if, tmp_path):
+    from optimize import sweeps
+
+    before = {t.name for sg in read_model((onnx_like_if / "branchy.tflite").read_bytes()).subgraphs for t in sg.tensors}
+    assert "arg0" in before
+    n = normalize((onnx_like_if / "branchy.tflite").read_bytes())
+    assert any("duplicate tensor name(s) made unique" in f for f in n.facts), n.facts
+    names = [t.name for sg in read_model(n.content).subgraphs for t in sg.tensors]
+    assert len(names) == len(set(names))
+    study = sweeps.sweep(onnx_like_if / "branchy.tflite", onnx_like_if / "d.npz", tmp_path, delegates=False, runs=3)
+    by = {c.name: c for c in study.candidates}
+    assert by["float16"].ok and by["dynamic"].ok, (by["float16"].error, by["dynamic"].error)
+    assert "IF conditional" in by["int8"].error and "GRU" not in by["int8"].error, by["int8"].error

@@ -124,3 +124,17 @@ def test_runtime_errors_are_read_into_node_op_and_message():
     assert str(f) == "DIV node 7 (div.cc:262 data[i] != zero_point was not true)"
     other = runtime.invoke_failure("something else went wrong")
     assert (other.node, other.op, str(other)) == (None, None, "something else went wrong")
+
+
+def test_a_deterministic_failure_is_cached_and_served_again(div_model, tmp_path):
+    """The failed int8 (probe), like every failure of the technique's own, is remembered: an unchanged
+    re-run produces nothing, the failure comes back from the cache with its reason and probe."""
+    from optimize import sweeps
+
+    model, data, _ = div_model
+    recipes = [build("int8", [{"technique": "quantize", "scheme": "int8"}])]
+    cold = sweeps.sweep(model, data, tmp_path / "a", recipes=recipes, delegates=False, runs=3, jobs=0)
+    warm = sweeps.sweep(model, data, tmp_path / "b", recipes=recipes, delegates=False, runs=3, jobs=0)
+    assert [c.cached for c in cold.candidates] == [False, False]
+    assert [c.cached for c in warm.candidates] == [True, True]
+    assert warm.candidates[1].error == cold.candidates[1].error and warm.candidates[1].probe.failures

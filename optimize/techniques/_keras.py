@@ -84,23 +84,47 @@ def _loss(task, head):
     return keras.losses.MeanSquaredError(), []
 
 
+def output_index(name: str, names: list[str], source: tuple[str, ...]) -> int | None:
+    """Which output of a (possibly tfmot-wrapped) model the labels named `name` belong to: by the source
+    model's output order (tfmot renames a wrapped output `prune_low_magnitude_<name>`, `cluster_<name>`,
+    `quant_<name>`), else by the model's own names, else by a wrapped name ending in `_<name>`."""
+    if name in source and source.index(name) < len(names):
+        return source.index(name)
+    if name in names:
+        return names.index(name)
+    ends = [i for i, n in enumerate(names) if n.endswith(f"_{name}")]
+    return ends[0] if len(ends) == 1 else None
+
+
 def _losses(model, ds):
-    """(labels, losses, metrics) for every output that has labels: keyed by output name when several."""
+    """(labels, losses, metrics) for every output that has labels: keyed by output name when several.
+
+    Labels are keyed by the source model's output names (y:<output>, or --label-output for plain y); a
+    wrapped model's outputs are found by position, whatever tfmot renamed them to."""
+    from ..errors import DataError
     from ..tasks import check_labels, detect
 
     names = list(getattr(model, "output_names", None) or ["output"])
+    source = tuple(ds.outputs or names)
     y = ds.y_train
     if not isinstance(y, dict):
-        label = ds.label_output if ds.label_output in names else names[0]
-        y = {label: y}
+        y = {ds.label_output or source[0]: y}
     losses, metrics, labels = {}, {}, {}
-    for name, ys in y.items():
-        if name not in names:
+    for label, ys in y.items():
+        i = output_index(label, names, source)
+        if i is None:
             continue
-        head = _head(model, names.index(name))
+        name = names[i]
+        head = _head(model, i)
         task = detect(head, ys, ds.task)
-        labels[name] = check_labels(task, head, ys, f"y_train for {name}")
+        labels[name] = check_labels(task, head, ys, f"y_train for {label}")
         losses[name], metrics[name] = _loss(task, head)
+    if not labels:
+        raise DataError(
+            f"The training labels ({', '.join(f'y:{k}' for k in y)}) match none of the model's outputs "
+            f"({', '.join(source)}).",
+            "Key labels as y:<output name>, or pass --label-output for plain y.",
+        )
     if len(names) == 1:
         (only,) = labels
         return labels[only], losses[only], metrics[only]

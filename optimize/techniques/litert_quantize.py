@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from .. import calibrator
+from .. import calibrator, runtime
 from ..errors import DataError, ModelError, OptimizeError, TechniqueFailed
 from ..normalize import not_float
 from ..registry import Context, SchemeParams, Stage, technique
@@ -87,8 +87,8 @@ def quantize(model: Path, params: QuantizeParams, ctx: Context) -> Path:
     if params.scheme in CALIBRATED_SCHEMES:
         _refuse_control_flow(content, params)
         calibration = _calibration_data(params, ctx, signature, inputs, model)
-    data = _run_quantizer(content, params, ctx, signature, calibration)
-    left = _left_float(data)
+    data = _quantized(content, params, ctx, signature, calibration, inputs)
+    left = _left_float(data) if ctx.records.get("backend") != Backend.CALIBRATOR else []
     if calibration is not None and left:  # LiteRT Quantizer does not quantize these; the calibrator does
         data = calibrator.quantize(content, params.scheme, params.io, params.granularity == "tensor", calibration)
         ctx.records["backend"] = Backend.CALIBRATOR
@@ -113,6 +113,26 @@ def _left_float(data: bytes) -> list[str]:
     from ..verify import compose
 
     return sorted(set(compose(data).float_op_types) & calibrator.CALIBRATOR_OPS)
+
+
+def _quantized(content: bytes, params: QuantizeParams, ctx: Context, signature, calibration, inputs) -> bytes:
+    """LiteRT Quantizer's result. Its calibrator allocates the model at the runtime's default shape (1 along
+    every free dimension), which a variable-length model may not run at (XNNPACK fails to reshape a framed
+    signal of length 1): such a model is calibrated by the TFLite calibrator, at the data's shape."""
+    try:
+        return _run_quantizer(content, params, ctx, signature, calibration)
+    except TechniqueFailed as e:
+        free = [n for n, d in inputs.items() if any(int(v) < 0 for v in d["shape_signature"])]
+        if calibration is None or not free:
+            raise
+        made = calibrator.quantize(content, params.scheme, params.io, params.granularity == "tensor", calibration)
+        ctx.records["backend"] = Backend.CALIBRATOR
+        ctx.notes.append(
+            f"quantize: LiteRT Quantizer calibrates at 1 along free dimensions (input {', '.join(free)}), where "
+            f"this model does not run ({runtime.invoke_failure(str(e).split(': ', 1)[-1])}): the TFLite calibrator made it at the "
+            "data's shape."
+        )
+        return made
 
 
 def _integer_only(content: bytes, data: bytes, params: QuantizeParams, ctx: Context, calibration: dict) -> bytes:
@@ -142,13 +162,14 @@ def _integer_only(content: bytes, data: bytes, params: QuantizeParams, ctx: Cont
 
 
 def _refuse_control_flow(content: bytes, params: QuantizeParams) -> None:
-    """Calibrated schemes cannot go through a WHILE loop (its body's types must match): say so plainly."""
+    """Calibrated schemes cannot go through control flow (a loop body's or a branch's types must match the
+    op's): say so plainly, naming what the op is."""
     flow = calibrator.control_flow(content)
     if flow:
+        lstm = " (for a GRU or SimpleRNN, an LSTM layer converts to a fused op)" if "WHILE" in flow else ""
         raise TechniqueFailed(
-            f"{params.scheme}: neither LiteRT Quantizer nor the TFLite calibrator quantizes through the model's "
-            f"{'/'.join(flow)} loop (a GRU or SimpleRNN lowered to a loop): use dynamic or float16 for it, or an "
-            "LSTM layer, which converts to a fused op."
+            f"{params.scheme}: neither LiteRT Quantizer nor the TFLite calibrator quantizes through "
+            f"{calibrator.describe_flow(flow)}: use dynamic or float16 for this model{lstm}."
         )
 
 
@@ -166,7 +187,6 @@ def _read_model(model: Path) -> bytes:
 def _inspect(content: bytes, model: Path) -> tuple[str | None, dict[str, dict]]:
     """The signature to calibrate and its input details; refuse models that are not float
     (normalize.not_float, the same check a run makes up front)."""
-    from .. import runtime
 
     try:
         it = runtime.describe(content)
@@ -316,12 +336,13 @@ def _check_loads(data: bytes, params: QuantizeParams, ctx: Context, source: byte
 
     When the float `source` does not load either (custom ops this runtime lacks, MediaPipe's for one), the
     result cannot be judged here: it is kept, with a note, and measured by size only."""
-    from .. import runtime
+    from ..data import take
 
+    like = take(ctx.data.x_test, slice(0, 1)) if ctx.data is not None else None  # free dimensions: the data's
     try:
-        runtime.load(data, threads=max(1, ctx.threads))  # the default resolver: it has the custom kernels too
+        runtime.load(data, threads=max(1, ctx.threads), like=like)  # the default resolver: it has the custom kernels
     except ModelError as e:
-        if source is not None and not runtime.loads(source):
+        if source is not None and not runtime.loads(source, like):
             ctx.notes.append(f"quantize: not run here, as the float model is not: {e.problem}")
             return
         who = "the TFLite calibrator" if ctx.records.get("backend") == Backend.CALIBRATOR else "LiteRT Quantizer"

@@ -25,6 +25,9 @@ from .paths import regular_file
 SPLITS = ("x", "y", "x_train", "y_train", "x_test", "y_test", "x_cal")
 KNOWN_KEYS = SPLITS  # the plain names; `<split>:<name>` adds an input or output name
 MAX_ARRAY_BYTES = 8 * 2**30  # one array above this is refused before it is read
+#: What zipfile and numpy raise on a corrupt archive or .npy (NotImplementedError: an unknown zip version
+#: or compression; RuntimeError: an encrypted member).
+_UNREADABLE = (ValueError, OSError, EOFError, zipfile.BadZipFile, NotImplementedError, RuntimeError)
 
 #: One input's samples, or several inputs' keyed by name (first axis: samples).
 Inputs = np.ndarray | dict[str, np.ndarray]
@@ -168,7 +171,7 @@ def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> np.nd
             version = np.lib.format.read_magic(f)
             header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, _, dtype = header(f)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+    except _UNREADABLE as e:
         raise DataError(
             f"{path}: array {name!r} is not a readable .npy ({e}).", "Save arrays with numpy.savez."
         ) from None
@@ -183,7 +186,7 @@ def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> np.nd
     try:
         with z.open(info) as f:
             return np.lib.format.read_array(f, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
+    except _UNREADABLE as e:
         raise DataError(
             f"{path}: array {name!r} is not a readable .npy ({e}).", "Save arrays with numpy.savez."
         ) from None
@@ -194,7 +197,7 @@ def _read_npz(p: Path) -> dict[str, np.ndarray]:
     try:
         with zipfile.ZipFile(p) as z:
             return {info.filename.removesuffix(".npy"): _read_member(z, info, p) for info in z.infolist()}
-    except (zipfile.BadZipFile, OSError, EOFError) as e:
+    except _UNREADABLE as e:
         raise DataError(
             f"{p} is not a readable .npz file ({e.__class__.__name__}).", "Save arrays with numpy.savez."
         ) from None

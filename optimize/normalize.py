@@ -185,7 +185,9 @@ def _fold_dequantize(model, values: dict[int, np.ndarray]) -> int:
             if raw is None:
                 continue  # float16 on a non-constant path: left alone
             data = raw.view(np.float16)
-        _set_const(model, sg.tensors[op.outputs[0]], data.astype(np.float32))
+        out = sg.tensors[op.outputs[0]]
+        _set_const(model, out, data.astype(np.float32))
+        out.shape, out.shapeSignature = src.shape, src.shapeSignature  # DEQUANTIZE's output has its input's shape
         dead.add(i)
     _drop_ops(model, sg, dead)
     return len(dead)
@@ -225,7 +227,11 @@ def _drop_densify(model, values: dict[int, np.ndarray]) -> int:
 
 
 def normalize(content: bytes) -> Normalized:
-    """The plain float32 equivalent of a float .tflite, and the facts of what changed (none: unchanged)."""
+    """The plain float32 equivalent of a float .tflite, and the facts of what changed (none: unchanged).
+    The flatbuffer is validated first (delegates/validate.py): nothing below reads an unchecked index."""
+    from .delegates.flatbuffer import read_model
+
+    read_model(content)
     try:
         model = _load(content)
     except Exception as e:  # noqa: BLE001 - any failure to parse is a model we cannot read
@@ -244,7 +250,11 @@ def normalize(content: bytes) -> Normalized:
         facts.append("a serving_default signature made from the graph's inputs and outputs")
     if n := _unique_names(model):
         facts.append(f"{n} duplicate tensor name(s) made unique (LiteRT Quantizer addresses tensors by name)")
-    return Normalized(_save(model) if facts else content, facts)
+    if not facts:
+        return Normalized(content, facts)
+    out = _save(model)
+    read_model(out, "The normalised model")
+    return Normalized(out, facts)
 
 
 def not_float(content: bytes) -> str | None:

@@ -1,21 +1,43 @@
-"""Where optimize reads and writes: inputs must be regular files (or SavedModel folders) of sane size, and
-an output folder must be a folder we can write, checked before any work.
+"""Where optimize reads and writes: the one reader and the one writer every file goes through.
 
-A FIFO, a device (/dev/zero) or a socket given as a model, data or recipe would hang or read without
-bound; a file given as `-o`, a read-only mount or /sys would fail after minutes of work. All of them
-are one clear line up front instead.
+Reading (`open_regular`, `read_bounded`, `check_tree`): only regular files, checked on the open
+descriptor (a FIFO, a device such as /dev/zero, a socket, or a symlink to one is refused before a byte
+is read, and the open itself never blocks), and never more than a limit per kind. Folders (SavedModels)
+are walked without following links: a link leading outside the folder, a FIFO or a device inside it is
+refused, and their sizes are bounded before anything hashes or loads them.
+
+Writing (`write_atomic`, `copy_atomic`): a temporary created with O_EXCL | O_NOFOLLOW in the target
+folder, then an atomic rename over the final name, so a crash never leaves half a file and a symlink
+planted at the final name (or at a temporary's name) is replaced, never followed. Below a `root` (the
+output folder, the cache) no folder on the way may be a symlink: writes stay inside what the user named.
+An output folder is checked before any work (`output_dir`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import os
+import secrets
 import stat
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import OptimizeError
 
-MAX_INPUT_BYTES = 2 * 2**30  # a .tflite flatbuffer cannot exceed 2 GiB; nor do we read more of anything
+MAX_INPUT_BYTES = 2 * 2**30  # a .tflite flatbuffer cannot exceed 2 GiB; the default for any input
+#: The most optimize reads of each kind of input (bytes); any other kind (a model, a cache entry): MAX_INPUT_BYTES.
+LIMITS = {
+    "data": 16 * 2**30,
+    "recipe": 2**20,
+    "study": 256 * 2**20,
+    "Keras config": 64 * 2**20,
+    "SavedModel": 16 * 2**30,  # all of its files together
+}
+_CHUNK = 1 << 20
 
 
 def _kind(mode: int) -> str:
@@ -25,29 +47,160 @@ def _kind(mode: int) -> str:
         (stat.S_ISBLK, "a block device"),
         (stat.S_ISSOCK, "a socket"),
         (stat.S_ISDIR, "a folder"),
+        (stat.S_ISLNK, "a symlink"),
     ):
         if test(mode):
             return name
     return "not a regular file"
 
 
-def regular_file(path: str | Path, what: str, error: type[OptimizeError] = OptimizeError) -> Path:
-    """`path` if it is a regular file no larger than MAX_INPUT_BYTES, else one clear error."""
+def _limit(what: str, limit: int | None) -> int:
+    return limit if limit is not None else LIMITS.get(what, MAX_INPUT_BYTES)
+
+
+def _too_big(p: Path, size: int, what: str, limit: int, error: type[OptimizeError]) -> OptimizeError:
+    unit, scale = ("GiB", 2**30) if limit >= 2**30 else ("MiB", 2**20)
+    why = " (a .tflite flatbuffer cannot exceed 2 GiB)" if what == "model" else ""
+    return error(
+        f"{p} is {size / scale:.1f} {unit}; optimize reads {what} files up to {limit / scale:g} {unit}.",
+        f"Pass a smaller file{why}.",
+    )
+
+
+def _not_regular(p: Path, mode: int, what: str, error: type[OptimizeError]) -> OptimizeError:
+    return error(f"{p} is {_kind(mode)}, not a {what} file.", f"Pass a regular file as the {what}.")
+
+
+def _unreadable(p: Path, what: str, e: OSError | ValueError, error: type[OptimizeError]) -> OptimizeError:
+    if isinstance(e, FileNotFoundError):
+        return error(f"No {what} file at {p}.", f"Check the path of the {what}.")
+    if isinstance(e, ValueError):  # a NUL byte in the path
+        return error(f"The {what} path {str(p)!r} holds a NUL byte.", f"Check the path of the {what}.")
+    if e.errno == errno.ELOOP:
+        return error(f"{p} is a symlink, not a {what} file.", f"Pass the {what} file itself.")
+    return error(f"Cannot read the {what} at {p} ({e.strerror}).", "Check the path and its permissions.")
+
+
+def regular_file(
+    path: str | Path, what: str, error: type[OptimizeError] = OptimizeError, limit: int | None = None
+) -> Path:
+    """`path` if it is a regular file no larger than the limit for `what`, else one clear error."""
     p = Path(path)
     try:
         st = p.stat()
-    except FileNotFoundError:
-        raise error(f"No {what} at {p}.", f"Check the path of the {what}.") from None
-    except OSError as e:
-        raise error(f"Cannot read the {what} at {p} ({e.strerror}).", "Check the path and its permissions.") from None
+    except (OSError, ValueError) as e:
+        raise _unreadable(p, what, e, error) from None
     if not stat.S_ISREG(st.st_mode):
-        raise error(f"{p} is {_kind(st.st_mode)}, not a {what} file.", f"Pass a regular file as the {what}.")
-    if st.st_size > MAX_INPUT_BYTES:
-        raise error(
-            f"{p} is {st.st_size / 2**30:.1f} GiB; optimize reads {what} files up to {MAX_INPUT_BYTES // 2**30} GiB.",
-            "Pass a smaller file (a .tflite flatbuffer cannot exceed 2 GiB).",
-        )
+        raise _not_regular(p, st.st_mode, what, error)
+    lim = _limit(what, limit)
+    if st.st_size > lim:
+        raise _too_big(p, st.st_size, what, lim, error)
     return p
+
+
+@contextlib.contextmanager
+def open_regular(
+    path: str | Path,
+    what: str,
+    error: type[OptimizeError] = OptimizeError,
+    limit: int | None = None,
+    follow: bool = True,
+) -> Iterator[BinaryIO]:
+    """The file open for reading, if it is a regular file within the limit for `what`.
+
+    Checked on the descriptor itself (no window between the check and the open); opened non-blocking,
+    so a FIFO is refused instead of waiting for a writer. `follow=False` refuses a symlink at the last
+    component (cache entries are never links).
+    """
+    p = Path(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        pre = p.stat() if follow else p.lstat()  # a device is never opened: opening some has effects
+        if not stat.S_ISREG(pre.st_mode):
+            raise _not_regular(p, pre.st_mode, what, error)
+        fd = os.open(p, flags)
+    except (OSError, ValueError) as e:
+        raise _unreadable(p, what, e, error) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(p, st.st_mode, what, error)
+        lim = _limit(what, limit)
+        if st.st_size > lim:
+            raise _too_big(p, st.st_size, what, lim, error)
+        os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        yield f
+
+
+def read_bounded(
+    path: str | Path,
+    what: str,
+    error: type[OptimizeError] = OptimizeError,
+    limit: int | None = None,
+    follow: bool = True,
+) -> bytes:
+    """The bytes of a regular file, at most the limit for `what` (a file growing meanwhile is refused)."""
+    lim = _limit(what, limit)
+    with open_regular(path, what, error, lim, follow) as f:
+        try:
+            data = f.read(lim + 1)
+        except OSError as e:
+            raise _unreadable(Path(path), what, e, error) from None
+    if len(data) > lim:
+        raise _too_big(Path(path), len(data), what, lim, error)
+    return data
+
+
+def sha256_of(path: str | Path, what: str = "cache entry", limit: int | None = None, follow: bool = False) -> str:
+    """The sha256 of a regular file, read in bounded chunks (symlinks refused unless `follow`)."""
+    h = hashlib.sha256()
+    lim, seen = _limit(what, limit), 0
+    with open_regular(path, what, limit=lim, follow=follow) as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            seen += len(chunk)
+            if seen > lim:
+                raise _too_big(Path(path), seen, what, lim, OptimizeError)
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_tree(folder: str | Path, what: str, error: type[OptimizeError] = OptimizeError) -> list[Path]:
+    """Every regular file under `folder` (sorted), walked without following links.
+
+    Refused: a FIFO, device or socket anywhere inside; a symlink leading outside the folder or to
+    anything but a regular file or folder; more bytes in total than the limit for `what`.
+    """
+    root = Path(folder)
+    real_root = root.resolve()
+    files, total, lim = [], 0, _limit(what, None)
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in sorted(dirnames + filenames):
+            p = Path(dirpath, name)
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                target = p.resolve()
+                if target != real_root and real_root not in target.parents:
+                    raise error(f"{p} links outside {root} (to {target}).", f"Copy the {what} without links.")
+                try:
+                    st = target.stat()
+                except OSError as e:
+                    raise _unreadable(p, what, e, error) from None
+                if stat.S_ISDIR(st.st_mode):
+                    continue  # a link to a folder inside: its files are walked where they live
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise error(f"{p} is {_kind(st.st_mode)}, inside the {what}.", f"Pass a {what} of regular files.")
+            total += st.st_size
+            if total > lim:
+                raise _too_big(root, total, what, lim, error)
+            files.append(p)
+    return sorted(files)
 
 
 def output_dir(path: str | Path) -> Path:
@@ -56,6 +209,8 @@ def output_dir(path: str | Path) -> Path:
     Creates the folder (and its parents). Checked before any work, so a bad `-o` costs nothing.
     """
     p = Path(path)
+    if "\0" in str(p):
+        raise OptimizeError(f"The output folder {str(p)!r} holds a NUL byte.", "Pass a folder name with -o.")
     for parent in [p, *p.parents]:
         if parent.exists() and not parent.is_dir():
             raise OptimizeError(
@@ -78,3 +233,121 @@ def inside(root: str | Path, name: str) -> Path:
     if target.parent != base:
         raise OptimizeError(f"{name!r} would be written outside {root}.", "Use a plain file name.")
     return target
+
+
+# ---------------------------------------------------------------------------------------------- writing
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+@contextlib.contextmanager
+def _folder(folder: Path, root: Path | None) -> Iterator[int]:
+    """A descriptor of `folder`, created if missing. Below `root`, each step is opened with O_NOFOLLOW:
+    a symlinked folder inside the root is refused (ELOOP/ENOTDIR), never followed."""
+    if root is None or folder == root:
+        folder.mkdir(parents=True, exist_ok=True)
+        fds = [os.open(folder, _DIR_FLAGS)]
+    else:
+        rel = folder.relative_to(root)  # ValueError: not below the root (a bug, not a user error)
+        root.mkdir(parents=True, exist_ok=True)
+        fds = [os.open(root, _DIR_FLAGS)]
+    try:
+        if root is not None and folder != root:
+            for part in rel.parts:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fds[-1])
+                try:
+                    fds.append(os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fds[-1]))
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise OptimizeError(
+                            f"{root / rel} passes through a symlink or file inside {root}; optimize never "
+                            "writes through one.",
+                            "Remove it, or pick another folder.",
+                        ) from None
+                    raise
+        yield fds[-1]
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _write_tmp(dfd: int, name: str, chunks: Iterable[bytes]) -> str:
+    """A new temporary in the folder `dfd` holding `chunks` (O_EXCL | O_NOFOLLOW: never an existing
+    file, never through a link); its name."""
+    for _ in range(100):
+        tmp = f".{name[:80]}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dfd)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - 100 collisions of 48 random bits
+        raise FileExistsError(errno.EEXIST, "no free temporary name", name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dfd)
+        raise
+    return tmp
+
+
+def _publish(dfd: int, tmp: str, name: str) -> None:
+    try:
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)  # replaces a planted symlink, never follows it
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dfd)
+        raise
+
+
+def write_atomic(path: str | Path, data: bytes | Iterable[bytes], root: str | Path | None = None) -> Path:
+    """Write a file so that a crash never leaves half of it and no link is followed: a temporary made
+    with O_EXCL | O_NOFOLLOW beside it, then an atomic rename over the final name.
+
+    `root`: the folder the user named (the output folder, the cache); no folder between it and `path`
+    may be a symlink. Permissions follow the umask, as for any file the user writes.
+    """
+    path = Path(path)
+    chunks = [bytes(data)] if isinstance(data, bytes | bytearray | memoryview) else data
+    with _folder(path.parent, Path(root) if root is not None else None) as dfd:
+        _publish(dfd, _write_tmp(dfd, path.name, chunks), path.name)
+    return path
+
+
+def copy_atomic(
+    src: str | Path,
+    dst: str | Path,
+    root: str | Path | None = None,
+    what: str = "model",
+    expect_sha256: str | None = None,
+    follow: bool = True,
+) -> str:
+    """Copy a regular file (bounded by the limit for `what`) as `write_atomic` writes; its sha256.
+
+    With `expect_sha256`, a copy whose bytes differ is removed before it is published (ValueError):
+    a cache entry is verified by the same single read that copies it.
+    """
+    dst = Path(dst)
+    h = hashlib.sha256()
+    lim = _limit(what, None)
+    with open_regular(src, what, limit=lim, follow=follow) as f:
+
+        def chunks() -> Iterator[bytes]:
+            seen = 0
+            for chunk in iter(lambda: f.read(_CHUNK), b""):
+                seen += len(chunk)
+                if seen > lim:
+                    raise _too_big(Path(src), seen, what, lim, OptimizeError)
+                h.update(chunk)
+                yield chunk
+
+        with _folder(dst.parent, Path(root) if root is not None else None) as dfd:
+            tmp = _write_tmp(dfd, dst.name, chunks())
+            if expect_sha256 is not None and h.hexdigest() != expect_sha256:
+                os.unlink(tmp, dir_fd=dfd)
+                raise ValueError(f"{Path(src).name} does not match its digest")
+            _publish(dfd, tmp, dst.name)
+    return h.hexdigest()

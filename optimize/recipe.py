@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import registry
+from .bounded import loads_toml
 from .errors import RecipeError, from_validation
+from .paths import read_bounded
 from .registry import Stage
 from .results import Goals, Step
 from .vocab import CALIBRATED_SCHEMES, DEFAULT_BACKEND, PTQ_SCHEMES, Backend, Scheme, Target
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 #: Plain file-name tokens: a recipe's name becomes `<name>.tflite` inside the output folder.
 NAME_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"
 
@@ -43,6 +46,17 @@ class Recipe(BaseModel):
     output: str | None = Field(None, description="Default output folder: a relative path below where you run it.")
     steps: tuple[Step, ...] = Field((), validate_default=True)
     source: str = "<memory>"
+
+    @field_validator("model", "data", "output", "description")
+    @classmethod
+    def _no_control_characters(cls, text: str | None, info) -> str | None:
+        """A path holds no control character (a NUL cannot be opened; a newline or escape sequence would
+        forge terminal output); a description may break lines, nothing else."""
+        allowed = "\n\t" if info.field_name == "description" else ""
+        bad = _CONTROL.search(text.translate({ord(c): None for c in allowed})) if text else None
+        if bad:
+            raise ValueError(f"holds the control character {bad.group()!r}: remove it.")
+        return text
 
     @field_validator("output")
     @classmethod
@@ -242,7 +256,7 @@ def name_for(first: str, then: str | list[str] | None) -> str:
 def load_recipe(path: str | Path) -> Recipe:
     """Load and validate a TOML recipe. Errors name the file, the step, the field and the allowed values."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         shipped = shipped_recipes()
         if str(path) in shipped:
             p = shipped[str(path)]
@@ -250,11 +264,10 @@ def load_recipe(path: str | Path) -> Recipe:
             raise RecipeError(f"No recipe at {path}.", f"Shipped recipes: {', '.join(sorted(shipped)) or 'none'}.")
     where = f"{p.name}: "
     try:
-        raw = tomllib.loads(p.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise RecipeError(f"{where}not valid TOML ({e}).", "Fix the syntax; see recipes/README.md.") from None
-    except OSError as e:
-        raise RecipeError(f"{where}cannot be read ({e.strerror}).", "Pass a readable recipe file.") from None
+        text = read_bounded(p, "recipe", RecipeError).decode()
+    except UnicodeDecodeError:
+        raise RecipeError(f"{where}not UTF-8 text.", "Save the recipe as UTF-8; see recipes/README.md.") from None
+    raw = loads_toml(text, p.name, RecipeError)
     raw.setdefault("name", p.stem)
     raw["source"] = str(p)
     try:

@@ -34,9 +34,10 @@ class Stage(enum.StrEnum):
 
 
 class Params(BaseModel):
-    """Base for technique params: frozen, and unknown keys are errors."""
+    """Base for technique params: frozen, unknown keys are errors, and numbers are finite (a learning
+    rate of inf or nan would train to NaN weights)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class SchemeParams(Params):

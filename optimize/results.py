@@ -7,15 +7,15 @@ Units are in the field names; fractions are 0..1.
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
+from .bounded import loads_json
 from .errors import StudyError, from_validation
+from .paths import read_bounded, write_atomic  # the one reader and writer (results.write_atomic re-exported)
 from .registry import Params
 from .vocab import Backend, Delegate, Objective, Precision, Scheme, Task
 
@@ -264,7 +264,9 @@ class SearchStep(Record):
 
 
 class Goals(Record):
-    """What a user will accept. Accuracy drop is a fraction: 0.01 is one point of top-1."""
+    """What a user will accept. Accuracy drop is a fraction: 0.01 is one point of top-1. Finite numbers only."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     max_accuracy_drop: float | None = Field(None, ge=0, le=1, description="Classification: top-1 points, as 0..1.")
     max_error_increase: float | None = Field(
@@ -554,18 +556,10 @@ def load_study(path: str | os.PathLike) -> Study:
     if p.is_dir():
         p = p / "study.json"
     fix = "Re-run `optimize sweep`, or pass the study.json it wrote."
-    if not p.is_file():
+    if not p.exists():
         raise StudyError(f"No study at {p}.", "Run `optimize sweep` first, or pass the study.json it wrote.")
-    size = p.stat().st_size
-    if size > MAX_STUDY_BYTES:
-        raise StudyError(f"{p} is {size:,} bytes, more than any study (at most {MAX_STUDY_BYTES:,}).", fix)
-    try:
-        raw = json.loads(p.read_text())
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        why = "nested too deeply" if isinstance(e, RecursionError) else e.__class__.__name__
-        if isinstance(e, ValueError) and "digits" in str(e):
-            why = "a number with thousands of digits"
-        raise StudyError(f"{p} is not a JSON study ({why}).", fix) from None
+    data = read_bounded(p, "study", StudyError, limit=MAX_STUDY_BYTES)
+    raw = loads_json(data, str(p), StudyError, fix, noun="a JSON study")
     if not isinstance(raw, dict) or raw.get("schema_version") != SCHEMA_VERSION:
         found = raw.get("schema_version") if isinstance(raw, dict) else None
         raise StudyError(
@@ -582,22 +576,3 @@ def load_study(path: str | os.PathLike) -> Study:
     if why:
         raise StudyError(f"{p} is not a real measurement: {why}.", "Re-run `optimize sweep`; do not edit its numbers.")
     return study
-
-
-def write_atomic(path: Path, data: bytes) -> Path:
-    """Write a file so that a crash never leaves half of it: temp file in the same folder, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; an output file should read like any other
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path

@@ -172,12 +172,14 @@ def empty_graph(data: bytes) -> bytes:
 
 
 def per_channel_activation(data: bytes, name: str) -> bytes:
-    """Give the output of the first `name` op two scales: a per-channel quantized runtime tensor."""
+    """Give the output of the first `name` op one scale per channel: a per-channel quantized runtime tensor
+    (as many scales as channels, as the interpreter requires of any per-channel tensor)."""
     m = load_t(data)
     op = m.subgraphs[0].operators[op_index(m, name)]
-    q = m.subgraphs[0].tensors[op.outputs[0]].quantization
-    q.scale = [float(q.scale[0]), float(q.scale[0])]
-    q.zeroPoint = [int(q.zeroPoint[0]), int(q.zeroPoint[0])]
+    t = m.subgraphs[0].tensors[op.outputs[0]]
+    q, channels = t.quantization, int(t.shape[3])
+    q.scale = [float(q.scale[0])] * channels
+    q.zeroPoint = [int(q.zeroPoint[0])] * channels
     q.quantizedDimension = 3
     return save_t(m)
 

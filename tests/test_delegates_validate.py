@@ -84,3 +84,93 @@ def test_compat_exits_2_with_one_line(base, tmp_path, cli):
     assert r.returncode == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "has a cycle" in lines[0]
+
+
+# ---- issue 18: what the runtime copies unchecked, checked by the one validator every reader shares ----
+def _signed(m, *signatures) -> None:
+    m.signatureDefs = [*(m.signatureDefs or []), *signatures]
+
+
+def _signature(m, key="serving_default", subgraph=0, inputs=((b"x", 0),), outputs=((b"y", 3),)):
+    from ai_edge_litert import schema_py_generated as s
+
+    sig = s.SignatureDefT()
+    sig.signatureKey, sig.subgraphIndex = key, subgraph
+    for attr, maps in (("inputs", inputs), ("outputs", outputs)):
+        out = []
+        for name, index in maps:
+            tm = s.TensorMapT()
+            tm.name, tm.tensorIndex = name, index
+            out.append(tm)
+        setattr(sig, attr, out)
+    return sig
+
+
+def _call_once(m, subgraph: int):
+    """A CALL_ONCE running `subgraph`, first in the main graph."""
+    from ai_edge_litert import schema_py_generated as s
+
+    code = s.OperatorCodeT()
+    code.builtinCode, code.deprecatedBuiltinCode, code.version = s.BuiltinOperator.CALL_ONCE, 127, 1
+    m.operatorCodes.append(code)
+    o = s.OperatorT()
+    o.opcodeIndex, o.inputs, o.outputs = len(m.operatorCodes) - 1, [], []
+    o.builtinOptionsType = s.BuiltinOptions.CallOnceOptions
+    o.builtinOptions = s.CallOnceOptionsT()
+    o.builtinOptions.initSubgraphIndex = subgraph
+    m.subgraphs[0].operators.insert(0, o)
+
+
+def _per_channel(m, scales: int, zero_points: int, dim: int):
+    from ai_edge_litert import schema_py_generated as s
+
+    q = s.QuantizationParametersT()
+    q.scale, q.zeroPoint, q.quantizedDimension = [0.1] * scales, [0] * zero_points, dim
+    m.subgraphs[0].tensors[1].quantization = q
+
+
+MODEL_CASES = {
+    # interpreter_builder.cc ParseSignatureDefs copies these unchecked; the signature runner indexes with them
+    "signature runs a missing subgraph": (lambda m: _signed(m, _signature(m, subgraph=5)), "runs subgraph 5"),
+    "signature input out of range": (
+        lambda m: _signed(m, _signature(m, inputs=((b"x", 300),))),
+        "input 'x' is tensor 300",
+    ),
+    "signature output not an output": (
+        lambda m: _signed(m, _signature(m, outputs=((b"y", 1),))),
+        "output 'y' is tensor 1",
+    ),
+    "two signatures with one key": (
+        lambda m: _signed(m, _signature(m), _signature(m)),
+        "share the key 'serving_default'",
+    ),
+    "no outputs": (lambda m: setattr(m.subgraphs[0], "outputs", []), "has no outputs"),
+    "control flow runs a missing subgraph": (lambda m: _call_once(m, 9), "runs subgraph 9, but the model has 1"),
+    "a subgraph that calls itself": (lambda m: _call_once(m, 0), "subgraph 0 calls itself"),
+    # interpreter_builder.cc ParseQuantization
+    "scales without zero points": (lambda m: _per_channel(m, 4, 1, 0), "4 quantization scales but 1 zero points"),
+    "quantized dimension outside the shape": (lambda m: _per_channel(m, 4, 4, 3), "along dimension 3 of a rank-1"),
+    "one scale per channel, not 2": (lambda m: _per_channel(m, 2, 2, 0), "2 scales for 4 channels"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MODEL_CASES))
+def test_what_the_runtime_copies_unchecked_is_refused_by_every_reader(base, case):
+    """One validator for compat, the normaliser and the model reader (issue 18, item 3)."""
+    from optimize.normalize import normalize
+
+    change, message = MODEL_CASES[case]
+    m = load_t(base)
+    change(m)
+    data = save_t(m)
+    for reader in (read_model, normalize, check_delegates):
+        with pytest.raises(ModelError, match="corrupt or hand-edited") as e:
+            reader(data)
+        assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_valid_signature_and_control_flow_pass(base):
+    m = load_t(base)
+    m.signatureDefs = [_signature(m)]
+    model = read_model(save_t(m))
+    assert model.signatures[0].key == "serving_default" and model.signatures[0].inputs == (("x", 0),)

@@ -165,3 +165,169 @@ def test_a_full_disk_leaves_no_half_written_artifact(tmp_path, monkeypatch, kera
     with pytest.raises(OptimizeError, match="No space left on device"):
         optimize.run(recipe, keras_model, data_npz, tmp_path, jobs=0)
     assert not list(tmp_path.glob("*.tflite*")) and not list(tmp_path.glob(".*.tmp"))
+
+
+# ---- issue 18: the one writer, the one reader, bounded parsing --------------------------------------------
+def test_the_writer_never_follows_a_symlink_planted_in_the_output(tmp_path):
+    """Writes outside -o (class 1): a link at the final name or at a temporary's name is replaced, never
+    followed; a symlinked folder inside the root is refused."""
+    from optimize.errors import OptimizeError
+    from optimize.paths import copy_atomic, write_atomic
+
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"victim")
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("a.tflite", ".a.tflite.tmp", "b.tflite"):
+        (out / name).symlink_to(victim)
+    write_atomic(out / "a.tflite", b"model", root=out)
+    (tmp_path / "src.bin").write_bytes(b"copied")
+    copy_atomic(tmp_path / "src.bin", out / "b.tflite", root=out)
+    assert victim.read_bytes() == b"victim"
+    assert not (out / "a.tflite").is_symlink() and (out / "a.tflite").read_bytes() == b"model"
+    assert not (out / "b.tflite").is_symlink() and (out / "b.tflite").read_bytes() == b"copied"
+    (out / "sub").symlink_to(tmp_path)
+    with pytest.raises(OptimizeError, match="through a symlink"):
+        write_atomic(out / "sub" / "x.json", b"{}", root=out)
+    assert not (tmp_path / "x.json").exists()
+    assert sorted(p.name for p in out.iterdir()) == [".a.tflite.tmp", "a.tflite", "b.tflite", "sub"]
+
+
+def test_a_copy_that_does_not_match_its_digest_is_never_published(tmp_path):
+    from optimize.paths import copy_atomic
+
+    (tmp_path / "src").write_bytes(b"tampered")
+    with pytest.raises(ValueError, match="does not match its digest"):
+        copy_atomic(tmp_path / "src", tmp_path / "out" / "m.tflite", expect_sha256="0" * 64)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_the_reader_refuses_fifos_devices_and_links_to_them_without_blocking(tmp_path):
+    """Hangs (class 4): opening a FIFO would wait for a writer forever; /dev/zero never ends."""
+    import os
+    import signal
+
+    from optimize.errors import OptimizeError
+    from optimize.paths import read_bounded, sha256_of
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "to-fifo").symlink_to(fifo)
+    (tmp_path / "to-zero").symlink_to("/dev/zero")
+    (tmp_path / "big").write_bytes(b"x" * 2048)
+    (tmp_path / "link").symlink_to(tmp_path / "big")
+    signal.alarm(20)  # a regression would block here: fail instead of hanging the suite
+    try:
+        for p, message in (
+            (fifo, "is a FIFO"),
+            (tmp_path / "to-fifo", "is a FIFO"),
+            (tmp_path / "to-zero", "character device"),
+            (tmp_path / "big", "up to 0.0009765"),
+            (tmp_path / "nope", "No recipe file at"),
+        ):
+            with pytest.raises(OptimizeError, match=message):
+                read_bounded(p, "recipe", limit=1024)
+        with pytest.raises(OptimizeError, match="is a symlink"):
+            sha256_of(tmp_path / "link")  # cache entries are never links
+    finally:
+        signal.alarm(0)
+
+
+def test_a_folder_input_is_walked_without_following_links_or_reading_fifos(tmp_path):
+    """A SavedModel holding a FIFO, a link outside it, or a 1 TiB sparse asset is refused before anything
+    hashes or loads it."""
+    import os
+
+    from optimize.errors import ModelError
+    from optimize.paths import check_tree
+
+    def fresh(name):
+        d = tmp_path / name
+        (d / "variables").mkdir(parents=True)
+        (d / "saved_model.pb").write_bytes(b"pb")
+        return d
+
+    d = fresh("fifo")
+    os.mkfifo(d / "variables" / "variables.index")
+    with pytest.raises(ModelError, match="is a FIFO, inside the SavedModel"):
+        check_tree(d, "SavedModel", ModelError)
+    d = fresh("outside")
+    (d / "assets").symlink_to("/etc")
+    with pytest.raises(ModelError, match="links outside"):
+        check_tree(d, "SavedModel", ModelError)
+    d = fresh("sparse")
+    with open(d / "huge.bin", "wb") as f:
+        f.truncate(1 << 40)
+    with pytest.raises(ModelError, match="optimize reads SavedModel files up to 16 GiB"):
+        check_tree(d, "SavedModel", ModelError)
+    d = fresh("fine")
+    (d / "variables" / "v").write_bytes(b"v")
+    (d / "alias").symlink_to(d / "variables")
+    assert [p.name for p in check_tree(d, "SavedModel", ModelError)] == ["saved_model.pb", "v"]
+
+
+def test_deep_json_and_zip_bombs_are_refused_before_parsing(tmp_path):
+    """Tracebacks (class 5): 200,000-deep JSON raised RecursionError; a zip-bombed member, MemoryError."""
+    import zipfile
+
+    from optimize.bounded import loads_json, read_member
+    from optimize.errors import ModelError
+
+    with pytest.raises(ModelError, match="nested too deeply: more than 128 levels"):
+        loads_json(b"[" * 200_000 + b"]" * 200_000, "config.json", ModelError)
+    assert loads_json(b'{"a": "[[[[\\"[[", "b": [[1]]}', "x") == {"a": '[[[["[[', "b": [[1]]}
+    p = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(p, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("metadata.json", b"{" + b" " * (64 << 20) + b"}")
+    with zipfile.ZipFile(p) as z, pytest.raises(ModelError, match="a zip bomb"):
+        read_member(z, "metadata.json", 2**30, "m.keras", ModelError)
+    with zipfile.ZipFile(p) as z, pytest.raises(ModelError, match="expands to"):
+        read_member(z, "metadata.json", 1 << 20, "m.keras", ModelError)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("x = " + "[" * 20000 + "]" * 20000, "nested too deeply"),
+        ("x = " + "{a = " * 20000 + "1" + "}" * 20000, "nested too deeply"),
+        ("a" + ".a" * 20000 + " = 1", "nested too deeply"),  # tomllib takes ~30 s on this
+        ('[[steps]]\ntechnique = "prune"\nlearning_rate = inf', "learning_rate: Input should be a finite number"),
+        ('[[steps]]\ntechnique = "prune"\nlearning_rate = nan', "learning_rate: Input should be a finite number"),
+        ('goals = {max_latency_ms = inf}\n[[steps]]\ntechnique = "convert"', "finite number"),
+        ('output = "out\\u0000x"\n[[steps]]\ntechnique = "convert"', "output: holds the control character '\\x00'"),
+        ('model = "m\\u001b[2J"\n[[steps]]\ntechnique = "convert"', "model: holds the control character"),
+        ('description = "a\\u001b[31m"\n[[steps]]\ntechnique = "convert"', "description: holds the control"),
+    ],
+    ids=["deep-array", "deep-table", "deep-dotted-key", "lr-inf", "lr-nan", "goal-inf", "nul", "escape", "ansi"],
+)
+def test_hostile_recipes_are_one_line(tmp_path, text, message):
+    from optimize.errors import RecipeError
+    from optimize.recipe import load_recipe
+
+    r = tmp_path / "r.toml"
+    r.write_text(text + ('\n[[steps]]\ntechnique = "convert"\n' if "steps" not in text else "\n"))
+    with pytest.raises(RecipeError, match="r.toml") as e:
+        load_recipe(r)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_recipe_files_are_bounded_and_regular(tmp_path):
+    import os
+
+    from optimize.errors import RecipeError
+    from optimize.recipe import load_recipe
+
+    fifo = tmp_path / "r.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(RecipeError, match="is a FIFO"):
+        load_recipe(fifo)
+    big = tmp_path / "big.toml"
+    big.write_text("# " + "x" * (2 << 20) + '\n[[steps]]\ntechnique = "convert"\n')
+    with pytest.raises(RecipeError, match="up to 1 MiB"):
+        load_recipe(big)
+    (tmp_path / "latin.toml").write_bytes(b'name = "\xff"\n[[steps]]\ntechnique = "convert"\n')
+    with pytest.raises(RecipeError, match="not UTF-8"):
+        load_recipe(tmp_path / "latin.toml")
+    ok = tmp_path / "ok.toml"
+    ok.write_text('description = "two\\nlines\\tand a tab"\n[[steps]]\ntechnique = "convert"\n')
+    assert load_recipe(ok).description == "two\nlines\tand a tab"

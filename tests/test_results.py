@@ -80,7 +80,7 @@ def test_write_atomic_leaves_nothing_on_failure(tmp_path, monkeypatch):
     target = tmp_path / "out.bin"
     write_atomic(target, b"old")
 
-    def boom(*a):
+    def boom(*a, **k):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)

@@ -201,6 +201,16 @@ class Subgraph:
         return out
 
 
+@dataclass(frozen=True)
+class Signature:
+    """One SignatureDef: its key, the subgraph it runs, and (name, tensor index) per input and output."""
+
+    key: str | None
+    subgraph: int
+    inputs: tuple[tuple[str, int], ...] | None  # None: the vector is absent
+    outputs: tuple[tuple[str, int], ...] | None
+
+
 @dataclass
 class Model:
     version: int
@@ -208,6 +218,7 @@ class Model:
     subgraphs: list[Subgraph]
     size_bytes: int
     n_buffers: int = 0
+    signatures: list[Signature] = field(default_factory=list)
 
     @property
     def main(self) -> Subgraph:
@@ -444,8 +455,11 @@ def _options(o: _Table, s) -> dict:
 
 
 def _map(path: Path):
-    """Map the file instead of reading it: only the pages the reader touches are loaded (weights are not)."""
-    with open(path, "rb") as f:
+    """Map the file instead of reading it: only the pages the reader touches are loaded (weights are not).
+    Only a regular file within the model limit is opened (paths.open_regular: no FIFO, no device)."""
+    from ..paths import open_regular
+
+    with open_regular(path, "model", ModelError) as f:
         try:
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except ValueError:  # empty file
@@ -457,22 +471,21 @@ def _corrupt(what: str, e: Exception | None = None) -> ModelError:
     return ModelError(f"The model is corrupt: {what}{why}.", "Re-export the model; check the file copied completely.")
 
 
-def _source(model: str | Path | bytes):
+def _source(model: str | Path | bytes, where: str | None = None):
     """(buffer, name for messages) of a model path or its bytes."""
     if isinstance(model, (bytes, bytearray, memoryview)):
-        return bytes(model), "The model bytes"
+        return bytes(model), where or "The model bytes"
     path = Path(model)
-    if not path.is_file():
-        raise ModelError(f"No model file at {path}.", "Pass the path of a .tflite file.")
     return _map(path), str(path)
 
 
-def read_model(model: str | Path | bytes) -> Model:
+def read_model(model: str | Path | bytes, where: str | None = None) -> Model:
     """Parse a .tflite file or its bytes and validate its structure (`validate.py`): anything unreadable
-    or inconsistent is one ModelError with a fix, before any rule looks at it."""
+    or inconsistent is one ModelError with a fix, before any rule, reader, normaliser, quantizer or
+    interpreter looks at it. `where` names bytes in messages (a path names itself)."""
     from .validate import validate
 
-    buf, where = _source(model)
+    buf, where = _source(model, where)
     s = _schema()
     if len(buf) < 8 or not s.Model.ModelBufferHasIdentifier(buf, 0):
         raise ModelError(
@@ -591,6 +604,19 @@ def _subgraph(si: int, g: _Table, opcodes, buffers, view: memoryview) -> Subgrap
     return Subgraph(si, g.string(12), tensors, ops, g.ints(6) or (), g.ints(8) or ())
 
 
+def _tensor_maps(sig: _Table, slot: int) -> tuple[tuple[str, int], ...] | None:
+    """A SignatureDef's TensorMap vector (name field 0, tensor_index field 1), None when absent."""
+    if not sig._field(slot):
+        return None
+    return tuple((t.string(4), t.scalar(6, _U32)) for t in sig.tables(slot))
+
+
+def _signature(sig: _Table) -> Signature:
+    """SignatureDef fields: inputs 0, outputs 1, signature_key 2, subgraph_index 4."""
+    key = sig.string(8) if sig._field(8) else None
+    return Signature(key, sig.scalar(12, _U32), _tensor_maps(sig, 4), _tensor_maps(sig, 6))
+
+
 def _parse(buf) -> Model:
     _tables()
     size = len(buf)
@@ -599,4 +625,5 @@ def _parse(buf) -> Model:
     opcodes = _opcodes(m)
     buffers = [_buffer(b, view, size) for b in m.tables(12)]
     subgraphs = [_subgraph(si, g, opcodes, buffers, view) for si, g in enumerate(m.tables(8))]
-    return Model(m.scalar(4, _U32), m.string(10), subgraphs, size, len(buffers))
+    signatures = [_signature(sig) for sig in m.tables(18)]
+    return Model(m.scalar(4, _U32), m.string(10), subgraphs, size, len(buffers), signatures)

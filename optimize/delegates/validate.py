@@ -11,6 +11,18 @@ checks (LiteRT f67457790c9c), each answered with one ModelError (exit 2):
   (core/subgraph.cc:916-937, 843-851, 1116-1120);
 - the data flow has no cycle (an op reading its own output included): otherwise some node never becomes
   ready and partitioning fails (graph_info.cc:124-127).
+
+And what the runtime does not check, where a bad value reaches native code unchecked (a crash, not an
+error), or where nothing downstream could work:
+- quantization parameters as `InterpreterBuilder::ParseQuantization` requires them (as many zero points
+  as scales, quantized_dimension inside the shape, one scale per channel of that dimension): the
+  quantizers and the normaliser read them before any interpreter does;
+- every SignatureDef has a key, inputs and outputs, runs a subgraph that exists, and maps names to that
+  subgraph's own inputs and outputs: `InterpreterBuilder::ParseSignatureDefs` copies the subgraph index
+  and tensor indices unchecked and the signature runner indexes with them;
+- control-flow ops (IF, WHILE, CALL_ONCE, the StableHLO region ops) name subgraphs that exist, and no
+  subgraph calls itself, directly or through others (preparing it would recurse without end);
+- the first subgraph has outputs: a model that computes nothing cannot be measured or quantized.
 """
 
 from __future__ import annotations
@@ -18,7 +30,7 @@ from __future__ import annotations
 import math
 
 from ..errors import ModelError
-from .flatbuffer import Model, Subgraph, Tensor
+from .flatbuffer import Model, Op, Subgraph, Tensor
 
 MAX_TENSOR_BYTES = 1 << 40  # 1 TiB
 _ITEM_BYTES = {
@@ -72,6 +84,21 @@ def _check_tensor(t: Tensor, sg: int, n_buffers: int, where: str) -> None:
         )
     if size is not None and t.data is not None and not t.sparse and len(t.data) < size:
         raise _fail(where, f"{at} needs {size} bytes but its constant buffer holds {len(t.data)}")
+    if t.quant_table is not None:
+        _check_quant(t, at, where)
+
+
+def _check_quant(t: Tensor, at: str, where: str) -> None:
+    """The affine quantization InterpreterBuilder::ParseQuantization accepts (blockwise is not checked there)."""
+    q = t.quant
+    if q is None or q.blockwise:
+        return
+    if q.zp_count != q.count:
+        raise _fail(where, f"{at} has {q.count} quantization scales but {q.zp_count} zero points")
+    if t.shape and not 0 <= q.dim < len(t.shape):
+        raise _fail(where, f"{at} is quantized along dimension {q.dim} of a rank-{len(t.shape)} shape")
+    if q.count != 1 and t.shape and q.count != t.shape[q.dim]:
+        raise _fail(where, f"{at} has {q.count} scales for {t.shape[q.dim]} channels along dimension {q.dim}")
 
 
 def _check_indices(indices, n: int, what: str, where: str) -> None:
@@ -118,10 +145,86 @@ def _check_acyclic(sg: Subgraph, where: str) -> None:
         )
 
 
+#: Ops whose builtin options name other subgraphs (every option field with "subgraph" in its name).
+_CALLERS = frozenset({"IF", "WHILE", "CALL_ONCE", "CALL"})
+
+
+def _callees(op: Op) -> list[int]:
+    if op.opcode not in _CALLERS and not op.opcode.startswith("STABLEHLO_"):
+        return []
+    out: list[int] = []
+    for key, value in op.options.items():
+        if "subgraph" in key:
+            out.extend(value if isinstance(value, tuple) else [value])
+    return [int(v) for v in out if isinstance(v, int)]
+
+
+def _check_calls(model: Model, where: str) -> None:
+    """Control flow names subgraphs that exist, and no subgraph reaches itself through calls."""
+    n = len(model.subgraphs)
+    calls: dict[int, set[int]] = {}
+    for sg in model.subgraphs:
+        for op in sg.ops:
+            for callee in _callees(op):
+                if not 0 <= callee < n:
+                    raise _fail(
+                        where, f"operator {op.index} ({op.name}) of subgraph {sg.index} runs subgraph {callee}, "
+                        f"but the model has {n} subgraphs"
+                    )  # fmt: skip
+                calls.setdefault(sg.index, set()).add(callee)
+    state: dict[int, int] = {}  # 1: on the current path, 2: done
+    for start in calls:
+        stack = [(start, iter(sorted(calls.get(start, ()))))]
+        state[start] = state.get(start) or 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                raise _fail(where, f"subgraph {nxt} calls itself (through control flow): it would never finish")
+            elif state.get(nxt) is None:
+                state[nxt] = 1
+                stack.append((nxt, iter(sorted(calls.get(nxt, ())))))
+
+
+def _check_maps(sig, name: str, sg: Subgraph, where: str) -> None:
+    """A signature maps names to its subgraph's own inputs and outputs (nothing else is fed or read)."""
+    for kind, maps, allowed in (("input", sig.inputs, sg.inputs), ("output", sig.outputs, sg.outputs)):
+        for tname, index in maps:
+            if index not in allowed:
+                raise _fail(
+                    where, f"{name}'s {kind} {tname!r} is tensor {index}, which is not one of subgraph "
+                    f"{sg.index}'s {kind}s {list(allowed)}"
+                )  # fmt: skip
+
+
+def _check_signatures(model: Model, where: str) -> None:
+    n = len(model.subgraphs)
+    keys = [sig.key for sig in model.signatures]
+    twice = next((k for k in keys if keys.count(k) > 1), None)
+    if twice is not None:
+        raise _fail(where, f"two signatures share the key {twice!r}: a runner could not tell them apart")
+    for i, sig in enumerate(model.signatures):
+        name = f"signature {i} ({sig.key!r})" if sig.key is not None else f"signature {i}"
+        if sig.key is None or sig.inputs is None or sig.outputs is None:
+            missing = "key" if sig.key is None else "inputs" if sig.inputs is None else "outputs"
+            raise _fail(where, f"{name} has no {missing}")
+        if not 0 <= sig.subgraph < n:
+            raise _fail(where, f"{name} runs subgraph {sig.subgraph}, but the model has {n} subgraphs")
+        _check_maps(sig, name, model.subgraphs[sig.subgraph], where)
+
+
 def validate(model: Model, where: str) -> None:
-    """Raise ModelError for the first structural problem that would make the runtime refuse the model."""
+    """Raise ModelError for the first structural problem that would make the runtime refuse the model, or
+    reach native code unchecked."""
     for sg in model.subgraphs:
         for t in sg.tensors:
             _check_tensor(t, sg.index, model.n_buffers, where)
         _check_ops(sg, where)
         _check_acyclic(sg, where)
+    if model.subgraphs and not model.main.outputs:
+        raise _fail(where, "subgraph 0 has no outputs: the model computes nothing anyone can read")
+    _check_calls(model, where)
+    _check_signatures(model, where)

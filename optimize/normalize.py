@@ -51,8 +51,15 @@ def _schema():
 
 
 def _load(content: bytes):
+    """The object model, with buffers stored after the flatbuffer (offset/size, as LiteRT Quantizer writes
+    them) read inline: writing the model again would otherwise leave their offsets pointing past its end."""
     s = _schema()
-    return s.ModelT.InitFromObj(s.Model.GetRootAsModel(bytearray(content), 0))
+    model = s.ModelT.InitFromObj(s.Model.GetRootAsModel(bytearray(content), 0))
+    for buf in model.buffers or []:
+        if buf.data is None and (buf.offset or 0) > 1:
+            buf.data = np.frombuffer(content, np.uint8, count=buf.size, offset=buf.offset)
+            buf.offset = buf.size = 0
+    return model
 
 
 def _save(model) -> bytes:

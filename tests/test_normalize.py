@@ -189,3 +189,25 @@ def test_an_if_with_repeated_tensor_names_takes_every_scheme_it_can(onnx_like_if
     by = {c.name: c for c in study.candidates}
     assert by["float16"].ok and by["dynamic"].ok, (by["float16"].error, by["dynamic"].error)
     assert "IF conditional" in by["int8"].error and "GRU" not in by["int8"].error, by["int8"].error
+
+
+def test_weights_stored_after_the_flatbuffer_are_kept_when_it_is_written_again():
+    """LiteRT Quantizer stores buffers after the flatbuffer (offset/size). Folding float16 weights writes
+    the model again: those bytes must come along, or every offset points past the end (issue 18: the
+    normaliser now validates what it writes, which is how this showed)."""
+    from delegate_fixtures import op, tensor, tiny
+
+    w = (np.arange(12, dtype=np.float16).reshape(3, 4) - 6) / 8
+    tensors = [tensor([1, 4]), tensor([3, 4], "float16", w), tensor([3, 4]), tensor([1, 3])]
+    m = load_t(tiny(tensors, [op("DEQUANTIZE", [1], [2]), op("FULLY_CONNECTED", [0, 2, -1], [3])], [0], [3]))
+    buf = m.buffers[m.subgraphs[0].tensors[1].buffer]
+    payload = np.asarray(buf.data, np.uint8).tobytes()
+    buf.data, buf.offset, buf.size = None, 1 << 20, len(payload)  # a placeholder of the final width
+    head = len(save_t(m))
+    buf.offset = -(-head // 16) * 16
+    data = save_t(m).ljust(buf.offset, b"\0") + payload
+    out = normalize(data)
+    assert out.facts and read_model(out.content).main.tensors  # valid: nothing points past the end
+    x = np.linspace(-1, 1, 4, dtype=np.float32)[None]
+    a, b = runtime.Runner(runtime.load(data)), runtime.Runner(runtime.load(out.content))
+    np.testing.assert_array_equal(a.run(x)[0], b.run(x)[0])

@@ -54,6 +54,10 @@ PRUNE_FACT = (
 )
 SLOWER_FACT = "A quantized model measured slower than float is never recommended for latency."
 DATA_FACT = "Full int8 needs 100-500 representative inputs (unlabelled is fine) or quantization-aware training."
+INT4_FACT = (
+    "int4 (4-bit Dense/attention weights, float activations) is for CPU targets: the GPU delegate's float reader "
+    "and NNAPI have no 4-bit type, so either fails its whole delegation on such a model."
+)
 
 #: Full-integer targets: the I/O type each wants, and what it runs.
 INT8_IO: dict[Target, IO] = {Target.EDGETPU: IO.UINT8, Target.MCU: IO.INT8, Target.HEXAGON: IO.INT8}
@@ -128,6 +132,7 @@ class Advisor:
     goals: Goals
     have_cal: bool
     have_train: bool
+    dense_weights: bool = False  # most weights are large Dense/attention matrices (what int4 makes 4-bit)
     path: list[Question] = field(default_factory=list)
     alts: list[tuple[str, list[dict]]] = field(default_factory=list)
     facts: list[str] = field(default_factory=list)
@@ -189,14 +194,29 @@ class Advisor:
         self.ask("What matters most?", str(objective), "an 8-bit model (4x smaller; int8 is the fast one on CPU)")
         steps = self._cpu_data()
         if steps is None or steps[-1]["scheme"] in (Scheme.DYNAMIC, Scheme.FLOAT32):
-            return steps or [convert(Scheme.FLOAT32)]
-        steps = self._cpu_budget(steps)
+            return self._cpu_int4(steps or [convert(Scheme.FLOAT32)])
+        steps = self._cpu_int4(self._cpu_budget(steps))
         self.alternative("float32, the reference", [convert(Scheme.FLOAT32)])
         if self.have_train and objective is Objective.SIZE:
             self.alternative(
                 "prune 50% then int8, for a smaller download (gzip only)",
                 [{"technique": "prune", "target_sparsity": 0.5}, convert(Scheme.INT8)],
             )
+        return steps
+
+    def _cpu_int4(self, steps: list[dict]) -> list[dict]:
+        """Large Dense/attention weights: 4-bit weights (int4) halve int8's size again, and XNNPACK runs them."""
+        if not self.dense_weights:
+            return steps
+        question, int4 = "Are most weights large Dense or attention matrices?", [convert(Scheme.INT4)]
+        self.facts.append(INT4_FACT)
+        if self.goals.objective is Objective.SIZE and not self.sensitive:
+            self.ask(question, "yes", "int4: 4-bit weights, about half of int8's size, no data needed")
+            self.alternative(f"{steps[-1]['scheme']}: 8-bit weights, a smaller accuracy cost; twice int4's size", steps)
+            return int4
+        why = "the accuracy budget is tight" if self.sensitive else f"the objective is {self.goals.objective}"
+        self.ask(question, "yes", f"keep {steps[-1]['scheme']} ({why}); int4 as the alternative: measure it")
+        self.alternative("int4: 4-bit Dense/attention weights, about half of int8's size; measure the accuracy", int4)
         return steps
 
     def _cpu_data(self) -> list[dict] | None:
@@ -313,15 +333,18 @@ def advise(
     have_calibration_data: bool = True,
     have_training_data: bool = False,
     goals: Goals | None = None,
+    dense_weights: bool = False,
 ) -> Advice:
     """Walk the decision tree: target precision -> data available -> accuracy sensitivity -> objective.
 
     Every question asked is recorded with the answer that decided it, so the user sees why. Only
     questions that matter for the target are asked (float16 needs no data, so the GPU path never asks
-    about calibration data).
+    about calibration data). `dense_weights`: most of the model's weights are large Dense/attention
+    matrices, where a CPU target can take 4-bit weights (int4).
     """
     target = check_target(target)
-    a = Advisor(target, goals or Goals(), have_calibration_data, have_training_data, facts=list(TARGET_FACTS[target]))
+    facts = list(TARGET_FACTS[target])
+    a = Advisor(target, goals or Goals(), have_calibration_data, have_training_data, dense_weights, facts=facts)
     if target in (Target.GPU, Target.COREML):
         steps = a.float_path()
     elif target is Target.CPU:

@@ -388,7 +388,11 @@ def recommend(
     if have_training_data is None:
         have_training_data = any(c.uses("prune", "cluster", "qat") for c in study.candidates)
     advice = advise(
-        target, have_calibration_data=have_calibration_data, have_training_data=have_training_data, goals=goals
+        target,
+        have_calibration_data=have_calibration_data,
+        have_training_data=have_training_data,
+        goals=goals,
+        dense_weights=any(c.scheme == Scheme.INT4 for c in study.candidates),  # the sweep tried int4: Dense-heavy
     )
     float_ms = study.float_ms
     base = study.float_reference

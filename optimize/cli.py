@@ -31,6 +31,11 @@ KERAS_MODEL = typer.Argument(..., help="Keras 2 (tf_keras) .keras/.h5 model.")
 TRAINING_DATA = typer.Option(..., "--data", "-d", help=".npz with labelled training data (x/y).")
 JSON = typer.Option(False, "--json", help="Print the result record as JSON instead of a table.")
 DELEGATES = typer.Option(True, "--delegates/--no-delegates", help="Check each result against the delegates.")
+OBSERVE = typer.Option(
+    "",
+    "--observe",
+    help="Also observe these delegates in the runtime where this machine can: gpu (LiteRT's GPU accelerator).",
+)
 TASK = typer.Option(None, "--task", help="What the labels are (default: guessed from the output and labels).")
 LABEL_OUTPUT = typer.Option(None, "--label-output", help="The output the labels belong to (default: the first).")
 CAL_SEED = typer.Option(0, "--calibration-seed", help="Seeds the random choice of calibration samples.")
@@ -128,6 +133,7 @@ def sweep(
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
+    observe: str = OBSERVE,
     as_json: bool = JSON,
 ) -> None:
     """Run the float32 baseline and every technique and chain; measure each; write study.json.
@@ -154,6 +160,7 @@ def sweep(
         measuring=_measuring(task, label_output, calibration_seed),
         calibration_samples=calibration_samples,
         trust_model_code=trust_model_code,
+        observe=tuple(o for o in observe.split(",") if o.strip()),
     )
     rec = recommend(study, target, goals) if target else None
     if as_json:
@@ -176,6 +183,9 @@ def quantize(
     samples: int = typer.Option(200, min=1, help="Calibration samples for int8/int16x8."),
     io: IO = typer.Option(IO.FLOAT, "--io", help="Input/output type: float, int8/uint8 (int8), int16 (int16x8)."),
     float_fallback: bool = typer.Option(False, help="Keep ops that cannot be quantized in float."),
+    block_size: int = typer.Option(
+        0, "--block-size", help="int4: 0 = one scale per output channel; 32, 64, 128 or 256 = blockwise."
+    ),
     backend: Backend | None = typer.Option(None, help="converter, litert (LiteRT Quantizer) or auto (per scheme)."),
     output: Path | None = OUTPUT_TFLITE,
     task: Task | None = TASK,
@@ -189,10 +199,13 @@ def quantize(
     """Post-training quantization, measured against the float32 model.
 
     Example: optimize quantize model.keras --scheme int8 --calibration data.npz --io int8 -o model_int8.tflite
+             optimize quantize model.keras --scheme int4 --block-size 32
     """
     from .recipe import build
 
     step = {"technique": "convert", "scheme": scheme, "samples": samples, "io": io, "float_fallback": float_fallback}
+    if block_size:  # only LiteRT Quantizer's step has blocks (it says so for schemes other than int4)
+        step = {"technique": "quantize", "scheme": scheme, "block_size": block_size, "io": io}
     recipe = build(str(scheme), [step])
     measuring = _measuring(task, label_output, calibration_seed)
     _run_and_show(
@@ -325,17 +338,23 @@ def compat(
         "--model-explorer",
         help="Also write the per-node verdicts as Model Explorer node data (one file per delegate when several).",
     ),
+    observe: str = OBSERVE,
 ) -> None:
     """Which operators each delegate would run, how many partitions, and why the rest falls back to CPU.
 
     Example: optimize compat model_int8.tflite --delegate gpu,hexagon --model-explorer overlay.json
+             optimize compat model.tflite --observe gpu   (the GPU accelerator's own verdict, beside the rules')
     """
     from .delegates import TargetParams, check_delegates, format_report
+    from .delegates.observe import UNAVAILABLE, gpu_device
 
     target = TargetParams(
         android_api=android_api, coreml_version=coreml_version, gpu_allow_quant=gpu_allow_quant, gpu_opencl=gpu_opencl
     )
-    reports = check_delegates(model, delegate.split(","), target=target, threads=threads)
+    watch = [o for o in observe.split(",") if o.strip()]
+    reports = check_delegates(model, delegate.split(","), target=target, threads=threads, observe=watch)
+    if watch and gpu_device() is None:
+        typer.echo(UNAVAILABLE, err=as_json)
     if model_explorer is not None:
         from .delegates.overlay import write_overlays
 
@@ -355,6 +374,9 @@ def recommend(
     target: Target = typer.Option(Target.CPU, help="Where the model will run."),
     have_calibration_data: bool = typer.Option(True, help="You have a few hundred representative inputs."),
     have_training_data: bool = typer.Option(False, help="You have labelled data to fine-tune with."),
+    dense_weights: bool = typer.Option(
+        False, help="Most weights are large Dense/attention matrices (4-bit int4 fits CPU targets)."
+    ),
     max_accuracy_drop: float | None = typer.Option(None, help="e.g. 0.01 = at most one point of top-1."),
     max_size_bytes: int | None = typer.Option(None, help="Largest acceptable .tflite."),
     max_latency_ms: float | None = typer.Option(None, help="Slowest acceptable p50 latency (host CPU)."),
@@ -374,7 +396,11 @@ def recommend(
     goals = make_goals(max_accuracy_drop, max_size_bytes, max_latency_ms, objective)
     if study is None:
         advice = advise(
-            target, have_calibration_data=have_calibration_data, have_training_data=have_training_data, goals=goals
+            target,
+            have_calibration_data=have_calibration_data,
+            have_training_data=have_training_data,
+            goals=goals,
+            dense_weights=dense_weights,
         )
         typer.echo(advice.model_dump_json(indent=2) if as_json else format_recommendation(advice))
         return

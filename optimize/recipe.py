@@ -21,7 +21,7 @@ from .errors import RecipeError, from_validation
 from .paths import read_bounded
 from .registry import Stage
 from .results import Goals, Step
-from .vocab import CALIBRATED_SCHEMES, DEFAULT_BACKEND, PTQ_SCHEMES, Backend, Scheme, Target
+from .vocab import CALIBRATED_SCHEMES, DEFAULT_BACKEND, LITERT_ONLY_SCHEMES, PTQ_SCHEMES, Backend, Scheme, Target
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 #: Plain file-name tokens: a recipe's name becomes `<name>.tflite` inside the output folder.
@@ -166,6 +166,8 @@ def _express(done: list[dict], step: dict, backend: Backend, locked: bool) -> li
     quantize for LiteRT, and a quantize after a float32 conversion folds back into the converter."""
     scheme = step.get("scheme")
     calib = {"scheme": scheme, "io": step.get("io"), "samples": step.get("samples")}
+    if scheme in LITERT_ONLY_SCHEMES and not locked:
+        backend = Backend.LITERT  # the converter cannot make it
     if backend is Backend.LITERT and step["technique"] == "convert" and scheme in PTQ_SCHEMES and not locked:
         return [*done, dict(_FLOAT32), {"technique": "quantize", **calib}]
     if backend is Backend.CONVERTER and step["technique"] == "quantize" and any(map(_is_float32, done)):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .choose import Recommendation, pareto_front
+from .delegates.observe import OBSERVED
 from .results import Candidate, DelegateReport, Study, write_atomic
 from .vocab import Delegate
 
@@ -133,12 +134,19 @@ def _md_candidates(study: Study, rec: Recommendation | None) -> list[str]:
     return lines + (["", "The study has no candidates."] if not study.candidates else [])
 
 
+def delegate_columns(study: Study) -> tuple[str, ...]:
+    """The delegate columns, plus the GPU observed in the runtime when the sweep observed it (--observe gpu)."""
+    observed = tuple(k for k in OBSERVED.values() if any(k in c.delegates for c in study.candidates))
+    return DELEGATE_COLUMNS + observed
+
+
 def _md_matrix(study: Study) -> list[str]:
-    lines = ["## Delegate matrix", "", "| Candidate | " + " | ".join(DELEGATE_COLUMNS) + " |"]
-    lines.append("|---|" + "---|" * len(DELEGATE_COLUMNS))
+    columns = delegate_columns(study)
+    lines = ["## Delegate matrix", "", "| Candidate | " + " | ".join(columns) + " |"]
+    lines.append("|---|" + "---|" * len(columns))
     for c in study.candidates:
         cells = []
-        for d in DELEGATE_COLUMNS:
+        for d in columns:
             r = c.delegates.get(d)
             why = "; ".join(_reasons(r)) if r else ""
             cells.append("-" if r is None else _md(f"{_cell_text(r)} ({r.source})" + (f": {why}" if why else "")))
@@ -217,7 +225,7 @@ def _matrix(study: Study) -> list[dict]:
     rows = []
     for c in study.candidates:
         cells = []
-        for d in DELEGATE_COLUMNS:
+        for d in delegate_columns(study):
             r = c.delegates.get(d)
             if r is None:
                 cells.append(None)
@@ -294,7 +302,7 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
         plot_titles=PLOT_TITLES,
         unplotted=[c.name for c in study.candidates if c.ok and c.accuracy_score is None],
         debug=debug,
-        delegates=DELEGATE_COLUMNS,
+        delegates=delegate_columns(study),
         target_col=TARGET_DELEGATE[rec.target] if rec else None,
         matrix=_matrix(study),
         env=env,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .advice import describe
+from .delegates.observe import OBSERVED
 from .results import Candidate, Metrics, Study
 from .vocab import Delegate, Target
 
@@ -19,6 +20,7 @@ def esc(text: str) -> str:
 
 
 DELEGATE_COLS = tuple(Delegate)
+OBSERVED_GPU = OBSERVED[Delegate.GPU]
 
 
 def _console(width: int | None = None):
@@ -153,9 +155,15 @@ def _columns(cands: list[Candidate], width: int | None, wide: bool) -> list[_Col
     columns = list(COLUMNS)
     if not any(c.delegates for c in cands):
         return columns
+    # The GPU observed in the runtime (sweep --observe gpu), beside the rules' prediction.
+    seen = [_Col("gpu seen", lambda c, b: _delegate_cell(c, OBSERVED_GPU), 0)] if _observed(cands) else []
     if wide or width is None or width >= 150:
-        return columns + [_Col(d, lambda c, b, d=d: _delegate_cell(c, d), 0) for d in DELEGATE_COLS]
-    return columns + [_Col("GNHCX", lambda c, b: _delegates_compact(c), 0)]
+        return columns + [_Col(d, lambda c, b, d=d: _delegate_cell(c, d), 0) for d in DELEGATE_COLS] + seen
+    return columns + [_Col("GNHCX", lambda c, b: _delegates_compact(c), 0)] + seen
+
+
+def _observed(cands: list[Candidate]) -> bool:
+    return any(OBSERVED_GPU in c.delegates for c in cands)
 
 
 def _cells(cands: list[Candidate], columns: list[_Col], base: _Base) -> list[list[str]]:
@@ -218,7 +226,13 @@ def _legend(study: Study) -> str | None:
         "warm-up. x = ratio to float32. Delegates: nodes delegated/total (p = partitions), or G N H C X = "
         "GPU, NNAPI, Hexagon, Core ML, XNNPACK (green full, yellow partial, red none; ! = the delegate would "
         "fail while building its graph, so the whole model runs on the CPU); xnnpack is observed in the "
-        "runtime, the others predicted from each delegate's rules."
+        "runtime, the others predicted from each delegate's rules"
+        + (
+            "; gpu seen: LiteRT's GPU accelerator (ML Drift) observed on this machine, beside the classic GPU "
+            "delegate's predicted column."
+            if _observed(study.candidates)
+            else "."
+        )
     )
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _tf, measure, models, paths, registry, runtime
+from . import _tf, measure, models, paths, registry, runtime, weights
 from .cache import ResultCache, key_for
 from .data import Dataset, take
 from .errors import ModelError, NothingWorked, RecipeError
@@ -28,7 +28,7 @@ from .progress import Progress
 from .recipe import Recipe, as_given, build, load_recipe
 from .registry import Stage
 from .results import Candidate, Dropped, Memory, Study
-from .vocab import PTQ_SCHEMES, Backend, Target
+from .vocab import PTQ_SCHEMES, Backend, Scheme, Target
 
 log = logging.getLogger(__name__)
 COVERAGE_WARNING = 0.05  # warn when more of the test values than this lie outside the calibrated range
@@ -97,13 +97,16 @@ def training_blocker(src: models.ModelSource, ds: Dataset | None) -> str | None:
 
 
 def _defaults(src: models.ModelSource, ds: Dataset | None, backend, dropped: list[Dropped]) -> list[Recipe]:
+    """The default sweep; int4 (4-bit Dense/MatMul weights) only where those hold most of the weights."""
+    int4 = [build("int4", [{"technique": "quantize", "scheme": "int4"}])] if weights.mostly_dense(src) else []
     if src.kind == "tflite":
-        return [as_given("float32")] + [build(s, [{"technique": "quantize", "scheme": s}]) for s in PTQ_SCHEMES]
+        schemes = [s for s in PTQ_SCHEMES if s != Scheme.INT4]
+        return [as_given("float32")] + [build(s, [{"technique": "quantize", "scheme": s}]) for s in schemes] + int4
     why = training_blocker(src, ds)
     if why:
         names = [n for n, steps in DEFAULT_SWEEP if any(s["technique"] in TRAINING for s in steps)]
         dropped.append(Dropped(recipes=names, reason=why))
-    return default_recipes(why is None, backend)
+    return default_recipes(why is None, backend) + [r.with_backend(backend) for r in int4]
 
 
 def _is_baseline(r: Recipe) -> bool:
@@ -309,15 +312,20 @@ def sweep(
     measuring: MeasureOptions | None = None,
     calibration_samples: int | None = None,
     trust_model_code: bool = False,
+    observe: tuple[str, ...] = (),
 ) -> Study:
     """The float32 baseline plus every recipe, each measured against it; written to output/study.json.
 
     Unchanged candidates come from the result cache (`cache=False` forces work). The rest run in `jobs`
     worker processes (0: in this process), then are timed one at a time. `target` adds the target's own
-    shipped recipe. `refuse_if_nothing_worked(study)` turns a study where nothing worked into exit 1.
+    shipped recipe. `observe=("gpu",)` adds the GPU accelerator's observed report to every candidate where this
+    machine has a device it accepts. `refuse_if_nothing_worked(study)` turns a study where nothing worked into exit 1.
     """
+    from .delegates.observe import check as observable
+    from .delegates.observe import observe_study
     from .demo import cache_dir
 
+    observable(observe)  # only what can be observed here: one line, before any work
     progress = progress or Progress()
     src, ds = open_inputs(model, data, measuring=measuring, trust=trust_model_code)
     dropped: list[Dropped] = []
@@ -344,6 +352,8 @@ def sweep(
         progress.close()
         shutil.rmtree(out_dir / ".work", ignore_errors=True)
     study = _study(run, model, threads)
+    if observe:  # after timing, so the accelerator's threads never disturb a measurement
+        study = observe_study(study, out_dir, progress)
     study.save(out_dir / "study.json")
     return study
 

@@ -10,6 +10,7 @@ candidate whose weights are not what its scheme promises is a failed candidate, 
     dynamic   0.50   (int8 is 0.25; the converter keeps tensors under 1,024 elements float)
     int8      0.50
     int16x8   0.50
+    int4      0.30   (4-bit Dense/MatMul weights are 0.125-0.14; convolutions get 8-bit); some weights must be int4
     selective -      (float islands are the point of it; at least some weights must be 8-bit)
 
 A recipe whose name promises integer-only compute (int8 or int16x8 with integer I/O) fails when any op
@@ -31,9 +32,9 @@ from .delegates.flatbuffer import Model, read_model
 from .results import Composition
 from .vocab import Scheme
 
-WEIGHT_DTYPES = ("float32", "float16", "int8", "uint8", "int16")
-BYTES = {"float32": 4, "float16": 2, "int8": 1, "uint8": 1, "int16": 2}
-MAX_SHRINK = {Scheme.FLOAT16: 0.60, Scheme.DYNAMIC: 0.50, Scheme.INT8: 0.50, Scheme.INT16X8: 0.50}
+WEIGHT_DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int4")
+BYTES = {"float32": 4, "float16": 2, "int8": 1, "uint8": 1, "int16": 2, "int4": 0.5}
+MAX_SHRINK = {Scheme.FLOAT16: 0.60, Scheme.DYNAMIC: 0.50, Scheme.INT8: 0.50, Scheme.INT16X8: 0.50, Scheme.INT4: 0.30}
 BIG = 1024  # weight tensors this large are the ones pruning and clustering are judged on
 
 
@@ -46,20 +47,23 @@ def _unique(t) -> int:
     v = t.values()
     if v is None:
         return 0
-    if t.dtype in ("int8", "uint8", "int16") and t.shape:
+    if t.dtype in ("int8", "uint8", "int16", "int4") and t.shape:
         rows = v.reshape(t.shape[0], -1)
         return int(max(len(np.unique(r)) for r in rows))
     return int(len(np.unique(v)))
 
 
 def _weight_bytes(sg) -> tuple[dict[str, int], int]:
-    """Bytes of the constant weights per dtype, and what the same weights would take in float32."""
+    """Bytes of the constant weights per dtype, and what the same weights would take in float32. A constant
+    no op reads (the scales of blockwise int4 weights, kept in a tensor of their own) is stored, so counted,
+    but has no float32 counterpart."""
     by_dtype: dict[str, int] = {}
     equivalent = 0
+    read = {i for op in sg.ops for i in op.inputs}
     for t in sg.tensors:
         if t.is_const and t.dtype in WEIGHT_DTYPES and t.data is not None:
             by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + len(t.data)
-            equivalent += t.numel * 4
+            equivalent += t.numel * 4 if t.index in read else 0
     return by_dtype, equivalent
 
 
@@ -133,22 +137,14 @@ def check(recipe, c: Composition) -> str | None:
     """Why the artifact is not what the recipe's name says, or None when it is."""
     techniques = [s.technique for s in recipe.steps]
     scheme = str(recipe.scheme)
-    shrink = c.shrink
     why = f" ({', '.join(c.float_op_types[:3])} kept float)" if c.float_op_types else ""
-    if "selective" in techniques:
-        if not c.weight_bytes.get("int8"):
-            return f"{scheme}: no weights were quantized{why}"
-    elif scheme in MAX_SHRINK and shrink > MAX_SHRINK[scheme]:
-        if shrink > 0.98:
-            small = (
-                " (every weight is under 1,024 elements, which dynamic range keeps float)"
-                if scheme == "dynamic" and c.largest_weight < 1024
-                else ""
-            )
-            return f"{scheme}: no weights were quantized{small or why}"
-        return f"{scheme}: the weights shrank only to {shrink:.2f}x of float32 (at most {MAX_SHRINK[scheme]:.2f}){why}"
-    return _float_compute_problem(recipe, c) or next(
-        (p for p in (_technique_problem(s, c) for s in recipe.steps) if p), None
+    problem = _missing_bits(scheme, techniques, c, why)
+    if problem is None and "selective" not in techniques:
+        problem = _shrink_problem(scheme, c, why)
+    return (
+        problem
+        or _float_compute_problem(recipe, c)
+        or next((p for p in (_technique_problem(s, c) for s in recipe.steps) if p), None)
     )
 
 
@@ -157,6 +153,29 @@ def _float_compute_problem(recipe, c: Composition) -> str | None:
         ops = ", ".join(c.float_compute_ops[:4]) + (" ..." if len(c.float_compute_ops) > 4 else "")
         return f"{recipe.scheme} with {recipe_io(recipe)} I/O still computes {ops} in float (not integer-only)"
     return None
+
+
+def _missing_bits(scheme: str, techniques: list[str], c: Composition, why: str) -> str | None:
+    """Schemes that must hold weights of a given type: selective some 8-bit ones, int4 some 4-bit ones."""
+    if "selective" in techniques and not c.weight_bytes.get("int8"):
+        return f"{scheme}: no weights were quantized{why}"
+    if scheme == Scheme.INT4 and not c.weight_bytes.get("int4"):
+        return f"int4: no weights were made 4-bit (no Dense/MatMul weights of 1,024 elements or more){why}"
+    return None
+
+
+def _shrink_problem(scheme: str, c: Composition, why: str) -> str | None:
+    shrink = c.shrink
+    if scheme not in MAX_SHRINK or shrink <= MAX_SHRINK[scheme]:
+        return None
+    if shrink > 0.98:
+        small = (
+            " (every weight is under 1,024 elements, which dynamic range keeps float)"
+            if scheme == "dynamic" and c.largest_weight < 1024
+            else ""
+        )
+        return f"{scheme}: no weights were quantized{small or why}"
+    return f"{scheme}: the weights shrank only to {shrink:.2f}x of float32 (at most {MAX_SHRINK[scheme]:.2f}){why}"
 
 
 def _technique_problem(step, c: Composition) -> str | None:

@@ -19,6 +19,7 @@ class Scheme(StrEnum):
     DYNAMIC = "dynamic"  # int8 weights, float activations quantized on the fly
     INT8 = "int8"  # full integer: int8 weights and activations, calibrated
     INT16X8 = "int16x8"  # int8 weights, int16 activations, calibrated (reference kernels)
+    INT4 = "int4"  # 4-bit Dense/MatMul weights (channel-wise or blockwise), float activations (LiteRT Quantizer)
 
 
 class IO(StrEnum):
@@ -89,7 +90,10 @@ class Precision(StrEnum):
 
 
 #: Schemes made after training from a float model (everything but the float32 baseline).
-PTQ_SCHEMES: tuple[Scheme, ...] = (Scheme.FLOAT16, Scheme.DYNAMIC, Scheme.INT8, Scheme.INT16X8)
+PTQ_SCHEMES: tuple[Scheme, ...] = (Scheme.FLOAT16, Scheme.DYNAMIC, Scheme.INT8, Scheme.INT16X8, Scheme.INT4)
+
+#: Schemes only LiteRT Quantizer makes (the TFLite converter has no 4-bit weights): always its backend.
+LITERT_ONLY_SCHEMES: tuple[Scheme, ...] = (Scheme.INT4,)
 
 #: Schemes whose activation ranges come from calibration data.
 CALIBRATED_SCHEMES: tuple[Scheme, ...] = (Scheme.INT8, Scheme.INT16X8)
@@ -102,6 +106,7 @@ IO_BY_SCHEME: dict[Scheme, tuple[IO, ...]] = {
     Scheme.DYNAMIC: (IO.FLOAT,),
     Scheme.INT8: (IO.FLOAT, IO.INT8, IO.UINT8),
     Scheme.INT16X8: (IO.FLOAT, IO.INT16),
+    Scheme.INT4: (IO.FLOAT,),
 }
 
 #: Which delegate report decides whether a target runs a candidate (Edge TPU and MCU have none: they

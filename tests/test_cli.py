@@ -101,7 +101,7 @@ def test_bad_params(cli, keras_model, data_npz):
         cli("prune", str(keras_model), "--data", str(data_npz), "--sparsity", "1.5"), "target_sparsity"
     )
     assert_one_line_error(cli("cluster", str(keras_model), "--data", str(data_npz), "--clusters", "1"), "clusters")
-    assert_one_line_error(cli("prune", str(keras_model), "--data", str(data_npz), "--then", "int4"), "--then")
+    assert_one_line_error(cli("prune", str(keras_model), "--data", str(data_npz), "--then", "int3"), "--then")
 
 
 def test_recipe_errors(cli, tmp_path):

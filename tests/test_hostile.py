@@ -59,7 +59,7 @@ def test_recipe_names_are_file_name_tokens():
         (("sweep", "--threads", "0"), "--threads"),
         (("compat", "x.tflite", "--coreml-version", "9"), "--coreml-version"),
         (("recommend", "--objective", "speed"), "'speed' is not one of"),
-        (("quantize", "m.keras", "--scheme", "int4"), "'int4' is not one of"),
+        (("quantize", "m.keras", "--scheme", "int3"), "'int3' is not one of"),
         (("quantize", "m.keras", "--io", "int4"), "'int4' is not one of"),
     ],
 )

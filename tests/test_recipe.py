@@ -42,7 +42,7 @@ def test_hash_depends_on_params_not_name():
         ('[[steps]]\ntechnique = "prune"\ntarget_sparsity = 1.5\n', "step 1: prune.target_sparsity"),
         ('[[steps]]\ntechnique = "prunee"\n', "Did you mean 'prune'?"),
         ('[[steps]]\ntechnique = "cluster"\nclusters = 1\n', "cluster.clusters"),
-        ('[[steps]]\ntechnique = "convert"\nscheme = "int4"\n', "convert.scheme"),
+        ('[[steps]]\ntechnique = "convert"\nscheme = "int3"\n', "convert.scheme"),
         ('[[steps]]\ntechnique = "convert"\nscheme = "float16"\nio = "int8"\n', "does not go with scheme"),
         ('colour = "red"\n[[steps]]\ntechnique = "prune"\n', "unknown key 'colour'"),
         ('targets = ["tpu"]\n[[steps]]\ntechnique = "prune"\n', "target 1: 'tpu' is not allowed. Allowed: cpu, gpu"),

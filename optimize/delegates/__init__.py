@@ -56,12 +56,15 @@ def check_delegates(
     *,
     loaded=None,
     parsed=None,
+    observe: Iterable[str] = (),
 ) -> dict[str, DelegateReport]:
     """One DelegateReport per requested delegate, in the order asked.
 
     `loaded`: an interpreter already built for this model with the default XNNPACK delegate
     (`runtime.load(model, xnnpack=True)`); the XNNPACK column then reads it instead of loading again.
     `parsed`: the model already read with `flatbuffer.read_model` (validated), so it is not read twice.
+    `observe`: delegates to also observe in the runtime where this machine can ("gpu": LiteRT's GPU
+    accelerator, reported under "gpu-observed"; left out when no device exists, see `observe.UNAVAILABLE`).
     Raises ModelError for a file that is not a readable, structurally valid TFLite model, OptimizeError
     for an unknown delegate.
     """
@@ -80,6 +83,12 @@ def check_delegates(
             out[name] = xnnpack.check(model, threads=threads, versions=versions, loaded=loaded)
         else:
             out[name] = run_rules(facts, rules_for(name), target)
+    from .observe import OBSERVED, check, observe_gpu
+
+    for name in check(observe):
+        report = observe_gpu(model)
+        if report is not None:
+            out[OBSERVED[name]] = report
     return out
 
 
@@ -99,8 +108,12 @@ def _veto_lines(r: DelegateReport) -> list[str]:
 def format_report(reports: dict[str, DelegateReport], max_nodes: int = 25) -> str:
     """Plain text for the terminal: one block per delegate, CPU nodes with reasons, hints."""
     lines: list[str] = []
+    from .observe import OBSERVED
+
+    labels = {key: f"{d} (observed)" for d, key in OBSERVED.items()}
     for name, r in reports.items():
         how = "observed in the runtime" if r.source == "runtime" else "predicted from the delegate's rules"
+        name = labels.get(name, name)
         lines.append(
             f"{name.upper():8} {_VERDICT[r.verdict]:15} {r.nodes_delegated}/{r.nodes_total} nodes, "
             f"{r.partitions} partition(s)  [{how}]"

@@ -60,6 +60,15 @@ _NUMPY = {
 }
 
 
+def _int4(data: bytes, n: int) -> np.ndarray | None:
+    raw = np.frombuffer(data, np.uint8)
+    if 2 * len(raw) < n:
+        return None
+    nibbles = np.empty(2 * len(raw), np.int8)
+    nibbles[0::2], nibbles[1::2] = raw & 0x0F, raw >> 4
+    return np.where(nibbles > 7, nibbles - 16, nibbles).astype(np.int8)[:n]
+
+
 def _schema():
     from ai_edge_litert import schema_py_generated as s
 
@@ -138,7 +147,10 @@ class Tensor:
         return math.prod(self.shape)
 
     def values(self) -> np.ndarray | None:
-        """The constant's values (flattened), or None when not constant or of a type numpy cannot view."""
+        """The constant's values (flattened), or None when not constant or of a type numpy cannot view.
+        int4 values are unpacked (two per byte, the first in the low nibble) into int8."""
+        if self.is_const and self.data is not None and self.dtype == "int4":
+            return _int4(self.data, self.numel)
         if not self.is_const or self.data is None or self.dtype not in _NUMPY:
             return None
         try:
@@ -353,7 +365,7 @@ def _quant(q: _Table | None) -> Quant | None:
     return Quant(q.buf, start, n, zstart, zn, dim, details == _BLOCKWISE)
 
 
-_BLOCKWISE = 3  # QuantizationDetails.BlockwiseQuantization in schema_py_generated
+_BLOCKWISE = 2  # QuantizationDetails: 1 Custom, 2 Blockwise, 3 MultiAxis (tflite/converter/schema/schema.fbs:77-81)
 
 
 _F32 = struct.Struct("<f")

@@ -13,7 +13,7 @@ from ..errors import DataError, TechniqueFailed
 from ..registry import Context, SchemeParams, Stage, technique
 from ..results import write_atomic
 from ..runtime import captured_stderr
-from ..vocab import CALIBRATED_SCHEMES, IO, Scheme
+from ..vocab import CALIBRATED_SCHEMES, IO, LITERT_ONLY_SCHEMES, Scheme
 
 
 class ConvertParams(SchemeParams):
@@ -65,6 +65,11 @@ def configure(converter, params: ConvertParams, ctx: Context) -> None:
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
     if scheme == "float32":
         return
+    if scheme in LITERT_ONLY_SCHEMES:  # a recipe expresses it as float32 + quantize, except after QAT/fallback
+        raise TechniqueFailed(
+            f"the TFLite converter makes no {scheme} weights: LiteRT Quantizer does (backend litert; not after QAT "
+            "or with float_fallback)."
+        )
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if scheme == "float16":
         converter.target_spec.supported_types = [tf.float16]

@@ -8,6 +8,8 @@ the quantizer's recipes:
     dynamic  -> dynamic_wi8_afp32  (int8 weights, float activations quantized on the fly)
     int8     -> static_wi8_ai8     (int8 weights and activations, calibrated)
     int16x8  -> static_wi8_ai16    (int8 weights, int16 activations, calibrated)
+    int4     -> dynamic_wi4_afp32  (4-bit Dense/MatMul weights, channel-wise or blockwise (dynamic_wi4b{N}_afp32);
+                                    convolution weights int8, which XNNPACK runs; float activations)
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from .. import calibrator, runtime
 from ..errors import DataError, ModelError, OptimizeError, TechniqueFailed
@@ -28,18 +30,23 @@ from ..normalize import not_float
 from ..registry import Context, SchemeParams, Stage, technique
 from ..results import write_atomic
 from ..vocab import CALIBRATED_SCHEMES, IO, PTQ_SCHEMES, Backend, Scheme
+from ..weights import INT4_OPS
 
 RECIPES = {
     Scheme.FLOAT16: "weight-only float16 (float_casting)",
     Scheme.DYNAMIC: "dynamic_wi8_afp32",
     Scheme.INT8: "static_wi8_ai8",
     Scheme.INT16X8: "static_wi8_ai16",
+    Scheme.INT4: "dynamic_wi4_afp32",
 }
+# int4 makes the Dense / MatMul / embedding family 4-bit (weights.INT4_OPS), whose 4-bit hybrid kernels XNNPACK
+# has; convolutions get 8-bit weights (XNNPACK does not take a 4-bit CONV_2D; the reference kernel would run it).
 
 
 class QuantizeParams(SchemeParams):
     scheme: Scheme = Field(
-        description="float16 weights; dynamic (int8 weights); int8 (calibrated); int16x8 (int16 activations, calibrated)."
+        description="float16 weights; dynamic (int8 weights); int8 (calibrated); int16x8 (int16 activations, "
+        "calibrated); int4 (4-bit Dense/MatMul weights, float activations)."
     )
     io: IO = Field(
         IO.FLOAT,
@@ -57,6 +64,11 @@ class QuantizeParams(SchemeParams):
         "channel",
         description="Weight scales per output channel (best accuracy) or one per tensor (for older NPUs/delegates).",
     )
+    block_size: Literal[0, 32, 64, 128, 256] = Field(
+        0,
+        description="int4: 0 keeps one scale per output channel; 32, 64, 128 or 256 gives each block of that many "
+        "input weights its own scale (blockwise: closer to float, a little bigger and slower).",
+    )
     calibration: Literal["minmax", "moving_average"] = Field(
         "minmax",
         description="Activation ranges: global min/max over all samples (as the converter does), or the "
@@ -70,10 +82,23 @@ class QuantizeParams(SchemeParams):
             raise ValueError(f"quantize makes {', '.join(PTQ_SCHEMES)}; {scheme} is what it starts from")
         return scheme
 
+    @model_validator(mode="after")
+    def _blocks_for_int4(self):
+        if self.block_size and self.scheme != Scheme.INT4:
+            raise ValueError(f"block_size applies to int4 weights, not {self.scheme}")
+        return self
+
+    @property
+    def recipe_name(self) -> str:
+        if self.scheme == Scheme.INT4 and self.block_size:
+            return f"dynamic_wi4b{self.block_size}_afp32"
+        return RECIPES[self.scheme]
+
 
 @technique("quantize", stage=Stage.TFLITE, params=QuantizeParams)
 def quantize(model: Path, params: QuantizeParams, ctx: Context) -> Path:
-    """Quantize a float32 .tflite with LiteRT Quantizer (litert-quantizer): float16, dynamic, int8 or int16x8.
+    """Quantize a float32 .tflite with LiteRT Quantizer (litert-quantizer): float16, dynamic, int8, int16x8 or
+    int4 (4-bit Dense/MatMul weights, channel-wise or in blocks of `block_size`).
 
     Works on the converted flatbuffer, so any float .tflite qualifies, whatever framework made it.
     int8 and int16x8 are calibrated on the context's data, fed to the model's signature by input name.
@@ -96,16 +121,21 @@ def quantize(model: Path, params: QuantizeParams, ctx: Context) -> Path:
     elif calibration is not None and params.io != "float" and ctx.source_kind in (None, "tflite"):
         data = _integer_only(content, data, params, ctx, calibration)
     _check_loads(data, params, ctx, source=content)
-    out = ctx.workdir / f"quantize-{params.scheme}{'' if params.io == 'float' else '-' + params.io}.tflite"
+    blocks = f"-b{params.block_size}" if params.block_size else ""
+    out = ctx.workdir / f"quantize-{params.scheme}{blocks}{'' if params.io == 'float' else '-' + params.io}.tflite"
     write_atomic(out, data)
     if ctx.records.get("backend") != Backend.CALIBRATOR:
         ctx.notes.append(
-            f"quantize: LiteRT Quantizer recipe {RECIPES[params.scheme]}, {params.granularity}-wise weights, "
+            f"quantize: LiteRT Quantizer recipe {params.recipe_name}, {_granularity(params)} weights, "
             f"{params.io} I/O"
             + (f", {params.calibration} ranges from {_count(calibration, params)} samples" if calibration else "")
             + "."
         )
     return out
+
+
+def _granularity(params: QuantizeParams) -> str:
+    return f"{params.block_size}-blockwise" if params.block_size else f"{params.granularity}-wise"
 
 
 def _left_float(data: bytes) -> list[str]:
@@ -238,14 +268,12 @@ def _recipe(params: QuantizeParams):
     rm = recipe_manager.RecipeManager()
     if params.scheme == "float16":
         rm.add_weight_only_config(".*", op.ALL_SUPPORTED, 16, gran, AlgorithmName.FLOAT_CASTING)
-    elif params.scheme == "dynamic":
-        cfg = qtyping.OpQuantizationConfig(
-            weight_tensor_config=qtyping.TensorQuantizationConfig(num_bits=8, symmetric=True, granularity=gran),
-            compute_precision=qtyping.ComputePrecision.INTEGER,
-            explicit_dequantize=False,
-            min_weight_elements=params.min_weight_elements,
-        )
-        rm.add_quantization_config(".*", op.ALL_SUPPORTED, cfg)
+    elif params.scheme in ("dynamic", "int4"):
+        rm.add_quantization_config(".*", op.ALL_SUPPORTED, _dynamic(8, gran, params))
+        if params.scheme == "int4":  # later rules override earlier ones
+            blocks = getattr(qtyping.QuantGranularity, f"BLOCKWISE_{params.block_size}", gran)
+            for name in INT4_OPS:
+                rm.add_quantization_config(".*", getattr(op, name), _dynamic(4, blocks, params))
     else:
         rm.add_static_config(".*", op.ALL_SUPPORTED, 16 if params.scheme == "int16x8" else 8, 8, gran)
         if params.io == "float":
@@ -266,6 +294,18 @@ def _recipe(params: QuantizeParams):
     # with QUANTIZE/DEQUANTIZE around them, in every scheme.
     rm.add_quantization_config(".*", op.CUSTOM_OP, None, AlgorithmName.NO_QUANTIZE)
     return rm
+
+
+def _dynamic(bits: int, granularity, params: QuantizeParams):
+    """Weights of `bits` bits, float activations quantized on the fly (the dynamic_wi{bits} recipes)."""
+    from litert_quantizer import qtyping
+
+    return qtyping.OpQuantizationConfig(
+        weight_tensor_config=qtyping.TensorQuantizationConfig(num_bits=bits, symmetric=True, granularity=granularity),
+        compute_precision=qtyping.ComputePrecision.INTEGER,
+        explicit_dequantize=False,
+        min_weight_elements=params.min_weight_elements,
+    )
 
 
 @contextlib.contextmanager
@@ -300,9 +340,9 @@ def _run_quantizer(content: bytes, params: QuantizeParams, ctx: Context, signatu
         raise
     except Exception as e:  # the quantizer raises ValueError, RuntimeError, KeyError, ... on models it cannot handle
         reason = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
-        raise TechniqueFailed(f"LiteRT Quantizer could not apply {RECIPES[params.scheme]}: {reason}") from e
+        raise TechniqueFailed(f"LiteRT Quantizer could not apply {params.recipe_name}: {reason}") from e
     if not quantized:
-        raise TechniqueFailed(f"LiteRT Quantizer returned no model for {RECIPES[params.scheme]}.")
+        raise TechniqueFailed(f"LiteRT Quantizer returned no model for {params.recipe_name}.")
     return bytes(quantized)
 
 

@@ -1,4 +1,5 @@
-"""Checking all five delegates vs loading the model in the interpreter, side by side.
+"""Checking all five delegates vs loading the model in the interpreter, side by side; and the GPU column the
+rules predict against the one observed in the runtime (issue 21).
 
 Target (issue 12): checking GPU, NNAPI, Hexagon, Core ML and XNNPACK costs at most 1.2x the interpreter's
 load + allocate_tensors of the same model. XNNPACK is observed in a loaded interpreter, so a check always
@@ -10,19 +11,29 @@ and the medians compared:
   shared load  load + check_delegates(path, loaded=...): the candidate's one load serves both
   shared both  load + check_delegates(path, loaded=..., parsed=...): the parse is shared too
 
+Rules vs observed (where this machine has a Vulkan device LiteRT's GPU accelerator accepts, e.g. Mesa 25's
+lavapipe, docs/platform-notes.md): per model, the nodes and the verdict the GPU rules predict (the classic
+TfLiteGpuDelegateV2) beside what the accelerator (ML Drift) took, over the 14 models of the mediapipe 0.10.21
+wheel as shipped and our own (MobileNetV2, and the trained demo CNN in every scheme including int4), with
+every disagreement spelled out from both sides' reasons; and what one observation costs next to a load.
+
     python benchmarks/bench_compat.py                  # builds MobileNetV2 (weights=None), float32 and int8
     python benchmarks/bench_compat.py model.tflite --runs 30
+    python benchmarks/bench_compat.py --skip-agreement  # the check's cost only
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def build_mobilenet_v2(folder: Path) -> list[Path]:
@@ -69,11 +80,87 @@ def measure(path: Path, runs: int, threads: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def own_models(folder: Path) -> list[Path]:
+    """The trained demo digits CNN as float32, float16, dynamic, int8 and int4, quantized by optimize."""
+    from optimize import _tf, demo, registry
+    from optimize.data import load_data
+    from optimize.registry import Context
+
+    model, data = demo.demo()
+    f32 = folder / "demo_cnn_float32.tflite"
+    keras_model = _tf.keras().models.load_model(model, compile=False)
+    f32.write_bytes(_tf.tf().lite.TFLiteConverter.from_keras_model(keras_model).convert())
+    ctx = Context(workdir=folder, data=load_data(data))
+    quantize = registry.get("quantize")
+    out = [f32]
+    for scheme in ("float16", "dynamic", "int8", "int4"):
+        made = quantize.fn(f32, quantize.parse({"scheme": scheme}), ctx)
+        out.append(made.rename(folder / f"demo_cnn_{scheme}.tflite"))
+    return out
+
+
+def _ops(report) -> dict[str, str]:
+    return {v.op: v.reason for v in report.cpu_nodes}
+
+
+def explain(rules, seen) -> list[str]:
+    """Every difference between the two columns, from both sides' own reasons."""
+    if seen.veto_code == "build-failure" or rules.veto_code == "build-failure":
+        out = []
+        if rules.veto_code == "build-failure" and seen.veto_code != "build-failure":
+            out.append(f"rules: build fails ({rules.vetoed[:160]}); ML Drift built it")
+        if seen.veto_code == "build-failure" and rules.veto_code != "build-failure":
+            out.append(f"ML Drift: {seen.vetoed}; the rules predict {rules.verdict}")
+        return out
+    mine, theirs = _ops(rules), _ops(seen)
+    out = [f"ML Drift takes {op} (rules: {why[:110]})" for op, why in mine.items() if op not in theirs]
+    out += [f"ML Drift refuses {op} ({why[:110]}); the rules take it" for op, why in theirs.items() if op not in mine]
+    if not out and rules.nodes_delegated != seen.nodes_delegated:
+        out.append("same ops refused; the partitions kept differ")
+    return out
+
+
+def agreement(paths: list[Path], threads: int) -> None:
+    """Rules vs observed per model, and the totals."""
+    from optimize import runtime
+    from optimize.delegates import check_delegates
+    from optimize.delegates.observe import OBSERVED, gpu_device
+
+    icd = gpu_device()
+    if icd is None:
+        print("\nrules vs observed: no Vulkan device the accelerator accepts here (docs/platform-notes.md)")
+        return
+    print(f"\nGPU: rules (classic delegate) vs observed (ML Drift on {icd.name}); nodes on the GPU / total")
+    print(f"{'model':44} {'rules':>16} {'observed':>16}  nodes verdict  observing (/ a load)")
+    same_nodes = same_verdict = 0
+    for path in paths:
+        t0 = time.perf_counter()
+        r = check_delegates(path, ["gpu"], threads=threads, observe=["gpu"])
+        seen_s = time.perf_counter() - t0
+        load_s = _ms(lambda p=path: runtime.loads(p)) / 1000  # False for custom ops this runtime lacks
+        rules, seen = r["gpu"], r[OBSERVED["gpu"]]
+        nodes, verdict = rules.nodes_delegated == seen.nodes_delegated, rules.verdict == seen.verdict
+        same_nodes, same_verdict = same_nodes + nodes, same_verdict + verdict
+        cells = [
+            f"{rules.verdict} {rules.nodes_delegated}/{rules.nodes_total}",
+            f"{seen.verdict} {seen.nodes_delegated}",
+        ]
+        cells[1] += f"/{seen.nodes_total}"
+        mark = f"{'=' if nodes else 'x':>5} {'=' if verdict else 'x':>7}"
+        print(f"{path.name[:44]:44} {cells[0]:>16} {cells[1]:>16} {mark}  {seen_s:5.1f} s {seen_s / load_s:6.1f}x")
+        for why in explain(rules, seen):
+            print(f"    {why}")
+    n = len(paths)
+    print(f"agreement: nodes {same_nodes}/{n} models, verdicts {same_verdict}/{n} models")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", nargs="*", help=".tflite files to measure (default: build MobileNetV2 float32 and int8)")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--skip-agreement", action="store_true", help="only the check's cost")
+    ap.add_argument("--skip-mediapipe", action="store_true", help="rules vs observed on our own models only")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,8 +175,13 @@ def main() -> None:
             cells = [f"{t[k]:.1f} ({t[k] / load:.2f}x)" for k in ("standalone", "shared load", "shared both")]
             print(f"{path.name:32} {load:7.1f} " + " ".join(f"{c:>18}" for c in cells))
         print(
-            "target: checking all five delegates <= 1.20x one interpreter load + allocate (shared load, as in a sweep)"
+            "target: checking all five delegates <= 1.00x one interpreter load + allocate (shared load, as in a sweep)"
         )
+        if not args.skip_agreement:
+            from bench_real_models import mediapipe_models
+
+            mp = [] if args.skip_mediapipe else mediapipe_models(None)
+            agreement(mp + paths + own_models(Path(tmp)), args.threads)
 
 
 if __name__ == "__main__":

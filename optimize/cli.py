@@ -353,8 +353,6 @@ def compat(
     )
     watch = [o for o in observe.split(",") if o.strip()]
     reports = check_delegates(model, delegate.split(","), target=target, threads=threads, observe=watch)
-    if watch and gpu_device() is None:
-        typer.echo(UNAVAILABLE, err=as_json)
     if model_explorer is not None:
         from .delegates.overlay import write_overlays
 
@@ -364,6 +362,8 @@ def compat(
         typer.echo(json.dumps({k: v.model_dump(mode="json") for k, v in reports.items()}, indent=2))
     else:
         typer.echo(format_report(reports))
+    if watch and gpu_device() is None:
+        typer.echo(UNAVAILABLE, err=as_json)
 
 
 @app.command()

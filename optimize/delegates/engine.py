@@ -182,18 +182,9 @@ def _choose(sg: Subgraph, views: _Views, rejected: dict[int, Verdict], pol: Poli
     return chosen
 
 
-def _tensors(sg: Subgraph, nodes, attr: str) -> set[int]:
-    return {t for i in nodes for t in getattr(sg.ops[i], attr) if t >= 0}
-
-
 def boundary(sg: Subgraph, nodes: list[int]) -> Boundary:
-    """What one partition's delegate kernel reads from outside and hands back (graph_info.cc:205-230, 130-143)."""
-    inside = set(nodes)
-    produced = _tensors(sg, nodes, "outputs")
-    ins = frozenset(t for t in _tensors(sg, nodes, "inputs") - produced if not sg.tensors[t].is_const)
-    outside = _tensors(sg, (op.index for op in sg.ops if op.index not in inside), "inputs")
-    outs = frozenset(t for t in produced if t in outside or t in sg.outputs)
-    return Boundary(tuple(nodes), ins, outs)
+    """What one partition's delegate kernel reads from outside and hands back (computed when a rule asks)."""
+    return Boundary(sg, nodes)
 
 
 def _build_failure(
@@ -201,12 +192,11 @@ def _build_failure(
 ) -> Finding | None:
     """The second stage: each delegated partition is built node by node, in order; the first failure wins."""
     for p in parts:
-        b = None
+        b = boundary(sg, p.nodes)
         for i in p.nodes:
             node = views.nodes[i]
             if node is None:
                 continue
-            b = b or boundary(sg, p.nodes)
             v = rules.build_failure(node, target, b)
             if v is not None:
                 return Finding(sg.index, i, node.op.name, node.version, v)

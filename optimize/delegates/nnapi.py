@@ -846,6 +846,10 @@ def _omitted_input(node: NodeView) -> Verdict | None:
 def build_failure(node: NodeView, target: TargetParams, boundary: Boundary | None = None) -> Verdict | None:
     """What fails the whole delegation while the NNAPI model is built: a tensor type AddTensor cannot map
     (constants included, e.g. int64 PAD paddings or int4 weights), or an omitted input with no path."""
+    if all(t is not None and t.dtype in NNAPI_TYPES for t in node.inputs) and all(
+        t.dtype in NNAPI_TYPES for t in node.outputs
+    ):
+        return None  # the common case: nothing AddTensor could refuse
     r = _omitted_input(node)
     if r:
         return r

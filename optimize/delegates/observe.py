@@ -14,6 +14,7 @@ the GPU delegate runs the predicted column; an app on the CompiledModel API with
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -67,7 +68,7 @@ def check(names) -> list[str]:
     """The delegates to observe in the runtime: only the GPU (its accelerator) can be. Others: one clear error."""
     from ..errors import OptimizeError
 
-    names = [n.strip().lower() for n in ([names] if isinstance(names, str) else names or ()) if n.strip()]
+    names = [n.strip().lower() for n in (names.split(",") if isinstance(names, str) else names or ()) if n.strip()]
     others = [n for n in names if n not in OBSERVED]
     if others:
         raise OptimizeError(
@@ -216,6 +217,7 @@ def observe_study(study, folder: Path, progress=None):
     """The study with an observed GPU report on every candidate that has an artifact (`OBSERVED` key); the
     study unchanged when this machine has no device the accelerator accepts."""
     if gpu_device() is None:
+        logging.getLogger(__name__).warning(UNAVAILABLE)
         return study
     candidates = []
     for c in study.candidates:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from ..vocab import Delegate
@@ -31,7 +32,7 @@ from .flatbuffer import Tensor
 from .graph import NodeView
 
 if TYPE_CHECKING:
-    from .flatbuffer import Model
+    from .flatbuffer import Model, Subgraph
     from .target import TargetParams
 
 
@@ -89,14 +90,32 @@ class Finding(NamedTuple):
     verdict: Verdict
 
 
-@dataclass(frozen=True)
 class Boundary:
     """One delegated partition as its delegate kernel receives it: the tensors it reads from outside (graph
-    inputs, CPU outputs; constants not counted) and the tensors it hands back (read outside, graph outputs)."""
+    inputs, CPU outputs; constants not counted) and the tensors it hands back (read outside, graph outputs),
+    as graph_info.cc:130-143, 205-230 collect them. Computed on first use: most rules never ask."""
 
-    nodes: tuple[int, ...]
-    inputs: frozenset[int]
-    outputs: frozenset[int]
+    def __init__(self, sg: Subgraph, nodes: Iterable[int]):
+        self.sg, self.nodes = sg, tuple(nodes)
+
+    def _tensors(self, nodes: Iterable[int], attr: str) -> set[int]:
+        ops = self.sg.ops
+        return {t for i in nodes for t in getattr(ops[i], attr) if t >= 0}
+
+    @cached_property
+    def _produced(self) -> set[int]:
+        return self._tensors(self.nodes, "outputs")
+
+    @cached_property
+    def inputs(self) -> frozenset[int]:
+        tensors = self.sg.tensors
+        return frozenset(t for t in self._tensors(self.nodes, "inputs") - self._produced if not tensors[t].is_const)
+
+    @cached_property
+    def outputs(self) -> frozenset[int]:
+        inside = set(self.nodes)
+        outside = self._tensors((op.index for op in self.sg.ops if op.index not in inside), "inputs")
+        return frozenset(t for t in self._produced if t in outside or t in self.sg.outputs)
 
 
 @dataclass(frozen=True)

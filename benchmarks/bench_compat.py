@@ -120,9 +120,19 @@ def explain(rules, seen) -> list[str]:
     return out
 
 
+def _load_s(path: Path, threads: int) -> float | None:
+    """One interpreter load + allocate with XNNPACK, as measuring does; None when this runtime cannot."""
+    from optimize import runtime
+    from optimize.errors import ModelError
+
+    try:
+        return _ms(lambda: runtime.load(path, threads=threads)) / 1000
+    except ModelError:
+        return None
+
+
 def agreement(paths: list[Path], threads: int) -> None:
     """Rules vs observed per model, and the totals."""
-    from optimize import runtime
     from optimize.delegates import check_delegates
     from optimize.delegates.observe import OBSERVED, gpu_device
 
@@ -137,7 +147,7 @@ def agreement(paths: list[Path], threads: int) -> None:
         t0 = time.perf_counter()
         r = check_delegates(path, ["gpu"], threads=threads, observe=["gpu"])
         seen_s = time.perf_counter() - t0
-        load_s = _ms(lambda p=path: runtime.loads(p)) / 1000  # False for custom ops this runtime lacks
+        load_s = _load_s(path, threads)
         rules, seen = r["gpu"], r[OBSERVED["gpu"]]
         nodes, verdict = rules.nodes_delegated == seen.nodes_delegated, rules.verdict == seen.verdict
         same_nodes, same_verdict = same_nodes + nodes, same_verdict + verdict
@@ -147,7 +157,8 @@ def agreement(paths: list[Path], threads: int) -> None:
         ]
         cells[1] += f"/{seen.nodes_total}"
         mark = f"{'=' if nodes else 'x':>5} {'=' if verdict else 'x':>7}"
-        print(f"{path.name[:44]:44} {cells[0]:>16} {cells[1]:>16} {mark}  {seen_s:5.1f} s {seen_s / load_s:6.1f}x")
+        ratio = f"{seen_s / load_s:6.0f}x" if load_s else "  (no load: custom ops)"
+        print(f"{path.name[:44]:44} {cells[0]:>16} {cells[1]:>16} {mark}  {seen_s:5.1f} s {ratio}")
         for why in explain(rules, seen):
             print(f"    {why}")
     n = len(paths)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 import warnings
 from pathlib import Path
 from typing import Literal
@@ -256,8 +257,9 @@ def _calibration_data(
     return {signature: [{k: v[i : i + 1] for k, v in typed.items()} for i in range(count(xs))]}
 
 
-def _recipe(params: QuantizeParams):
-    """The quantizer's RecipeManager holding the recipe for a scheme, granularity and I/O type."""
+def _recipe(params: QuantizeParams, content: bytes | None = None):
+    """The quantizer's RecipeManager holding the recipe for a scheme, granularity and I/O type (for blockwise
+    int4, `content` lets weights whose rows do not split into whole blocks keep one scale per channel)."""
     from litert_quantizer import qtyping, recipe_manager
     from litert_quantizer.algorithm_manager import AlgorithmName
 
@@ -274,6 +276,8 @@ def _recipe(params: QuantizeParams):
             blocks = getattr(qtyping.QuantGranularity, f"BLOCKWISE_{params.block_size}", gran)
             for name in INT4_OPS:
                 rm.add_quantization_config(".*", getattr(op, name), _dynamic(4, blocks, params))
+            for name, scope in _uneven_blocks(content, params.block_size):
+                rm.add_quantization_config(f"^{re.escape(scope)}$", getattr(op, name), _dynamic(4, gran, params))
     else:
         rm.add_static_config(".*", op.ALL_SUPPORTED, 16 if params.scheme == "int16x8" else 8, 8, gran)
         if params.io == "float":
@@ -294,6 +298,23 @@ def _recipe(params: QuantizeParams):
     # with QUANTIZE/DEQUANTIZE around them, in every scheme.
     rm.add_quantization_config(".*", op.CUSTOM_OP, None, AlgorithmName.NO_QUANTIZE)
     return rm
+
+
+def _uneven_blocks(content: bytes | None, block_size: int) -> list[tuple[str, str]]:
+    """(op, scope) of the 4-bit ops whose weight rows are not a whole number of blocks: the quantizer refuses
+    to split them ("not divisible by block size"), so they keep one scale per output channel. The scope is
+    the quantizer's own: the op's output tensor names, each followed by ';'."""
+    if not content or not block_size:
+        return []
+    from ..delegates.flatbuffer import read_model
+
+    sg = read_model(content).main
+    out = []
+    for o in sg.ops:
+        w = sg.tensors[o.inputs[1]] if o.opcode in INT4_OPS and len(o.inputs) > 1 and o.inputs[1] >= 0 else None
+        if w is not None and w.shape and w.shape[-1] % block_size:
+            out.append((o.opcode, "".join(f"{sg.tensors[i].name};" for i in o.outputs if i >= 0)))
+    return out
 
 
 def _dynamic(bits: int, granularity, params: QuantizeParams):
@@ -330,7 +351,7 @@ def _run_quantizer(content: bytes, params: QuantizeParams, ctx: Context, signatu
         with _quiet():
             from litert_quantizer import quantizer
 
-            recipe = _recipe(params)
+            recipe = _recipe(params, content)
             qsvs = None
             if calibration is not None and recipe.need_calibration():
                 qsvs = _calibrate(content, calibration, recipe, params, ctx)

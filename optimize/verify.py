@@ -53,17 +53,21 @@ def _unique(t) -> int:
     return int(len(np.unique(v)))
 
 
-def _weight_bytes(sg) -> tuple[dict[str, int], int]:
+def _read(model: Model) -> set[int]:
+    """Ids of the tensors some op reads, over every subgraph."""
+    return {id(g.tensors[i]) for g in model.subgraphs for op in g.ops for i in op.inputs if i >= 0}
+
+
+def _weight_bytes(sg, read: set[int]) -> tuple[dict[str, int], int]:
     """Bytes of the constant weights per dtype, and what the same weights would take in float32. A constant
-    no op reads (the scales of blockwise int4 weights, kept in a tensor of their own) is stored, so counted,
-    but has no float32 counterpart."""
+    no op reads (`read`: ids of the tensors ops read; the scales of blockwise int4 weights live in a tensor of
+    their own) is stored, so counted, but has no float32 counterpart."""
     by_dtype: dict[str, int] = {}
     equivalent = 0
-    read = {i for op in sg.ops for i in op.inputs}
     for t in sg.tensors:
         if t.is_const and t.dtype in WEIGHT_DTYPES and t.data is not None:
             by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + len(t.data)
-            equivalent += t.numel * 4 if t.index in read else 0
+            equivalent += t.numel * 4 if id(t) in read else 0
     return by_dtype, equivalent
 
 
@@ -118,7 +122,7 @@ def compose(content: bytes | Model) -> Composition:
     (from its bytes, or from the model already parsed)."""
     model = content if isinstance(content, Model) else read_model(content)
     sg = SimpleNamespace(tensors=[t for g in model.subgraphs for t in g.tensors])  # branch and loop bodies too
-    by_dtype, equivalent = _weight_bytes(sg)
+    by_dtype, equivalent = _weight_bytes(sg, _read(model))
     float_ops = [op.name for g in model.subgraphs for op in g.ops if _computes_in_float(g, op)]
     big = _big_weights(sg)
     return Composition(

@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "load_recipe": ("optimize.recipe", "load_recipe"),
     "Recipe": ("optimize.recipe", "Recipe"),
-    "run": ("optimize.pipeline", "run"),
+    "run": ("optimize.single", "run"),
     "sweep": ("optimize.sweeps", "sweep"),
     "evaluate": ("optimize.measure", "evaluate"),
     "check_delegates": ("optimize.delegates", "check_delegates"),

@@ -2,14 +2,20 @@
 
 The key covers everything a result depends on: the model's fingerprint, the resolved steps, the data's
 fingerprint, the library versions, the measurement settings and the baseline it is compared with.
-Different inputs can never share a key. Each entry stores the artifact and the record, with the sha256
-of both beside them: an entry whose artifact or record does not match its digest (a half-written entry,
-a hand-edited figure) is deleted and rebuilt, never served.
+Different inputs can never share a key. The cache lives in a folder or at any fsspec URL
+(`optimize.storage`: `s3://bucket/prefix` shares it between machines), as two kinds of object:
+
+    results/v3/artifacts/<sha[:2]>/<sha>.tflite   the artifact, named by its own sha256
+    results/v3/entries/<key[:2]>/<key>.json       the record, its sha256 and the artifact's
+
+Both are published atomically and only if absent, so two machines writing the same key at once leave
+one complete entry. An entry is verified on read: a record or artifact that does not match its digest
+(half-written, hand-edited) is deleted and rebuilt, never served.
 
 What is cached: candidates that worked, and failures that would happen again on the same inputs (a
 technique's own failure, a worker killed by SIGSEGV in a technique). Never failures the environment
-caused: a full disk, memory, a worker killed by SIGKILL, a timeout. A cache that cannot be written is a
-warning, never a failed sweep.
+caused: a full disk, memory, a worker killed by SIGKILL, a lost node, a timeout. A cache that cannot be
+written is a warning, never a failed sweep.
 """
 
 from __future__ import annotations
@@ -17,17 +23,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
-import tempfile
-import time
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from .results import Candidate, write_atomic
+from .storage import default_root, join, open_store
 
-CACHE_FORMAT = 3  # 3: candidates carry the robustness probe; every deterministic failure is kept
-STALE_SECONDS = 3600  # temp folders older than this are left over from a crash: removed
+# 3: candidates carry the robustness probe; every deterministic failure is kept.
+# 4: entries and artifacts as separate objects in a store (a folder or any fsspec URL).
+CACHE_FORMAT = 4
+MAX_RECORD_BYTES = 64 * 2**20  # a record with its debug tables is a few MiB at most
+MAX_ARTIFACT_BYTES = 2**31  # a flatbuffer cannot be larger
 log = logging.getLogger(__name__)
 
 #: Failure classes the environment causes, not the inputs: never remembered. Every other failure is the
@@ -40,6 +47,7 @@ ENVIRONMENT = frozenset(
         "ConnectionResetError", "ConnectionAbortedError", "ConnectionRefusedError", "InterruptedError",
         "TimeoutError", "ChildProcessError", "ProcessLookupError", "MemoryError", "KeyboardInterrupt", "SystemExit",
         "ResourceExhaustedError", "DeadlineExceededError", "UnavailableError", "CancelledError", "AbortedError",
+        "NodeLost",  # a Ray node went away (optimize.ray_executor), retried until it gave up
     }
 )  # fmt: skip
 
@@ -50,12 +58,8 @@ def key_for(**parts) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def cacheable(c: Candidate) -> bool:
@@ -63,91 +67,109 @@ def cacheable(c: Candidate) -> bool:
     if c.error is None:
         return c.ok
     if c.error_kind == "WorkerCrashed":
-        from .executors import CRASH_SIGNALS
+        from .work import CRASH_SIGNALS
 
         return (c.error_detail or "") in CRASH_SIGNALS
     return c.error_kind is not None and c.error_kind not in ENVIRONMENT
 
 
 class ResultCache:
-    """Entries are folders `root/<key[:2]>/<key>/` holding `model.tflite`, `candidate.json` and `digest.json`."""
+    """Candidates by key in a store (`optimize.storage`), or nothing when `store` is None."""
 
-    def __init__(self, root: Path | None):
-        self.root = root
+    def __init__(self, store=None):
+        self.store = store
         self.warned = False
-        if root is not None:
-            self._clean_stale()
+        if store is not None:
+            store.clean()
 
     @property
     def enabled(self) -> bool:
-        return self.root is not None
+        return self.store is not None
 
-    def _dir(self, key: str) -> Path:
-        return self.root / key[:2] / key
+    @property
+    def url(self) -> str | None:
+        return self.store.url if self.store is not None else None
 
-    def _clean_stale(self) -> None:
-        now = time.time()
-        for tmp in self.root.glob("*/*.tmp*"):
-            try:
-                if now - tmp.stat().st_mtime > STALE_SECONDS:
-                    shutil.rmtree(tmp, ignore_errors=True)
-            except OSError:
-                continue
+    @staticmethod
+    def _entry(key: str) -> str:
+        return f"v{CACHE_FORMAT}/entries/{key[:2]}/{key}.json"
+
+    @staticmethod
+    def _artifact(sha: str) -> str:
+        return f"v{CACHE_FORMAT}/artifacts/{sha[:2]}/{sha}.tflite"
 
     def get(self, key: str, name: str, out_dir: Path) -> Candidate | None:
         """The cached candidate renamed to `name`, its artifact copied to out_dir; None on a miss."""
         if not self.enabled:
             return None
-        folder = self._dir(key)
-        if not (folder / "candidate.json").is_file():
-            return None
         try:
-            cand = self._read(folder)
-            if cand.artifact is not None:
-                dest = out_dir / f"{name}.tflite"
-                tmp = dest.with_name(f".{dest.name}.tmp")
-                shutil.copyfile(folder / "model.tflite", tmp)
-                tmp.replace(dest)
+            raw = self.store.read(self._entry(key), MAX_RECORD_BYTES)
+            if raw is None:
+                return None
+            cand, artifact = self._verified(raw)
+            if artifact is not None:
+                dest = write_atomic(out_dir / f"{name}.tflite", artifact)
                 cand = cand.model_copy(update={"artifact": dest.name})
         except (ValueError, KeyError, TypeError, OSError, ValidationError) as e:
             log.warning("  cache entry for %s is corrupt (%s); rebuilding it", name, str(e).splitlines()[0][:80])
-            shutil.rmtree(folder, ignore_errors=True)
+            self._forget(key)
             return None
         return cand.model_copy(update={"name": name, "cached": True})
 
-    @staticmethod
-    def _read(folder: Path) -> Candidate:
-        digest = json.loads((folder / "digest.json").read_text())
-        record = folder / "candidate.json"
-        if _sha256(record) != digest["record"]:
+    def _verified(self, raw: bytes) -> tuple[Candidate, bytes | None]:
+        doc = json.loads(raw)
+        record = doc["record"].encode()
+        if _sha256(record) != doc["record_sha256"]:
             raise ValueError("the record does not match its digest (edited or half-written)")
-        cand = Candidate.model_validate_json(record.read_bytes())
-        if cand.artifact is not None and _sha256(folder / "model.tflite") != digest["artifact"]:
+        cand = Candidate.model_validate_json(record)
+        if cand.artifact is None:
+            return cand, None
+        sha, size = str(doc["artifact_sha256"]), int(doc["artifact_bytes"])
+        artifact = self.store.read(self._artifact(sha), min(size, MAX_ARTIFACT_BYTES))
+        if artifact is None or _sha256(artifact) != sha:
+            self.store.delete(self._artifact(sha))
             raise ValueError("the artifact does not match its digest")
-        return cand
+        return cand, artifact
+
+    def _forget(self, key: str) -> None:
+        try:
+            self.store.delete(self._entry(key))
+        except OSError:
+            pass
 
     def put(self, key: str, cand: Candidate, out_dir: Path) -> None:
         """Store a candidate if it is worth remembering. A failure to write is a warning, never an error."""
         if not self.enabled or not cacheable(cand):
             return
-        folder = self._dir(key)
-        tmp = None
         try:
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f"{folder.name}.tmp"))
-            digest = {"record": None, "artifact": None}
+            doc = {"format": CACHE_FORMAT, "key": key, "artifact_sha256": None, "artifact_bytes": None}
             if cand.artifact:
-                shutil.copyfile(out_dir / cand.artifact, tmp / "model.tflite")
-                digest["artifact"] = _sha256(tmp / "model.tflite")
-            write_atomic(tmp / "candidate.json", cand.model_dump_json().encode())
-            digest["record"] = _sha256(tmp / "candidate.json")
-            write_atomic(tmp / "digest.json", json.dumps(digest).encode())
-            shutil.rmtree(folder, ignore_errors=True)
-            tmp.replace(folder)
+                data = (out_dir / cand.artifact).read_bytes()
+                doc["artifact_sha256"], doc["artifact_bytes"] = _sha256(data), len(data)
+                self._put_artifact(doc["artifact_sha256"], data)
+            record = cand.model_copy(update={"cached": False}).model_dump_json()
+            doc["record"], doc["record_sha256"] = record, _sha256(record.encode())
+            self.store.create(self._entry(key), json.dumps(doc).encode())  # False: another writer was first
         except OSError as e:
             if not self.warned:
                 log.warning("Could not write the result cache (%s); carrying on without it.", e.strerror or e)
                 self.warned = True
-        finally:
-            if tmp is not None and tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+
+    def _put_artifact(self, sha: str, data: bytes) -> None:
+        """Content-addressed: an artifact already there is the same bytes, unless it is corrupt (replaced)."""
+        key = self._artifact(sha)
+        if self.store.create(key, data):
+            return
+        there = self.store.read(key, len(data))
+        if there is None or _sha256(there) != sha:
+            self.store.delete(key)
+            self.store.create(key, data)
+
+
+def result_cache(option: bool | str | None = True) -> ResultCache:
+    """The cache a run uses: True for `$OPTIMIZE_CACHE` (a folder or URL) or ~/.cache/optimize, a folder
+    or URL of its own, or False/None for none. Results live under `<root>/results/`."""
+    if option is False or option is None:
+        return ResultCache(None)
+    root = default_root() if option is True else str(option)
+    return ResultCache(open_store(join(root, "results")))

@@ -42,6 +42,16 @@ CAL_SEED = typer.Option(0, "--calibration-seed", help="Seeds the random choice o
 TRUST = typer.Option(
     False, "--trust-model-code", help="Load Keras files whose layers carry Python code (Lambda): it will run."
 )
+EXECUTOR = typer.Option(
+    "local", "--executor", help="local (worker processes on this machine) or ray (a task per model and recipe group)."
+)
+RAY_ADDRESS = typer.Option(
+    None, "--ray-address", help="Ray cluster to use with --executor ray (default: a local Ray for this run)."
+)
+CACHE = typer.Option(
+    None, "--cache", help="Result cache: a folder or URL (s3://bucket/prefix, file://...; default $OPTIMIZE_CACHE)."
+)
+NO_CACHE = typer.Option(False, "--no-cache", help="Recompute every candidate (neither read nor write the cache).")
 DATA_HELP = (
     ".npz: x/y or x_train/y_train/x_test/y_test; several inputs as x:<input name> (x_train:<name>, ...); "
     "labels per output as y:<output name>."
@@ -79,9 +89,9 @@ def _run_and_show(
     trust_model_code: bool = False,
 ):
     """Run one recipe, print its candidate (table or JSON), exit 1 if it failed; return the candidate."""
-    from . import pipeline, report_text
+    from . import report_text, single
 
-    cand = pipeline.run(
+    cand = single.run(
         recipe,
         model,
         data,
@@ -103,6 +113,20 @@ def _run_and_show(
     return cand
 
 
+def _cache_option(cache: str | None, no_cache: bool) -> bool | str:
+    if cache is not None and no_cache:
+        raise OptimizeError("--cache and --no-cache contradict each other.", "Pass one of them.")
+    return False if no_cache else (cache or True)
+
+
+def _executor_option(name: str) -> str:
+    from .executors import EXECUTORS
+
+    if name not in EXECUTORS:
+        raise OptimizeError(f"Unknown executor {name!r}.", f"Use one of: {', '.join(EXECUTORS)}.")
+    return name
+
+
 def _chain(first: dict, name: str, then: str | None):
     from .recipe import build, chain, name_for
 
@@ -122,7 +146,10 @@ def sweep(
     jobs: int | None = typer.Option(
         None, "--jobs", "-j", min=0, help="Worker processes (default: cores, memory permitting; 0: in-process)."
     ),
-    cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse unchanged candidates from earlier runs."),
+    cache: str | None = CACHE,
+    no_cache: bool = NO_CACHE,
+    executor: str = EXECUTOR,
+    ray_address: str | None = RAY_ADDRESS,
     wide: bool = typer.Option(False, "--wide", help="Print every column, whatever the terminal's width."),
     task: Task | None = TASK,
     label_output: str | None = LABEL_OUTPUT,
@@ -140,6 +167,7 @@ def sweep(
 
     Example: optimize sweep            (the built-in demo, offline)
              optimize sweep model.keras --data data.npz -o out --target gpu
+             optimize sweep m.keras -d d.npz --executor ray --cache s3://bucket/optimize
     """
     from . import report_text, sweeps
     from .choose import make_goals, raise_if_unmet, recommend
@@ -154,9 +182,11 @@ def sweep(
         backend=backend,
         delegates=delegates,
         jobs=jobs,
-        cache=cache,
+        cache=_cache_option(cache, no_cache),
         target=target,
         progress=_progress(as_json),
+        executor=_executor_option(executor),
+        ray_address=ray_address,
         measuring=_measuring(task, label_output, calibration_seed),
         calibration_samples=calibration_samples,
         trust_model_code=trust_model_code,

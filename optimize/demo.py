@@ -20,10 +20,14 @@ SEED = 0
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("OPTIMIZE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "optimize"
-    )
-    return Path(root)
+    """The local cache folder: $OPTIMIZE_CACHE when it is a folder (or file:// URL), else ~/.cache/optimize.
+    (A remote $OPTIMIZE_CACHE, s3://..., holds the result cache; the demo model stays local.)"""
+    from .storage import default_root, local_path
+
+    root = local_path(default_root())
+    if root is None:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "optimize")
+    return root
 
 
 def demo_data_arrays() -> dict[str, np.ndarray]:

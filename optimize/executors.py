@@ -1,20 +1,19 @@
 """Executors: tasks in, candidates out, with crash isolation per task.
 
-A `Task` is a list of recipes produced in order in one Workspace (recipes that share a Keras prefix
-travel together, so prune -> int8 and prune -> cluster -> int8 prune once), plus what they are compared
-with: a reference artifact and its metrics, or the name of the task's own baseline recipe, whose
-result becomes the reference for the recipes after it. `run_task` is the one loop that does this.
+Tasks are plain values (`optimize.work.Task`: model, data, recipes, settings) and every executor runs
+them through the one function `work.run_task`; executors differ only in scheduling. The interface a new
+executor implements (the Ray one, `optimize.ray_executor`, is one) is:
 
-The interface a new executor implements (a Ray one, say) is three methods:
-
+    name                "local" or "ray": recorded in study.json
     submit(task)        queue a task; callable while results() is being iterated
-    results()           yield each Candidate as soon as it is finished, until no task is left
+    results()           yield (task.tag, Candidate) as soon as each is finished, until no task is left
+    time(tasks)         time candidates after production, one at a time per node: yields (tag, candidates)
     close()             release workers
 
 `SerialExecutor` runs tasks in this process (no isolation: for tests and `jobs=0`). `ProcessExecutor`
 runs them in spawned worker processes: a worker that dies (a segfault in the converter or the runtime on
 a hostile model) fails only the candidate it was on, as a `WorkerCrashed` candidate naming the signal,
-and the rest of its task is queued again on a fresh worker.
+and the rest of its task is queued again on a fresh worker. Both time candidates in this process.
 """
 
 from __future__ import annotations
@@ -26,94 +25,60 @@ import signal
 import sys
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from multiprocessing.connection import wait
-from pathlib import Path
 
 from .errors import OptimizeError
 from .progress import Progress
-from .recipe import Recipe
-from .results import Candidate, Metrics
+from .results import Candidate
+from .work import CRASH_SIGNALS, Task, TimingTask, Workspaces, crashed, run_task, time_task
+
+__all__ = ["CRASH_SIGNALS", "ProcessExecutor", "SerialExecutor", "executor", "describe_exit"]
 
 log = logging.getLogger(__name__)
 
-#: Signals that mean the technique itself crashed (deterministic: worth caching as a failure); anything
-#: else (SIGKILL from the OOM killer, SIGTERM) is the environment's doing.
-CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")
+def workspace_root(task: Task, worker: str) -> os.PathLike:
+    """Where a local worker keeps its workspaces for a task: inside the task's output folder (removed when
+    the sweep ends)."""
+    return task.out_dir / ".work" / worker
 
 
-@dataclass
-class Settings:
-    """What producing a candidate needs besides its recipe (all picklable, for worker processes)."""
+class _LocalTiming:
+    """Local executors time in this process, one candidate at a time, after production."""
 
-    src: object  # models.ModelSource
-    data: object  # data.Dataset | None
-    out_dir: Path
-    threads: int = 2
-    eval_samples: int = 500
-    delegates: bool = True
-    timing: bool = False  # sweeps time candidates afterwards, one at a time, in the parent
+    name = "local"
 
-
-@dataclass
-class Task:
-    recipes: list[Recipe]
-    reference: Path | None = None
-    baseline: Metrics | None = None
-    baseline_name: str | None = None  # a recipe of this task whose result is the reference for those after it
-    own_reference: bool = False  # compare with a float32 conversion made for this task (single runs)
-
-
-def run_task(ws, task: Task, settings: Settings, progress: Progress) -> Iterator[Candidate]:
-    """Produce, measure and check each recipe of a task in order; the one loop every executor runs."""
-    from .pipeline import make_candidate, own_reference
-
-    ref, base = task.reference, task.baseline
-    if task.own_reference and task.recipes:
-        ref, base = own_reference(ws, task.recipes[0])
-    for recipe in task.recipes:
-        progress.begin(recipe.name)
-        cand = make_candidate(
-            ws,
-            recipe,
-            settings.out_dir,
-            reference=ref,
-            baseline=base,
-            delegates=settings.delegates,
-            timing=settings.timing,
-            eval_samples=settings.eval_samples,
-            progress=progress,
-        )
-        if recipe.name == task.baseline_name and cand.ok:
-            ref, base = settings.out_dir / cand.artifact, cand.metrics
-        yield cand
-
-
-class SerialExecutor:
-    """Runs tasks in this process, in order. No crash isolation."""
-
-    def __init__(self, settings: Settings, progress: Progress | None = None):
-        from .pipeline import Workspace
-
-        self.settings, self.progress = settings, progress or Progress()
-        self.ws = Workspace(settings.src, settings.data, settings.out_dir / ".work", settings.threads)
-        self.queue: deque[Task] = deque()
-
-    def submit(self, task: Task) -> None:
-        self.queue.append(task)
-
-    def results(self) -> Iterator[Candidate]:
-        while self.queue:
-            yield from run_task(self.ws, self.queue.popleft(), self.settings, self.progress)
-
-    def close(self) -> None:
-        pass
+    def time(self, tasks: list[TimingTask]) -> Iterator[tuple[str, list[Candidate]]]:
+        for t in tasks:
+            yield t.tag, time_task(t)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def close(self) -> None:
+        pass
+
+
+class SerialExecutor(_LocalTiming):
+    """Runs tasks in this process, in order. No crash isolation."""
+
+    def __init__(self, progress: Progress | None = None):
+        self.progress = progress or Progress()
+        self.workspaces = Workspaces()
+        self.queue: deque[Task] = deque()
+
+    def submit(self, task: Task) -> None:
+        self.queue.append(task)
+
+    def results(self) -> Iterator[tuple[str, Candidate]]:
+        while self.queue:
+            task = self.queue.popleft()
+            ws = self.workspaces.get(task, workspace_root(task, "serial"))
+            for cand in run_task(ws, task, self.progress):
+                yield task.tag, cand
 
 
 class _PipeProgress(Progress):
@@ -136,22 +101,21 @@ class _PipeHandler(logging.Handler):
         self.conn.send(("log", (record.levelno, record.getMessage())))
 
 
-def _worker_main(conn, settings: Settings, index: int) -> None:
-    """A worker: one Workspace for every task it is given; events go back over the pipe."""
-    from .pipeline import Workspace
-
+def _worker_main(conn, index: int) -> None:
+    """A worker: its workspaces kept across the tasks it is given; events go back over the pipe."""
     root = logging.getLogger("optimize")
     root.handlers[:] = [_PipeHandler(conn)]
     root.setLevel(logging.INFO)
     root.propagate = False
-    ws = Workspace(settings.src, settings.data, settings.out_dir / ".work" / f"w{index}", settings.threads)
+    workspaces = Workspaces()
     progress = _PipeProgress(conn)
     while True:
         task = conn.recv()
         if task is None:
             return
         try:
-            for cand in run_task(ws, task, settings, progress):
+            ws = workspaces.get(task, workspace_root(task, f"w{index}"))
+            for cand in run_task(ws, task, progress):
                 conn.send(("done", cand.model_dump_json()))
         except OptimizeError as e:
             conn.send(("user_error", (type(e).__name__, e.problem, e.fix)))
@@ -177,11 +141,11 @@ class _Worker:
     done: set = field(default_factory=set)
 
 
-class ProcessExecutor:
+class ProcessExecutor(_LocalTiming):
     """Runs tasks in at most `jobs` spawned worker processes; a crash fails only its candidate."""
 
-    def __init__(self, settings: Settings, jobs: int = 1, progress: Progress | None = None):
-        self.settings, self.jobs, self.progress = settings, max(1, jobs), progress or Progress()
+    def __init__(self, jobs: int = 1, progress: Progress | None = None):
+        self.jobs, self.progress = max(1, jobs), progress or Progress()
         self.ctx = mp.get_context("spawn")
         self.queue: deque[Task] = deque()
         self.workers: list[_Worker] = []
@@ -192,7 +156,7 @@ class ProcessExecutor:
 
     def _spawn(self) -> _Worker:
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_worker_main, args=(child, self.settings, self.spawned), daemon=True)
+        proc = self.ctx.Process(target=_worker_main, args=(child, self.spawned), daemon=True)
         self.spawned += 1
         proc.start()
         child.close()
@@ -207,7 +171,7 @@ class ProcessExecutor:
             w.task, w.current, w.done = self.queue.popleft(), None, set()
             w.conn.send(w.task)
 
-    def _crashed(self, w: _Worker) -> Candidate | None:
+    def _crashed(self, w: _Worker) -> tuple[str, Candidate] | None:
         """The candidate a dead worker was on, failed; the rest of its task goes back to the queue."""
         w.proc.join(timeout=5)
         why = describe_exit(w.proc.exitcode)
@@ -215,24 +179,14 @@ class ProcessExecutor:
         self.workers.remove(w)
         if task is None:
             return None
-        name = w.current or task.recipes[0].name
-        log.warning("worker %s while working on %s", why, name)
-        recipe = next(r for r in task.recipes if r.name == name)
-        rest = [r for r in task.recipes if r.name not in w.done and r.name != name]
-        if rest:
-            baseline_left = task.baseline_name in {r.name for r in rest}
-            self.queue.appendleft(
-                replace(task, recipes=rest, baseline_name=task.baseline_name if baseline_left else None)
-            )
-        signame = why.removeprefix("killed by ")
-        return Candidate.failed(
-            recipe,
-            f"worker process {why} while producing or measuring this candidate",
-            kind="WorkerCrashed",
-            detail=signame,
-        )
+        recipe = next((r for r in task.recipes if r.name == w.current), None) or task.first_open(w.done)
+        log.warning("worker %s while working on %s", why, recipe.name)
+        rest = task.rest(w.done, skip=recipe.name)
+        if rest is not None:
+            self.queue.appendleft(rest)
+        return task.tag, crashed(recipe, why)
 
-    def _event(self, w: _Worker, kind: str, payload) -> Candidate | None:
+    def _event(self, w: _Worker, kind: str, payload) -> tuple[str, Candidate] | None:
         if kind == "log":
             log.log(*payload)
         elif kind == "phase":
@@ -241,10 +195,9 @@ class ProcessExecutor:
             cand = Candidate.model_validate_json(payload)
             w.done.add(cand.name)
             w.current = None
-            if w.task is not None and cand.name == w.task.baseline_name and cand.ok:
-                # what the rest of this task is compared with, should it have to be queued again
-                w.task = replace(w.task, reference=self.settings.out_dir / cand.artifact, baseline=cand.metrics)
-            return cand
+            tag = w.task.tag
+            w.task = w.task.after(cand)  # what the rest is compared with, should it have to be queued again
+            return tag, cand
         elif kind == "user_error":
             from . import errors
 
@@ -254,7 +207,7 @@ class ProcessExecutor:
             w.task = None
         return None
 
-    def results(self) -> Iterator[Candidate]:
+    def results(self) -> Iterator[tuple[str, Candidate]]:
         self._dispatch()
         while any(w.task is not None for w in self.workers) or self.queue:
             busy = {w.conn: w for w in self.workers if w.task is not None}
@@ -286,19 +239,23 @@ class ProcessExecutor:
                 w.proc.kill()
         self.workers.clear()
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+#: The executors `executor(kind=...)` builds.
+EXECUTORS = ("local", "ray")
 
 
-def executor(settings: Settings, jobs: int, progress: Progress | None = None):
-    """jobs 0: in this process; otherwise that many crash-isolated worker processes."""
+def executor(jobs: int, progress: Progress | None = None, kind: str = "local", address: str | None = None):
+    """kind "local": jobs 0 in this process, otherwise that many crash-isolated worker processes.
+    kind "ray": a task per (model, recipe group) on a Ray cluster (`address`; default: a local Ray
+    started for the run)."""
+    if kind == "ray":
+        from .ray_executor import RayExecutor
+
+        return RayExecutor(address, progress)
     if jobs and not _spawnable():
         log.info("the main script cannot be re-imported by worker processes (stdin or -c): running in this process")
         jobs = 0
-    return SerialExecutor(settings, progress) if jobs == 0 else ProcessExecutor(settings, jobs, progress)
+    return SerialExecutor(progress) if jobs == 0 else ProcessExecutor(jobs, progress)
 
 
 def _spawnable() -> bool:

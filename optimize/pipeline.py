@@ -541,53 +541,6 @@ def prepare(
     return recipe
 
 
-def run(
-    recipe: Recipe,
-    model: str | Path | None = None,
-    data: str | Path | Dataset | None = None,
-    output: str | Path | None = None,
-    threads: int = 2,
-    reference: str | Path | None = None,
-    measure_it: bool = True,
-    delegates: bool = True,
-    backend: Backend | str | None = None,
-    calibration: str | Path | Dataset | None = None,
-    jobs: int = 1,
-    progress: Progress | None = None,
-    measuring: MeasureOptions | None = None,
-    trust_model_code: bool = False,
-) -> Candidate:
-    """Run one recipe on a model and measure the result. `reference` defaults to a float32 conversion.
-
-    An output path ending in `.tflite` names the artifact; otherwise it is the folder, and the artifact
-    is `<recipe name>.tflite` inside it. `jobs=1` (the default) produces it in a crash-isolated worker
-    process, so a converter or runtime crash fails the candidate instead of the caller; `jobs=0` works
-    in this process.
-    """
-    from .executors import Settings, Task, executor
-
-    src, ds = open_inputs(model or recipe.model, data or recipe.data, calibration, measuring, trust_model_code)
-    recipe = prepare(recipe, src, ds, backend)
-    out_dir = Path(output or recipe.output or "optimize-out")
-    if out_dir.suffix == ".tflite":
-        recipe = recipe.model_copy(update={"name": out_dir.stem})
-        out_dir = out_dir.parent
-    paths.output_dir(out_dir)
-    settings = Settings(src, ds, out_dir, threads, measure.DEFAULT_SAMPLES, delegates, timing=measure_it)
-    compare = measure_it and ds is not None
-    task = Task(
-        [recipe],
-        reference=Path(reference) if reference else None,
-        own_reference=compare and reference is None,
-    )
-    try:
-        with executor(settings, jobs, progress) as ex:
-            ex.submit(task)
-            return next(iter(ex.results()))
-    finally:
-        shutil.rmtree(out_dir / ".work", ignore_errors=True)
-
-
 def own_reference(ws: Workspace, recipe: Recipe) -> tuple[Path | None, Metrics | None]:
     """What a single run is compared with: the float .tflite it started from, or the float32 conversion
     of the same model (made in the workspace, not the output folder); and that reference's metrics."""

@@ -343,6 +343,9 @@ class Candidate(Record):
     probe: Probe | None = Field(None, description="The robustness probe on edge inputs (None: not run).")
     seconds: float = Field(0.0, description="Wall time to produce and measure this candidate.")
     cached: bool = False
+    node: str | None = Field(
+        None, description="The machine (and cluster node) that timed this candidate: compare latencies within one."
+    )
     error: str | None = Field(None, description="Why this candidate failed, in one line; the rest of the study stands.")
     error_kind: str | None = Field(
         None, description="The failure's class (TechniqueFailed, OSError, WorkerCrashed, ...): what the cache keys on."
@@ -461,6 +464,7 @@ class Study(Record):
     )
     baseline: str = Field("float32", description="Name of the baseline candidate.")
     environment: Environment
+    executor: str = Field("local", description="What produced the candidates: 'local' (this machine) or 'ray'.")
     candidates: list[Candidate]
     dropped: list[Dropped] = Field(default_factory=list, description="Default recipes left out, with the reason.")
 

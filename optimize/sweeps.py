@@ -2,9 +2,10 @@
 
     plan -> cache lookup -> produce (executor) -> time -> store -> Study
 
-Candidates are produced by an executor (optimize.executors: worker processes, or this process), the
-float32 baseline first because every other candidate is compared with it; then timed one at a time on
-a quiet machine; then cached by content. A sweep where nothing worked exits 1 with the causes.
+`open_run` plans one model's sweep (a `Run`); `optimize.schedule` drives one or many runs (a zoo) through
+one executor (worker processes, this process, or Ray): the float32 baseline first because every other
+candidate is compared with it, then timed one at a time per node, then cached by content. A sweep where
+nothing worked exits 1 with the causes.
 """
 
 from __future__ import annotations
@@ -12,23 +13,22 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import shutil
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _tf, measure, models, paths, registry, runtime, weights
-from .cache import ResultCache, key_for
+from . import _tf, measure, models, paths, registry, weights
+from .cache import ResultCache, key_for, result_cache
 from .data import Dataset, take
 from .errors import ModelError, NothingWorked, RecipeError
-from .executors import Settings, Task, executor
 from .pipeline import MeasureOptions, _key, check_data, environment, open_inputs, resolve
 from .progress import Progress
 from .recipe import Recipe, as_given, build, load_recipe
 from .registry import Stage
-from .results import Candidate, Dropped, Memory, Study
+from .results import Candidate, Dropped, Study
 from .vocab import PTQ_SCHEMES, Backend, Scheme, Target
+from .work import Settings
 
 log = logging.getLogger(__name__)
 COVERAGE_WARNING = 0.05  # warn when more of the test values than this lie outside the calibrated range
@@ -203,58 +203,6 @@ def default_jobs(n_groups: int) -> int:
     return max(1, min(os.cpu_count() or 1, int(mem_gib // 4), n_groups))
 
 
-def _reference_of(c: Candidate | None, out_dir: Path) -> tuple[Path | None, object]:
-    return (out_dir / c.artifact, c.metrics) if c is not None and c.ok else (None, None)
-
-
-def produce(ex, groups: list[list[Recipe]], baseline: Candidate | None, baseline_name: str | None, out_dir: Path):
-    """Every group through the executor, the baseline's group first: the others are submitted once the
-    baseline's result is known, so each is compared with it. Yields candidates as they finish."""
-    ref, metrics = _reference_of(baseline, out_dir)
-    first = None if ref else next((g for g in groups if any(r.name == baseline_name for r in g)), None)
-    waiting = [g for g in groups if g is not first]
-    if first is not None:
-        ex.submit(Task(first, baseline_name=baseline_name))
-    else:
-        waiting = _submit_all(ex, waiting, ref, metrics)
-    for cand in ex.results():
-        if waiting and cand.name == baseline_name:
-            waiting = _submit_all(ex, waiting, *_reference_of(cand, out_dir))
-        yield cand
-    if waiting:  # the baseline never came: compare with nothing
-        _submit_all(ex, waiting, None, None)
-        yield from ex.results()
-
-
-def _submit_all(ex, groups, ref, metrics) -> list:
-    for g in groups:
-        ex.submit(Task(g, reference=ref, baseline=metrics))
-    return []
-
-
-def _time_one(c: Candidate, out_dir: Path, sample, threads: int, runs: int) -> Candidate:
-    """One candidate timed; a model this runtime cannot run (custom ops it lacks) keeps its size only."""
-    try:
-        metrics = measure.add_timing(c.metrics, out_dir / c.artifact, sample, threads=threads, runs=runs, memory=False)
-    except ModelError as e:
-        return c.model_copy(update={"notes": [*c.notes, f"not timed: {e.problem}"]})
-    return c.model_copy(update={"metrics": metrics})
-
-
-def _time_all(cands: list[Candidate], out_dir: Path, sample, threads: int, runs: int) -> list[Candidate]:
-    """Latency of each candidate one at a time, then every peak memory from one probe process."""
-    ok = [c for c in cands if c.ok]
-    if ok:
-        log.info("Timing %d candidate(s), one at a time (%d threads)...", len(ok), threads)
-    timed = {c.name: _time_one(c, out_dir, sample, threads, runs) for c in ok}
-    runnable = [c for c in timed.values() if c.metrics.latency is not None]
-    peaks = runtime.peak_memory_many([out_dir / c.artifact for c in runnable], threads, sample) if runnable else []
-    for c, peak in zip(runnable, peaks):
-        got = {"memory": Memory(peak_rss_bytes=peak)} if isinstance(peak, int) else {"memory_error": peak}
-        timed[c.name] = c.model_copy(update={"metrics": c.metrics.model_copy(update=got)})
-    return [timed.get(c.name, c) for c in cands]
-
-
 def _as_baseline(c: Candidate) -> Candidate:
     """The baseline's accuracy delta is zero by definition (it is what the others are compared with)."""
     if c.ok and c.metrics.accuracy is not None and c.metrics.accuracy_delta is None:
@@ -263,8 +211,8 @@ def _as_baseline(c: Candidate) -> Candidate:
 
 
 @dataclass
-class _Run:
-    """One sweep's inputs and bookkeeping."""
+class Run:
+    """One model's sweep: its inputs, plan and bookkeeping (`optimize.schedule` drives it)."""
 
     src: models.ModelSource
     ds: Dataset | None
@@ -272,13 +220,20 @@ class _Run:
     recipes: list[Recipe]
     settings: dict
     cache: ResultCache
-    progress: Progress
+    model: str = "demo"  # as the user named it (study.json's `model`)
+    tag: str = ""  # the run's name among others (a zoo's model name)
     done: dict[str, Candidate] = field(default_factory=dict)
     dropped: list[Dropped] = field(default_factory=list)
+    observe: tuple[str, ...] = ()  # delegates observed on this machine's devices, after timing
 
     @property
     def baseline(self) -> Recipe | None:
         return next((r for r in self.recipes if _is_baseline(r)), None)
+
+    @property
+    def task_settings(self) -> Settings:
+        s = self.settings
+        return Settings(s["threads"], s["eval_samples"], s["delegates"])
 
     def keys(self) -> dict[str, str]:
         common = {"model": self.src.fingerprint, "data": self.ds.fingerprint if self.ds else None}
@@ -293,6 +248,90 @@ class _Run:
             r.name: key_for(steps=steps(r), baseline=None if r is base else base_key, **common) for r in self.recipes
         }
 
+    def reuse(self, progress: Progress, on_candidate=None) -> None:
+        """Every recipe not done yet that the cache holds, taken from it."""
+        keys = self.keys()
+        for r in self.recipes:
+            if r.name in self.done:
+                continue
+            hit = self.cache.get(keys[r.name], r.name, self.out_dir)
+            if hit is not None:
+                log.info("  %s: reused from the cache", self.label(r.name))
+                self.done[r.name] = hit
+                progress.advance(self.label(r.name), hit.ok)
+                if on_candidate:
+                    on_candidate(hit)
+
+    def misses(self) -> list[Recipe]:
+        return [r for r in self.recipes if r.name not in self.done]
+
+    def label(self, name: str) -> str:
+        return f"{self.tag}/{name}" if self.tag else name
+
+    @property
+    def sample(self):
+        """One test input, for timing."""
+        return take(self.ds.x_test, slice(0, 1)) if self.ds is not None else None
+
+    def store(self, cands: list[Candidate], on_candidate=None) -> None:
+        """Finished (timed) candidates: cached by content and kept."""
+        keys = self.keys()
+        for c in cands:
+            self.cache.put(keys[c.name], c, self.out_dir)
+            self.done[c.name] = c
+            if on_candidate:
+                on_candidate(c)
+
+    def rescue(self) -> bool:
+        """Add the accuracy-rescue candidate when full int8 breaks accuracy (see `_rescue`)."""
+        extra = _rescue(self)
+        if extra is not None:
+            self.recipes.append(extra)
+        return extra is not None
+
+    def study(self, executor: str = "local") -> Study:
+        """The finished study, saved as out_dir/study.json."""
+        study = _study(self, self.model, self.settings["threads"], executor)
+        if self.observe:  # after timing, so the accelerator's threads never disturb a measurement
+            from .delegates.observe import observe_study
+
+            study = observe_study(study, self.out_dir, Progress())
+        study.save(self.out_dir / "study.json")
+        return study
+
+
+def open_run(
+    model: str | Path | None = None,
+    data: str | Path | Dataset | None = None,
+    output: str | Path = "optimize-out",
+    recipes: list[Recipe] | None = None,
+    threads: int = 2,
+    backend: Backend | str | None = None,
+    delegates: bool = True,
+    runs: int = 50,
+    eval_samples: int = measure.DEFAULT_SAMPLES,
+    cache: bool | str = True,
+    target: Target | str | None = None,
+    measuring: MeasureOptions | None = None,
+    calibration_samples: int | None = None,
+    trust_model_code: bool = False,
+    tag: str = "",
+    observe: tuple[str, ...] = (),
+) -> Run:
+    """One model's sweep, planned and checked (one clear line for bad inputs, before anything is written)."""
+    src, ds = open_inputs(model, data, measuring=measuring, trust=trust_model_code)
+    dropped: list[Dropped] = []
+    planned = plan(src, ds, recipes, backend, target, dropped)
+    if calibration_samples is not None:
+        planned = [with_samples(r, calibration_samples) for r in planned]
+    check_data(src, ds)  # before anything is written
+    store = result_cache(cache)
+    out_dir = paths.output_dir(output)
+    settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
+    settings["versions"] = _tf.versions()
+    label = "demo" if model is None else str(model)
+    return Run(src, ds, out_dir, planned, settings, store, model=label, tag=tag, dropped=dropped, observe=observe)
+
 
 def sweep(
     model: str | Path | None = None,
@@ -306,97 +345,51 @@ def sweep(
     on_candidate: Callable[[Candidate], None] | None = None,
     eval_samples: int = measure.DEFAULT_SAMPLES,
     jobs: int | None = None,
-    cache: bool = True,
+    cache: bool | str = True,
     target: Target | str | None = None,
     progress: Progress | None = None,
     measuring: MeasureOptions | None = None,
     calibration_samples: int | None = None,
     trust_model_code: bool = False,
     observe: tuple[str, ...] = (),
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> Study:
     """The float32 baseline plus every recipe, each measured against it; written to output/study.json.
 
-    Unchanged candidates come from the result cache (`cache=False` forces work). The rest run in `jobs`
-    worker processes (0: in this process), then are timed one at a time. `target` adds the target's own
-    shipped recipe. `observe=("gpu",)` adds the GPU accelerator's observed report to every candidate where this
-    machine has a device it accepts. `refuse_if_nothing_worked(study)` turns a study where nothing worked into exit 1.
+    Unchanged candidates come from the result cache (`cache=False` forces work; a URL such as
+    `s3://bucket/prefix` or `file:///path` puts it there). The rest run in `jobs` worker processes (0: in
+    this process) or, with `executor="ray"`, as Ray tasks (`ray_address`; default a local Ray started for
+    the run), then are timed one at a time. `target` adds the target's own shipped recipe.
+    `observe=("gpu",)` adds the GPU accelerator's observed report to every candidate where this machine
+    has a device it accepts. `refuse_if_nothing_worked(study)` turns a study where nothing worked into exit 1.
     """
     from .delegates.observe import check as observable
-    from .delegates.observe import observe_study
-    from .demo import cache_dir
+    from .schedule import run_all
 
     observable(observe)  # only what can be observed here: one line, before any work
-    progress = progress or Progress()
-    src, ds = open_inputs(model, data, measuring=measuring, trust=trust_model_code)
-    dropped: list[Dropped] = []
-    planned = plan(src, ds, recipes, backend, target, dropped)
-    if calibration_samples is not None:
-        planned = [with_samples(r, calibration_samples) for r in planned]
-    check_data(src, ds)  # before anything is written
-    out_dir = paths.output_dir(output)
-    settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
-    settings["versions"] = _tf.versions()
-    store = ResultCache(cache_dir() / "results" if cache else None)
-    run = _Run(src, ds, out_dir, planned, settings, store, progress, dropped=dropped)
-    progress.start(len(planned))
-    try:
-        _reuse(run, on_candidate)
-        _produce_missing(run, jobs, on_candidate)
-        rescue = _rescue(run)
-        if rescue is not None:
-            run.recipes.append(rescue)
-            progress.start(len(run.recipes))
-            _reuse(run, on_candidate)
-            _produce_missing(run, jobs, on_candidate)
-    finally:
-        progress.close()
-        shutil.rmtree(out_dir / ".work", ignore_errors=True)
-    study = _study(run, model, threads)
-    if observe:  # after timing, so the accelerator's threads never disturb a measurement
-        study = observe_study(study, out_dir, progress)
-    study.save(out_dir / "study.json")
+    run = open_run(
+        model,
+        data,
+        output,
+        recipes,
+        threads,
+        backend,
+        delegates,
+        runs,
+        eval_samples,
+        cache,
+        target,
+        measuring,
+        calibration_samples,
+        trust_model_code,
+        observe=observe,
+    )
+    (study,) = run_all([run], jobs, progress, executor, ray_address, on_candidate)
     return study
 
 
-def _reuse(run: _Run, on_candidate) -> None:
-    keys = run.keys()
-    for r in run.recipes:
-        if r.name in run.done:
-            continue
-        hit = run.cache.get(keys[r.name], r.name, run.out_dir)
-        if hit is not None:
-            log.info("  %s: reused from the cache", r.name)
-            run.done[r.name] = hit
-            run.progress.advance(r.name, hit.ok)
-            if on_candidate:
-                on_candidate(hit)
-
-
-def _produce_missing(run: _Run, jobs: int | None, on_candidate) -> None:
-    misses = [r for r in run.recipes if r.name not in run.done]
-    if not misses:
-        return
-    keys = run.keys()
-    groups = _groups(misses)
-    n_jobs = default_jobs(len(groups)) if jobs is None else jobs
-    log.info("Producing %d candidate(s) in %s process(es)...", len(misses), n_jobs or "this")
-    base = run.baseline
-    s = run.settings
-    settings = Settings(run.src, run.ds, run.out_dir, s["threads"], s["eval_samples"], s["delegates"])
-    fresh: list[Candidate] = []
-    with executor(settings, n_jobs, run.progress) as ex:
-        for cand in produce(ex, groups, run.done.get(base.name) if base else None, base and base.name, run.out_dir):
-            fresh.append(cand)
-            run.progress.advance(cand.name, cand.ok)
-    sample = take(run.ds.x_test, slice(0, 1)) if run.ds is not None else None
-    for c in _time_all(fresh, run.out_dir, sample, s["threads"], s["runs"]):
-        run.cache.put(keys[c.name], c, run.out_dir)
-        run.done[c.name] = c
-        if on_candidate:
-            on_candidate(c)
-
-
-def _study(run: _Run, model, threads: int) -> Study:
+def _study(run: Run, model, threads: int, executor: str = "local") -> Study:
     base = run.baseline
     if base is not None and base.name in run.done:
         run.done[base.name] = _as_baseline(run.done[base.name])
@@ -404,13 +397,14 @@ def _study(run: _Run, model, threads: int) -> Study:
     outside = _coverage(run)
     return Study(
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        model="demo" if model is None else str(model),
+        model=model,
         model_fingerprint=run.src.fingerprint,
         data=run.ds.source if run.ds else None,
         task=labelled.task if labelled else None,
         calibration_outside=outside,
         baseline=base.name if base else "float32",
         environment=environment(threads),
+        executor=executor,
         candidates=[run.done[r.name] for r in run.recipes],
         dropped=run.dropped,
     )
@@ -421,7 +415,7 @@ RESCUE_DROP = 0.01  # classification: one point of top-1
 RESCUE_INCREASE = 0.05  # regression: 5% more error
 
 
-def _plain_int8(run: _Run) -> Candidate | None:
+def _plain_int8(run: Run) -> Candidate | None:
     """The sweep's post-training int8 candidate made by LiteRT Quantizer with no Keras step, if it ran."""
     for r in run.recipes:
         keras = any(registry.get(s.technique).stage is Stage.KERAS for s in r.steps)
@@ -432,7 +426,7 @@ def _plain_int8(run: _Run) -> Candidate | None:
     return None
 
 
-def _rescue(run: _Run) -> Recipe | None:
+def _rescue(run: Run) -> Recipe | None:
     """The selective-quantization candidate, when full int8 breaks accuracy and none was planned."""
     int8 = _plain_int8(run)
     if int8 is None or not int8.ok or any(s.technique == "selective" for r in run.recipes for s in r.steps):
@@ -448,7 +442,7 @@ def _rescue(run: _Run) -> Recipe | None:
     return resolve(build("mixed-int8", [{"technique": "convert"}, {"technique": "selective", **budget}]), run.src)
 
 
-def _coverage(run: _Run) -> dict[str, float]:
+def _coverage(run: Run) -> dict[str, float]:
     """How much of the test data lies outside the calibrated range, per input; a warning when it is a lot."""
     from .data import coverage
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optimize import pipeline, registry, sweeps
+from optimize import registry, single, sweeps
 from optimize.errors import DataError, ModelError
 from optimize.recipe import build
 from optimize.results import load_study
 
 
 def test_int8_run_is_measured_against_float(keras_model, data_npz, tmp_path):
-    c = pipeline.run(
+    c = single.run(
         build("int8", [{"technique": "convert", "scheme": "int8"}]),
         keras_model,
         data_npz,
@@ -32,7 +32,7 @@ def test_int8_run_is_measured_against_float(keras_model, data_npz, tmp_path):
 
 
 def test_integer_io_model_is_fed_quantized_inputs(keras_model, data_npz, tmp_path):
-    c = pipeline.run(
+    c = single.run(
         build("int8io", [{"technique": "convert", "scheme": "int8", "io": "uint8"}]),
         keras_model,
         data_npz,
@@ -53,8 +53,8 @@ def test_prune_cluster_int8_chain_shrinks_gzip(keras_model, data_npz, tmp_path):
             {"technique": "convert", "scheme": "int8"},
         ],
     )
-    c = pipeline.run(recipe, keras_model, data_npz, tmp_path, delegates=False, jobs=0)
-    plain = pipeline.run(
+    c = single.run(recipe, keras_model, data_npz, tmp_path, delegates=False, jobs=0)
+    plain = single.run(
         build("i8", [{"technique": "convert", "scheme": "int8"}]),
         keras_model,
         data_npz,
@@ -67,7 +67,7 @@ def test_prune_cluster_int8_chain_shrinks_gzip(keras_model, data_npz, tmp_path):
 
 
 def test_keras_only_recipe_gets_an_implicit_float32_conversion(keras_model, data_npz, tmp_path):
-    c = pipeline.run(
+    c = single.run(
         build("p", [{"technique": "prune", "epochs": 1}]), keras_model, data_npz, tmp_path, delegates=False, jobs=0
     )
     assert c.ok and c.scheme == "float32"
@@ -102,7 +102,7 @@ def test_data_that_does_not_fit_is_refused_before_work(keras_model, tmp_path):
     bad = tmp_path / "bad.npz"
     np.savez(bad, x=np.zeros((10, 28, 28, 1), np.float32), y=np.zeros(10, np.int64))
     with pytest.raises(DataError, match=r"\[28, 28, 1\].*\[8, 8, 1\]"):
-        pipeline.run(
+        single.run(
             build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, bad, tmp_path / "o", jobs=0
         )
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").glob("*.tflite"))
@@ -110,12 +110,12 @@ def test_data_that_does_not_fit_is_refused_before_work(keras_model, tmp_path):
 
 def test_int8_without_calibration_data(keras_model, tmp_path):
     with pytest.raises(DataError, match="int8 needs calibration data"):
-        pipeline.run(build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, None, tmp_path, jobs=0)
+        single.run(build("int8", [{"technique": "convert", "scheme": "int8"}]), keras_model, None, tmp_path, jobs=0)
 
 
 def test_keras_steps_on_a_tflite_are_refused(float_tflite, tmp_path):
     with pytest.raises(ModelError, match="already a .tflite"):
-        pipeline.run(build("p", [{"technique": "prune"}]), float_tflite, None, tmp_path, jobs=0)
+        single.run(build("p", [{"technique": "prune"}]), float_tflite, None, tmp_path, jobs=0)
 
 
 def test_litert_backend_rewrites_ptq_steps():
@@ -169,7 +169,7 @@ def test_real_architecture_skips_layers_tfmot_cannot_wrap(tmp_path):
     keras.applications.MobileNetV3Small(weights=None, input_shape=(96, 96, 3), classes=4).save(path)
     rng = np.random.default_rng(0)
     ds = from_arrays(x=rng.uniform(0, 255, (40, 96, 96, 3)).astype(np.float32), y=rng.integers(0, 4, 40))
-    c = pipeline.run(
+    c = single.run(
         build("prune", [{"technique": "prune", "epochs": 1}, {"technique": "convert", "scheme": "dynamic"}]),
         path,
         ds,

@@ -52,7 +52,7 @@ def test_warm_rerun_reuses_and_never_serves_stale_or_corrupt(keras_model, data_n
     assert not any(c.cached for c in other.candidates)
 
     # a corrupt entry is detected and rebuilt, not served
-    for artifact in cache_root.rglob("model.tflite"):
+    for artifact in cache_root.rglob("*.tflite"):
         artifact.write_bytes(b"garbage")
     again = sweeps.sweep(keras_model, data_npz, tmp_path / "d", recipes=recipes, delegates=False, runs=5, jobs=0)
     assert not any(c.cached for c in again.candidates)
@@ -67,7 +67,7 @@ def test_warm_rerun_reuses_and_never_serves_stale_or_corrupt(keras_model, data_n
 
 
 def _cache_entries(root):
-    return sorted(p.parent for p in root.rglob("candidate.json"))
+    return sorted(root.rglob("entries/*/*.json"))
 
 
 def test_forged_records_and_stale_temp_folders_are_never_served(keras_model, data_npz, tmp_path, cache_root, caplog):
@@ -78,11 +78,13 @@ def test_forged_records_and_stale_temp_folders_are_never_served(keras_model, dat
     recipes = RECIPES[:1]
     cold = sweeps.sweep(keras_model, data_npz, tmp_path / "a", recipes=recipes, delegates=False, runs=5, jobs=0)
     (entry,) = _cache_entries(cache_root)
-    record = json.loads((entry / "candidate.json").read_text())
+    doc = json.loads(entry.read_text())
+    record = json.loads(doc["record"])
     record["metrics"]["size"]["bytes"] = 1  # a forged figure
-    (entry / "candidate.json").write_text(json.dumps(record))
-    stale = entry.parent / f"{entry.name}.tmpXYZ"
-    stale.mkdir()
+    doc["record"] = json.dumps(record)
+    entry.write_text(json.dumps(doc))
+    stale = cache_root / "results" / "tmp" / "entry.json.XYZ"  # left by a writer that crashed
+    stale.write_bytes(b"half")
     os.utime(stale, (time.time() - 7200, time.time() - 7200))
     again = sweeps.sweep(keras_model, data_npz, tmp_path / "b", recipes=recipes, delegates=False, runs=5, jobs=0)
     assert not again.candidates[0].cached
@@ -92,7 +94,7 @@ def test_forged_records_and_stale_temp_folders_are_never_served(keras_model, dat
 
 
 def test_environment_failures_are_not_cached_but_technique_failures_are(tmp_path):
-    from optimize.cache import ResultCache, cacheable
+    from optimize.cache import cacheable, result_cache
     from optimize.results import Candidate
 
     r = build("int8", [{"technique": "convert", "scheme": "int8"}])
@@ -106,33 +108,25 @@ def test_environment_failures_are_not_cached_but_technique_failures_are(tmp_path
 
     failed = Candidate.failed(r, TechniqueFailed("conversion to int8 failed: op X"))
     assert cacheable(failed) and failed.error_kind == "TechniqueFailed"
-    store = ResultCache(tmp_path / "c")
+    store = result_cache(str(tmp_path / "c"))
     store.put("k" * 64, failed, tmp_path)
     assert store.get("k" * 64, "int8", tmp_path).error == failed.error
 
 
-def test_a_cache_that_cannot_be_written_warns_once_and_carries_on(tmp_path, monkeypatch, caplog):
-    import shutil as sh
-
-    from optimize.cache import ResultCache
+def test_a_cache_that_cannot_be_written_warns_once_and_carries_on(tmp_path, caplog):
+    from optimize.cache import result_cache
+    from optimize.errors import TechniqueFailed
     from optimize.results import Candidate
 
-    store = ResultCache(tmp_path / "c")
-
-    def full(*a, **k):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(sh, "copyfile", full)
-    monkeypatch.setattr("optimize.cache.write_atomic", full)
+    (tmp_path / "c").write_bytes(b"")  # a file where the cache folder should be: every write fails
+    store = result_cache(str(tmp_path / "c"))
     r = build("int8", [{"technique": "convert", "scheme": "int8"}])
-    from optimize.errors import TechniqueFailed
-
     cand = Candidate.failed(r, TechniqueFailed("x"))
     store.put("a" * 64, cand, tmp_path)
     store.put("b" * 64, cand, tmp_path)
     warnings = [x for x in caplog.records if "Could not write the result cache" in x.getMessage()]
     assert len(warnings) == 1
-    assert not list((tmp_path / "c").rglob("*.tmp*"))
+    assert store.get("a" * 64, "int8", tmp_path) is None
 
 
 def test_a_sweep_where_nothing_worked_exits_1(keras_model, data_npz, tmp_path):

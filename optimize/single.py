@@ -1,0 +1,69 @@
+"""One recipe on one model, measured: `optimize.run` (and the quantize/prune/cluster/qat/run commands).
+
+The candidate is produced through an executor like any sweep's (`jobs=1`: a crash-isolated worker
+process), so a converter or runtime crash fails the candidate instead of the caller.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from . import measure, paths
+from .data import Dataset
+from .executors import executor
+from .pipeline import MeasureOptions, open_inputs, prepare
+from .progress import Progress
+from .recipe import Recipe
+from .results import Candidate
+from .vocab import Backend
+from .work import Settings, Task
+
+
+def run(
+    recipe: Recipe,
+    model: str | Path | None = None,
+    data: str | Path | Dataset | None = None,
+    output: str | Path | None = None,
+    threads: int = 2,
+    reference: str | Path | None = None,
+    measure_it: bool = True,
+    delegates: bool = True,
+    backend: Backend | str | None = None,
+    calibration: str | Path | Dataset | None = None,
+    jobs: int = 1,
+    progress: Progress | None = None,
+    measuring: MeasureOptions | None = None,
+    trust_model_code: bool = False,
+) -> Candidate:
+    """Run one recipe on a model and measure the result. `reference` defaults to a float32 conversion.
+
+    An output path ending in `.tflite` names the artifact; otherwise it is the folder, and the artifact
+    is `<recipe name>.tflite` inside it. `jobs=1` (the default) produces it in a crash-isolated worker
+    process, so a converter or runtime crash fails the candidate instead of the caller; `jobs=0` works
+    in this process.
+    """
+    src, ds = open_inputs(model or recipe.model, data or recipe.data, calibration, measuring, trust_model_code)
+    recipe = prepare(recipe, src, ds, backend)
+    out_dir = Path(output or recipe.output or "optimize-out")
+    if out_dir.suffix == ".tflite":
+        recipe = recipe.model_copy(update={"name": out_dir.stem})
+        out_dir = out_dir.parent
+    paths.output_dir(out_dir)
+    settings = Settings(threads, measure.DEFAULT_SAMPLES, delegates, timing=measure_it)
+    compare = measure_it and ds is not None
+    task = Task(
+        src,
+        ds,
+        (recipe,),
+        out_dir,
+        settings,
+        reference=Path(reference) if reference else None,
+        own_reference=compare and reference is None,
+    )
+    try:
+        with executor(jobs, progress) as ex:
+            ex.submit(task)
+            return next(iter(ex.results()))[1]
+    finally:
+        shutil.rmtree(out_dir / ".work", ignore_errors=True)

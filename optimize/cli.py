@@ -51,6 +51,13 @@ RAY_ADDRESS = typer.Option(
 CACHE = typer.Option(
     None, "--cache", help="Result cache: a folder or URL (s3://bucket/prefix, file://...; default $OPTIMIZE_CACHE)."
 )
+MLFLOW = typer.Option(
+    None,
+    "--mlflow",
+    flag_value="./mlruns",
+    is_flag=False,
+    help="Log every candidate to MLflow: a tracking URI, or alone for ./mlruns (a local SQLite store).",
+)
 NO_CACHE = typer.Option(False, "--no-cache", help="Recompute every candidate (neither read nor write the cache).")
 DATA_HELP = (
     ".npz: x/y or x_train/y_train/x_test/y_test; several inputs as x:<input name> (x_train:<name>, ...); "
@@ -150,6 +157,7 @@ def sweep(
     no_cache: bool = NO_CACHE,
     executor: str = EXECUTOR,
     ray_address: str | None = RAY_ADDRESS,
+    mlflow: str | None = MLFLOW,
     wide: bool = typer.Option(False, "--wide", help="Print every column, whatever the terminal's width."),
     task: Task | None = TASK,
     label_output: str | None = LABEL_OUTPUT,
@@ -192,6 +200,10 @@ def sweep(
         trust_model_code=trust_model_code,
         observe=tuple(o for o in observe.split(",") if o.strip()),
     )
+    if mlflow:
+        from .tracking import log_study
+
+        log_study(mlflow, study, Path(output))
     rec = recommend(study, target, goals) if target else None
     if as_json:
         _print_json(study)
@@ -202,6 +214,53 @@ def sweep(
     sweeps.refuse_if_nothing_worked(study)
     if rec is not None:
         raise_if_unmet(rec)
+
+
+@app.command()
+def zoo(
+    manifest: Path = typer.Argument(..., help="TOML manifest: a table per model with path, data, target, recipes."),
+    output: Path = typer.Option(Path("zoo-out"), "--output", "-o", help="Folder: one subfolder per model, zoo.json."),
+    executor: str = EXECUTOR,
+    ray_address: str | None = RAY_ADDRESS,
+    cache: str | None = CACHE,
+    no_cache: bool = NO_CACHE,
+    mlflow: str | None = MLFLOW,
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=0, help="Local worker processes (default: cores)."),
+    threads: int = THREADS,
+    delegates: bool = DELEGATES,
+    as_json: bool = JSON,
+) -> None:
+    """Sweep every model of a zoo manifest through one executor; a study per model, zoo.json and a table.
+
+    Manifest (paths relative to it):
+
+        \\[\\[models]]
+        path = "models/detector.keras"
+        data = "data/detector.npz"    # optional
+        target = "gpu"                # optional; recipes = ["int8", ...] optional
+
+    Example: optimize zoo zoo.toml -o zoo-out
+             optimize zoo zoo.toml -o zoo-out --executor ray --cache s3://bucket/optimize --mlflow
+    """
+    from . import report_text
+    from .zoo import run_zoo
+
+    result = run_zoo(
+        manifest,
+        output,
+        executor=_executor_option(executor),
+        ray_address=ray_address,
+        cache=_cache_option(cache, no_cache),
+        jobs=jobs,
+        threads=threads,
+        delegates=delegates,
+        progress=_progress(as_json),
+        mlflow=mlflow,
+    )
+    if as_json:
+        _print_json(result)
+    else:
+        report_text.print_zoo(result, output)
 
 
 @app.command()

@@ -37,6 +37,7 @@ __all__ = ["CRASH_SIGNALS", "ProcessExecutor", "SerialExecutor", "executor", "de
 
 log = logging.getLogger(__name__)
 
+
 def workspace_root(task: Task, worker: str) -> os.PathLike:
     """Where a local worker keeps its workspaces for a task: inside the task's output folder (removed when
     the sweep ends)."""

@@ -211,8 +211,8 @@ class RayExecutor:
             self.owned = True
         self.ray = ray
         self._produce = ray.remote(produce_on_node).options(num_returns="streaming", max_retries=0, num_cpus=1)
-        self._post_mortem = ray.remote(post_mortem).options(num_cpus=0, max_retries=0)
-        self._time = ray.remote(time_on_node).options(num_returns="streaming", max_retries=0)
+        self._post_mortem = ray.remote(post_mortem)
+        self._time = ray.remote(time_on_node)
         return ray
 
     def submit(self, task: Task) -> None:
@@ -320,7 +320,10 @@ class RayExecutor:
 
         strategy = NodeAffinitySchedulingStrategy(r.node, soft=False)
         try:
-            sig = ray.get(self._post_mortem.options(scheduling_strategy=strategy).remote(r.crash_file), timeout=60)
+            sig = ray.get(
+                self._post_mortem.options(num_cpus=0, max_retries=0, scheduling_strategy=strategy).remote(r.crash_file),
+                timeout=60,
+            )
         except Exception:  # noqa: BLE001 - the node went away meanwhile
             return None
         return f"killed by {sig}" if sig else "killed by SIGKILL (out of memory?)"
@@ -337,7 +340,9 @@ class RayExecutor:
             ray = self._connect()
             nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= 1]
             if not nodes:
-                raise OptimizeError("The Ray cluster has no node with a CPU left.", "Add a node, or use --executor local.")
+                raise OptimizeError(
+                    "The Ray cluster has no node with a CPU left.", "Add a node, or use --executor local."
+                )
             done = yield from self._time_round(todo, nodes)
             todo = [t for t in todo if t.tag not in done]
             tries += 1
@@ -358,7 +363,8 @@ class RayExecutor:
             if ts:
                 jobs = [(replace(t, cands=t.cands), ray.put(_artifacts(t))) for t in ts]
                 strategy = NodeAffinitySchedulingStrategy(node, soft=True)
-                gens.append(self._time.options(num_cpus=cpus[node], scheduling_strategy=strategy).remote(jobs))
+                opts = {"num_returns": "streaming", "max_retries": 0, "num_cpus": cpus[node]}
+                gens.append(self._time.options(scheduling_strategy=strategy, **opts).remote(jobs))
         done = set()
         for gen in gens:
             try:

@@ -372,3 +372,35 @@ def format_recommendation(rec) -> str:
     if rec.facts:
         lines += ["", "Good to know:"] + [f"  - {f}" for f in rec.facts]
     return "\n".join(lines) + "\n"
+
+
+def print_zoo(result, folder: Path | None = None, width: int | None = None) -> None:
+    """The zoo table: per model and target, the pick with its size, latency and accuracy against the
+    model's float32 baseline; then what failed, one line each."""
+    from rich.table import Table
+
+    con = _console(width)
+    table = Table(title=f"zoo: {len(result.models)} models ({esc(result.executor)})", title_justify="left")
+    for col, just in (("model", "left"), ("target", "left"), ("pick", "left"), ("size x", "right")):
+        table.add_column(col, justify=just, overflow="fold")
+    for col in ("p50 x", "acc Δ", "failed"):
+        table.add_column(col, justify="right")
+    for e in result.models:
+        for i, p in enumerate(e.picks):
+            table.add_row(
+                esc(e.name) if i == 0 else "",
+                str(p.target),
+                esc(p.candidate or f"none ({p.why_none})"),
+                f"{p.size_ratio:.2f}" if p.size_ratio is not None else "-",
+                f"{p.latency_ratio:.2f}" if p.latency_ratio is not None else "-",
+                _pct(p.accuracy_delta, signed=True),
+                f"{len(e.failed)}/{e.candidates}" if i == 0 else "",
+            )
+    con.print(table)
+    for e in result.models:
+        for name, why in e.failed.items():
+            con.print(f"{esc(e.name)}/{esc(name)}: {esc(why[:160])}", highlight=False)
+        if len(e.timing_nodes) > 1:
+            con.print(f"{esc(e.name)}: latencies from {len(e.timing_nodes)} machines: {esc(', '.join(e.timing_nodes))}")
+    if folder:
+        con.print(f"Wrote {len(result.models)} studies and {Path(folder) / 'zoo.json'}")

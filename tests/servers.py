@@ -1,0 +1,107 @@
+"""Real servers for the distributed tests, each listening on 127.0.0.1 only: moto's S3 API and a Ray cluster.
+
+Each is started by the test session and stopped by the process id it started (never by name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LOOPBACK = "127.0.0.1"
+TESTS = str(Path(__file__).resolve().parent)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(port: int, proc: subprocess.Popen, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=1):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on {LOOPBACK}:{port}")
+
+
+@contextlib.contextmanager
+def moto_s3(bucket: str = "optimize-test"):
+    """moto's S3 server on 127.0.0.1, the AWS environment pointing at it, and a bucket."""
+    port = free_port()
+    exe = Path(sys.executable).with_name("moto_server")
+    cmd = [str(exe)] if exe.is_file() else [sys.executable, "-m", "moto.server"]
+    proc = subprocess.Popen(
+        [*cmd, "-H", LOOPBACK, "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    env = {
+        "AWS_ENDPOINT_URL": f"http://{LOOPBACK}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        _wait_for(port, proc)
+        import fsspec
+
+        fsspec.filesystem("s3", skip_instance_cache=True).mkdir(bucket)
+        yield f"s3://{bucket}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def ray_cluster(num_cpus: int = 2):
+    """A Ray head (with `num_cpus` CPUs) started by this process on 127.0.0.1; yields its address.
+
+    Workers import the test fixtures (tests/ on their path). `ray.cluster_utils.Cluster` stops exactly
+    the processes it started.
+    """
+    from optimize.ray_executor import LOOPBACK_ENV
+
+    os.environ.update(LOOPBACK_ENV)
+    paths = [TESTS, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    old_path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": num_cpus,
+            "include_dashboard": False,
+            "node_ip_address": LOOPBACK,
+            "object_store_memory": 200 * 2**20,
+        },
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+        if old_path is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_path
+
+
+def listeners(pids: set[int]) -> list[str]:
+    """Listening TCP addresses of the given processes (from `ss`), to check nothing is off loopback."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
+    return [line.split()[3] for line in out.splitlines() if any(f"pid={p}," in line for p in pids)]

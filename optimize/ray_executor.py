@@ -56,6 +56,17 @@ FATAL = {  # faulthandler's words for each crash signal
 }
 
 
+def loopback_only() -> None:
+    """Keep a Ray started from this process on 127.0.0.1 (read when Ray is imported, so set it first; a Ray
+    imported already gets the same switch on its constants)."""
+    import sys
+
+    os.environ.update(LOOPBACK_ENV)
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
+        constants.ENABLE_RAY_CLUSTER = False
+
+
 def _ray():
     try:
         import ray
@@ -188,11 +199,12 @@ class RayExecutor:
     def _connect(self):
         if self.ray is not None:
             return self.ray
+        if self.address is None:
+            loopback_only()
         ray = _ray()
         if not ray.is_initialized():
             quiet = {"log_to_driver": False, "configure_logging": False, "logging_level": logging.WARNING}
             if self.address is None:
-                os.environ.update(LOOPBACK_ENV)
                 ray.init(
                     address="local",
                     _node_ip_address="127.0.0.1",

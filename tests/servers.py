@@ -15,6 +15,7 @@ from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
 TESTS = str(Path(__file__).resolve().parent)
+os.environ.update({"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})  # before Ray is imported: see ray_executor
 
 
 def free_port() -> int:
@@ -74,9 +75,9 @@ def ray_cluster(num_cpus: int = 2):
     Workers import the test fixtures (tests/ on their path). `ray.cluster_utils.Cluster` stops exactly
     the processes it started.
     """
-    from optimize.ray_executor import LOOPBACK_ENV
+    from optimize.ray_executor import loopback_only
 
-    os.environ.update(LOOPBACK_ENV)
+    loopback_only()
     paths = [TESTS, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
     old_path = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))

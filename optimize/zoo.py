@@ -161,34 +161,11 @@ def run_zoo(
 ) -> ZooResult:
     """Sweep every model of a manifest through one executor; write each study, report and zoo.json."""
     from .schedule import run_all
-    from .sweeps import open_run
 
     path, models = load_manifest(manifest)
     out = Path(output)
-    opened = []
-    fresh = [out / m.name for m in models if not (out / m.name).exists()]
-    for i, m in enumerate(models):
-        try:
-            recipes = [_recipe(r) for r in m.recipes] if m.recipes is not None else None
-            targets = m.all_targets()
-            run = open_run(
-                m.path,
-                m.data,
-                out / m.name,
-                recipes,
-                threads,
-                delegates=delegates,
-                runs=runs,
-                cache=cache,
-                target=targets[0] if targets else None,
-                tag=m.name,
-            )
-        except OptimizeError as e:
-            for folder in fresh:  # nothing half-written: the folders this call made are removed
-                if folder.is_dir() and not any(folder.iterdir()):
-                    folder.rmdir()
-            raise type(e)(f"{path.name}: models[{i}] ({m.name}): {e.problem}", e.fix) from None
-        opened.append(run)
+    settings = {"threads": threads, "delegates": delegates, "runs": runs, "cache": cache}
+    opened = _open_all(path, models, out, settings)
     studies = run_all(opened, jobs, progress, executor, ray_address)
     entries = [_entry(m, s, out) for m, s in zip(models, studies)]
     for m, s in zip(models, studies):
@@ -206,6 +183,27 @@ def run_zoo(
 
         log_zoo(mlflow, result, out)
     return result
+
+
+def _open_all(path: Path, models: list[ZooModel], out: Path, settings: dict) -> list:
+    """Every model's sweep planned and checked before any work; a bad one is one line naming it, and the
+    folders this call made are removed (nothing half-written)."""
+    from .sweeps import open_run
+
+    opened = []
+    fresh = [out / m.name for m in models if not (out / m.name).exists()]
+    for i, m in enumerate(models):
+        try:
+            recipes = [_recipe(r) for r in m.recipes] if m.recipes is not None else None
+            targets = m.all_targets()
+            target = targets[0] if targets else None
+            opened.append(open_run(m.path, m.data, out / m.name, recipes, target=target, tag=m.name, **settings))
+        except OptimizeError as e:
+            for folder in fresh:
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
+            raise type(e)(f"{path.name}: models[{i}] ({m.name}): {e.problem}", e.fix) from None
+    return opened
 
 
 def _recipe(name: str):

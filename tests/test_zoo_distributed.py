@@ -40,7 +40,9 @@ def regressor(tmp_path_factory):
     rng = np.random.default_rng(1)
     x = rng.normal(size=(300, 6)).astype(np.float32)
     y = (x @ rng.normal(size=(6, 1))).astype(np.float32)
-    model = keras.Sequential([keras.layers.Input((6,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [keras.layers.Input((6,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)]
+    )
     model.compile("adam", "mse")
     model.fit(x, y, epochs=20, verbose=0)
     folder = tmp_path_factory.mktemp("regressor")
@@ -140,7 +142,9 @@ def test_zoo_on_ray_shares_its_cache_through_s3_and_logs_every_candidate_to_mlfl
         assert study.executor == "ray"
         assert all(c.cached for c in study.candidates)
         for c in study.candidates:
-            assert (tmp_path / "b" / e.name / c.artifact).read_bytes() == (tmp_path / "a" / e.name / c.artifact).read_bytes()
+            assert (tmp_path / "b" / e.name / c.artifact).read_bytes() == (
+                tmp_path / "a" / e.name / c.artifact
+            ).read_bytes()
     assert json.loads((tmp_path / "b" / "zoo.json").read_text())["cache"].startswith("s3://")
     assert not (tmp_path / "local-b" / "results").exists()  # nothing came from (or went to) a local cache
 

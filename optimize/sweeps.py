@@ -189,9 +189,14 @@ def _groups(recipes: list[Recipe]) -> list[list[Recipe]]:
     (prune -> int8 and prune -> cluster -> int8 prune once)."""
     groups: dict[str, list[Recipe]] = {}
     for r in recipes:
-        keras = [s.model_dump(mode="json") for s in r.steps if registry.get(s.technique).stage is Stage.KERAS]
-        groups.setdefault(_key(keras[:1]), []).append(r)
+        groups.setdefault(group_key(r.steps), []).append(r)
     return list(groups.values())
+
+
+def group_key(steps) -> str:
+    """Which task a recipe (or candidate) joins: the recipes sharing their first Keras step run together."""
+    keras = [s.model_dump(mode="json") for s in steps if registry.get(s.technique).stage is Stage.KERAS]
+    return _key(keras[:1])
 
 
 def default_jobs(n_groups: int) -> int:

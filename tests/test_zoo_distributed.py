@@ -171,3 +171,15 @@ def test_a_crash_on_ray_fails_only_its_candidate_and_is_cached_as_the_techniques
     assert not (tmp_path / "o" / "int8.tflite").exists()
     again = sweeps.sweep(keras_model, crashing, tmp_path / "p", cache=f"{s3}/crash", **kw)
     assert all(x.cached for x in again.candidates)  # the segfault is the technique's: it would happen again
+
+
+def test_concurrent_writers_on_s3_leave_one_complete_object(s3):
+    from test_storage import concurrent_creates
+
+    from optimize.storage import FsspecStore, open_store
+
+    store = open_store(f"{s3}/race")
+    assert isinstance(store, FsspecStore) and store.conditional
+    won = concurrent_creates(store, "v4/entries/ab/abc.json", n=8)
+    assert won.count(True) == 1  # S3's conditional put: one writer wins, the others are told
+    assert store.read("v4/entries/ab/abc.json", 1 << 20) == f"writer {won.index(True)} ".encode() * 1000

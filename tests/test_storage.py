@@ -1,0 +1,65 @@
+"""The result cache's store: atomic, conditional publishing under concurrent writers; zoo manifests refused
+in one line. (The same store on a real S3 API is tested in test_zoo_distributed.py.)"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from optimize.storage import LocalStore, local_path, open_store
+
+
+def concurrent_creates(store, key: str, n: int = 16) -> list[bool]:
+    """n writers publishing different bytes under one key at once; what each was told."""
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(lambda i: store.create(key, f"writer {i} ".encode() * 1000), range(n)))
+
+
+def test_concurrent_writers_leave_one_complete_object(tmp_path):
+    store = open_store(tmp_path / "c")
+    assert isinstance(store, LocalStore)
+    won = concurrent_creates(store, "v4/entries/ab/abc.json")
+    assert won.count(True) == 1
+    data = store.read("v4/entries/ab/abc.json", 1 << 20)
+    writer = won.index(True)
+    assert data == f"writer {writer} ".encode() * 1000  # the winner's bytes, whole
+    assert not list((tmp_path / "c" / "tmp").iterdir())  # no temporary left behind
+    with pytest.raises(ValueError, match="larger than any entry"):
+        store.read("v4/entries/ab/abc.json", 100)  # reads are bounded
+    assert store.read("v4/entries/ab/missing.json", 100) is None
+
+
+def test_cache_locations_are_folders_or_urls(tmp_path):
+    assert local_path(f"file://{tmp_path}") == tmp_path
+    assert local_path(str(tmp_path)) == tmp_path
+    assert local_path("s3://bucket/prefix") is None
+
+
+@pytest.mark.parametrize(
+    "manifest, expected",
+    [
+        ("[[models]]\npath = 'nowhere.keras'\n", "models[0]: no model at nowhere.keras"),
+        ("[[models]]\npaht = 'm.keras'\n", "zoo.toml: model 1.path: missing"),
+        ("models = []\n", "zoo.toml: models"),
+        ("[[models]\n", "zoo.toml: not valid TOML"),
+        ("[[models]]\npath = 'm.keras'\ntarget = 'toaster'\n", "target"),
+    ],
+)
+def test_bad_zoo_manifests_are_one_line_and_exit_2(tmp_path, cli, manifest, expected):
+    (tmp_path / "m.keras").write_bytes(b"not a model")
+    (tmp_path / "zoo.toml").write_text(manifest)
+    out = cli("zoo", str(tmp_path / "zoo.toml"), "-o", str(tmp_path / "out"))
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and expected in lines[0], out.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_model_in_a_zoo_names_it_and_writes_nothing(tmp_path, cli):
+    (tmp_path / "m.keras").write_bytes(b"not a model")
+    (tmp_path / "zoo.toml").write_text("[[models]]\npath = 'm.keras'\nname = 'broken'\n")
+    out = cli("zoo", str(tmp_path / "zoo.toml"), "-o", str(tmp_path / "out"))
+    assert out.returncode == 2
+    assert "models[0] (broken)" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "out" / "broken").exists()

@@ -13,6 +13,7 @@ production (`time_task`), with the node recorded on each candidate.
 
 from __future__ import annotations
 
+import shutil
 import socket
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -94,7 +95,8 @@ class Workspaces:
             self.open[key] = ws
         self.open.move_to_end(key)
         while len(self.open) > self.size:
-            self.open.popitem(last=False)
+            _, old = self.open.popitem(last=False)
+            shutil.rmtree(old.workdir, ignore_errors=True)
         return ws
 
 

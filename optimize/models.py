@@ -11,7 +11,7 @@ import hashlib
 import io
 import json
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -27,10 +27,18 @@ EXPECTED = "Pass a Keras .keras/.h5 file, a SavedModel directory, or a .tflite f
 
 @dataclass(frozen=True)
 class ModelSource:
+    """A model, opened once: where it is, what kind, its fingerprint, and (after `opened`) what every later
+    step asks of it: for a .tflite its normalised float32 bytes and what normalising changed; for every
+    kind its inputs and outputs. It is a plain value: it travels with each task to any worker or node."""
+
     path: Path
     kind: Kind
     fingerprint: str
     trusted: bool = False  # the user vouched for Python code in the file (--trust-model-code)
+    content: bytes | None = field(default=None, repr=False, compare=False)  # .tflite: normalised bytes
+    facts: tuple[str, ...] = ()  # what normalising changed (empty: the file is plain float32 already)
+    inputs: tuple[InputSpec, ...] | None = field(default=None, compare=False)
+    outputs: tuple[str, ...] | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:
@@ -89,8 +97,8 @@ def open_model(path: str | Path, trust: bool = False) -> ModelSource:
         raise ModelError(f"No model at {p}.", EXPECTED)
     if p.is_dir():
         if (p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file():
-            _savedmodel_inputs(p)  # a corrupt graph or missing variables: one line now, not a failed candidate later
-            return ModelSource(p, "savedmodel", _fingerprint(p))
+            specs = _savedmodel_inputs(p)  # a corrupt graph or missing variables: one line now, not later
+            return ModelSource(p, "savedmodel", _fingerprint(p), inputs=tuple(specs), outputs=())
         raise ModelError(f"{p} is a directory but not a SavedModel (no saved_model.pb).", EXPECTED)
     regular_file(p, "model", ModelError)  # not a FIFO, a device, or larger than a flatbuffer can be
     with open(p, "rb") as f:
@@ -232,26 +240,40 @@ def _config_inputs(src: ModelSource) -> list[InputSpec] | None:
         return None
 
 
-def _described(path: Path):
-    """The normalised model's interpreter, built but not allocated, and its signature key (or None):
-    what the techniques will see, readable even when custom ops keep it from running here."""
+def _tflite_io(content: bytes) -> tuple[tuple[InputSpec, ...], tuple[str, ...]]:
+    """Inputs and outputs of a normalised .tflite as the techniques will see them: read from an interpreter
+    built but not allocated, so custom ops that keep it from running here do not matter."""
     from . import runtime
-    from .normalize import normalize_file
 
-    it = runtime.describe(normalize_file(path).content)
-    return it, runtime.signature_key(it)
-
-
-def _tflite_inputs(path: Path) -> list[InputSpec]:
-    it, key = _described(path)
+    it = runtime.describe(content)
+    key = runtime.signature_key(it)
     if key is not None:
         items = list(it.get_signature_runner(key).get_input_details().items())
+        outputs = tuple(it.get_signature_list()[key]["outputs"])
     else:
         items = [(d["name"], d) for d in it.get_input_details()]
-    return [
+        outputs = tuple(d["name"] for d in it.get_output_details())
+    inputs = tuple(
         InputSpec(name, tuple(int(x) for x in d.get("shape_signature", d["shape"])), np.dtype(d["dtype"]).name)
         for name, d in items
-    ]
+    )
+    return inputs, outputs
+
+
+def opened(src: ModelSource) -> ModelSource:
+    """The source with what every later step needs read once: a .tflite normalised (its bytes and facts)
+    and described; a Keras file's inputs and outputs from its config; a SavedModel's signature (read when
+    it was recognised)."""
+    if src.kind == "tflite" and src.content is None:
+        from .normalize import normalize_file
+
+        n = normalize_file(src.path)
+        inputs, outputs = _tflite_io(n.content)
+        return replace(src, content=n.content, facts=tuple(n.facts), inputs=inputs, outputs=outputs)
+    if src.kind in ("keras2", "keras3") and src.outputs is None:
+        specs = _config_inputs(src)
+        return replace(src, inputs=tuple(specs) if specs is not None else None, outputs=output_names(src))
+    return src
 
 
 def _savedmodel_inputs(path: Path) -> list[InputSpec]:
@@ -271,8 +293,10 @@ def _savedmodel_inputs(path: Path) -> list[InputSpec]:
 
 def input_specs(src: ModelSource) -> list[InputSpec]:
     """Every model input, in the order the model takes them, to check data before any work."""
+    if src.inputs is not None:
+        return list(src.inputs)
     if src.kind == "tflite":
-        return _tflite_inputs(src.path)
+        return list(opened(src).inputs)
     if src.kind == "savedmodel":
         return _savedmodel_inputs(src.path)
     specs = _config_inputs(src)
@@ -293,6 +317,8 @@ def output_names(src: ModelSource) -> tuple[str, ...]:
     A converted model names its outputs output_0, output_1, ... in the same order, so labels keyed by a
     Keras output name find their output in any artifact made from it.
     """
+    if src.outputs is not None:
+        return src.outputs
     if src.kind in ("keras2", "keras3"):
         config = _keras_config(src)
         try:
@@ -305,16 +331,8 @@ def output_names(src: ModelSource) -> tuple[str, ...]:
         except (KeyError, IndexError, TypeError):
             return ()
     if src.kind == "tflite":
-        return _tflite_outputs(src.path)
+        return opened(src).outputs
     return ()
-
-
-def _tflite_outputs(path: Path) -> tuple[str, ...]:
-    """Output names as the techniques will see them (read without allocating: custom ops need not run)."""
-    it, key = _described(path)
-    if key is not None:
-        return tuple(it.get_signature_list()[key]["outputs"])
-    return tuple(d["name"] for d in it.get_output_details())
 
 
 RECURRENT = frozenset({"LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"})

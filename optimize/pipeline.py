@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import _tf, measure, models, paths, probe, rebuild, registry, verify
 from .data import Dataset, check_inputs, combine, load_data
 from .errors import DataError, ModelError, OptimizeError, RecipeError, TechniqueFailed
-from .normalize import normalize_file, not_float
+from .normalize import not_float
 from .progress import Progress
 from .recipe import Recipe, build, make_steps
 from .registry import Context, Stage
@@ -117,10 +117,10 @@ class Workspace:
         if self._source is None:
             self._source = _State("source", self.src.path)
             if self.src.kind == "tflite":
-                n = normalize_file(self.src.path)
-                if n.changed:
-                    self._source.path = write_atomic(self.workdir / "source.tflite", n.content)
-                    self._source.notes = [f"input normalised: {'; '.join(n.facts)}"]
+                src = models.opened(self.src)  # normalised when it was opened: not read again
+                if src.facts:
+                    self._source.path = write_atomic(self.workdir / "source.tflite", src.content)
+                    self._source.notes = [f"input normalised: {'; '.join(src.facts)}"]
         return self._source
 
     def _fixed_batch_export(self, state: _State, key: str):
@@ -236,7 +236,7 @@ def check_data(src: models.ModelSource, data: Dataset | None) -> None:
     """Check the model and data before any work starts (one clear line if they do not fit): a .tflite must
     be a float model once normalised, and the data must fit the model's inputs."""
     if src.kind == "tflite":
-        why = not_float(normalize_file(src.path).content)
+        why = not_float(models.opened(src).content)
         if why:
             raise ModelError(
                 f"{src.path.name} cannot be optimized: {why}.",
@@ -503,7 +503,7 @@ def open_inputs(
         model_path, data_path = demo()
         model = model_path
         data = data if data is not None else data_path
-    src = models.open_model(model, trust)
+    src = models.opened(models.open_model(model, trust))  # the one read of the model
     ds = combine(_dataset(data), _dataset(calibration))
     if ds is not None:
         kept = {"task": ds.task, "label_output": ds.label_output, "calibration_seed": ds.calibration_seed}

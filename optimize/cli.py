@@ -54,10 +54,10 @@ CACHE = typer.Option(
 MLFLOW = typer.Option(
     None,
     "--mlflow",
-    flag_value="./mlruns",
-    is_flag=False,
     help="Log every candidate to MLflow: a tracking URI, or alone for ./mlruns (a local SQLite store).",
 )
+#: Options whose value may be left out (`--mlflow` alone), and what they mean then.
+OPTIONAL_VALUES = {"--mlflow": "./mlruns"}
 NO_CACHE = typer.Option(False, "--no-cache", help="Recompute every candidate (neither read nor write the cache).")
 DATA_HELP = (
     ".npz: x/y or x_train/y_train/x_test/y_test; several inputs as x:<input name> (x_train:<name>, ...); "
@@ -643,11 +643,21 @@ def _silence_stdout() -> None:
         pass
 
 
+def optional_values(argv: list[str]) -> list[str]:
+    """`--mlflow` alone (last, or before another option) takes its default value."""
+    out = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        if arg in OPTIONAL_VALUES and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
+            out.append(OPTIONAL_VALUES[arg])
+    return out
+
+
 def main() -> None:
     """Entry point: user errors (ours, and bad options or arguments) become one `error:` line and their
     exit code (2; 1 when the goals are not met), never a traceback or a usage box."""
     try:
-        code = app(standalone_mode=False, prog_name="optimize")
+        code = app(args=optional_values(sys.argv[1:]), standalone_mode=False, prog_name="optimize")
     except OptimizeError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)

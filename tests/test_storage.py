@@ -63,3 +63,13 @@ def test_a_bad_model_in_a_zoo_names_it_and_writes_nothing(tmp_path, cli):
     assert out.returncode == 2
     assert "models[0] (broken)" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "out" / "broken").exists()
+
+
+def test_mlflow_alone_means_a_local_store_and_a_uri_is_kept():
+    from optimize.cli import optional_values
+    from optimize.tracking import resolve
+
+    assert optional_values(["zoo", "z.toml", "--mlflow"]) == ["zoo", "z.toml", "--mlflow", "./mlruns"]
+    assert optional_values(["zoo", "--mlflow", "--executor", "ray"])[:3] == ["zoo", "--mlflow", "./mlruns"]
+    assert optional_values(["zoo", "--mlflow", "http://127.0.0.1:5000"]) == ["zoo", "--mlflow", "http://127.0.0.1:5000"]
+    assert resolve("http://127.0.0.1:5000") == ("http://127.0.0.1:5000", None)

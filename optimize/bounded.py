@@ -13,8 +13,6 @@ import re
 import tomllib
 import zipfile
 
-import numpy as np
-
 from .errors import OptimizeError
 
 MAX_JSON_DEPTH = 128  # a Keras functional model nested in another is ~20 deep; json recurses at ~1000
@@ -32,6 +30,8 @@ _TOML_NUMBER = re.compile(r"\d[\d_]*\.\d")
 
 def nesting(text: bytes, opens: bytes = b"[{", closes: bytes = b"]}") -> int:
     """The deepest bracket nesting in `text` (strings already removed)."""
+    import numpy as np  # lazily: the pure core (choose, advice) stays numpy-free
+
     a = np.frombuffer(text, np.uint8)
     if not a.size:
         return 0

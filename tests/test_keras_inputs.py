@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -70,7 +72,8 @@ def test_a_keras3_model_that_cannot_be_rebuilt_lists_what_was_dropped(tmp_path, 
     assert [r.name for r in planned] == ["float32", "float16", "dynamic", "int8", "int8-int8io", "int16x8"]
     (d,) = dropped
     assert d.recipes == ["prune-int8", "cluster-int8", "prune-cluster-int8", "qat-int8"]
-    assert "Keras 3 operation 'multiply'" in d.reason and "outside any layer" in d.reason
+    # Keras 3 numbers op names per process ('multiply', 'multiply_1', ...): the test order decides the suffix
+    assert re.search(r"Keras 3 operation 'multiply(_\d+)?'", d.reason) and "outside any layer" in d.reason
 
 
 @pytest.fixture(scope="module")

@@ -90,3 +90,16 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+def fingerprint_readable(data: bytes) -> bool:
+    """Whether a SavedModel's fingerprint.pb parses (TensorFlow logs a traceback, then carries on, if not)."""
+    tf()
+    from google.protobuf.message import DecodeError
+    from tensorflow.core.protobuf import fingerprint_pb2
+
+    try:
+        fingerprint_pb2.FingerprintDef().ParseFromString(data)
+    except (DecodeError, ValueError):
+        return False
+    return True

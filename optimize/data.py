@@ -119,16 +119,22 @@ class Dataset:
         return None if output is not None else next(iter(y.values()))
 
     def check_input(self, shape: tuple, dtype: str = "float32", name: str = "input") -> None:
-        """Raise one clear DataError when samples do not fit one model input (batch dim ignored)."""
-        x = self.x_cal
-        if isinstance(x, dict):
-            if name not in x:
-                raise DataError(
-                    f"{self.source} has no array for the model's input {name!r} (it has {', '.join(x)}).",
-                    f"Add x:{name} (and x_train:{name}/x_test:{name} if you split).",
-                )
-            x = x[name]
-        _check_shape(x, shape, name)
+        """Raise one clear DataError when samples of any split do not fit one model input (batch dim
+        ignored): shape, a numeric type, and values the input's type can hold (float64 1e300 is infinite
+        as float32)."""
+        splits = [("x_cal", self.x_cal), ("x_train", self.x_train), ("x_test", self.x_test)]
+        for split, x in splits:
+            if x is None:
+                continue
+            if isinstance(x, dict):
+                if name not in x:
+                    raise DataError(
+                        f"{self.source} has no array for the model's input {name!r} (it has {', '.join(x)}).",
+                        f"Add x:{name} (and x_train:{name}/x_test:{name} if you split).",
+                    )
+                x = x[name]
+            _check_shape(x, shape, name)
+            _check_range(x, dtype, f"{self.source}: {split}" + (f":{name}" if isinstance(self.x_cal, dict) else ""))
 
 
 def _check_shape(x: np.ndarray, shape: tuple, name: str) -> None:
@@ -141,6 +147,33 @@ def _check_shape(x: np.ndarray, shape: tuple, name: str) -> None:
         )
     if not np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_:
         raise DataError(f"Data for {name} has dtype {x.dtype}; the model takes numbers.", "Store x as float32.")
+
+
+def _check_range(x: np.ndarray, dtype: str, what: str) -> None:
+    """Values the model's input type holds: no float beyond its range (it would become inf), no integer
+    outside an integer input's range (it would wrap)."""
+    try:
+        target = np.dtype(dtype)
+    except TypeError:
+        return
+    if x.size == 0 or x.dtype == target:
+        return
+    if np.issubdtype(target, np.floating) and np.issubdtype(x.dtype, np.floating):
+        top = float(np.max(np.abs(x)))
+        if top > float(np.finfo(target).max):
+            raise DataError(
+                f"{what} holds values up to {top:.3g}, beyond {target.name} (the model's input type): "
+                "they would become infinite.",
+                "Scale or clip the data to the range the model was trained on.",
+            )
+    elif np.issubdtype(target, np.integer) and np.issubdtype(x.dtype, np.number):
+        info = np.iinfo(target)
+        lo, hi = float(np.min(x)), float(np.max(x))
+        if lo < info.min or hi > info.max:
+            raise DataError(
+                f"{what} holds values {lo:g}..{hi:g}, outside {target.name} (the model's input type).",
+                f"Store values within {info.min}..{info.max}.",
+            )
 
 
 def check_inputs(ds: Dataset, specs: list) -> None:
@@ -233,10 +266,29 @@ def load_data(path: str | Path, calibration_seed: int = 0) -> Dataset:
 
 
 # ---------------------------------------------------------------------------------------------- checking
+#: Array kinds that are not real numbers, by numpy's kind code: refused by name.
+NOT_NUMBERS = {
+    "c": "complex numbers",
+    "O": "Python objects",
+    "U": "text",
+    "S": "bytes",
+    "V": "structured records",
+    "M": "dates",
+    "m": "time spans",
+}
+
+
 def _check_array(a: np.ndarray, what: str, source: str) -> np.ndarray:
     a = np.asarray(a)
+    if a.dtype.kind in NOT_NUMBERS:
+        raise DataError(
+            f"{source}: {what} holds {NOT_NUMBERS[a.dtype.kind]} ({a.dtype}); optimize takes real numbers.",
+            "Store floats or integers (labels: integer class ids or real values).",
+        )
     if a.ndim == 0:
         raise DataError(f"{source}: {what} is a scalar.", "Give one sample per row (the first axis is the sample).")
+    if len(a) == 0:
+        raise DataError(f"{source}: {what} has no samples.", f"Give {what} at least one sample, or leave it out.")
     if np.issubdtype(a.dtype, np.floating):
         nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
         if nan or inf:

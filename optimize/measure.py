@@ -59,15 +59,18 @@ def _dataset(data) -> Dataset | None:
     return load_data(data)
 
 
-def heads(model: str | Path | bytes, runner: runtime.Runner) -> list[Head]:
-    """Each output's shape and final activation (the op producing it, looking through a DEQUANTIZE)."""
+def heads(
+    model: str | Path | bytes, runner: runtime.Runner | None = None, outputs: list[dict] | None = None
+) -> list[Head]:
+    """Each output's shape and final activation (the op producing it, looking through a DEQUANTIZE), in the
+    order of the runner's outputs (or of `outputs`, the runtime's output details)."""
     from .delegates.flatbuffer import read_model
 
     sg = read_model(model).main
     producer = {o: op for op in sg.ops for o in op.outputs if o >= 0}
     by_index = {t.index: t for t in sg.tensors}
     out = []
-    for d in runner.outputs:
+    for d in runner.outputs if runner is not None else outputs or []:
         op = producer.get(d["index"])
         if op is not None and op.name in ("DEQUANTIZE", "QUANTIZE") and op.inputs:
             op = producer.get(op.inputs[0], op)
@@ -104,6 +107,14 @@ def accuracy_on(ds: Dataset, outs: list[np.ndarray], hs: list[Head], runner: run
     i = label_index(ds, runner)
     name = ds.outputs[i] if i < len(ds.outputs) else runner.output_names()[i]
     y = ds.labels("test", name if isinstance(ds.y_test, dict) else None)
+    if y is None and isinstance(ds.y_test, dict) and ds.y_test:
+        names = runner.output_names()
+        if not set(ds.y_test) & {*names, *ds.outputs}:
+            raise DataError(
+                f"{ds.source}: labels {', '.join(f'y:{k}' for k in ds.y_test)} name none of the model's outputs "
+                f"({', '.join(names)}).",
+                "Key labels by the model's output names (y:<output>), or give plain y for the first output.",
+            )
     if y is None:
         return None
     y = np.asarray(y)[:n]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
+import os
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,8 +18,9 @@ from typing import Literal
 import numpy as np
 
 from . import _tf
+from .bounded import loads_json, read_member
 from .errors import ModelError
-from .paths import regular_file
+from .paths import check_tree, open_regular, read_bounded, regular_file
 
 Kind = Literal["keras2", "keras3", "savedmodel", "tflite"]
 EXPECTED = "Pass a Keras .keras/.h5 file, a SavedModel directory, or a .tflite file."
@@ -45,28 +46,43 @@ class ModelSource:
         return self.path.stem if self.path.is_file() else self.path.name
 
 
-def _fingerprint(path: Path) -> str:
+def _fingerprint(path: Path, files: list[Path] | None = None) -> str:
+    """A content hash of the model file, or of every regular file of a folder (`check_tree`'s list: no
+    FIFO, no device, no link outside, bounded in size), read through the one bounded reader."""
     h = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    if files is None:
+        files = check_tree(path, "SavedModel", ModelError) if path.is_dir() else [path]
     for f in files:
-        h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
-        with open(f, "rb") as fh:
+        h.update(os.fsencode(f.relative_to(path) if path.is_dir() else f.name))  # any name, UTF-8 or not
+        with open_regular(f, "model", ModelError) as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()[:16]
 
 
+KERAS_JSON = "a readable Keras model config"
+MAX_KERAS_JSON = 64 * 2**20  # config.json and metadata.json: a large functional model's config is ~1 MiB
+
+
+def _keras_json(path: Path, z: zipfile.ZipFile, name: str):
+    """One JSON member of a .keras archive: size and compression ratio checked before reading, nesting
+    before parsing (a zip bomb or a 200,000-deep config is one line, not MemoryError or RecursionError)."""
+    raw = read_member(z, name, MAX_KERAS_JSON, str(path), ModelError)
+    return loads_json(raw, f"{path}: its {name}", ModelError, "Save the model again with Keras.", KERAS_JSON)
+
+
 def _keras_major(path: Path) -> int | None:
     """Which Keras wrote a .keras/.h5 file (2 = tf_keras, 3 = Keras 3), or None if it is neither."""
-    head = path.read_bytes()[:8]
+    with open_regular(path, "model", ModelError) as f:
+        head = f.read(8)
     if head.startswith(b"PK"):
         try:
             with zipfile.ZipFile(path) as z:
-                meta = json.loads(z.read("metadata.json"))
+                meta = _keras_json(path, z, "metadata.json")
             if not isinstance(meta, dict):
                 raise ModelError(f"{path}: its metadata.json is not a Keras metadata object.", EXPECTED)
             return int(str(meta.get("keras_version", "0")).split(".")[0])
-        except (zipfile.BadZipFile, KeyError, ValueError, UnicodeDecodeError):
+        except (zipfile.BadZipFile, KeyError, ValueError, UnicodeDecodeError, NotImplementedError, RuntimeError):
             return None
     if head.startswith(b"\x89HDF"):
         import h5py
@@ -97,17 +113,21 @@ def open_model(path: str | Path, trust: bool = False) -> ModelSource:
         raise ModelError(f"No model at {p}.", EXPECTED)
     if p.is_dir():
         if (p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file():
+            files = check_tree(p, "SavedModel", ModelError)  # no FIFO, device or link outside; bounded size
+            _check_fingerprint(p)
             specs = _savedmodel_inputs(p)  # a corrupt graph or missing variables: one line now, not later
-            return ModelSource(p, "savedmodel", _fingerprint(p), inputs=tuple(specs), outputs=())
+            return ModelSource(p, "savedmodel", _fingerprint(p, files), inputs=tuple(specs), outputs=())
         raise ModelError(f"{p} is a directory but not a SavedModel (no saved_model.pb).", EXPECTED)
     regular_file(p, "model", ModelError)  # not a FIFO, a device, or larger than a flatbuffer can be
-    with open(p, "rb") as f:
+    with open_regular(p, "model", ModelError) as f:
         head = f.read(16)
     if is_tflite(head):
         from . import runtime
+        from .delegates.validate import checked
 
+        checked(p)  # the structural validation every reader shares, named by the file
         try:  # a truncated or corrupt flatbuffer fails here, with the runtime's reason
-            runtime.describe(p.read_bytes())
+            runtime.describe(read_bounded(p, "model", ModelError))
         except ModelError as e:
             raise ModelError(f"{p}: {e.problem}", e.fix) from None
         return ModelSource(p, "tflite", _fingerprint(p))
@@ -123,7 +143,48 @@ def open_model(path: str | Path, trust: bool = False) -> ModelSource:
     if not (isinstance(config, dict) and isinstance(config.get("config"), dict) and config.get("class_name")):
         raise ModelError(f"{p} has no readable Keras model config.", "Save the model again with Keras.")
     check_trust(src, config, trust)
+    check_modules(src, config, trust)
     return src
+
+
+def _check_fingerprint(p: Path) -> None:
+    """A fingerprint.pb that does not parse: TensorFlow logs a traceback and carries on; we say so once."""
+    fp = p / "fingerprint.pb"
+    if fp.exists() and not _tf.fingerprint_readable(read_bounded(fp, "SavedModel", ModelError, limit=2**20)):
+        raise ModelError(
+            f"{p}: its fingerprint.pb is not a SavedModel fingerprint (corrupt or replaced).",
+            "Export the SavedModel again, or delete fingerprint.pb.",
+        )
+
+
+def output_heads(src: ModelSource, model=None) -> list:
+    """(output name, tasks.Head) per output, in order, to check labels before any work: a Keras model's
+    (loaded, `model`) or a .tflite's (normalised, described without allocating). [] for a SavedModel
+    (its outputs are known once converted)."""
+    if src.kind in ("keras2", "keras3") and model is not None:
+        from .techniques._keras import _head
+
+        names = list(getattr(model, "output_names", None) or [])
+        return [(n, _head(model, i)) for i, n in enumerate(names)]
+    if src.kind != "tflite":
+        return []
+    from . import runtime
+    from .measure import heads
+    from .normalize import normalize_file
+
+    content = normalize_file(src.path).content
+    _, _, _, names, outs = runtime.io_details(runtime.describe(content))
+    return list(zip(names, heads(content, outputs=outs)))
+
+
+def check_loads(src: ModelSource):
+    """Load a Keras model once before any work (issue 18): whatever makes it fail to load (garbage weights,
+    unknown activations, shapes Keras refuses) is one line and exit 2 now, not a failed candidate later."""
+    if src.kind == "keras2":
+        return load_keras2(src)
+    if src.kind == "keras3":
+        return load_keras3(src)
+    return None
 
 
 def load_keras2(src: ModelSource):
@@ -201,17 +262,19 @@ class InputSpec:
 
 def _keras_config(src: ModelSource) -> dict | None:
     try:
-        if src.path.read_bytes()[:2] == b"PK":
+        with open_regular(src.path, "model", ModelError) as f:
+            zipped = f.read(2) == b"PK"
+        if zipped:
             with zipfile.ZipFile(src.path) as z:
-                config = json.loads(z.read("config.json"))
+                config = _keras_json(src.path, z, "config.json")
         else:
             import h5py
 
             with h5py.File(src.path, "r") as f:
                 raw = f.attrs.get("model_config")
-            config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+            config = loads_json(raw, str(src.path), ModelError, "Save the model again with Keras.", KERAS_JSON)
         return config if isinstance(config, dict) else None
-    except (KeyError, TypeError, ValueError, OSError, zipfile.BadZipFile):
+    except (KeyError, TypeError, ValueError, OSError, zipfile.BadZipFile, NotImplementedError, RuntimeError):
         return None
 
 
@@ -381,4 +444,36 @@ def check_trust(src: ModelSource, config: dict | None, trust: bool) -> None:
             + (f" and {len(layers) - 3} more" if len(layers) > 3 else "")
             + ".",
             "Pass --trust-model-code if you trust where the file came from, or rebuild it without Lambda layers.",
+        )
+
+
+#: Where a Keras config's classes may come from. Anything else ("os", "subprocess", a package of the
+#: file's choosing) would be imported by deserialising it: refused, like Python code, unless trusted.
+KERAS_MODULES = ("keras", "tf_keras", "tensorflow", "tensorflow_model_optimization", "builtins")
+
+
+def foreign_modules(config) -> list[str]:
+    """Every `module` a Keras config names outside KERAS_MODULES (nested configs too), in order."""
+    found: list[str] = []
+    stack = [config]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            module = node.get("module")
+            if module is not None and (not isinstance(module, str) or module.split(".")[0] not in KERAS_MODULES):
+                found.append(str(module)[:80])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return list(dict.fromkeys(found))
+
+
+def check_modules(src: ModelSource, config: dict | None, trust: bool) -> None:
+    """Refuse a Keras config whose classes come from modules other than Keras's own, unless trusted."""
+    foreign = [] if trust or config is None else foreign_modules(config)
+    if foreign:
+        raise ModelError(
+            f"{src.path.name} names classes from {', '.join(repr(m) for m in foreign[:3])}: loading it would "
+            "import that code.",
+            "Pass --trust-model-code if you trust where the file came from, or save it again with Keras.",
         )

@@ -296,6 +296,7 @@ def normalize_file(path) -> Normalized:
     key = (str(path), st.st_size, st.st_mtime_ns)
     if key not in _LAST:
         _LAST.clear()
-        with open(path, "rb") as f:
-            _LAST[key] = normalize(f.read())
+        from .paths import read_bounded
+
+        _LAST[key] = normalize(read_bounded(path, "model", ModelError))
     return _LAST[key]

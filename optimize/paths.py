@@ -183,7 +183,10 @@ def check_tree(folder: str | Path, what: str, error: type[OptimizeError] = Optim
             p = Path(dirpath, name)
             st = p.lstat()
             if stat.S_ISLNK(st.st_mode):
-                target = p.resolve()
+                try:
+                    target = p.resolve(strict=True)
+                except (OSError, RuntimeError):  # a dangling link, or a loop
+                    raise error(f"{p} is a broken or looping symlink.", f"Copy the {what} without links.") from None
                 if target != real_root and real_root not in target.parents:
                     raise error(f"{p} links outside {root} (to {target}).", f"Copy the {what} without links.")
                 try:
@@ -227,12 +230,12 @@ def output_dir(path: str | Path) -> Path:
 
 
 def inside(root: str | Path, name: str) -> Path:
-    """`root/name`, refused if it would land outside `root` (an absolute name, `..`, a separator)."""
-    base = Path(root).resolve()
-    target = (base / name).resolve()
-    if target.parent != base:
+    """`root/name` for a plain file name; refused if it could land outside `root` (empty, `.`, `..`, a
+    separator, a NUL). The name itself is not resolved: a symlink planted there is replaced by the writer,
+    never followed."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name or os.sep in name:
         raise OptimizeError(f"{name!r} would be written outside {root}.", "Use a plain file name.")
-    return target
+    return Path(root).resolve() / name
 
 
 # ---------------------------------------------------------------------------------------------- writing

@@ -235,6 +235,7 @@ def _tflite_steps(recipe: Recipe, src: models.ModelSource) -> list[dict]:
 def check_data(src: models.ModelSource, data: Dataset | None) -> None:
     """Check the model and data before any work starts (one clear line if they do not fit): a .tflite must
     be a float model once normalised, and the data must fit the model's inputs."""
+    loaded = models.check_loads(src)  # a Keras file that does not load: one line now, not a failed candidate
     if src.kind == "tflite":
         why = not_float(models.opened(src).content)
         if why:
@@ -246,6 +247,25 @@ def check_data(src: models.ModelSource, data: Dataset | None) -> None:
         return
     check_inputs(data, models.input_specs(src))
     _check_label_names(data)
+    _check_labels_fit(data, models.output_heads(src, loaded))
+
+
+def _check_labels_fit(data: Dataset, named: list) -> None:
+    """Every split's labels fit the output they belong to and its task (class ids in range, 0/1, as many
+    values per sample as the output has), checked before any work: one line, nothing written."""
+    from . import tasks
+
+    if not named:
+        return
+    by_name = dict(named)
+    by_name.update({f"output_{i}": head for i, (_, head) in enumerate(named)})  # a converted model's keys
+    plain = data.label_output if data.label_output in by_name else named[0][0]
+    for split, y in (("train", data.y_train), ("test", data.y_test)):
+        for label, ys in (y.items() if isinstance(y, dict) else [(None, y)]) if y is not None else []:
+            head = by_name.get(label or plain)
+            if head is not None:
+                where = f"y_{split}" + (f":{label}" if label else "")
+                tasks.check_labels(tasks.detect(head, ys, data.task), head, ys, where)
 
 
 def _check_label_names(data: Dataset) -> None:
@@ -280,13 +300,9 @@ def artifact_path(out_dir: Path, name: str) -> Path:
 
 
 def _copy_out(src: Path, artifact: Path) -> None:
-    if src.resolve() != artifact.resolve():
-        tmp = artifact.with_name(f".{artifact.name}.tmp")
-        try:
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, artifact)
-        finally:
-            tmp.unlink(missing_ok=True)
+    """The artifact into the output folder through the one writer (a link planted there is replaced)."""
+    if src.resolve() != artifact:
+        paths.copy_atomic(src, artifact, root=artifact.parent)
 
 
 class NotWhatItSays(TechniqueFailed):

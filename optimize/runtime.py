@@ -106,6 +106,9 @@ def invoke_failure(e: BaseException | str) -> InvokeFailure:
 def describe(model: bytes):
     """An interpreter that is built but not allocated: enough to read ops, tensors and signatures, even of a
     model whose custom ops this runtime lacks (allocation is where those fail)."""
+    from .delegates.validate import checked
+
+    checked(model)  # nothing unchecked reaches the interpreter's native code
     Interpreter, OpResolverType = _interpreter_class()
     with captured_stderr():
         try:
@@ -201,6 +204,14 @@ def free_dims(it) -> str:
     return f"input {', '.join(free)} has free dimensions (-1), allocated at 1" if free else ""
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: a byte of a non-UTF-8 file name
+        return False
+    return True
+
+
 def load(
     model: str | Path | bytes, threads: int = 2, xnnpack: bool = True, keep_tensors: bool = False, like=None
 ) -> Loaded:
@@ -211,6 +222,9 @@ def load(
     `like`: a sample (batch of 1) whose shapes inputs with free dimensions take before the first
     allocation, so delegates are built for the data, not for the runtime's default of 1 per free dimension.
     """
+    from .delegates.validate import checked
+
+    checked(model)  # nothing unchecked reaches the interpreter's native code
     Interpreter, OpResolverType = _interpreter_class()
     kwargs: dict = {"num_threads": threads}
     if keep_tensors:
@@ -218,6 +232,10 @@ def load(
         xnnpack = False
     if isinstance(model, bytes):
         kwargs["model_content"] = model
+    elif not _utf8(str(model)):  # the runtime takes paths as UTF-8 text: a non-UTF-8 name goes as bytes
+        from .paths import read_bounded
+
+        kwargs["model_content"] = read_bounded(model, "model", ModelError)
     else:
         kwargs["model_path"] = str(model)
     if not xnnpack:

@@ -93,7 +93,22 @@ def check_labels(task: Task, head: Head, y: np.ndarray, where: str = "y") -> np.
         return y.astype(np.int64)
     if task in (Task.BINARY, Task.MULTILABEL) and not _is_binary(y):
         raise DataError(f"{where} is not 0/1 for a {task} output.", "Store 0/1 labels, or pass --task regression.")
+    _check_width(y, head, where)
     return y
+
+
+def _check_width(y: np.ndarray, head: Head, where: str) -> None:
+    """Labels with as many values per sample as the output has (a known output: one value for one unit)."""
+    known = len(head.shape) > 1 and all(d and d > 0 for d in head.shape[1:])
+    if not known:
+        return
+    per_sample = int(np.prod(y.shape[1:])) if y.ndim > 1 else 1
+    if per_sample != head.units:
+        raise DataError(
+            f"{where} has {per_sample} value(s) per sample; the output it belongs to has {head.units}.",
+            "Give integer class ids for a classifier, or one row per sample with the output's shape "
+            "(labels for another output: y:<output>).",
+        )
 
 
 # ---------------------------------------------------------------------------------------------- metrics

@@ -3,6 +3,9 @@ no traceback, nothing written. Cases that need a model use the session fixtures;
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pytest
 from tests_support import one_line_error
 
@@ -144,23 +147,27 @@ def test_a_shared_recipe_cannot_write_anywhere(tmp_path):
 
 
 def test_a_full_disk_leaves_no_half_written_artifact(tmp_path, monkeypatch, keras_model, data_npz):
-    import shutil
+    import io
+    import os
 
     import optimize
+    from optimize.errors import OptimizeError
     from optimize.recipe import build
 
-    real = shutil.copyfile
+    real = os.fdopen
 
-    def full(src, dst, *a, **k):
-        if str(dst).endswith(".tflite.tmp"):
-            with open(dst, "wb") as f:
-                f.write(b"half")
-            raise OSError(28, "No space left on device", str(dst))
-        return real(src, dst, *a, **k)
+    class Full(io.FileIO):
+        def write(self, b):
+            super().write(bytes(b)[:4])
+            raise OSError(28, "No space left on device", self.name)
 
-    monkeypatch.setattr(shutil, "copyfile", full)
-    from optimize.errors import OptimizeError
+    def fdopen(fd, mode="r", *a, **k):  # the artifact's temporary in the output folder fills the disk
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        if target.startswith(str(tmp_path)) and ".f16.tflite." in target:
+            return Full(fd, "wb")
+        return real(fd, mode, *a, **k)
 
+    monkeypatch.setattr(os, "fdopen", fdopen)
     recipe = build("f16", [{"technique": "convert", "scheme": "float16"}])
     with pytest.raises(OptimizeError, match="No space left on device"):
         optimize.run(recipe, keras_model, data_npz, tmp_path, jobs=0)
@@ -331,3 +338,165 @@ def test_recipe_files_are_bounded_and_regular(tmp_path):
     ok = tmp_path / "ok.toml"
     ok.write_text('description = "two\\nlines\\tand a tab"\n[[steps]]\ntechnique = "convert"\n')
     assert load_recipe(ok).description == "two\nlines\tand a tab"
+
+
+# ---- issue 18, phase B: models, data, outputs --------------------------------------------------------------
+def _keras_variant(src, dst, config=None, metadata=None, weights=None):
+    """A copy of a .keras archive with one member replaced (bytes or a JSON-able value)."""
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(src) as z, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as out:
+        for name, new in (("metadata.json", metadata), ("config.json", config), ("model.weights.h5", weights)):
+            body = z.read(name) if new is None else new if isinstance(new, bytes) else json.dumps(new).encode()
+            out.writestr(name, body)
+    return dst
+
+
+def test_hostile_keras_files_are_one_line_before_any_work(tmp_path, keras_model, data_npz):
+    """Tracebacks and wrong exits (classes 5 and 6): deep JSON, a zip bomb, a foreign module, garbage
+    weights, an unknown activation: each one ModelError before anything is written."""
+    import json
+    import zipfile
+
+    import optimize
+    from optimize.errors import ModelError
+    from optimize.recipe import build
+
+    config = json.loads(zipfile.ZipFile(keras_model).read("config.json"))
+    foreign = json.loads(json.dumps(config))
+    foreign["config"]["layers"][1].update(module="os", class_name="system")
+    unknown = json.loads(json.dumps(config))
+    unknown["config"]["layers"][1]["config"]["activation"] = "no_such_activation"
+    cases = {
+        "deep": (dict(config=b'{"config": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"), "nested too deeply"),
+        "bomb": (dict(metadata=b'{"keras_version": "2.21.0"' + b" " * (80 << 20) + b"}"), "'metadata.json' expands"),
+        "foreign": (dict(config=foreign), "names classes from 'os'"),
+        "weights": (dict(weights=b"\x89HDF garbage" * 100), "Cannot load"),
+        "activation": (dict(config=unknown), "Cannot load"),
+    }
+    recipe = build("f16", [{"technique": "convert", "scheme": "float16"}])
+    for name, (members, message) in cases.items():
+        path = _keras_variant(keras_model, tmp_path / f"{name}.keras", **members)
+        out = tmp_path / f"out-{name}"
+        with pytest.raises(ModelError, match=message) as e:
+            optimize.run(recipe, path, data_npz, out, jobs=0)
+        assert "\n" not in str(e.value) and not (out.exists() and any(out.iterdir())), name
+
+
+def test_hostile_savedmodels_are_one_line_without_hanging(tmp_path, keras_model):
+    """Hangs (class 4): variables/ as a FIFO, a link to one, a 1 TiB sparse asset; a link outside; a
+    garbage fingerprint.pb (TensorFlow logged a traceback and carried on)."""
+    import os
+    import shutil
+    import signal
+
+    from optimize import models
+    from optimize.errors import ModelError
+
+    base = tmp_path / "sm"
+    models.export_saved_model(models.load_keras2(models.open_model(keras_model)), base)
+
+    def variant(name, change):
+        d = tmp_path / name
+        shutil.copytree(base, d)
+        change(d)
+        return d
+
+    def sparse(d):
+        with open(d / "assets" / "huge.bin", "wb") as f:
+            f.truncate(1 << 40)
+
+    def fifo_index(d):
+        (d / "variables" / "variables.index").unlink()
+        os.mkfifo(d / "variables" / "variables.index")
+
+    cases = {
+        "fifo": (fifo_index, "is a FIFO, inside the SavedModel"),
+        "outside": (lambda d: (d / "assets" / "passwd").symlink_to("/etc/passwd"), "links outside"),
+        "sparse": (sparse, "up to 16 GiB"),
+        "fingerprint": (lambda d: (d / "fingerprint.pb").write_bytes(b"\xff" * 300), "fingerprint.pb is not"),
+    }
+    signal.alarm(120)  # a regression hangs: fail instead
+    try:
+        for name, (change, message) in cases.items():
+            (base / "assets").mkdir(exist_ok=True)
+            with pytest.raises(ModelError, match=message):
+                models.open_model(variant(name, change))
+    finally:
+        signal.alarm(0)
+
+
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        (dict(x=np.ones((8, 8, 8, 1), np.complex64)), "x holds complex numbers (complex64)"),
+        (dict(x=np.zeros((8, 8, 8, 1), [("a", "<f4")])), "x holds structured records"),
+        (dict(x=np.ones((8, 8, 8, 1)), y=np.array(["a"] * 8)), "y holds text"),
+        (dict(x=np.ones((8, 8, 8, 1)), y=np.ones(8, np.complex64)), "y holds complex numbers"),
+        (dict(x_train=np.ones((8, 8, 8, 1)), x_test=np.ones((0, 8, 8, 1))), "x_test has no samples"),
+    ],
+    ids=["complex-x", "structured-x", "str-labels", "complex-labels", "empty-x_test"],
+)
+def test_data_that_is_not_real_numbers_is_refused_by_name(arrays, message):
+    """Crashes and tracebacks (classes 3 and 5): complex data with NaN reached calibration (SIGSEGV)."""
+    from optimize.data import from_arrays
+    from optimize.errors import DataError
+
+    with pytest.raises(DataError, match=re.escape(message)):
+        from_arrays(**arrays)
+
+
+def test_data_beyond_the_input_type_and_labels_that_do_not_fit_are_refused_up_front(tmp_path, keras_model, digits):
+    """float64 1e300 is infinite as float32 (it crashed calibration); labels of the wrong width or out of
+    range are one line before anything is written (prune wrote into -o first)."""
+    import optimize
+    from optimize.errors import DataError
+    from optimize.recipe import build
+
+    x, y = digits["x_train"][:40], digits["y_train"][:40]
+    big = x.astype(np.float64)
+    big[0, 0, 0, 0] = 1e300
+    recipe = build("prune", [{"technique": "prune"}, {"technique": "convert", "scheme": "int8"}])
+    for name, arrays, message in (
+        ("overflow", dict(x=big, y=y), "holds values up to 1e+300, beyond float32"),
+        ("width", dict(x=x, y=np.eye(7)[y % 7]), "7 value(s) per sample; the output it belongs to has 10"),
+        ("range", dict(x=x, y=y + 100), "class ids 100..109; the model has 10 classes"),
+        ("float", dict(x=x, y=y + 0.5), "1 value(s) per sample; the output it belongs to has 10"),
+    ):
+        data = tmp_path / f"{name}.npz"
+        np.savez(data, **arrays)
+        out = tmp_path / f"out-{name}"
+        with pytest.raises(DataError, match=re.escape(message)):
+            optimize.run(recipe, keras_model, data, out, jobs=0)
+        assert not (out.exists() and any(p for p in out.iterdir() if p.name != ".work")), name
+
+
+@pytest.mark.parametrize("command", ["quantize", "evaluate", "compat"])
+def test_a_signature_pointing_at_a_missing_subgraph_is_one_line(cli, tmp_path, float_tflite, data_npz, command):
+    """Native crashes (class 3): `quantize --scheme float16` on it died of SIGSEGV."""
+    from delegate_fixtures import load_t, save_t
+
+    m = load_t(float_tflite.read_bytes())
+    m.signatureDefs[0].subgraphIndex = 5
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(save_t(m))
+    args = {"quantize": ("--scheme", "float16", "-o", str(tmp_path / "out")), "evaluate": ("--data", str(data_npz))}
+    one_line_error(cli(command, str(bad), *args.get(command, ()), timeout=120), "runs subgraph 5")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_symlink_planted_in_the_output_is_replaced_not_followed(tmp_path, float_tflite):
+    """Writes outside -o (class 1), through the pipeline: the artifact lands as a regular file."""
+    import optimize
+    from optimize.recipe import build
+
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"victim")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "float16.tflite").symlink_to(victim)
+    cand = optimize.run(build("float16", [{"technique": "quantize", "scheme": "float16"}]), float_tflite, output=out)
+    assert cand.ok, cand.error
+    assert victim.read_bytes() == b"victim" and not (out / "float16.tflite").is_symlink()
+    assert (out / "float16.tflite").read_bytes()[4:8] == b"TFL3"

@@ -228,3 +228,32 @@ def validate(model: Model, where: str) -> None:
         raise _fail(where, "subgraph 0 has no outputs: the model computes nothing anyone can read")
     _check_calls(model, where)
     _check_signatures(model, where)
+
+
+_SEEN: dict[tuple, bool] = {}
+
+
+def checked(model, where: str | None = None):
+    """`model` (a path or bytes) once the structural validation every reader shares has passed: what the
+    runtime, the normaliser and the quantizers call before a flatbuffer reaches native code. Remembered per
+    content (bytes: length and CRC; a file: its identity, size and mtime), so loading the same artifact
+    again costs a stat or a checksum, not a parse."""
+    import os
+    import zlib
+
+    from .flatbuffer import read_model
+
+    if isinstance(model, bytes | bytearray | memoryview):
+        key: tuple = ("bytes", len(model), zlib.crc32(model))
+    else:
+        try:
+            st = os.stat(model)
+            key = ("file", os.fspath(model), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        except (OSError, ValueError):
+            key = ("missing", os.fspath(model))  # read_model says what is wrong with it
+    if key not in _SEEN:
+        read_model(model, where)
+        if len(_SEEN) > 256:
+            _SEEN.clear()
+        _SEEN[key] = True
+    return model

@@ -1,0 +1,39 @@
+"""Text from outside shown on a terminal, never obeyed by it.
+
+A model's file name, an .npz key, a candidate name in a study, a signature name or a recipe's description
+can hold a newline (a forged `error:` line or `[[steps]]` block), an escape sequence (clear the screen,
+recolour, move the cursor, set the window title), a bidirectional override that reorders what is read,
+or a lone surrogate from a non-UTF-8 file name that no terminal encoding can print. `escape` shows each
+as a visible escape (`\\n`, `\\x1b`, `\\u202e`, `\\xff`) and leaves everything else, tabs and
+non-ASCII letters included, as it is. It is applied where text is written to the terminal: the error line
+and every rendered table or report line; line breaks the program itself writes are kept.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: C0 and C1 controls (tab kept), DEL, bidi embeddings/overrides/isolates, line and paragraph separators,
+#: and lone surrogates (a non-UTF-8 byte in a file name, as Python decodes it).
+_UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+def _show(m: re.Match) -> str:
+    c = m.group()
+    if c in _NAMED:
+        return _NAMED[c]
+    code = ord(c)
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the original byte
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape(text: object) -> str:
+    """`text` (str() of anything) with every control character, bidi override and lone surrogate shown."""
+    return _UNSAFE.sub(_show, str(text))
+
+
+def escape_lines(text: str) -> str:
+    """Each line of program-made text escaped, the line breaks between them kept."""
+    return "\n".join(escape(line) for line in str(text).split("\n"))

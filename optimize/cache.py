@@ -150,9 +150,10 @@ class ResultCache:
             record = cand.model_copy(update={"cached": False}).model_dump_json()
             doc["record"], doc["record_sha256"] = record, _sha256(record.encode())
             self.store.create(self._entry(key), json.dumps(doc).encode())  # False: another writer was first
-        except OSError as e:
+        except (OSError, ValueError) as e:  # ValueError: a corrupt object in the way (a link, a FIFO)
             if not self.warned:
-                log.warning("Could not write the result cache (%s); carrying on without it.", e.strerror or e)
+                why = getattr(e, "strerror", None) or e
+                log.warning("Could not write the result cache (%s); carrying on without it.", why)
                 self.warned = True
 
     def _put_artifact(self, sha: str, data: bytes) -> None:

@@ -210,7 +210,7 @@ def sweep(
     else:
         report_text.print_study(study, output, wide=wide)
         if rec is not None:
-            typer.echo(format_recommendation(rec))
+            _show(format_recommendation(rec))
     sweeps.refuse_if_nothing_worked(study)
     if rec is not None:
         raise_if_unmet(rec)
@@ -450,7 +450,7 @@ def compat(
     if as_json:
         typer.echo(json.dumps({k: v.model_dump(mode="json") for k, v in reports.items()}, indent=2))
     else:
-        typer.echo(format_report(reports))
+        _show(format_report(reports))
     if watch and gpu_device() is None:
         typer.echo(UNAVAILABLE, err=as_json)
 
@@ -491,10 +491,10 @@ def recommend(
             goals=goals,
             dense_weights=dense_weights,
         )
-        typer.echo(advice.model_dump_json(indent=2) if as_json else format_recommendation(advice))
+        _show(advice.model_dump_json(indent=2) if as_json else format_recommendation(advice))
         return
     rec = choose(load_study(study), target, goals)
-    typer.echo(rec.model_dump_json(indent=2) if as_json else format_recommendation(rec))
+    _show(rec.model_dump_json(indent=2) if as_json else format_recommendation(rec))
     raise_if_unmet(rec)
 
 
@@ -592,7 +592,7 @@ def recipes_list() -> None:
 
     for name, path in shipped_recipes().items():
         r = load_recipe(path)
-        typer.echo(f"{name:24} {', '.join(r.targets) or '-':12} {r.description}")
+        _show(f"{name:24} {', '.join(r.targets) or '-':12} {r.description}")
 
 
 @recipes_app.command("show")
@@ -612,10 +612,10 @@ def recipes_validate(recipes: list[str] = typer.Argument(..., help="Recipe files
     for r in recipes:
         try:
             load_recipe(r)
-            typer.echo(f"ok  {r}")
+            _show(f"ok  {r}")
         except RecipeError as e:
             bad += 1
-            typer.echo(f"error: {e}", err=True)
+            _say(f"error: {e}")
     if bad:
         raise typer.Exit(2)
 
@@ -653,31 +653,89 @@ def optional_values(argv: list[str]) -> list[str]:
     return out
 
 
+class Terminated(BaseException):
+    """SIGTERM: stopped like Ctrl-C (workers killed, the staging folder removed), exit code 143. Not a
+    KeyboardInterrupt, which Typer turns into a plain exit code of 130."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
+def _terminal_streams() -> None:
+    """Streams that never fail on what they print: a C locale's ASCII or a non-UTF-8 file name shows as
+    escapes instead of raising UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):
+            pass
+
+
+def _show(text: str) -> None:
+    """Program-made text on stdout (a report, a recommendation): its lines kept, anything else a name or a
+    message from outside could hold (an escape sequence, a bidi override) shown, never obeyed."""
+    from .shown import escape_lines
+
+    typer.echo(escape_lines(text))
+
+
+def _say(text: str) -> None:
+    """The one way a line reaches stderr from here: user text in it shown, never obeyed (optimize.shown)."""
+    from .shown import escape
+
+    typer.echo(escape(text), err=True)
+
+
+def _usage_error(e) -> None:
+    ctx = getattr(e, "ctx", None)
+    if type(e).__name__ == "NoArgsIsHelpError":  # `optimize` alone: the help, as asked
+        typer.echo(ctx.get_help() if ctx else e.format_message())
+        sys.exit(0)
+    msg = " ".join(e.format_message().replace("Value error, ", "").split()).rstrip(".") + "."
+    where = f" See `{ctx.command_path} --help`." if ctx is not None else ""
+    _say(f"error: {msg}{where}")
+    sys.exit(getattr(e, "exit_code", 2))
+
+
+def _reader_gone() -> None:
+    """stdout's reader closed the pipe early: it has what it wanted, so this is success, quietly."""
+    _silence_stdout()
+    sys.exit(0)
+
+
 def main() -> None:
     """Entry point: user errors (ours, and bad options or arguments) become one `error:` line and their
-    exit code (2; 1 when the goals are not met), never a traceback or a usage box."""
+    exit code (2; 1 when the goals are not met), never a traceback or a usage box. Ctrl-C and SIGTERM end
+    in one line (exit 130 and 143); a reader that closes the pipe early (`| head -1`) ends it quietly."""
+    import signal
+
+    _terminal_streams()
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(args=optional_values(sys.argv[1:]), standalone_mode=False, prog_name="optimize")
+        sys.stdout.flush()
     except OptimizeError as e:
-        typer.echo(f"error: {e}", err=True)
+        _say(f"error: {e}")
         sys.exit(e.exit_code)
     except typer.TyperException as e:  # Click's usage errors, as Typer vendors them
-        ctx = getattr(e, "ctx", None)
-        if type(e).__name__ == "NoArgsIsHelpError":  # `optimize` alone: the help, as asked
-            typer.echo(ctx.get_help() if ctx else e.format_message())
-            sys.exit(0)
-        msg = " ".join(e.format_message().replace("Value error, ", "").split()).rstrip(".") + "."
-        where = f" See `{ctx.command_path} --help`." if ctx is not None else ""
-        typer.echo(f"error: {msg}{where}", err=True)
-        sys.exit(getattr(e, "exit_code", 2))
-    except (KeyboardInterrupt, typer.Abort):
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
+        _usage_error(e)
+    except (KeyboardInterrupt, typer.Abort, Terminated) as e:
+        code = 143 if isinstance(e, Terminated) else 130
+    except BrokenPipeError:  # the reader has what it wanted (`optimize recipes list | head -1`)
+        _reader_gone()
+    except SystemExit:
+        if type(sys.stdout).__name__ == "PacifyFlushWrapper":  # Click met that closed pipe and exits 1
+            _reader_gone()
+        raise
     except OSError as e:  # a full disk, a read-only folder, a closed or full stdout
         _silence_stdout()
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        typer.echo(f"error: cannot write {where}{e.strerror or e}. Free space or pick another output.", err=True)
+        _say(f"error: cannot write {where}{e.strerror or e}. Free space or pick another output.")
         sys.exit(2)
+    if code in (130, 143):  # Typer returns 130 for the KeyboardInterrupt it caught (the clean-up has run)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the last line
+        _say("terminated" if code == 143 else "interrupted")
     sys.exit(code if isinstance(code, int) else 0)
 
 

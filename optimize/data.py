@@ -282,7 +282,7 @@ def _check_array(a: np.ndarray, what: str, source: str) -> np.ndarray:
     a = np.asarray(a)
     if a.dtype.kind in NOT_NUMBERS:
         raise DataError(
-            f"{source}: {what} holds {NOT_NUMBERS[a.dtype.kind]} ({a.dtype}); optimize takes real numbers.",
+            f"{source}: {what} holds {NOT_NUMBERS[a.dtype.kind]} (dtype {a.dtype}); optimize takes real numbers.",
             "Store floats or integers (labels: integer class ids or real values).",
         )
     if a.ndim == 0:

@@ -56,11 +56,17 @@ class _LocalTiming:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, kind, *exc) -> None:
+        if kind is not None and not issubclass(kind, Exception):
+            self.kill()  # Ctrl-C, SIGTERM: stop now, not after the task at hand
+        else:
+            self.close()
 
     def close(self) -> None:
         pass
+
+    def kill(self) -> None:
+        self.close()
 
 
 class SerialExecutor(_LocalTiming):
@@ -82,15 +88,24 @@ class SerialExecutor(_LocalTiming):
                 yield task.tag, cand
 
 
+def _send(conn, message) -> None:
+    """A worker's one way to its parent. The parent gone (the pipe broken before the kernel's parent-death
+    signal lands): the worker ends quietly, with no traceback."""
+    try:
+        conn.send(message)
+    except (OSError, EOFError):
+        os._exit(0)
+
+
 class _PipeProgress(Progress):
     def __init__(self, conn):
         self.conn = conn
 
     def phase(self, text: str) -> None:
-        self.conn.send(("phase", text))
+        _send(self.conn, ("phase", text))
 
     def begin(self, name: str) -> None:
-        self.conn.send(("start", name))
+        _send(self.conn, ("start", name))
 
 
 class _PipeHandler(logging.Handler):
@@ -99,11 +114,29 @@ class _PipeHandler(logging.Handler):
         self.conn = conn
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.conn.send(("log", (record.levelno, record.getMessage())))
+        _send(self.conn, ("log", (record.levelno, record.getMessage())))
+
+
+def _die_with_parent() -> None:
+    """A worker never outlives the process that started it (issue 18: after `kill -9` of a sweep its
+    workers worked on for 20 s and more): the kernel kills it when its parent dies (PR_SET_PDEATHSIG),
+    and a parent already gone by then is noticed at once. Ctrl-C is the parent's to handle: the terminal
+    sends it to the whole process group, and a worker's KeyboardInterrupt would print a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pipe's EOF ends the worker at its next task
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _worker_main(conn, index: int) -> None:
     """A worker: its workspaces kept across the tasks it is given; events go back over the pipe."""
+    _die_with_parent()
     root = logging.getLogger("optimize")
     root.handlers[:] = [_PipeHandler(conn)]
     root.setLevel(logging.INFO)
@@ -111,17 +144,20 @@ def _worker_main(conn, index: int) -> None:
     workspaces = Workspaces()
     progress = _PipeProgress(conn)
     while True:
-        task = conn.recv()
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            return
         if task is None:
             return
         try:
             ws = workspaces.get(task, workspace_root(task, f"w{index}"))
             for cand in run_task(ws, task, progress):
-                conn.send(("done", cand.model_dump_json()))
+                _send(conn, ("done", cand.model_dump_json()))
         except OptimizeError as e:
-            conn.send(("user_error", (type(e).__name__, e.problem, e.fix)))
+            _send(conn, ("user_error", (type(e).__name__, e.problem, e.fix)))
             return
-        conn.send(("idle", None))
+        _send(conn, ("idle", None))
 
 
 def describe_exit(code: int | None) -> str:
@@ -148,6 +184,12 @@ class ProcessExecutor(_LocalTiming):
     def __init__(self, jobs: int = 1, progress: Progress | None = None):
         self.jobs, self.progress = max(1, jobs), progress or Progress()
         self.ctx = mp.get_context("spawn")
+        # Workers stopped on Ctrl-C or SIGTERM leave their semaphores to the tracker, which frees them and
+        # warns; the freeing is what matters, the warning is noise on an interrupted run's last line.
+        filters = [f for f in os.environ.get("PYTHONWARNINGS", "").split(",") if f]
+        quiet = "ignore::UserWarning:multiprocessing.resource_tracker"
+        if quiet not in filters:
+            os.environ["PYTHONWARNINGS"] = ",".join([*filters, quiet])
         self.queue: deque[Task] = deque()
         self.workers: list[_Worker] = []
         self.spawned = 0
@@ -238,6 +280,15 @@ class ProcessExecutor(_LocalTiming):
             w.proc.join(timeout=10)
             if w.proc.is_alive():
                 w.proc.kill()
+        self.workers.clear()
+
+    def kill(self) -> None:
+        """Stop every worker now (an interrupted run): their half-done work is discarded with the staging."""
+        for w in self.workers:
+            if w.proc.is_alive():
+                w.proc.kill()
+        for w in self.workers:
+            w.proc.join(timeout=5)
         self.workers.clear()
 
 

@@ -243,21 +243,25 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 @contextlib.contextmanager
-def _folder(folder: Path, root: Path | None) -> Iterator[int]:
-    """A descriptor of `folder`, created if missing. Below `root`, each step is opened with O_NOFOLLOW:
-    a symlinked folder inside the root is refused (ELOOP/ENOTDIR), never followed."""
+def _folder(folder: Path, root: Path | None, create: bool = True) -> Iterator[int]:
+    """A descriptor of `folder`, created if missing (unless not `create`: FileNotFoundError). Below
+    `root`, each step is opened with O_NOFOLLOW: a symlinked folder inside the root is refused
+    (ELOOP/ENOTDIR), never followed."""
     if root is None or folder == root:
-        folder.mkdir(parents=True, exist_ok=True)
+        if create:
+            folder.mkdir(parents=True, exist_ok=True)
         fds = [os.open(folder, _DIR_FLAGS)]
     else:
         rel = folder.relative_to(root)  # ValueError: not below the root (a bug, not a user error)
-        root.mkdir(parents=True, exist_ok=True)
+        if create:
+            root.mkdir(parents=True, exist_ok=True)
         fds = [os.open(root, _DIR_FLAGS)]
     try:
         if root is not None and folder != root:
             for part in rel.parts:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, dir_fd=fds[-1])
+                if create:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, dir_fd=fds[-1])
                 try:
                     fds.append(os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fds[-1]))
                 except OSError as e:
@@ -354,3 +358,120 @@ def copy_atomic(
                 raise ValueError(f"{Path(src).name} does not match its digest")
             _publish(dfd, tmp, dst.name)
     return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------- staging
+STAGING_PREFIX = ".optimize-staging-"
+
+
+def staging(final: str | Path) -> Path:
+    """A fresh, private folder inside `final` where a run writes everything; `publish` moves it into
+    `final` at the end. Interrupted or failed, the run leaves `final` as it found it (`discard`)."""
+    import shutil
+    import time
+
+    final = Path(final)
+    final.mkdir(parents=True, exist_ok=True)
+    for old in final.glob(f"{STAGING_PREFIX}*"):  # left by a run that was killed (SIGKILL, power loss)
+        with contextlib.suppress(OSError):
+            if old.is_dir() and not old.is_symlink() and time.time() - old.lstat().st_mtime > 3600:
+                shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(dir=final, prefix=STAGING_PREFIX))
+
+
+def publish(stage: Path, final: Path, last: tuple[str, ...] = ("study.json",), root: Path | None = None) -> None:
+    """Move what `stage` holds into `final`, each entry by an atomic rename (a link planted at a name in
+    `final` is replaced, never followed), the names in `last` after everything else; then remove `stage`."""
+    import shutil
+
+    names = sorted(os.listdir(stage), key=lambda n: (n in last, n))
+    with _folder(stage, None) as src, _folder(final, root) as dst:
+        for name in names:
+            if name == ".work":
+                continue
+            try:
+                os.replace(name, name, src_dir_fd=src, dst_dir_fd=dst)
+            except OSError as e:  # a folder onto a non-empty folder: its files one by one
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EISDIR) or not (stage / name).is_dir():
+                    raise
+                publish(stage / name, final / name, (), root or final)
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def discard(stage: Path) -> None:
+    """Remove a staging folder and everything in it (an interrupted or failed run)."""
+    import shutil
+
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------- stores
+def read_below(root: str | Path, path: str | Path, limit: int, what: str = "cache entry") -> bytes | None:
+    """The bytes of a regular file below `root` (a cache), reached without following any link, at most
+    `limit`; None when it is absent. A link, FIFO, device or oversized file is ValueError (corrupt)."""
+    path, root = Path(path), Path(root)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        with _folder(path.parent, root, create=False) as dfd:
+            fd = os.open(path.name, flags, dir_fd=dfd)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OptimizeError as e:  # a symlinked folder inside the store
+        raise ValueError(e.problem) from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError(f"{path.name} is a symlink, not a {what}") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path.name} is {_kind(st.st_mode)}, not a {what}")
+        if st.st_size > limit:
+            raise ValueError(f"{path.name} is larger than any entry ({limit:,} bytes)")
+        os.set_blocking(fd, True)
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path.name} is larger than any entry ({limit:,} bytes)")
+    return data
+
+
+def create_new(path: str | Path, data: bytes, root: str | Path, tmp_dir: str | Path) -> bool:
+    """Publish `data` at `path` below `root` only if nothing is there, atomically (a hard link of a
+    temporary written in `tmp_dir`; a rename where links are not supported), never through a link.
+    True when this call created it."""
+    path, root = Path(path), Path(root)
+    try:
+        with _folder(Path(tmp_dir), root) as tfd, _folder(path.parent, root) as dfd:
+            return _link_new(tfd, dfd, _write_tmp(tfd, path.name, [data]), path.name)
+    except OptimizeError as e:  # a symlinked folder planted in the store: corrupt, never followed
+        raise ValueError(e.problem) from None
+
+
+def _link_new(tfd: int, dfd: int, tmp: str, name: str) -> bool:
+    """`tmp` (in folder `tfd`) made `name` (in folder `dfd`) if nothing has that name; `tmp` removed."""
+    try:
+        try:
+            os.link(tmp, name, src_dir_fd=tfd, dst_dir_fd=dfd, follow_symlinks=False)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as e:  # a filesystem without hard links
+            if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                raise
+        try:
+            os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            return False
+        except FileNotFoundError:
+            os.replace(tmp, name, src_dir_fd=tfd, dst_dir_fd=dfd)
+            return True
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=tfd)
+
+
+def remove_below(root: str | Path, path: str | Path) -> None:
+    """Remove a file below `root` without following a link on the way (a link itself is removed)."""
+    path = Path(path)
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError, OptimizeError):
+        with _folder(path.parent, Path(root), create=False) as dfd:
+            os.unlink(path.name, dir_fd=dfd)

@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import platform
-import shutil
 import socket
 import time
 from collections.abc import Iterable

@@ -111,5 +111,23 @@ def configure(quiet: bool = False, live: bool | None = None) -> Progress:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))
         root.addHandler(handler)
+    for h in root.handlers:
+        h.addFilter(_shown)
     root.setLevel(logging.WARNING if quiet else logging.INFO)
     return progress
+
+
+def _shown(record: logging.LogRecord) -> bool:
+    """Log lines carry names from outside (models, keys, candidates): shown, never obeyed by the terminal.
+    Arguments are escaped whole (a newline in a name is shown as \\n); the message keeps its own lines."""
+    from .shown import escape, escape_lines
+
+    if isinstance(record.args, tuple) and record.args:
+        try:
+            record.msg = str(record.msg) % tuple(escape(a) if isinstance(a, str) else a for a in record.args)
+            record.args = ()
+        except (TypeError, ValueError):
+            pass  # formatted by logging as usual
+    if not record.args:
+        record.msg = escape_lines(str(record.msg))
+    return True

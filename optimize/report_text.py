@@ -13,10 +13,13 @@ from .vocab import Delegate, Target
 
 
 def esc(text: str) -> str:
-    """Study text (names, errors, notes, tensor names) printed as it is, never read as rich markup."""
+    """Study text (names, errors, notes, tensor names) printed as it is: never read as rich markup, and
+    never obeyed by the terminal (a newline or escape sequence in it is shown: optimize.shown)."""
     from rich.markup import escape
 
-    return escape(str(text))
+    from .shown import escape as shown
+
+    return escape(shown(text))
 
 
 DELEGATE_COLS = tuple(Delegate)

@@ -8,6 +8,7 @@ Units are in the field names; fractions are 0..1.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -579,4 +580,24 @@ def load_study(path: str | os.PathLike) -> Study:
     why = check_plausible(study)
     if why:
         raise StudyError(f"{p} is not a real measurement: {why}.", "Re-run `optimize sweep`; do not edit its numbers.")
+    why = check_one_line(study)
+    if why:
+        raise StudyError(f"{p} is not a study optimize wrote: {why}.", fix)
     return study
+
+
+#: Candidate text printed on one line (names, errors, notes): a sweep writes none with a control character;
+#: a hand-edited one would forge terminal lines (a `[[steps]]` block after "Chosen from measurements").
+ONE_LINE_FIELDS = ("name", "artifact", "error", "error_kind", "notes", "skipped_layers")
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def check_one_line(study: Study) -> str | None:
+    """The first one-line text field of a study holding a control character (newline, escape), or None."""
+    for i, c in enumerate(study.candidates):
+        for key in ONE_LINE_FIELDS:
+            value = getattr(c, key)
+            for text in value if isinstance(value, list) else [value]:
+                if isinstance(text, str) and _CONTROL.search(text):
+                    return f"candidate {i}'s {key} holds the control character {_CONTROL.search(text).group()!r}"
+    return None

@@ -204,12 +204,19 @@ def free_dims(it) -> str:
     return f"input {', '.join(free)} has free dimensions (-1), allocated at 1" if free else ""
 
 
-def _utf8(text: str) -> bool:
+def _source(model: str | Path | bytes) -> dict:
+    """How the interpreter gets the model: its bytes, or its path (mapped by the runtime). The runtime takes
+    paths as UTF-8 text: a non-UTF-8 file name (a lone surrogate in Python) goes as bytes."""
+    if isinstance(model, bytes):
+        return {"model_content": model}
+    text = str(model)
     try:
         text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: a byte of a non-UTF-8 file name
-        return False
-    return True
+    except UnicodeEncodeError:
+        from .paths import read_bounded
+
+        return {"model_content": read_bounded(model, "model", ModelError)}
+    return {"model_path": text}
 
 
 def load(
@@ -230,14 +237,7 @@ def load(
     if keep_tensors:
         kwargs["experimental_preserve_all_tensors"] = True
         xnnpack = False
-    if isinstance(model, bytes):
-        kwargs["model_content"] = model
-    elif not _utf8(str(model)):  # the runtime takes paths as UTF-8 text: a non-UTF-8 name goes as bytes
-        from .paths import read_bounded
-
-        kwargs["model_content"] = read_bounded(model, "model", ModelError)
-    else:
-        kwargs["model_path"] = str(model)
+    kwargs.update(_source(model))
     if not xnnpack:
         kwargs["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     t0 = time.perf_counter()

@@ -10,11 +10,13 @@ baseline candidate arrives, compared with it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import paths
 from .executors import executor
 from .progress import Progress
 from .recipe import Recipe
@@ -136,16 +138,35 @@ def run_all(
     n_jobs = default_jobs(groups) if jobs is None else jobs
     if kind == "local":
         log.info("Producing candidates in %s process(es)...", n_jobs or "this")
-    try:
-        with executor(n_jobs, progress, kind, address) as ex:
-            _round(ex, runs, progress, on_candidate)
-            rescued = [r for r in runs if r.rescue()]
-            if rescued:
-                progress.start(sum(len(r.recipes) for r in runs))
-                _round(ex, rescued, progress, on_candidate)
-            name = ex.name
-    finally:
-        progress.close()
+    with _staged(runs):
+        try:
+            with executor(n_jobs, progress, kind, address) as ex:
+                _round(ex, runs, progress, on_candidate)
+                rescued = [r for r in runs if r.rescue()]
+                if rescued:
+                    progress.start(sum(len(r.recipes) for r in runs))
+                    _round(ex, rescued, progress, on_candidate)
+                name = ex.name
+        finally:
+            progress.close()
+        studies = []
         for r in runs:
             shutil.rmtree(r.out_dir / ".work", ignore_errors=True)
-    return [r.study(name) for r in runs]
+            studies.append(r.study(name))
+        for r in runs:
+            paths.publish(r.out_dir, r.final)
+    return studies
+
+
+@contextlib.contextmanager
+def _staged(runs: list[Run]):
+    """Each run writes into a staging folder inside its output folder; what `publish` did not move (an
+    interrupted or failed run) is removed, so -o holds a whole sweep or what it held before (issue 18)."""
+    for r in runs:
+        r.final, r.out_dir = r.out_dir, paths.staging(r.out_dir)
+    try:
+        yield
+    finally:
+        for r in runs:
+            paths.discard(r.out_dir)
+            r.out_dir = r.final

@@ -16,15 +16,14 @@ free. S3 endpoints and credentials come from the standard AWS environment (`AWS_
 
 from __future__ import annotations
 
-import errno
 import os
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
 from .errors import OptimizeError
+from .paths import create_new, read_below, remove_below
 
 STALE_SECONDS = 3600  # temporaries older than this are left over from a crash: removed
 TMP = "tmp"
@@ -62,31 +61,15 @@ class LocalStore:
         return self.root / key
 
     def read(self, key: str, limit: int) -> bytes | None:
-        path = self._path(key)
-        try:
-            with open(path, "rb") as f:
-                data = f.read(limit + 1)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        if len(data) > limit:
-            raise ValueError(f"{key} is larger than any entry ({limit:,} bytes)")
-        return data
+        """Bounded, regular files only, no link followed (paths.read_below): ValueError when corrupt."""
+        return read_below(self.root, self._path(key), limit)
 
     def create(self, key: str, data: bytes) -> bool:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp_dir = self.root / TMP
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=f"{path.name}.")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            return _publish(Path(tmp), path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        """Atomic and conditional, never through a link planted in the store (paths.create_new)."""
+        return create_new(self._path(key), data, self.root, self.root / TMP)
 
     def delete(self, key: str) -> None:
-        self._path(key).unlink(missing_ok=True)
+        remove_below(self.root, self._path(key))
 
     def clean(self) -> None:
         now = time.time()
@@ -96,22 +79,6 @@ class LocalStore:
                     tmp.unlink()
             except OSError:
                 continue
-
-
-def _publish(tmp: Path, final: Path) -> bool:
-    """Make `tmp` appear at `final` only if nothing is there: a hard link is atomic and conditional."""
-    try:
-        os.link(tmp, final)
-        return True
-    except FileExistsError:
-        return False
-    except OSError as e:  # a filesystem without hard links
-        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-            raise
-    if final.exists():
-        return False
-    os.replace(tmp, final)
-    return True
 
 
 class FsspecStore:

@@ -230,6 +230,7 @@ class Run:
     done: dict[str, Candidate] = field(default_factory=dict)
     dropped: list[Dropped] = field(default_factory=list)
     observe: tuple[str, ...] = ()  # delegates observed on this machine's devices, after timing
+    final: Path | None = None  # while it runs, `out_dir` is a staging folder inside this one (schedule)
 
     @property
     def baseline(self) -> Recipe | None:

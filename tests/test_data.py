@@ -58,5 +58,5 @@ def test_shape_and_dtype_checks():
     d.check_input((1, 8, 8, 1))
     with pytest.raises(DataError, match=r"shape \[8, 8, 1\] but the model's input takes \[28, 28, 1\]"):
         d.check_input((None, 28, 28, 1))
-    with pytest.raises(DataError, match=r"x holds text \(<U1\); optimize takes real numbers"):
+    with pytest.raises(DataError, match=r"x holds text \(dtype <U1\); optimize takes real numbers"):
         from_arrays(x=np.array([["a", "b"]] * 4))  # refused by name, on load

@@ -430,7 +430,7 @@ def test_hostile_savedmodels_are_one_line_without_hanging(tmp_path, keras_model)
 @pytest.mark.parametrize(
     "arrays, message",
     [
-        (dict(x=np.ones((8, 8, 8, 1), np.complex64)), "x holds complex numbers (complex64)"),
+        (dict(x=np.ones((8, 8, 8, 1), np.complex64)), "x holds complex numbers (dtype complex64)"),
         (dict(x=np.zeros((8, 8, 8, 1), [("a", "<f4")])), "x holds structured records"),
         (dict(x=np.ones((8, 8, 8, 1)), y=np.array(["a"] * 8)), "y holds text"),
         (dict(x=np.ones((8, 8, 8, 1)), y=np.ones(8, np.complex64)), "y holds complex numbers"),
@@ -500,3 +500,139 @@ def test_a_symlink_planted_in_the_output_is_replaced_not_followed(tmp_path, floa
     assert cand.ok, cand.error
     assert victim.read_bytes() == b"victim" and not (out / "float16.tflite").is_symlink()
     assert (out / "float16.tflite").read_bytes()[4:8] == b"TFL3"
+
+
+# ---- issue 18, phase B: the cache, signals, the pipe -------------------------------------------------------
+def test_cache_entries_that_are_links_fifos_or_devices_are_rebuilt_without_hanging(tmp_path):
+    """Hangs and writes outside the cache (classes 1 and 4): an artifact linked to /dev/zero, an entry that
+    is a FIFO, a folder of the cache linked outside it."""
+    import os
+    import signal
+
+    from optimize.storage import LocalStore
+
+    store = LocalStore(tmp_path / "cache")
+    assert store.create("v4/entries/ab/k.json", b"{}") and not store.create("v4/entries/ab/k.json", b"x")
+    assert store.read("v4/entries/ab/k.json", 100) == b"{}" and store.read("v4/entries/ab/none.json", 100) is None
+    (tmp_path / "cache" / "v4" / "artifacts" / "cd").mkdir(parents=True)
+    (tmp_path / "cache" / "v4" / "artifacts" / "cd" / "a.tflite").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "cache" / "v4" / "entries" / "ab" / "f.json")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "cache" / "v4" / "entries" / "ef").symlink_to(outside)
+    signal.alarm(20)  # a regression blocks on the FIFO: fail instead
+    try:
+        for key, message in (
+            ("v4/artifacts/cd/a.tflite", "is a symlink"),
+            ("v4/entries/ab/f.json", "is a FIFO"),
+            ("v4/entries/ef/k.json", "through a symlink"),
+        ):
+            with pytest.raises(ValueError, match=message):  # the cache deletes and rebuilds such an entry
+                store.read(key, 1 << 20)
+        with pytest.raises(ValueError, match="through a symlink"):
+            store.create("v4/entries/ef/new.json", b"{}")
+        store.delete("v4/entries/ef/k.json")
+    finally:
+        signal.alarm(0)
+    assert list(outside.iterdir()) == []
+
+
+def test_a_sweep_interrupted_ends_in_one_line_and_leaves_the_output_as_it_was(tmp_path, float_tflite, data_npz):
+    """Signals (class 6): Ctrl-C printed worker tracebacks and left half a sweep in -o, without study.json."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    args = ["sweep", str(float_tflite), "--data", str(data_npz), "-o", str(out), "--jobs", "2", "--no-cache"]
+    p = subprocess.Popen(
+        [sys.executable, "-c", "from optimize.cli import main; main()", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    lines = []
+    for line in p.stderr:  # Ctrl-C once candidates are being produced in the workers
+        lines.append(line)
+        if ": producing" in line:
+            break
+    time.sleep(0.5)
+    os.killpg(p.pid, signal.SIGINT)  # what a terminal does: the whole foreground group
+    rest = p.stderr.read()
+    p.wait(timeout=120)
+    err = "".join(lines) + rest
+    assert p.returncode == 130 and err.rstrip().splitlines()[-1] == "interrupted", err[-2000:]
+    assert "Traceback" not in err and "Warning" not in err, err[-2000:]
+    assert [q.name for q in out.iterdir()] == ["keep.txt"]
+
+
+def test_workers_die_with_their_parent(tmp_path):
+    """After `kill -9` of a sweep its workers lived on for 20 s and more (PR_SET_PDEATHSIG now)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import os, sys, time\n"
+        "from optimize.executors import _die_with_parent\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    _die_with_parent()\n"
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "print(pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child = int(p.stdout.readline())
+    time.sleep(0.5)  # the child has set its parent-death signal
+    p.kill()
+    p.wait()
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{child}/stat") as f:
+            if f.read().split(") ")[1].startswith("Z"):
+                break  # dead, waiting for init to reap it
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the worker outlived its parent by 5 s")
+
+
+@pytest.mark.parametrize("args", [("recipes", "list"), ("recipes", "techniques")])
+def test_a_reader_that_closes_the_pipe_early_is_not_an_error(args):
+    """Wrong exits (class 6): `optimize recipes list | head -1` exited 1."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen(
+        [sys.executable, "-c", "from optimize.cli import main; main()", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    p.stdout.readline()
+    p.stdout.close()  # what `| head -1` does after its line
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 0 and err == "", err
+
+
+def test_terminal_text_is_shown_not_obeyed(cli, tmp_path, float_tflite):
+    """Terminal injection (class 2): names with newlines forged `error:` lines; escape sequences acted."""
+    from optimize.shown import escape
+
+    assert escape("a\nerror: x\x1b[2J\u202e\udcff\tü") == "a\\nerror: x\\x1b[2J\\u202e\\xff\tü"
+    bad = tmp_path / "m\nerror: FORGED\x1b[2J.tflite"
+    r = cli("evaluate", str(bad))
+    line = one_line_error(r, "m\\nerror: FORGED\\x1b[2J.tflite")
+    assert "\x1b" not in r.stderr and line.count("error:") == 2  # the forged one stays inside the line

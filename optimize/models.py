@@ -170,9 +170,8 @@ def output_heads(src: ModelSource, model=None) -> list:
         return []
     from . import runtime
     from .measure import heads
-    from .normalize import normalize_file
 
-    content = normalize_file(src.path).content
+    content = opened(src).content
     _, _, _, names, outs = runtime.io_details(runtime.describe(content))
     return list(zip(names, heads(content, outputs=outs)))
 

@@ -149,6 +149,12 @@ MODEL_CASES = {
         "share the key 'serving_default'",
     ),
     "no outputs": (lambda m: setattr(m.subgraphs[0], "outputs", []), "has no outputs"),
+    # found by tests/test_fuzz.py: the interpreter died of SIGSEGV on both (kernels use them unchecked)
+    "an operator output omitted": (lambda m: setattr(m.subgraphs[0].operators[1], "outputs", [-1]), "tensor -1"),
+    "a required input omitted": (
+        lambda m: setattr(m.subgraphs[0].operators[0], "inputs", [0, -1]),
+        "omits its input 1, which the ADD kernel requires",
+    ),
     "control flow runs a missing subgraph": (lambda m: _call_once(m, 9), "runs subgraph 9, but the model has 1"),
     "a subgraph that calls itself": (lambda m: _call_once(m, 0), "subgraph 0 calls itself"),
     # interpreter_builder.cc ParseQuantization

@@ -7,8 +7,9 @@ checks (LiteRT f67457790c9c), each answered with one ModelError (exit 2):
 - shapes are non-negative and a tensor's byte size is one a device could hold (util.cc:243-258 refuses
   overflowing sizes; we stop at 1 TiB, far below the overflow and far above any edge model);
 - a constant's buffer holds at least the bytes its shape needs (core/subgraph.cc:1955-1966);
-- operator, graph input and output tensor indices are in range, -1 only for omitted inputs
-  (core/subgraph.cc:916-937, 843-851, 1116-1120);
+- operator, graph input and output tensor indices are in range, -1 only for an operator's omitted
+  inputs (core/subgraph.cc:916-937, 843-851, 1116-1120 accept -1 everywhere, but kernels write their
+  outputs unchecked: an output of -1 is a crash);
 - the data flow has no cycle (an op reading its own output included): otherwise some node never becomes
   ready and partitioning fails (graph_info.cc:124-127).
 
@@ -101,10 +102,39 @@ def _check_quant(t: Tensor, at: str, where: str) -> None:
         raise _fail(where, f"{at} has {q.count} scales for {t.shape[q.dim]} channels along dimension {q.dim}")
 
 
-def _check_indices(indices, n: int, what: str, where: str) -> None:
+def _check_indices(indices, n: int, what: str, where: str, optional: bool = False) -> None:
+    """Tensor indices in range; -1 (an omitted tensor) only where `optional` (an operator's inputs): a
+    kernel writes its outputs without checking, so an output of -1 crashes the interpreter (found by
+    tests/test_fuzz.py)."""
     for i in indices:
-        if i != -1 and not 0 <= i < n:
+        if (i != -1 or not optional) and not 0 <= i < n:
             raise _fail(where, f"{what} refers to tensor {i}, but the subgraph has {n} tensors")
+
+
+#: Inputs a builtin kernel treats as optional (GetOptionalInputTensor), by position: only there may a model
+#: omit one (-1). Elsewhere the kernel reads the tensor unchecked: an omitted FULLY_CONNECTED weight is a
+#: crash (found by tests/test_fuzz.py). The recurrent ops take many optional inputs: any but the first.
+OPTIONAL_INPUTS = {
+    "FULLY_CONNECTED": {2},
+    "CONV_2D": {2},
+    "DEPTHWISE_CONV_2D": {2},
+    "CONV_3D": {2},
+    "TRANSPOSE_CONV": {3},
+    "CONV_3D_TRANSPOSE": {3},
+    "SVDF": {3},
+}
+_RECURRENT = frozenset({"LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_LSTM", "RNN",
+                        "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_RNN"})  # fmt: skip
+
+
+def _check_omitted(op: Op, what: str, where: str) -> None:
+    """An omitted input (-1) only where the op's kernel takes it as optional (custom ops: their own say)."""
+    if op.opcode == "CUSTOM" or op.opcode in _RECURRENT and -1 not in op.inputs[:1]:
+        return
+    allowed = OPTIONAL_INPUTS.get(op.opcode, set())
+    missing = [i for i, t in enumerate(op.inputs) if t == -1 and i not in allowed]
+    if missing:
+        raise _fail(where, f"{what} omits its input {missing[0]}, which the {op.opcode} kernel requires")
 
 
 def _check_ops(sg: Subgraph, where: str) -> None:
@@ -113,8 +143,9 @@ def _check_ops(sg: Subgraph, where: str) -> None:
     _check_indices(sg.outputs, n, f"subgraph {sg.index}'s output list", where)
     for op in sg.ops:
         what = f"operator {op.index} ({op.name}) of subgraph {sg.index}"
-        _check_indices(op.inputs, n, what, where)
+        _check_indices(op.inputs, n, what, where, optional=True)
         _check_indices(op.outputs, n, what, where)
+        _check_omitted(op, what, where)
 
 
 def _dependencies(sg: Subgraph) -> tuple[list[int], dict[int, set[int]]]:

@@ -197,8 +197,12 @@ def check_inputs(ds: Dataset, specs: list) -> None:
 
 # ---------------------------------------------------------------------------------------------- loading
 def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> np.ndarray:
-    """One .npy member, its header checked against its real size before anything is allocated."""
+    """One .npy member, its size and compression ratio checked (a zip bomb is refused before a byte is
+    decompressed) and its header against its real size before anything is allocated."""
+    from .bounded import check_member
+
     name = info.filename.removesuffix(".npy")
+    check_member(info, MAX_ARRAY_BYTES, str(path), DataError)
     try:
         with z.open(info) as f:
             version = np.lib.format.read_magic(f)

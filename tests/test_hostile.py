@@ -290,6 +290,15 @@ def test_deep_json_and_zip_bombs_are_refused_before_parsing(tmp_path):
         read_member(z, "metadata.json", 2**30, "m.keras", ModelError)
     with zipfile.ZipFile(p) as z, pytest.raises(ModelError, match="expands to"):
         read_member(z, "metadata.json", 1 << 20, "m.keras", ModelError)
+    npz = tmp_path / "bomb.npz"  # an .npy of zeros: its header is honest, its ratio is not
+    with zipfile.ZipFile(npz, "w", zipfile.ZIP_DEFLATED) as z, z.open("x.npy", "w") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (1 << 24,)})
+        f.write(b"\0" * (64 << 20))
+    from optimize.data import load_data
+    from optimize.errors import DataError
+
+    with pytest.raises(DataError, match="a zip bomb"):
+        load_data(npz)
 
 
 @pytest.mark.parametrize(

@@ -10,14 +10,15 @@ Writing (`write_atomic`, `copy_atomic`): a temporary created with O_EXCL | O_NOF
 folder, then an atomic rename over the final name, so a crash never leaves half a file and a symlink
 planted at the final name (or at a temporary's name) is replaced, never followed. Below a `root` (the
 output folder, the cache) no folder on the way may be a symlink: writes stay inside what the user named.
-An output folder is checked before any work (`output_dir`).
+An output folder is checked before any work (`output_dir`); a sweep writes into a staging folder inside
+it and publishes at the end (`staging`, `publish`, `discard`). A store (the result cache) is read and
+written below its root with no link followed on the way (`read_below`, `create_new`, `remove_below`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import secrets
 import stat
@@ -154,19 +155,6 @@ def read_bounded(
     if len(data) > lim:
         raise _too_big(Path(path), len(data), what, lim, error)
     return data
-
-
-def sha256_of(path: str | Path, what: str = "cache entry", limit: int | None = None, follow: bool = False) -> str:
-    """The sha256 of a regular file, read in bounded chunks (symlinks refused unless `follow`)."""
-    h = hashlib.sha256()
-    lim, seen = _limit(what, limit), 0
-    with open_regular(path, what, limit=lim, follow=follow) as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            seen += len(chunk)
-            if seen > lim:
-                raise _too_big(Path(path), seen, what, lim, OptimizeError)
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def check_tree(folder: str | Path, what: str, error: type[OptimizeError] = OptimizeError) -> list[Path]:
@@ -324,40 +312,24 @@ def write_atomic(path: str | Path, data: bytes | Iterable[bytes], root: str | Pa
     return path
 
 
-def copy_atomic(
-    src: str | Path,
-    dst: str | Path,
-    root: str | Path | None = None,
-    what: str = "model",
-    expect_sha256: str | None = None,
-    follow: bool = True,
-) -> str:
-    """Copy a regular file (bounded by the limit for `what`) as `write_atomic` writes; its sha256.
-
-    With `expect_sha256`, a copy whose bytes differ is removed before it is published (ValueError):
-    a cache entry is verified by the same single read that copies it.
-    """
+def copy_atomic(src: str | Path, dst: str | Path, root: str | Path | None = None, what: str = "model") -> Path:
+    """Copy a regular file (read through the one reader, bounded by the limit for `what`) as
+    `write_atomic` writes: a temporary beside `dst`, then an atomic rename; `dst`."""
     dst = Path(dst)
-    h = hashlib.sha256()
     lim = _limit(what, None)
-    with open_regular(src, what, limit=lim, follow=follow) as f:
+    with open_regular(src, what, limit=lim) as f:
 
         def chunks() -> Iterator[bytes]:
             seen = 0
             for chunk in iter(lambda: f.read(_CHUNK), b""):
                 seen += len(chunk)
-                if seen > lim:
+                if seen > lim:  # the file grew while it was read
                     raise _too_big(Path(src), seen, what, lim, OptimizeError)
-                h.update(chunk)
                 yield chunk
 
         with _folder(dst.parent, Path(root) if root is not None else None) as dfd:
-            tmp = _write_tmp(dfd, dst.name, chunks())
-            if expect_sha256 is not None and h.hexdigest() != expect_sha256:
-                os.unlink(tmp, dir_fd=dfd)
-                raise ValueError(f"{Path(src).name} does not match its digest")
-            _publish(dfd, tmp, dst.name)
-    return h.hexdigest()
+            _publish(dfd, _write_tmp(dfd, dst.name, chunks()), dst.name)
+    return dst
 
 
 # ---------------------------------------------------------------------------------------------- staging

@@ -632,7 +632,26 @@ def test_terminal_text_is_shown_not_obeyed(cli, tmp_path, float_tflite):
     from optimize.shown import escape
 
     assert escape("a\nerror: x\x1b[2J\u202e\udcff\tü") == "a\\nerror: x\\x1b[2J\\u202e\\xff\tü"
+    from optimize.report_text import esc
+
+    assert esc("n\nerror: [b]x\x1b[2J") == "n\\nerror: \\[b]x\\x1b[2J"  # tables: neither markup nor terminal codes
     bad = tmp_path / "m\nerror: FORGED\x1b[2J.tflite"
     r = cli("evaluate", str(bad))
     line = one_line_error(r, "m\\nerror: FORGED\\x1b[2J.tflite")
     assert "\x1b" not in r.stderr and line.count("error:") == 2  # the forged one stays inside the line
+
+
+def test_log_lines_show_names_from_outside_escaped(capsys):
+    import logging
+
+    from optimize.progress import configure
+
+    log = logging.getLogger("optimize")
+    saved = (list(log.handlers), log.propagate, log.level)
+    try:
+        configure(live=False)
+        log.warning("cache entry for %s is corrupt", "x\nerror: FORGED\x1b[2J")
+        err = capsys.readouterr().err
+    finally:
+        log.handlers[:], log.propagate, log.level = saved[0], saved[1], saved[2]
+    assert err == "cache entry for x\\nerror: FORGED\\x1b[2J is corrupt\n", err

@@ -91,14 +91,17 @@ def _write(models, name: str, tmp_path: Path) -> Path:
 @pytest.mark.parametrize("name", ["float32", "float16", "int8", "dynamic", "greater_cast", "reshape"])
 def test_models_the_rules_delegate_whole_run_whole_on_the_gpu(models, icd, name, tmp_path):
     """The rules say 'full'; the accelerator compiles the model with the GPU alone (no CPU fallback) and
-    its outputs match the CPU's within float16 precision (8-bit models: exactly)."""
+    its outputs match the CPU's within float16 precision. An 8-bit model's integer output may differ by one
+    quantization step: ML Drift dequantizes and computes in float, so a value on a rounding boundary can land
+    on either side (CI saw 1 step in 84 once; never more)."""
     assert check_delegates(models[name], ["gpu"])["gpu"].verdict == "full"
     result, log = _probe(_write(models, name, tmp_path), "gpu", icd)
     assert result is not None, log[-2000:]
     assert "Following operations are not supported" not in log
-    assert result["max_abs_diff"] <= 2e-3 * max(result["max_abs_cpu"], 1.0), result
     if name == "int8":
-        assert result["max_abs_diff"] == 0.0
+        assert result["max_abs_diff"] <= 1.0, result
+    else:
+        assert result["max_abs_diff"] <= 2e-3 * max(result["max_abs_cpu"], 1.0), result
 
 
 def test_rank5_stays_on_the_cpu(models, icd, tmp_path):

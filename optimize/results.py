@@ -21,6 +21,8 @@ from .registry import Params
 from .vocab import Backend, Delegate, Objective, Precision, Scheme, Task
 
 SCHEMA_VERSION = 1
+#: Fewer samples than this make a fidelity or accuracy figure rough: it is flagged wherever it is used.
+FEW_SAMPLES = 32
 
 
 class Record(BaseModel):
@@ -47,10 +49,30 @@ class Latency(Record):
     mean_ms: float
     std_ms: float
     p50_ms: float
-    p25_ms: float | None = Field(None, description="Lower quartile: with p75, the spread a comparison must clear.")
+    p25_ms: float | None = Field(None, description="Lower quartile of single runs.")
     p75_ms: float | None = None
     p90_ms: float
     min_ms: float
+    rounds: int | None = Field(
+        None,
+        description="Timing rounds: each round times every candidate of the study in turn (round-robin), so "
+        "machine drift hits all alike. None: the runs were timed one after another (an older record).",
+    )
+    round_p50s_ms: list[float] = Field(default_factory=list, description="The median of each round, in order.")
+    p50_low_ms: float | None = Field(
+        None,
+        description="Interval for p50 over the rounds (about 95%): two candidates differ only when theirs separate.",
+    )
+    p50_high_ms: float | None = None
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """Where p50 lies: the interval over rounds, else the quartiles of single runs, else p50 alone."""
+        if self.p50_low_ms is not None and self.p50_high_ms is not None:
+            return self.p50_low_ms, self.p50_high_ms
+        if self.p25_ms is not None and self.p75_ms is not None:
+            return self.p25_ms, self.p75_ms
+        return self.p50_ms, self.p50_ms
 
 
 class Memory(Record):
@@ -81,6 +103,11 @@ class Fidelity(Record):
     top1_agreement: float | None = Field(
         None, description="Fraction of samples whose argmax matches (class outputs only)."
     )
+
+    @property
+    def few_samples(self) -> bool:
+        """Compared on fewer than FEW_SAMPLES samples: a rough figure, and said so wherever it is shown."""
+        return self.samples < FEW_SAMPLES
 
     @property
     def relative_error(self) -> float | None:

@@ -32,7 +32,8 @@ from .storage import default_root, join, open_store
 
 # 3: candidates carry the robustness probe; every deterministic failure is kept.
 # 4: entries and artifacts as separate objects in a store (a folder or any fsspec URL).
-CACHE_FORMAT = 4
+# 5: candidates carry their accuracy-rescue steps (results.RescueStep).
+CACHE_FORMAT = 5
 MAX_RECORD_BYTES = 64 * 2**20  # a record with its debug tables is a few MiB at most
 MAX_ARTIFACT_BYTES = 2**31  # a flatbuffer cannot be larger
 log = logging.getLogger(__name__)

@@ -276,6 +276,10 @@ def quantize(
         0, "--block-size", help="int4: 0 = one scale per output channel; 32, 64, 128 or 256 = blockwise."
     ),
     backend: Backend | None = typer.Option(None, help="converter, litert (LiteRT Quantizer) or auto (per scheme)."),
+    equalize: bool = typer.Option(False, "--equalize", help="Cross-layer equalization first (same float function)."),
+    bias_correction: bool = typer.Option(False, "--bias-correction", help="Fold int8 weights' mean shift into biases."),
+    adaround: bool = typer.Option(False, "--adaround", help="Learned rounding of the worst layers' int8 weights."),
+    ranges: str = typer.Option("minmax", "--ranges", help="int8 activation ranges: minmax, percentile, mse or auto."),
     output: Path | None = OUTPUT_TFLITE,
     task: Task | None = TASK,
     label_output: str | None = LABEL_OUTPUT,
@@ -289,13 +293,15 @@ def quantize(
 
     Example: optimize quantize model.keras --scheme int8 --calibration data.npz --io int8 -o model_int8.tflite
              optimize quantize model.keras --scheme int4 --block-size 32
+             optimize quantize model.keras -c data.npz --equalize --bias-correction
     """
-    from .recipe import build
+    from .recipe import build, with_rescue
 
     step = {"technique": "convert", "scheme": scheme, "samples": samples, "io": io, "float_fallback": float_fallback}
     if block_size:  # only LiteRT Quantizer's step has blocks (it says so for schemes other than int4)
         step = {"technique": "quantize", "scheme": scheme, "block_size": block_size, "io": io}
-    recipe = build(str(scheme), [step])
+    rescue = [n for n, on in (("equalize", equalize), ("bias_correction", bias_correction), ("adaround", adaround)) if on]
+    recipe = build(str(scheme), with_rescue(step, rescue, ranges))
     measuring = _measuring(task, label_output, calibration_seed)
     _run_and_show(
         recipe, model, data, output, threads, as_json, delegates, backend, calibration, measuring, trust_model_code

@@ -68,12 +68,18 @@ class Graph:
         return np.frombuffer(np.asarray(data, np.uint8).tobytes(), np.float32).reshape(self.shape(i)).copy()
 
     def set_const(self, i: int, values: np.ndarray) -> None:
-        """Store `values` (float32, the tensor's shape) in a new buffer of the tensor's own."""
-        s = _schema()
-        buf = s.BufferT()
-        buf.data = np.frombuffer(np.ascontiguousarray(values, np.float32).tobytes(), np.uint8)
+        """Store `values` (float32, the tensor's shape) in the tensor's buffer, or in a new one of its own
+        when another tensor shares it."""
+        data = np.frombuffer(np.ascontiguousarray(values, np.float32).tobytes(), np.uint8)
+        t = self.sg.tensors[i]
+        shared = sum(x.buffer == t.buffer for sg in self.model.subgraphs for x in sg.tensors) > 1
+        if t.buffer and not shared:
+            self.model.buffers[t.buffer].data = data
+            return
+        buf = _schema().BufferT()
+        buf.data = data
         self.model.buffers.append(buf)
-        self.sg.tensors[i].buffer = len(self.model.buffers) - 1
+        t.buffer = len(self.model.buffers) - 1
 
     def activation(self, op_index: int) -> str:
         """The op's fused activation ('NONE' when it has none)."""

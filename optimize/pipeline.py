@@ -412,6 +412,7 @@ def make_candidate(
             skipped_layers=state.skipped,
             notes=notes,
             search=state.records.get("search", []),
+            rescue=state.records.get("rescue", []),
             debug=state.records.get("debug"),
             probe=probed,
             seconds=time.perf_counter() - t0,

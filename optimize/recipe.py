@@ -170,7 +170,8 @@ def _express(done: list[dict], step: dict, backend: Backend, locked: bool) -> li
         backend = Backend.LITERT  # the converter cannot make it
     if backend is Backend.LITERT and step["technique"] == "convert" and scheme in PTQ_SCHEMES and not locked:
         return [*done, dict(_FLOAT32), {"technique": "quantize", **calib}]
-    if backend is Backend.CONVERTER and step["technique"] == "quantize" and any(map(_is_float32, done)):
+    rescued = any(registry.get(d["technique"]).stage is Stage.TFLITE for d in done)  # equalize etc. need LiteRT
+    if backend is Backend.CONVERTER and step["technique"] == "quantize" and any(map(_is_float32, done)) and not rescued:
         return [*[d for d in done if not _is_float32(d)], {"technique": "convert", **calib}]
     return [*done, step]  # (a .tflite input keeps its quantize step: it cannot be converted again)
 
@@ -200,28 +201,60 @@ def build(name: str, steps: list[dict], **fields) -> Recipe:
         raise from_validation(e, Recipe, kind=RecipeError) from None
 
 
-#: Tokens `chain` understands after the first step: Keras techniques, or a scheme (the conversion).
-CHAIN_TOKENS = ("prune", "cluster", "qat", *(str(s) for s in Scheme))
+#: Float-model transforms a chain may put between the float32 conversion and the quantization.
+TRANSFORM_TOKENS = ("equalize", "bias_correction", "adaround")
+#: Tokens `chain` understands after the first step: Keras techniques, transforms, or a scheme (the conversion).
+CHAIN_TOKENS = ("prune", "cluster", "qat", *TRANSFORM_TOKENS, *(str(s) for s in Scheme))
 
 
 def chain(first: dict, then: str | list[str] | None) -> list[dict]:
     """The steps of `first` followed by `then` (e.g. "cluster,int8"), so a chain never undoes its own work.
 
-    Tokens: prune, cluster, qat, or a scheme (the final conversion). A later cluster keeps an earlier
-    pruning's zeros; a later QAT preserves whatever the earlier steps made (sparsity, clusters or both).
-    QAT must end in an int8 or dynamic conversion (its fake-quant ranges are for 8-bit).
+    Tokens: prune, cluster, qat, equalize, bias_correction, adaround, or a scheme (the final conversion). A
+    later cluster keeps an earlier pruning's zeros; a later QAT preserves whatever the earlier steps made
+    (sparsity, clusters or both). QAT must end in an int8 or dynamic conversion (its fake-quant ranges are
+    for 8-bit). A transform converts to float32 first (once) and makes the scheme a quantize step after it.
     """
     tokens = [t.strip() for t in (then.split(",") if isinstance(then, str) else then or []) if t.strip()]
     steps = [dict(first)]
     for tok in tokens:
-        if tok in Scheme.__members__.values():
-            steps.append({"technique": "convert", "scheme": tok})
+        floated = any(s["technique"] in TRANSFORM_TOKENS for s in steps)
+        if tok in TRANSFORM_TOKENS:
+            if not any(s["technique"] in ("convert", "quantize") or s["technique"] in TRANSFORM_TOKENS for s in steps):
+                steps.append({"technique": "convert", "scheme": "float32"})
+            steps.append({"technique": tok})
+        elif tok in Scheme.__members__.values():
+            steps.append({"technique": "quantize" if floated else "convert", "scheme": tok})
         elif tok in ("prune", "cluster", "qat"):
             steps.append(_keras_step(tok, steps))
         else:
             raise RecipeError(f"--then: unknown step {tok!r}.", f"Use one of: {', '.join(CHAIN_TOKENS)}.")
     _check_qat_ends_in_8bit(steps)
     return steps
+
+
+def with_rescue(step: dict, transforms: list[str], ranges: str = "minmax") -> list[dict]:
+    """A post-training `step` (convert or quantize) preceded by float-model transforms and/or with chosen
+    activation ranges: convert float32, the transforms in the rescue's order, then LiteRT Quantizer's
+    quantize (the only backend that takes chosen ranges). Unchanged when neither is asked."""
+    if not transforms and ranges == "minmax":
+        return [step]
+    unknown = [t for t in transforms if t not in TRANSFORM_TOKENS]
+    if unknown:
+        raise RecipeError(f"Unknown transform {unknown[0]!r}.", f"Use: {', '.join(TRANSFORM_TOKENS)}.")
+    if step.get("float_fallback"):
+        raise RecipeError(
+            "Float fallback is the converter's; equalize, bias correction, learned rounding and --ranges run "
+            "with LiteRT Quantizer.",
+            "Drop --float-fallback (or the rescue options).",
+        )
+    quantize = {k: v for k, v in step.items() if k not in ("technique", "float_fallback")}
+    ordered = [t for t in TRANSFORM_TOKENS if t in transforms]
+    return [
+        {"technique": "convert", "scheme": "float32"},
+        *({"technique": t} for t in ordered),
+        {"technique": "quantize", **quantize, "calibration": ranges},
+    ]
 
 
 def _keras_step(technique: str, before: list[dict]) -> dict:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from .errors import RecipeError, from_validation
 
-TECHNIQUE_MODULES = ("convert", "prune", "cluster", "qat", "litert_quantize", "selective")
+TECHNIQUE_MODULES = ("convert", "prune", "cluster", "qat", "litert_quantize", "transforms", "selective")
 
 
 class Stage(enum.StrEnum):

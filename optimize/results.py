@@ -291,6 +291,26 @@ class SearchStep(Record):
     kept: bool = Field(description="Whether the move was kept (it helped) or undone.")
 
 
+class LayerChange(Record):
+    """One layer's int8 error before and after a rescue step."""
+
+    tensor: str = Field(description="The op's output tensor.")
+    op: str
+    before: float = Field(description="Error before the step (relative RMSE vs float, or the layer's output error).")
+    after: float
+
+
+class RescueStep(Record):
+    """One accuracy-rescue step that keeps 8 bits: a function-preserving transform, a weight correction or an
+    activation-range choice, tried before any op is raised to int16 or float (optimize.rescue)."""
+
+    transform: str = Field(description="equalize, smooth, bias_correction, adaround or calibration:<method>.")
+    detail: str = Field("", description="What it did, in a line.")
+    metric: float | None = Field(None, description="The search budget's metric after it (None outside a search).")
+    kept: bool = Field(True, description="Whether the step was kept (it helped) or undone.")
+    layers: list[LayerChange] = Field(default_factory=list, description="Per-layer error before and after.")
+
+
 class Goals(Record):
     """What a user will accept. Accuracy drop is a fraction: 0.01 is one point of top-1. Finite numbers only."""
 
@@ -367,6 +387,11 @@ class Candidate(Record):
     debug: DebugReport | None = Field(None, description="Per-layer error analysis, when the candidate asked for it.")
     search: list[SearchStep] = Field(
         default_factory=list, description="A selective-quantization search's moves, in order."
+    )
+    rescue: list[RescueStep] = Field(
+        default_factory=list,
+        description="Accuracy-rescue steps that keep 8 bits (equalization, bias correction, learned rounding, "
+        "ranges), in order.",
     )
     probe: Probe | None = Field(None, description="The robustness probe on edge inputs (None: not run).")
     seconds: float = Field(0.0, description="Wall time to produce and measure this candidate.")

@@ -204,7 +204,7 @@ def adaround_layer(w: np.ndarray, gram: np.ndarray, scale: np.ndarray, iters: in
 @dataclass
 class Rounded:
     content: bytes
-    layers: list[tuple[str, float, float]] = field(default_factory=list)  # (op output, nearest err, learned err)
+    layers: list[tuple[str, str, float, float]] = field(default_factory=list)  # (output, op, nearest, learned)
     seconds: float = 0.0
 
 
@@ -236,7 +236,7 @@ def adaround(
         learned, e_near, e_learned = adaround_layer(wg, gram, _groups_scale(g.names[k], full, wg.shape), iters)
         if e_learned < e_near:
             g.set_const(ins[1], back(learned))
-        done.append((g.tensor_name(g.output(k)), e_near, min(e_learned, e_near)))
+        done.append((g.tensor_name(g.output(k)), g.names[k], e_near, min(e_learned, e_near)))
     return Rounded(g.save(), done, time.perf_counter() - t0)
 
 

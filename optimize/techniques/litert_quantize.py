@@ -70,10 +70,12 @@ class QuantizeParams(SchemeParams):
         description="int4: 0 keeps one scale per output channel; 32, 64, 128 or 256 gives each block of that many "
         "input weights its own scale (blockwise: closer to float, a little bigger and slower).",
     )
-    calibration: Literal["minmax", "moving_average"] = Field(
+    calibration: Literal["minmax", "moving_average", "percentile", "mse", "auto"] = Field(
         "minmax",
-        description="Activation ranges: global min/max over all samples (as the converter does), or the "
-        "quantizer's own default, a moving average of per-sample ranges (clips outliers, depends on order).",
+        description="Activation ranges: global min/max over all samples (as the converter does); the "
+        "quantizer's own default, a moving average of per-sample ranges (clips outliers, depends on order); "
+        "the 0.01-99.99th percentiles; the MSE-optimal clipping; or auto: per tensor, whichever of min/max, "
+        "percentile and MSE quantizes its values best (optimize.ranges).",
     )
 
     @field_validator("scheme")
@@ -374,7 +376,7 @@ def _calibrate(content: bytes, calibration: dict, recipe, params: QuantizeParams
     from litert_quantizer import calibrator
     from litert_quantizer.utils import qsv_utils
 
-    update = qsv_utils.min_max_update if params.calibration == "minmax" else qsv_utils.moving_average_update
+    update = qsv_utils.moving_average_update if params.calibration == "moving_average" else qsv_utils.min_max_update
     mode = calibrator.CalibrationMode
     try:
         calib = calibrator.Calibrator(
@@ -389,7 +391,23 @@ def _calibrate(content: bytes, calibration: dict, recipe, params: QuantizeParams
             content, num_threads=max(1, ctx.threads), mode=mode.CALIBRATION_PRESERVE_ALL_TENSORS, qsv_update_func=update
         )
         calib.calibrate(calibration, recipe)
-    return calib.get_model_qsvs()
+    return _ranges(calib.get_model_qsvs(), content, calibration, params, ctx)
+
+
+def _ranges(qsvs: dict, content: bytes, calibration: dict, params: QuantizeParams, ctx: Context) -> dict:
+    """The calibrated min/max ranges, or those that `params.calibration` chooses per tensor (optimize.ranges);
+    the model's inputs keep the data's own range."""
+    if params.calibration in ("minmax", "moving_average"):
+        return qsvs
+    from .. import ranges
+    from ..delegates.flatbuffer import read_model
+
+    sg = read_model(content).main
+    keep = {sg.tensors[i].name for i in sg.inputs}
+    samples = [s for group in calibration.values() for s in group]
+    out, picked = ranges.override(qsvs, content, samples, params.calibration, keep, max(1, ctx.threads))
+    ctx.records["ranges"] = picked
+    return out
 
 
 def _check_loads(data: bytes, params: QuantizeParams, ctx: Context, source: bytes | None = None) -> None:

@@ -52,7 +52,9 @@ class SelectiveParams(SchemeParams):
     eval_samples: int = Field(500, ge=10, le=100000, description="Validation samples per evaluation.")
     seed: int = Field(0, description="Seeds the choice of validation samples.")
     granularity: Literal["channel", "tensor"] = Field("channel", description="Weight scales per channel or tensor.")
-    calibration: Literal["minmax", "moving_average"] = Field("minmax", description="Activation range setting.")
+    calibration: Literal["minmax", "moving_average", "percentile", "mse", "auto"] = Field(
+        "minmax", description="Activation ranges (see quantize); the rescue may try auto."
+    )
 
     @model_validator(mode="after")
     def _one_budget(self):

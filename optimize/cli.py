@@ -300,7 +300,9 @@ def quantize(
     step = {"technique": "convert", "scheme": scheme, "samples": samples, "io": io, "float_fallback": float_fallback}
     if block_size:  # only LiteRT Quantizer's step has blocks (it says so for schemes other than int4)
         step = {"technique": "quantize", "scheme": scheme, "block_size": block_size, "io": io}
-    rescue = [n for n, on in (("equalize", equalize), ("bias_correction", bias_correction), ("adaround", adaround)) if on]
+    rescue = [
+        n for n, on in (("equalize", equalize), ("bias_correction", bias_correction), ("adaround", adaround)) if on
+    ]
     recipe = build(str(scheme), with_rescue(step, rescue, ranges))
     measuring = _measuring(task, label_output, calibration_seed)
     _run_and_show(

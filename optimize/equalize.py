@@ -106,7 +106,11 @@ def pairs(g: Graph) -> tuple[list[Pair], list[str]]:
                 break
             k = users[0]
             if g.names[k] in LINEAR:
-                if g.inputs(k)[0] == t and _weights(g, k) is not None and (period is None or g.names[k] != "DEPTHWISE_CONV_2D"):
+                if (
+                    g.inputs(k)[0] == t
+                    and _weights(g, k) is not None
+                    and (period is None or g.names[k] != "DEPTHWISE_CONV_2D")
+                ):
                     if act not in CROSSABLE:
                         skipped.append(f"{g.tensor_name(g.output(a))} -> {g.tensor_name(g.output(k))}: {act} clip")
                     else:

@@ -83,7 +83,13 @@ def patches(g: Graph, op: int, x: np.ndarray, kh: int, kw: int) -> np.ndarray:
     pw0, pw1, ow = _pads(x.shape[2], kw, sw, dw, same)
     xp = np.pad(x, ((0, 0), (ph0, ph1), (pw0, pw1), (0, 0)))
     rows = [
-        np.stack([xp[:, i * dh : i * dh + (oh - 1) * sh + 1 : sh, j * dw : j * dw + (ow - 1) * sw + 1 : sw] for j in range(kw)], 3)
+        np.stack(
+            [
+                xp[:, i * dh : i * dh + (oh - 1) * sh + 1 : sh, j * dw : j * dw + (ow - 1) * sw + 1 : sw]
+                for j in range(kw)
+            ],
+            3,
+        )
         for i in range(kh)
     ]
     return np.stack(rows, 3)
@@ -116,7 +122,9 @@ class Corrected:
 
 
 def _linear(g: Graph) -> list[int]:
-    return [k for k, n in enumerate(g.names) if n in LINEAR and len(g.inputs(k)) > 1 and g.const(g.inputs(k)[1]) is not None]
+    return [
+        k for k, n in enumerate(g.names) if n in LINEAR and len(g.inputs(k)) > 1 and g.const(g.inputs(k)[1]) is not None
+    ]
 
 
 def bias_correct(content: bytes, samples: list, per_tensor: bool = False, threads: int = 2) -> Corrected:
@@ -168,7 +176,9 @@ def _recon(dw: np.ndarray, gram: np.ndarray) -> float:
     return float(np.einsum("brj,bjk,brk->", dw, gram, dw))
 
 
-def adaround_layer(w: np.ndarray, gram: np.ndarray, scale: np.ndarray, iters: int = 400, reg: float = 0.01, seed: int = 0):
+def adaround_layer(
+    w: np.ndarray, gram: np.ndarray, scale: np.ndarray, iters: int = 400, reg: float = 0.01, seed: int = 0
+):
     """Learned integer grid points for weights (B, R, J) with scales (B, R, 1): (new weights, error of
     nearest rounding, error of the learned rounding), errors as || dW X ||^2 summed."""
     base = np.floor(w / scale)

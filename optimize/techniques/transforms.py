@@ -79,7 +79,9 @@ def _activation_ranges(content: bytes, samples: list, ctx: Context) -> dict:
     from ..rounding import record
 
     g = Graph.load(content)
-    idx = sorted({g.inputs(k)[0] for k, n in enumerate(g.names) if n in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")})
+    idx = sorted(
+        {g.inputs(k)[0] for k, n in enumerate(g.names) if n in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")}
+    )
     values = record(content, samples, idx, max(1, ctx.threads))
     return {g.tensor_name(i): np.abs(v).reshape(-1, v.shape[-1]).max(axis=0) for i, v in values.items()}
 

@@ -4,7 +4,7 @@ rules predict against the one observed in the runtime (issue 21).
 Target (issue 12): checking GPU, NNAPI, Hexagon, Core ML and XNNPACK costs at most 1.2x the interpreter's
 load + allocate_tensors of the same model. XNNPACK is observed in a loaded interpreter, so a check always
 involves one load; in a sweep that load is the one measuring the candidate, and the parsed flatbuffer is
-the one the measurement already read. Three ways are timed, interleaved with the load, after a warm-up,
+the one verification already read (pipeline.produce_verified). Three ways are timed, interleaved with the load, after a warm-up,
 and the medians compared:
 
   standalone   check_delegates(path): reads the file and loads its own interpreter (the CLI's `compat`)
@@ -185,9 +185,7 @@ def main() -> None:
             load = t["load"]
             cells = [f"{t[k]:.1f} ({t[k] / load:.2f}x)" for k in ("standalone", "shared load", "shared both")]
             print(f"{path.name:32} {load:7.1f} " + " ".join(f"{c:>18}" for c in cells))
-        print(
-            "target: checking all five delegates <= 1.00x one interpreter load + allocate (shared load, as in a sweep)"
-        )
+        print("target: all five delegates checked <= 1.00x one load + allocate (shared both, as in a sweep)")
         if not args.skip_agreement:
             from bench_real_models import mediapipe_models
 

@@ -308,27 +308,35 @@ class NotWhatItSays(TechniqueFailed):
     """The artifact does not hold what its scheme or technique promises (optimize.verify)."""
 
 
-def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Composition]:
-    """The recipe's artifact, read back and checked. When LiteRT Quantizer leaves weights float that the
-    converter quantizes (an LSTM), or float compute in an integer-only model (PRELU, LEAKY_RELU), the same
-    scheme is made by the converter instead, and said so."""
+def _read_back(path: Path):
+    """The artifact parsed (validated) once, and what it holds: the delegate checks reuse the parse."""
+    from .delegates.flatbuffer import read_model
+
+    parsed = read_model(path.read_bytes())
+    return parsed, verify.compose(parsed)
+
+
+def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Composition, object]:
+    """The recipe's artifact, read back and checked, and its parsed flatbuffer. When LiteRT Quantizer leaves
+    weights float that the converter quantizes (an LSTM), or float compute in an integer-only model (PRELU,
+    LEAKY_RELU), the same scheme is made by the converter instead, and said so."""
     state = ws.produce(recipe.steps)
-    composition = verify.compose(state.path.read_bytes())
+    parsed, composition = _read_back(state.path)
     problem = verify.check(recipe, composition) if recipe.steps else None
     if problem and recipe.made_by == Backend.LITERT and ws.src.kind != "tflite" and not recipe.uses("selective"):
         other = recipe.with_backend(Backend.CONVERTER)
         if other.steps != recipe.steps:
             state = ws.produce(other.steps)
-            composition = verify.compose(state.path.read_bytes())
+            parsed, composition = _read_back(state.path)
             if verify.check(other, composition) is None:
                 how = "TFLITE_BUILTINS_INT8" if verify.integer_only(other) else "its own quantizer"
                 note = f"made by the TFLite converter ({how}): LiteRT Quantizer's result failed verification: {problem}"
                 state.notes = [*state.notes, note]
-                return other, state, composition
+                return other, state, composition, parsed
             problem = f"{problem}; the converter leaves them float too"
     if problem:
         raise NotWhatItSays(problem)
-    return recipe, state, composition
+    return recipe, state, composition, parsed
 
 
 def _load(artifact: Path, threads: int, data: Dataset | None):
@@ -375,7 +383,7 @@ def make_candidate(
     t0 = time.perf_counter()
     artifact = artifact_path(out_dir, recipe.name)
     try:
-        made, state, composition = produce_verified(ws, recipe)
+        made, state, composition, parsed = produce_verified(ws, recipe)
         _copy_out(state.path, artifact)
         metrics = None
         loaded = _load(artifact, ws.threads, ws.data) if measure_it or delegates else None
@@ -398,7 +406,7 @@ def make_candidate(
         notes = list(state.notes)
         if delegates:
             progress.phase(f"{recipe.name}: checking delegates")
-        reports = check_all_delegates(artifact, ws.threads, notes, loaded=loaded) if delegates else {}
+        reports = check_all_delegates(artifact, ws.threads, notes, loaded=loaded, parsed=parsed) if delegates else {}
         return Candidate(
             name=recipe.name,
             steps=list(made.steps),
@@ -487,14 +495,15 @@ def robustness(ws: Workspace, loaded, reference: Path | None, recipe: Recipe) ->
     return report
 
 
-def check_all_delegates(artifact: Path, threads: int, notes: list[str], loaded=None) -> dict:
-    """Delegate reports for one artifact (`loaded`: its interpreter, when measuring built one). A checker
+def check_all_delegates(artifact: Path, threads: int, notes: list[str], loaded=None, parsed=None) -> dict:
+    """Delegate reports for one artifact (`loaded`: its interpreter, when measuring built one; `parsed`: its
+    flatbuffer as verification read it). A checker
     that cannot read the artifact is noted on the candidate (in `notes`), never fatal: the candidate
     stands without its delegate columns."""
     from .delegates import check_delegates
 
     try:
-        return check_delegates(artifact, threads=threads, loaded=loaded)
+        return check_delegates(artifact, threads=threads, loaded=loaded, parsed=parsed)
     except OptimizeError as e:
         notes.append(f"delegates: not checked ({e.problem})")
         return {}

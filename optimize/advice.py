@@ -77,6 +77,13 @@ class Question(Record):
     decided: str
 
 
+class Alternative(Record):
+    """One pipeline the decision tree offers besides its own, with what it is good for."""
+
+    label: str
+    steps: list[dict]
+
+
 class Advice(Record):
     """The decision tree's answer for one target, before (or without) any measurement."""
 
@@ -86,6 +93,7 @@ class Advice(Record):
     recipe_toml: str
     alternatives: list[str]
     facts: list[str]
+    alternative_pipelines: list[Alternative] = []
 
 
 def check_target(target: str) -> Target:
@@ -364,4 +372,5 @@ def advise(
         recipe_toml=recipe_toml(f"{target}-recommended", steps, target, a.goals),
         alternatives=[f"{label}: {describe(s)}" for label, s in a.alts],
         facts=a.facts,
+        alternative_pipelines=[Alternative(label=label, steps=s) for label, s in a.alts],
     )

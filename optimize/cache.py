@@ -33,7 +33,8 @@ from .storage import default_root, join, open_store
 # 3: candidates carry the robustness probe; every deterministic failure is kept.
 # 4: entries and artifacts as separate objects in a store (a folder or any fsspec URL).
 # 5: candidates carry their accuracy-rescue steps (results.RescueStep).
-CACHE_FORMAT = 5
+# 6: latency timed round-robin across a study's candidates, with its rounds and p50 interval.
+CACHE_FORMAT = 6
 MAX_RECORD_BYTES = 64 * 2**20  # a record with its debug tables is a few MiB at most
 MAX_ARTIFACT_BYTES = 2**31  # a flatbuffer cannot be larger
 log = logging.getLogger(__name__)

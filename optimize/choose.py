@@ -6,17 +6,28 @@ informative only since the CPU runs every op) and that meet every goal; ranks th
 then the other two axes, then study order; draws the Pareto front over size, latency and accuracy; and
 says, for every rejected candidate, the first check it failed. Pure: no TensorFlow, no numpy.
 
-Conventions: accuracy drop is `-metrics.accuracy_delta` (a fraction; 0.01 is one point). Latency is the
-host-CPU `p50_ms`. The size objective ranks by the raw `.tflite` size: what a delegate loads and flash
-holds (pruning and clustering shrink only the gzip size: a fact says so).
+Conventions: accuracy drop is `-metrics.accuracy_delta` (a fraction; 0.01 is one point). Without labels,
+quality is fidelity to float32 (optimize.guard). With no accuracy goal given, the default guard
+(optimize.guard) keeps out candidates that lose more than 2 points (5% output error without labels), and
+says so. Latency is the host-CPU `p50_ms`; two latencies differ only when their intervals separate
+(optimize.noise), so re-timing an unchanged study gives the same pick and front. The size objective ranks
+by the raw `.tflite` size: what a delegate loads and flash holds (pruning and clustering shrink only the
+gzip size: a fact says so).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from pathlib import Path
 
+from pydantic import Field
+
+from . import explain
 from .advice import EPS, PRUNE_FACT, Advice, advise, check_target, recipe_toml
 from .errors import GoalsNotMet, OptimizeError
+from .guard import Guard, default_guard, has_quality_goal, labelled, quality
+from .noise import compare_latency, interval_words, speed
 from .results import Candidate, Goals, Record, Study
 from .vocab import IO, TARGET_DELEGATE, Objective, Scheme, Target
 
@@ -40,6 +51,18 @@ class Recommendation(Record):
     pareto: list[str]
     rejected: list[Rejection]
     facts: list[str]
+    headline: str = Field("", description="The answer in one line: the choice, or why there is none.")
+    keep_float32: str | None = Field(
+        None, description="The float32 file to keep, when nothing made from it beats it (no recipe to run)."
+    )
+    guard: str | None = Field(None, description="The default guard in force (no accuracy goal given), in words.")
+    warnings: list[str] = Field(default_factory=list, description="What the default guard kept out, in words.")
+    to_try: list[str] = Field(default_factory=list, description="When nothing passes the guard: what to try.")
+    why: list[str] = Field(
+        default_factory=list, description="Why the measured choice is or is not the rule of thumb's."
+    )
+    alternatives: list[str] = Field(default_factory=list, description="The rule of thumb's alternatives, measured.")
+    quality_by: str = Field("labels", description="What accuracy is ranked by: 'labels', or 'fidelity' to float32.")
 
 
 def make_goals(
@@ -47,6 +70,7 @@ def make_goals(
     max_size_bytes: int | None = None,
     max_latency_ms: float | None = None,
     objective: str = Objective.SIZE,
+    max_output_error: float | None = None,
 ) -> Goals:
     """Goals from CLI options; an impossible goal or an unknown objective is one clear line."""
     from pydantic import ValidationError
@@ -59,35 +83,54 @@ def make_goals(
             max_size_bytes=max_size_bytes,
             max_latency_ms=max_latency_ms,
             objective=objective,
+            max_output_error=max_output_error,
         )
     except ValidationError as e:
         raise from_validation(
             e,
             Goals,
             where="Goal ",
-            fix="Accuracy drop is a fraction 0..1 (0.01 = one point), sizes and latencies are positive, "
-            "objective is size, latency or accuracy.",
+            fix="Accuracy drop and output error are fractions 0..1 (0.01 = one point), sizes and latencies are "
+            "positive, objective is size, latency or accuracy.",
         ) from None
 
 
-def _point(c: Candidate) -> tuple[float, float, float]:
-    """(size, latency, -accuracy): smaller is better on every axis; unknown counts as worst."""
-    lat, acc = c.p50_ms, c.accuracy_score
-    return (float(c.metrics.size.bytes), math.inf if lat is None else lat, math.inf if acc is None else -acc)
+WORST = (-math.inf, -math.inf)
 
 
-def pareto_front(candidates: list[Candidate]) -> list[str]:
+def _axes(a: Candidate, b: Candidate, by_labels: bool, baseline: str | None) -> dict[Objective, int]:
+    """-1/0/1 per axis (a better, the same, worse than b): size in bytes, latency by interval, quality."""
+    qa, qb = quality(a, by_labels, baseline) or WORST, quality(b, by_labels, baseline) or WORST
+    sa, sb = a.metrics.size.bytes, b.metrics.size.bytes
+    return {
+        Objective.SIZE: (sa > sb) - (sa < sb),
+        Objective.LATENCY: compare_latency(a, b),
+        Objective.ACCURACY: (qa < qb) - (qa > qb),
+    }
+
+
+def _baseline_of(candidates: list[Candidate], baseline: str | None) -> str | None:
+    """The float32 reference's name: given, else the sweep's own ('float32') when present."""
+    if baseline is not None:
+        return baseline
+    return "float32" if any(c.name == "float32" for c in candidates) else None
+
+
+def pareto_front(candidates: list[Candidate], baseline: str | None = None) -> list[str]:
     """Names of ok candidates that no other ok candidate beats on size, latency and accuracy at once.
 
-    Candidates with identical measurements do not dominate each other: both stay on the front.
+    Latencies whose intervals overlap count as equal (optimize.noise), so timing noise does not move the
+    front; accuracy is fidelity to float32 (`baseline`) when no candidate has labels. Candidates with
+    identical measurements do not dominate each other: both stay on the front.
     """
     ok = [c for c in candidates if c.ok]
-    pts = {c.name: _point(c) for c in ok}
+    by_labels, base = labelled(ok), _baseline_of(candidates, baseline)
 
-    def dominates(a, b) -> bool:
-        return all(x <= y for x, y in zip(a, b, strict=True)) and any(x < y for x, y in zip(a, b, strict=True))
+    def dominates(a: Candidate, b: Candidate) -> bool:
+        axes = _axes(a, b, by_labels, base).values()
+        return all(x <= 0 for x in axes) and any(x < 0 for x in axes)
 
-    return [c.name for c in ok if not any(dominates(pts[o.name], pts[c.name]) for o in ok if o.name != c.name)]
+    return [c.name for c in ok if not any(dominates(o, c) for o in ok if o.name != c.name)]
 
 
 def _check_study(study: Study) -> None:
@@ -155,21 +198,6 @@ def _target_problem(c: Candidate, target: Target, facts: set[str]) -> str | None
     return f"{delegate} delegate {how} ({where})" + (f": {first}" if first else "")
 
 
-def speed(c: Candidate, base: Candidate) -> str:
-    """'slower', 'faster' or 'same' than `base`, called only when the two measured spreads separate: the
-    interquartile ranges of their timed runs (p50 alone when a record has no quartiles)."""
-    a, b = c.metrics.latency if c.metrics else None, base.metrics.latency if base.metrics else None
-    if a is None or b is None:
-        return "same"
-    a_lo, a_hi = (a.p25_ms, a.p75_ms) if a.p25_ms is not None else (a.p50_ms, a.p50_ms)
-    b_lo, b_hi = (b.p25_ms, b.p75_ms) if b.p25_ms is not None else (b.p50_ms, b.p50_ms)
-    if a_lo > b_hi + EPS:
-        return "slower"
-    if a_hi < b_lo - EPS:
-        return "faster"
-    return "same"
-
-
 def _without_labels(study: Study, goals: Goals) -> tuple[Goals, list[str]]:
     """With no labelled accuracy in the study, judge an accuracy goal on agreement with float32 instead:
     accuracy can only differ on samples whose top-1 differs, so agreement >= 1 - drop bounds the drop."""
@@ -219,7 +247,7 @@ def _fidelity_problem(m, goals: Goals, is_base: bool) -> str | None:
         if rel is None:
             return "not compared with float32, so max_output_error cannot be checked"
         if rel > goals.max_output_error + EPS:
-            return f"output error {rel:.4f} of the output range > {goals.max_output_error:g}"
+            return f"output error {rel:.3g} of the output range > {goals.max_output_error:g}"
     if goals.min_agreement is not None:
         agree = f.top1_agreement if f else None
         if agree is None:
@@ -251,17 +279,19 @@ def _latency_problem(c: Candidate, goals: Goals, base: Candidate | None) -> str 
         if lat is None:
             return "latency not measured, and the objective is latency"
         if c.scheme != Scheme.FLOAT32 and base is not None and speed(c, base) == "slower":
-            return f"{c.scheme} measured slower than float32 ({lat:.3g} ms vs {base.p50_ms:.3g} ms)"
+            return f"{c.scheme} measured slower than float32 ({interval_words(c)} vs {interval_words(base)})"
     return None
 
 
-def _first_problem(c: Candidate, target: Target, goals: Goals, base: Candidate | None, facts: set[str]) -> str | None:
+def _first_problem(
+    c: Candidate, target: Target, goals: Goals, base: Candidate | None, facts: set[str], baseline: str | None = None
+) -> str | None:
     """The first check this candidate fails, in a fixed order: failed, target, accuracy, size, latency, slower."""
     if c.error is not None:
         return f"failed: {c.error}"
     if c.metrics is None:
         return "not measured"
-    is_base = base is not None and c.name == base.name
+    is_base = c.name == baseline or (base is not None and c.name == base.name)
     return _target_problem(c, target, facts) or _goal_problem(c, goals, is_base) or _latency_problem(c, goals, base)
 
 
@@ -275,15 +305,26 @@ def judge_recipe(c: Candidate, recipe) -> list[tuple[str, str | None]]:
     return [(str(t), judge(c, t, recipe.goals)) for t in (recipe.targets or (Target.CPU,))]
 
 
-def _rank_key(c: Candidate, objective: Objective, index: int) -> tuple:
-    """Objective first, then the other two axes, then study order: ties are deterministic."""
-    size, lat, neg_acc = _point(c)
-    order = {
-        Objective.SIZE: (size, lat, neg_acc),
-        Objective.LATENCY: (lat, size, neg_acc),
-        Objective.ACCURACY: (neg_acc, size, lat),
-    }[objective]
-    return (*order, index)
+ORDER = {
+    Objective.SIZE: (Objective.SIZE, Objective.LATENCY, Objective.ACCURACY),
+    Objective.LATENCY: (Objective.LATENCY, Objective.SIZE, Objective.ACCURACY),
+    Objective.ACCURACY: (Objective.ACCURACY, Objective.SIZE, Objective.LATENCY),
+}
+
+
+def _ranked(cands: list[Candidate], objective: Objective, by_labels: bool, baseline: str | None) -> list[Candidate]:
+    """Objective first, then the other two axes, then study order. Latencies within each other's noise
+    are equal, so the next axis decides: the order does not flip between re-timings."""
+    index = {c.name: i for i, c in enumerate(cands)}
+
+    def cmp(a: Candidate, b: Candidate) -> int:
+        axes = _axes(a, b, by_labels, baseline)
+        for axis in ORDER[objective]:
+            if axes[axis]:
+                return axes[axis]
+        return index[a.name] - index[b.name]
+
+    return sorted(cands, key=functools.cmp_to_key(cmp))
 
 
 def _slower_facts(study: Study, float_ms: float | None) -> list[str]:
@@ -292,7 +333,7 @@ def _slower_facts(study: Study, float_ms: float | None) -> list[str]:
     for c in study.candidates:
         if c.ok and c.scheme != Scheme.FLOAT32 and base is not None and speed(c, base) == "slower":
             label = c.name if c.name == c.scheme else f"{c.name} ({c.scheme})"
-            out.append(f"{label} measured slower than float32 here: {c.p50_ms:.3g} ms vs {base.p50_ms:.3g} ms.")
+            out.append(f"{label} measured slower than float32 here: p50 {interval_words(c)} vs {interval_words(base)}.")
     return out
 
 
@@ -353,18 +394,113 @@ def _study_facts(study: Study, target: Target, goals: Goals, float_ms: float | N
     return facts
 
 
-def _sort(study: Study, target: Target, goals: Goals, base: Candidate | None):
+def _sort(study: Study, target: Target, goals: Goals, base: Candidate | None, by_labels: bool):
     """(eligible candidates ranked, rejections with their first failed check, facts found on the way)."""
     facts: set[str] = set()
-    eligible: list[tuple[tuple, Candidate]] = []
+    eligible: list[Candidate] = []
     rejected: list[Rejection] = []
-    for i, c in enumerate(study.candidates):
-        problem = _first_problem(c, target, goals, base, facts)
+    for c in study.candidates:
+        problem = _first_problem(c, target, goals, base, facts, study.baseline)
         if problem:
             rejected.append(Rejection(candidate=c.name, reason=problem))
         else:
-            eligible.append((_rank_key(c, goals.objective, i), c))
-    return [c for _, c in sorted(eligible, key=lambda kc: kc[0])], rejected, facts
+            eligible.append(c)
+    return _ranked(eligible, goals.objective, by_labels, study.baseline), rejected, facts
+
+
+def _goals_given(goals: Goals) -> bool:
+    return has_quality_goal(goals) or goals.max_size_bytes is not None or goals.max_latency_ms is not None
+
+
+class _Choice:
+    """One pass of the recommender over a study: the ranking under the goals (and the default guard when no
+    accuracy goal was given), and everything said about it."""
+
+    def __init__(self, study: Study, target: Target, goals: Goals):
+        self.study, self.target, self.goals = study, target, goals
+        self.by_labels = labelled(study.candidates)
+        self.base = study.float_reference
+        self.guard: Guard | None = default_guard(goals, study)
+        judged = self.guard.goals if self.guard else goals
+        self.ranked, self.rejected, self.facts = _sort(study, target, judged, self.base, self.by_labels)
+        self.kept_out: list[Candidate] = []
+        if self.guard is not None:
+            self._guarded()
+
+    def _guarded(self) -> None:
+        """Say which rejections are the guard's, and which of those would have ranked above the choice."""
+        from .guard import kept_out_words
+
+        plain, _, _ = _sort(self.study, self.target, self.goals, self.base, self.by_labels)
+        ranked = {c.name for c in self.ranked}
+        out = {c.name for c in plain if c.name not in ranked}
+        self.rejected = [
+            Rejection(
+                candidate=r.candidate, reason=kept_out_words(self.guard, self.study.candidate(r.candidate), r.reason)
+            )
+            if r.candidate in out
+            else r
+            for r in self.rejected
+        ]
+        first = self.ranked[0].name if self.ranked else None
+        self.kept_out = []
+        for c in plain:
+            if c.name == first:
+                break
+            if c.name in out:
+                self.kept_out.append(c)
+
+    @property
+    def chosen(self) -> Candidate | None:
+        return self.ranked[0] if self.ranked else None
+
+    def keep_float32(self, folder: str | Path | None) -> str | None:
+        """The float32 file's path when the choice is float32 made by conversion alone (or the input itself)."""
+        c = self.chosen
+        if c is None or c.scheme != Scheme.FLOAT32 or any(s.technique != "convert" for s in c.steps):
+            return None
+        where = c.artifact or f"{c.name}.tflite"
+        return str(Path(folder) / where) if folder is not None else where
+
+    def warnings(self) -> list[str]:
+        if self.guard is None:
+            return []
+        if self.chosen is None and self.kept_out:
+            return [explain.nothing_passes(self.kept_out[0], self.target, self.guard)]
+        return explain.guard_warnings(self.guard, self.kept_out)
+
+    def to_try(self) -> list[str]:
+        if self.guard is None or self.chosen is not None or not self.kept_out:
+            return []
+        return explain.what_to_try(self.kept_out[0], self.target, self.guard)
+
+    def headline(self, keep: str | None) -> str:
+        c = self.chosen
+        if c is not None and keep is not None:
+            return f"Chosen from measurements: {c.name}: keep the float32 file ({keep}); no conversion beats it here."
+        if c is not None:
+            return f"Chosen from measurements: {c.name}"
+        if not self.study.candidates:
+            return "No measured candidate to choose from: the study is empty."
+        if self.kept_out and not _goals_given(self.goals):
+            return f"No measured candidate for {self.target} passes the default guard ({self.guard.words})."
+        if _goals_given(self.goals):
+            return "No measured candidate meets the goals."
+        return f"No measured candidate runs on {self.target}: see why each was rejected."
+
+
+def _facts(study: Study, target: Target, goals: Goals, advice: Advice, choice: _Choice, extra: list[str]) -> list[str]:
+    study_facts = _study_facts(study, target, goals, study.float_ms)
+    measured_prune = any(x.startswith(PRUNE_FACT[:-1] + " (") for x in study_facts)
+    generic = [
+        f
+        for f in advice.facts
+        if not (f == PRUNE_FACT and measured_prune) and not (study.candidates and "run `optimize sweep`" in f)
+    ]
+    if goals.objective is Objective.ACCURACY and not choice.by_labels:
+        extra = [*extra, "No labels: accuracy is ranked by fidelity to float32 (top-1 agreement for class outputs, "
+                 "else the worst output's relative error; under 0.1% of the range counts as none)."]  # fmt: skip
+    return list(dict.fromkeys(generic + sorted(choice.facts | set(extra)) + study_facts))
 
 
 def recommend(
@@ -374,11 +510,13 @@ def recommend(
     *,
     have_calibration_data: bool | None = None,
     have_training_data: bool | None = None,
+    folder: str | Path | None = None,
 ) -> Recommendation:
     """Choose from what was measured. `chosen` is None when nothing meets the goals.
 
     Data availability for the decision tree is inferred from the study unless given: calibration data
-    when the study names data, training data when it holds a prune/cluster/QAT candidate.
+    when the study names data, training data when it holds a prune/cluster/QAT candidate. `folder`: where
+    the study lives, so a float32 file to keep is named by its path.
     """
     target = check_target(target)
     goals = goals or Goals()
@@ -394,32 +532,37 @@ def recommend(
         goals=goals,
         dense_weights=any(c.scheme == Scheme.INT4 for c in study.candidates),  # the sweep tried int4: Dense-heavy
     )
-    float_ms = study.float_ms
-    base = study.float_reference
     goals, label_facts = _without_labels(study, goals)
-    ranked, rejected, target_facts = _sort(study, target, goals, base)
-    target_facts |= set(label_facts)
-    chosen = ranked[0] if ranked else None
-    study_facts = _study_facts(study, target, goals, float_ms)
-    measured_prune = any(x.startswith(PRUNE_FACT[:-1] + " (") for x in study_facts)
-    generic = [f for f in advice.facts if not (f == PRUNE_FACT and measured_prune)]
+    choice = _Choice(study, target, goals)
+    chosen = choice.chosen
+    keep = choice.keep_float32(folder)
+    reasons = {r.candidate: r.reason for r in choice.rejected}
     return Recommendation(
         target=target,
         goals=goals,
         advice=advice,
         chosen=chosen.name if chosen else None,
         chosen_recipe_toml=recipe_toml(chosen.name, [s.flat() for s in chosen.steps], target, goals)
-        if chosen
+        if chosen and chosen.steps
         else None,
-        ranked=[c.name for c in ranked],
-        pareto=pareto_front(study.candidates),
-        rejected=rejected,
-        facts=list(dict.fromkeys(generic + sorted(target_facts) + study_facts)),
+        ranked=[c.name for c in choice.ranked],
+        pareto=pareto_front(study.candidates, study.baseline),
+        rejected=choice.rejected,
+        facts=_facts(study, target, goals, advice, choice, label_facts),
+        headline=choice.headline(keep),
+        keep_float32=keep,
+        guard=choice.guard.words if choice.guard else None,
+        warnings=choice.warnings(),
+        to_try=choice.to_try(),
+        why=explain.why_lines(study, advice.pipeline, chosen, reasons, goals.objective, choice.by_labels),
+        alternatives=explain.alternatives(study, [(a.label, a.steps) for a in advice.alternative_pipelines], chosen),
+        quality_by="labels" if choice.by_labels else "fidelity",
     )
 
 
 def raise_if_unmet(rec: Recommendation) -> None:
-    """Raise GoalsNotMet (exit code 1) when no candidate meets the goals, naming the closest miss."""
+    """Raise GoalsNotMet (exit code 1) when no candidate meets the goals (or, with none given, the default
+    guard), naming the closest miss and what to do; never the command that was just run."""
     if rec.chosen is not None:
         return
     if not rec.rejected:
@@ -427,10 +570,18 @@ def raise_if_unmet(rec: Recommendation) -> None:
             f"No candidate to choose from for {rec.target}: the study is empty.", "Run `optimize sweep` first."
         )
     first = rec.rejected[0]
+    if rec.guard is not None and rec.warnings:
+        raise GoalsNotMet(
+            f"Nothing {rec.target} runs passes the default guard ({rec.guard}).",
+            "See what was lost and what to try above, or state a goal of your own.",
+        )
+    problem = f"({len(rec.rejected)} rejected; e.g. {first.candidate}: {first.reason})"
+    if _goals_given(rec.goals):
+        fix = "Relax a goal, or make what the rule of thumb suggests: " + explain.describe_pipeline(rec.advice)
+        raise GoalsNotMet(f"No candidate meets the goals for {rec.target} {problem}.", fix)
     raise GoalsNotMet(
-        f"No candidate meets the goals for {rec.target} ({len(rec.rejected)} rejected; e.g. {first.candidate}: "
-        f"{first.reason}).",
-        f"Relax a goal, or try the recommended pipeline: `optimize recommend --target {rec.target}`.",
+        f"No measured candidate runs on {rec.target} {problem}.",
+        "Make what the rule of thumb suggests: " + explain.describe_pipeline(rec.advice),
     )
 
 

@@ -204,7 +204,7 @@ def sweep(
         from .tracking import log_study
 
         log_study(mlflow, study, Path(output))
-    rec = recommend(study, target, goals) if target else None
+    rec = recommend(study, target, goals, folder=output) if target else None
     if as_json:
         _print_json(study)
     else:
@@ -475,6 +475,9 @@ def recommend(
         False, help="Most weights are large Dense/attention matrices (4-bit int4 fits CPU targets)."
     ),
     max_accuracy_drop: float | None = typer.Option(None, help="e.g. 0.01 = at most one point of top-1."),
+    max_output_error: float | None = typer.Option(
+        None, help="No labels: worst output's mean |diff| from float32 over its range, e.g. 0.05."
+    ),
     max_size_bytes: int | None = typer.Option(None, help="Largest acceptable .tflite."),
     max_latency_ms: float | None = typer.Option(None, help="Slowest acceptable p50 latency (host CPU)."),
     objective: Objective = typer.Option(Objective.SIZE, help="Rank by size, latency or accuracy."),
@@ -490,7 +493,7 @@ def recommend(
     from .report_text import format_recommendation
     from .results import load_study
 
-    goals = make_goals(max_accuracy_drop, max_size_bytes, max_latency_ms, objective)
+    goals = make_goals(max_accuracy_drop, max_size_bytes, max_latency_ms, objective, max_output_error)
     if study is None:
         advice = advise(
             target,
@@ -501,7 +504,8 @@ def recommend(
         )
         _show(advice.model_dump_json(indent=2) if as_json else format_recommendation(advice))
         return
-    rec = choose(load_study(study), target, goals)
+    folder = study if study.is_dir() else study.parent
+    rec = choose(load_study(study), target, goals, folder=folder)
     _show(rec.model_dump_json(indent=2) if as_json else format_recommendation(rec))
     raise_if_unmet(rec)
 
@@ -683,9 +687,9 @@ def _terminal_streams() -> None:
 def _show(text: str) -> None:
     """Program-made text on stdout (a report, a recommendation): its lines kept, anything else a name or a
     message from outside could hold (an escape sequence, a bidi override) shown, never obeyed."""
-    from .shown import escape_lines
+    from .shown import escape_lines, warning_style
 
-    typer.echo(escape_lines(text))
+    typer.echo(warning_style(escape_lines(text)))
 
 
 def _say(text: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import runtime, tasks
+from . import runtime, tasks, timing
 from .data import Dataset, check_inputs, count, load_data, take
 from .errors import DataError, ModelError
 from .models import is_tflite
@@ -245,6 +245,50 @@ def runner_specs(runner: runtime.Runner) -> list:
     ]
 
 
+def _latency(runner: runtime.Runner, threads: int, t: dict) -> Latency:
+    loaded = runner.loaded
+    return Latency(
+        runtime=runtime.runtime_label(), threads=threads, xnnpack=loaded.xnnpack, init_ms=loaded.init_ms, **t
+    )
+
+
+def _invoke_problem(model: str | Path, sample, e: runtime.InvokeError) -> runtime.InvokeError:
+    what = "an all-zero input (no data given)" if sample is None else "the sample timed"
+    return runtime.InvokeError(e.failure, f"{Path(model).name} fails to invoke on {what}: {e.failure}.", INVOKE_FIX)
+
+
+def time_many(
+    models: list[str | Path],
+    sample: np.ndarray | None = None,
+    threads: int = 2,
+    runs: int = 50,
+    warmup: int = 5,
+    rounds: int = timing.ROUNDS,
+) -> list[Latency | ModelError]:
+    """Latency of several .tflite files timed round-robin (optimize.timing), so machine drift hits all
+    alike; a model the runtime cannot load or run gives its ModelError instead (the others are timed)."""
+    out: list[Latency | ModelError | None] = [None] * len(models)
+    live: list[tuple[int, runtime.Runner, object]] = []
+    for i, model in enumerate(models):
+        try:
+            runner = runtime.Runner(runtime.load(model, threads=threads, like=sample))
+        except ModelError as e:
+            out[i] = e
+            continue
+        live.append((i, runner, runner.zeros() if sample is None else sample))
+    stats = timing.time_rounds([r for _, r, _ in live], [x for *_, x in live], warmup=warmup, runs=runs, rounds=rounds)
+    for (i, runner, _), t in zip(live, stats):
+        if isinstance(t, runtime.InvokeError):
+            out[i] = _invoke_problem(models[i], sample, t)
+        elif isinstance(t, ModelError):
+            out[i] = t
+        elif isinstance(t, Exception):
+            raise t
+        else:
+            out[i] = _latency(runner, threads, t)
+    return out
+
+
 def add_timing(
     metrics: Metrics,
     model: str | Path,
@@ -253,22 +297,21 @@ def add_timing(
     runs: int = 50,
     warmup: int = 5,
     memory: bool = True,
+    sequential: bool = False,
 ) -> Metrics:
-    """Latency (benchmark_model style) and peak memory of one .tflite, added to its metrics."""
-    loaded = runtime.load(model, threads=threads, like=sample)
-    runner = runtime.Runner(loaded)
-    what = "the sample timed"
-    if sample is None:
-        what = "an all-zero input (no data given)"
-    try:
-        t = runtime.time_invoke(runner, runner.zeros() if sample is None else sample, warmup=warmup, runs=runs)
-    except runtime.InvokeError as e:
-        raise runtime.InvokeError(
-            e.failure, f"{Path(model).name} fails to invoke on {what}: {e.failure}.", INVOKE_FIX
-        ) from None
-    latency = Latency(
-        runtime=runtime.runtime_label(), threads=threads, xnnpack=loaded.xnnpack, init_ms=loaded.init_ms, **t
-    )
+    """Latency and peak memory of one .tflite, added to its metrics. `sequential`: the older timing, one
+    block of runs (runtime.time_invoke), without rounds or an interval (kept for comparison)."""
+    if sequential:
+        runner = runtime.Runner(runtime.load(model, threads=threads, like=sample))
+        try:
+            t = runtime.time_invoke(runner, runner.zeros() if sample is None else sample, warmup=warmup, runs=runs)
+        except runtime.InvokeError as e:
+            raise _invoke_problem(model, sample, e) from None
+        latency = _latency(runner, threads, t)
+    else:
+        latency = time_many([model], sample, threads, runs, warmup)[0]
+        if isinstance(latency, ModelError):
+            raise latency
     update: dict = {"latency": latency, "memory": None}
     if memory:
         peak = runtime.peak_memory_bytes(model, threads, sample)

@@ -205,18 +205,28 @@ def candidates_table(
 
 
 def next_steps(study: Study, folder: Path | None) -> list[str]:
-    """What to do after a sweep: the best candidate per common target, and the commands that go further."""
+    """What to do after a sweep: the best candidate per common target (within the default guard, whose
+    warnings are red and start with WARNING), and the commands that go further. Lines are rich markup."""
     from .choose import recommend
 
     where = str(Path(folder) / "study.json") if folder else "study.json"
-    lines = []
+    lines, warnings, guard = [], [], None
     for target in (Target.CPU, Target.GPU, Target.COREML, Target.NNAPI, Target.HEXAGON, Target.MCU):
-        rec = recommend(study, target)
+        rec = recommend(study, target, folder=folder)
+        guard = guard or rec.guard
         if rec.chosen:
-            lines.append(f"  {target:8} {rec.chosen}")
-    lines.append(f"Next: optimize recommend {where} --target T [--max-accuracy-drop 0.01]   (why, and what else)")
-    lines.append(f"      optimize report {where}   (report.md + report.html with plots)")
-    return (["Smallest candidate each target runs fully (no accuracy goal given):"] if len(lines) > 2 else []) + lines
+            keep = " (keep the float32 file)" if rec.keep_float32 else ""
+            lines.append(f"  {target:8} {esc(rec.chosen)}{keep}")
+        elif rec.guard and rec.warnings:
+            lines.append(f"  {target:8} none passes the default guard")
+        warnings += [w for w in rec.warnings if w not in warnings]
+    lines += [f"[red]WARNING: {esc(w)}[/red]" for w in warnings]
+    lines.append(f"Next: optimize recommend {esc(where)} --target T [--max-accuracy-drop 0.01]   (why, and what else)")
+    lines.append(f"      optimize report {esc(where)}   (report.md + report.html with plots)")
+    if len(lines) <= 2:
+        return lines
+    within = f"within the default guard ({guard}; no accuracy goal given)" if guard else "no accuracy goal given"
+    return [f"Smallest candidate each target runs fully, {within}:"] + lines
 
 
 def _legend(study: Study) -> str | None:
@@ -356,22 +366,25 @@ def format_recommendation(rec) -> str:
         return format_advice(rec)
     goals = ", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None)
     adv = rec.advice
-    lines = [f"Target: {rec.target}    Goals: {goals}", "", "Decision path (rule of thumb):"]
+    lines = [f"Target: {rec.target}    Goals: {goals}"]
+    if rec.guard:
+        lines.append(f"No accuracy goal given: the default guard applies ({rec.guard}).")
+    lines += ["", "Decision path (rule of thumb):"]
     lines += [f"  {i}. {q.question} {q.answer} -> {q.decided}" for i, q in enumerate(adv.path, 1)]
     lines.append(f"  Rule-of-thumb pipeline: {describe(adv.pipeline)}")
     lines.append("")
-    if rec.chosen:
-        lines.append(f"Chosen from measurements: {rec.chosen}")
-        lines += ["", rec.chosen_recipe_toml.rstrip()] if rec.chosen_recipe_toml else []
-    else:
-        lines.append("No measured candidate meets the goals.")
+    lines.append(rec.headline or (f"Chosen from measurements: {rec.chosen}" if rec.chosen else "No choice."))
+    lines += ["", rec.chosen_recipe_toml.rstrip()] if rec.chosen_recipe_toml and not rec.keep_float32 else []
+    lines += [""] + [f"Why: {w}" for w in rec.why] if rec.why else []
+    lines += [""] + [f"WARNING: {w}" for w in rec.warnings] if rec.warnings else []
+    lines += ["", "What to try:"] + [f"  - {t}" for t in rec.to_try] if rec.to_try else []
     if len(rec.ranked) > 1:
         lines += ["", "Also eligible, in order: " + ", ".join(rec.ranked[1:])]
     lines += ["", "Pareto front (size, latency, accuracy): " + (", ".join(rec.pareto) or "none")]
     if rec.rejected:
         lines += ["", "Rejected:"] + [f"  - {r.candidate}: {r.reason}" for r in rec.rejected]
-    if adv.alternatives:
-        lines += ["", "Alternatives to try:"] + [f"  - {a}" for a in adv.alternatives]
+    if rec.alternatives:
+        lines += ["", "Alternatives:"] + [f"  - {a}" for a in rec.alternatives]
     if rec.facts:
         lines += ["", "Good to know:"] + [f"  - {f}" for f in rec.facts]
     return "\n".join(lines) + "\n"

@@ -107,7 +107,7 @@ def time_and_store(ex, pending: dict[str, _Pending], on_candidate=None) -> None:
         tasks.append(TimingTask(tuple(p.fresh), r.out_dir, r.sample, s["threads"], s["runs"], r.tag))
     n = sum(c.ok for p in pending.values() for c in p.fresh)
     if n:
-        log.info("Timing %d candidate(s), one at a time per node...", n)
+        log.info("Timing %d candidate(s) together, round-robin, per node...", n)
     for tag, cands in ex.time(tasks):
         pending[tag].run.store(cands, on_candidate)
 

@@ -37,3 +37,21 @@ def escape(text: object) -> str:
 def escape_lines(text: str) -> str:
     """Each line of program-made text escaped, the line breaks between them kept."""
     return "\n".join(escape(line) for line in str(text).split("\n"))
+
+
+#: Lines that carry a warning start with this word, so they read without colour too; on a colour
+#: terminal (stdout a TTY, NO_COLOR unset) they are also red.
+WARNING = "WARNING:"
+
+
+def warning_style(text: str, color: bool | None = None) -> str:
+    """Program-made text with its `WARNING:` lines in red when the terminal shows colour (`color`: force
+    it on or off). Apply after `escape_lines`: the colour codes are the program's own."""
+    import os
+    import sys
+
+    if color is None:
+        color = sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    if not color:
+        return text
+    return "\n".join(f"\x1b[31m{line}\x1b[0m" if line.startswith(WARNING) else line for line in text.split("\n"))

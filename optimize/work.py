@@ -7,8 +7,8 @@ artifact and its metrics, or the name of the task's own baseline recipe, whose r
 reference for the recipes after it). `run_task` is the one loop every executor runs: in this process,
 in a worker process, or on a Ray node. Executors differ only in where and when a task runs.
 
-A `TimingTask` is the same for latency: candidates of one model, timed one at a time on one node after
-production (`time_task`), with the node recorded on each candidate.
+A `TimingTask` is the same for latency: candidates of one model, timed together on one node after
+production (`time_task`: round-robin rounds, so drift hits all alike), with the node recorded on each.
 """
 
 from __future__ import annotations
@@ -140,7 +140,8 @@ def this_node() -> str:
 
 @dataclass(frozen=True)
 class TimingTask:
-    """Candidates of one model to time one at a time on one node, after production."""
+    """Candidates of one model to time together on one node, after production: round-robin, so machine
+    drift hits all alike (`interleave=False`: the older one-after-another timing, kept for comparison)."""
 
     cands: tuple[Candidate, ...]
     out_dir: Path
@@ -148,24 +149,45 @@ class TimingTask:
     threads: int = 2
     runs: int = 50
     tag: str = ""
+    interleave: bool = True
+
+
+def _not_timed(c: Candidate, e: ModelError) -> Candidate:
+    """A model this runtime cannot run (custom ops it lacks) keeps its size only, and says why."""
+    return c.model_copy(update={"notes": [*c.notes, f"not timed: {e.problem}"]})
 
 
 def _time_one(c: Candidate, t: TimingTask) -> Candidate:
-    """One candidate timed; a model this runtime cannot run (custom ops it lacks) keeps its size only."""
+    """One candidate timed on its own (the older, one-after-another timing)."""
     try:
         metrics = measure.add_timing(
-            c.metrics, t.out_dir / c.artifact, t.sample, threads=t.threads, runs=t.runs, memory=False
+            c.metrics, t.out_dir / c.artifact, t.sample, threads=t.threads, runs=t.runs, memory=False, sequential=True
         )
     except ModelError as e:
-        return c.model_copy(update={"notes": [*c.notes, f"not timed: {e.problem}"]})
+        return _not_timed(c, e)
     return c.model_copy(update={"metrics": metrics})
 
 
+def _time_together(cands: list[Candidate], t: TimingTask) -> dict[str, Candidate]:
+    """Every candidate timed in the same rounds (optimize.timing), each with its p50 interval."""
+    paths = [t.out_dir / c.artifact for c in cands]
+    out = {}
+    for c, lat in zip(cands, measure.time_many(paths, t.sample, t.threads, t.runs)):
+        if isinstance(lat, ModelError):
+            out[c.name] = _not_timed(c, lat)
+        else:
+            out[c.name] = c.model_copy(
+                update={"metrics": c.metrics.model_copy(update={"latency": lat, "memory": None})}
+            )
+    return out
+
+
 def time_task(t: TimingTask, node: str | None = None) -> list[Candidate]:
-    """Latency of each working candidate one at a time, then every peak memory from one probe process;
-    each timed candidate records the node (`node`, default this host)."""
+    """Latency of every working candidate, timed together in rounds, then every peak memory from one probe
+    process; each timed candidate records the node (`node`, default this host)."""
     node = node or this_node()
-    timed = {c.name: _time_one(c, t) for c in t.cands if c.ok}
+    ok = [c for c in t.cands if c.ok]
+    timed = _time_together(ok, t) if t.interleave else {c.name: _time_one(c, t) for c in ok}
     runnable = [c for c in timed.values() if c.metrics.latency is not None]
     paths = [t.out_dir / c.artifact for c in runnable]
     peaks = runtime.peak_memory_many(paths, t.threads, t.sample) if runnable else []

@@ -358,6 +358,17 @@ def format_advice(advice) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _answer(rec) -> list[str]:
+    """The measured answer: the choice (or why there is none), its recipe or the float32 file to keep, why
+    it differs from the rule of thumb, the default guard's warnings (in words: `WARNING:`), what to try."""
+    lines = [rec.headline or (f"Chosen from measurements: {rec.chosen}" if rec.chosen else "No choice.")]
+    lines += ["", rec.chosen_recipe_toml.rstrip()] if rec.chosen_recipe_toml and not rec.keep_float32 else []
+    lines += [""] + [f"Why: {w}" for w in rec.why] if rec.why else []
+    lines += [""] + [f"WARNING: {w}" for w in rec.warnings] if rec.warnings else []
+    lines += ["", "What to try:"] + [f"  - {t}" for t in rec.to_try] if rec.to_try else []
+    return lines
+
+
 def format_recommendation(rec) -> str:
     """A recommendation (or bare advice) as terminal text: path, pipeline, choice, ranking, rejections, facts."""
     from .advice import Advice
@@ -372,12 +383,7 @@ def format_recommendation(rec) -> str:
     lines += ["", "Decision path (rule of thumb):"]
     lines += [f"  {i}. {q.question} {q.answer} -> {q.decided}" for i, q in enumerate(adv.path, 1)]
     lines.append(f"  Rule-of-thumb pipeline: {describe(adv.pipeline)}")
-    lines.append("")
-    lines.append(rec.headline or (f"Chosen from measurements: {rec.chosen}" if rec.chosen else "No choice."))
-    lines += ["", rec.chosen_recipe_toml.rstrip()] if rec.chosen_recipe_toml and not rec.keep_float32 else []
-    lines += [""] + [f"Why: {w}" for w in rec.why] if rec.why else []
-    lines += [""] + [f"WARNING: {w}" for w in rec.warnings] if rec.warnings else []
-    lines += ["", "What to try:"] + [f"  - {t}" for t in rec.to_try] if rec.to_try else []
+    lines += ["", *_answer(rec)]
     if len(rec.ranked) > 1:
         lines += ["", "Also eligible, in order: " + ", ".join(rec.ranked[1:])]
     lines += ["", "Pareto front (size, latency, accuracy): " + (", ".join(rec.pareto) or "none")]

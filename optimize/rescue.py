@@ -81,3 +81,72 @@ def worst_linear(float_model: bytes, quantized: bytes, xs, k: int) -> list[str]:
 def relative_error(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     """Largest |a - b| over the largest |a|, across outputs (how the transforms' exactness is judged)."""
     return max(float(np.abs(x - y).max() / max(np.abs(x).max(), 1e-12)) for x, y in zip(a, b, strict=True))
+
+
+def _make(transform: str, content: bytes, qparams, cur, xs, samples: list, ctx) -> tuple[bytes, object, str]:
+    """(float model, quantize params, what was done) for one rescue step."""
+    from . import equalize, rounding
+
+    per_tensor = qparams.granularity == "tensor"
+    if transform == "equalize":
+        made = equalize.equalize(content)
+        clipped = f"; {len(made.skipped)} pair(s) across a clip left" if made.skipped else ""
+        return made.content, qparams, f"{len(made.pairs)} pair(s), largest scale {made.max_scale:.3g}{clipped}"
+    if transform == "bias_correction":
+        made = rounding.bias_correct(content, samples, per_tensor, max(1, ctx.threads))
+        return made.content, qparams, f"{len(made.layers)} bias(es) corrected on {len(samples)} samples"
+    if transform.startswith("calibration:"):
+        method = transform.split(":", 1)[1]
+        return content, qparams.model_copy(update={"calibration": method}), f"{method} activation ranges"
+    worst = worst_linear(content, cur.content, xs, 4)
+    made = rounding.adaround(
+        content, samples, worst, per_tensor, iters=300, max_seconds=30, threads=max(1, ctx.threads)
+    )
+    gain = sum(b for *_, b, _ in made.layers) / max(sum(a for *_, a in made.layers), 1e-30)
+    return (
+        made.content,
+        qparams,
+        f"{len(made.layers)} worst layer(s), output error {gain:.2g}x lower, {made.seconds:.1f} s",
+    )
+
+
+def keep_8_bits(search, content: bytes, qparams, calibration: dict, ctx, start):
+    """The rescue before any op is raised: each step of ORDER tried on the whole model (one evaluation each),
+    kept when `search.better` says it helps, until the budget holds. Returns the float model, the quantize
+    params and the result kept (the search's session is the kept one), and the steps as RescueSteps."""
+    from . import litert
+    from .errors import OptimizeError
+    from .results import RescueStep
+
+    xs = search.budget.xs
+    samples = [s for group in calibration.values() for s in group][:256]
+    reference, cur, steps = content, start, []
+    before = layer_errors(reference, start.content, xs)
+    for transform, _, _ in ORDER:
+        if search.budget.meets(cur.value) or search.left <= 0:
+            break
+        try:
+            made, q, detail = _make(transform, content, qparams, cur, xs, samples, ctx)
+            if made == content and q == qparams:
+                steps.append(RescueStep(transform=transform, detail=f"nothing to do ({detail})", kept=False))
+                continue
+            kept_session = search.session
+            search.session = litert.Session(made, q, ctx, calibration)
+            r = search.evaluate({})
+        except OptimizeError as e:
+            steps.append(RescueStep(transform=transform, detail=f"failed: {e.problem}", kept=False))
+            continue
+        ref = made if transform == "equalize" else reference
+        after = layer_errors(ref, r.content, xs)
+        kept = search.better(r, cur)
+        b = search.budget.describe(r.value)
+        steps.append(
+            RescueStep(
+                transform=transform, detail=f"{detail}: {b}", metric=r.value, kept=kept, layers=changes(before, after)
+            )
+        )
+        if kept:
+            content, qparams, cur, before, reference = made, q, r, after, ref
+        else:
+            search.session = kept_session
+    return content, qparams, cur, steps

@@ -3,6 +3,8 @@ accuracy budget is met. A bounded, seeded, greedy search over LiteRT Quantizer p
 
 1. Calibrate once (optimize.litert.Session); quantize everything to int8; measure the budget's metric on a
    validation split of the training data (never the test split the candidate is reported on).
+   When it misses the budget, first the rescue that keeps 8 bits (optimize.rescue: equalize, bias
+   correction, auto activation ranges, learned rounding; each kept only if it helps, one evaluation each).
 2. Rank the quantized ops by the error each adds (optimize.debug), preferring ops next to an island
    already raised (each island costs QUANTIZE/DEQUANTIZE pairs and can split delegate partitions).
 3. Take the worst op up: try float and int16 activations (or the one `up` names), keep the better if it
@@ -19,7 +21,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from .. import debug, litert, runtime, tasks
+from .. import debug, litert, rescue, runtime, tasks
 from ..data import as_float, count, take
 from ..errors import DataError, TechniqueFailed
 from ..registry import Context, SchemeParams, Stage, technique
@@ -54,6 +56,11 @@ class SelectiveParams(SchemeParams):
     granularity: Literal["channel", "tensor"] = Field("channel", description="Weight scales per channel or tensor.")
     calibration: Literal["minmax", "moving_average", "percentile", "mse", "auto"] = Field(
         "minmax", description="Activation ranges (see quantize); the rescue may try auto."
+    )
+    rescue: bool = Field(
+        True,
+        description="First try what keeps 8 bits (equalize, bias correction, auto ranges, learned rounding), "
+        "keeping each that helps, before raising any op to int16 or float.",
     )
 
     @model_validator(mode="after")
@@ -377,14 +384,28 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
             f"selective: LiteRT Quantizer, which the per-op search works through, leaves {', '.join(left)} float; "
             "the plain int8 candidate (made by the TFLite calibrator) is the int8 model for this one."
         )
+    first = start.value
+    if params.rescue and not search.budget.meets(start.value):
+        content, qparams, start, steps = rescue.keep_8_bits(search, content, qparams, calibration, ctx, start)
+        ctx.records["rescue"] = [*ctx.records.get("rescue", []), *steps]
+        ctx.notes.append(_rescued(steps, search.budget))
     final = start if search.budget.meets(start.value) else _climb(search, content, start)
     _check_loads(final.content, qparams, ctx)
     out = write_atomic(ctx.workdir / "selective-int8.tflite", final.content)
-    ctx.notes.append(_summary(search, start.value, final.value, len(final.content), len(content)))
+    ctx.notes.append(_summary(search, first, final.value, len(final.content), len(content)))
     ctx.records["search"] = search.steps
     if search.report is not None:
         ctx.records["debug"] = search.report
     return out
+
+
+def _rescued(steps, budget: _Budget) -> str:
+    kept = [s.transform for s in steps if s.kept]
+    tried = ", ".join(
+        f"{s.transform} ({budget.describe(s.metric) if s.metric is not None else 'n/a'}{', kept' if s.kept else ''})"
+        for s in steps
+    )
+    return f"selective: rescue at 8 bits first: tried {tried or 'nothing'}; kept {', '.join(kept) or 'none'}."
 
 
 def _climb(search: _Search, content: bytes, start: _Result) -> _Result:

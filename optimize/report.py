@@ -181,6 +181,22 @@ def _md_environment(study: Study) -> list[str]:
     return ["## Environment", "", f"{where}, {env.cpu_count} CPUs, {env.threads} threads; {_md(versions)}."]
 
 
+def _md_rescue(study: Study) -> list[str]:
+    """Each candidate's accuracy-rescue steps: the transform, whether it was kept, the layers it moved."""
+    lines = [
+        "## Accuracy rescue at 8 bits",
+        "",
+        "| Candidate | Step | Kept | What it did | Layers: int8 error before -> after |",
+    ]
+    lines.append("|---|---|---|---|---|")
+    for c in study.candidates:
+        for r in c.rescue:
+            moved = "; ".join(f"{_md(lc.op)} {lc.before:.4f} -> {lc.after:.4f}" for lc in r.layers[:3]) or "-"
+            kept = "yes" if r.kept else "no"
+            lines.append(f"| {_md(c.name)} | {_md(r.transform)} | {kept} | {_md(r.detail)} | {moved} |")
+    return lines
+
+
 def render_markdown(study: Study, rec: Recommendation | None = None, images: dict[str, str] | None = None) -> str:
     """The report as Markdown. `images` maps plot keys to relative file paths (write_report writes them).
     Everything that comes from a study is escaped (names, reasons, facts)."""
@@ -190,6 +206,8 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
     if images:
         sections.append(["## Plots", ""] + [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})" for k, v in images.items()])
     sections.append(_md_matrix(study))
+    if any(c.rescue for c in study.candidates):
+        sections.append(_md_rescue(study))
     if rec is not None:
         sections.append(_md_recommendation(rec))
     sections.append(_md_environment(study))
@@ -302,6 +320,7 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
         plot_titles=PLOT_TITLES,
         unplotted=[c.name for c in study.candidates if c.ok and c.accuracy_score is None],
         debug=debug,
+        rescued=[c for c in study.candidates if c.rescue],
         delegates=delegate_columns(study),
         target_col=TARGET_DELEGATE[rec.target] if rec else None,
         matrix=_matrix(study),

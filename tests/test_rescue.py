@@ -134,3 +134,47 @@ def test_the_report_shows_where_int8_loses_accuracy(keras_model, data_npz, tmp_p
     assert sel.debug is not None and sel.debug.layers and sel.search
     page = write_report(study, tmp_path / "report")["html"].read_text()
     assert 'id="debug-sel"' in page and "Where int8 loses accuracy" in page and page.count("<svg") >= 2
+
+
+@pytest.fixture(scope="module")
+def rescaled_keras(keras_model, tmp_path_factory):
+    """The conftest CNN with its conv's output channels made up to 300x larger (the Dense rows after the
+    flatten divided to match): the float function is the same, plain int8 is not."""
+    from optimize import _tf
+
+    model = _tf.keras().models.load_model(keras_model)
+    conv, dense = model.layers[0], model.layers[3]
+    s = np.ones(8, np.float32)
+    s[:3] = (300.0, 0.005, 40.0)
+    w, b = conv.get_weights()
+    conv.set_weights([w * s, b * s])
+    dw, db = dense.get_weights()
+    dense.set_weights([(dw.reshape(-1, 8, dw.shape[1]) / s[None, :, None]).reshape(dw.shape), db])
+    path = tmp_path_factory.mktemp("rescaled") / "rescaled.keras"
+    model.save(path)
+    return path
+
+
+def test_selective_rescues_at_8_bits_before_raising_any_op(rescaled_keras, data_npz, tmp_path):
+    """The rescue order: equalization gets the rescaled model back within budget, so no op is raised and
+    every weight stays int8; the old order (rescue = false) has to raise ops for the same budget."""
+    import optimize
+    from optimize.report import render_markdown
+
+    steps = [{"technique": "convert"}, {"technique": "selective", "max_accuracy_drop": 0.01, "max_evals": 8}]
+    recipes = [
+        build("float32", [{"technique": "convert"}]),
+        build("int8", [{"technique": "convert", "scheme": "int8"}]),
+        build("rescue", steps),
+        build("raise-only", [steps[0], {**steps[1], "rescue": False}]),
+    ]
+    study = optimize.sweep(rescaled_keras, data_npz, tmp_path, recipes=recipes, delegates=False, jobs=0, cache=False)
+    int8, new, old = study.candidate("int8"), study.candidate("rescue"), study.candidate("raise-only")
+    assert int8.ok and -int8.metrics.accuracy_delta > 0.02  # plain int8 breaks it
+    assert new.ok, new.error
+    assert new.rescue[0].transform == "equalize" and new.rescue[0].kept
+    assert new.rescue[0].layers and any(lc.after < lc.before for lc in new.rescue[0].layers)
+    assert new.search == [] and not new.composition.float_compute_ops
+    assert new.composition.shrink <= 0.30 and -new.metrics.accuracy_delta <= 0.01
+    assert old.ok and old.rescue == [] and any(s.kept for s in old.search)
+    assert "Accuracy rescue at 8 bits" in render_markdown(study)

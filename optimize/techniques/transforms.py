@@ -67,7 +67,9 @@ def equalize(model: Path, params: EqualizeParams, ctx: Context) -> Path:
         if made.pairs
         else f"no pair of layers to rescale{clipped}; the model is unchanged"
     )
-    step = RescueStep(transform="equalize" if params.method == "cle" else "smooth", detail=detail)
+    step = RescueStep(
+        transform="equalize" if params.method == "cle" else "smooth", detail=detail, kept=bool(made.pairs)
+    )
     return _record(ctx, step, ctx.workdir / f"equalize-{params.method}.tflite", made.content)
 
 

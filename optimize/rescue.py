@@ -111,8 +111,8 @@ def _make(transform: str, content: bytes, qparams, cur, xs, samples: list, ctx) 
 
 
 def keep_8_bits(search, content: bytes, qparams, calibration: dict, ctx, start):
-    """The rescue before any op is raised: each step of ORDER tried on the whole model (one evaluation each),
-    kept when `search.better` says it helps, until the budget holds. Returns the float model, the quantize
+    """The rescue before any op is raised: each step of ORDER tried on the whole model (one evaluation each,
+    half the search's evaluations at most), kept when `search.better` says it helps, until the budget holds. Returns the float model, the quantize
     params and the result kept (the search's session is the kept one), and the steps as RescueSteps."""
     from . import litert
     from .errors import OptimizeError
@@ -123,8 +123,8 @@ def keep_8_bits(search, content: bytes, qparams, calibration: dict, ctx, start):
     reference, cur, steps = content, start, []
     before = layer_errors(reference, start.content, xs)
     for transform, _, _ in ORDER:
-        if search.budget.meets(cur.value) or search.left <= 0:
-            break
+        if search.budget.meets(cur.value) or search.evals >= search.params.max_evals // 2:
+            break  # half the evaluations at most: the rest is for raising ops, if it comes to that
         try:
             made, q, detail = _make(transform, content, qparams, cur, xs, samples, ctx)
             if made == content and q == qparams:

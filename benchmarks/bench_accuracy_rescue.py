@@ -5,10 +5,11 @@
 
 Cases (trained here, seeded; real data that ships offline: scikit-learn's digits, statsmodels' co2 and
 sunspots series): a CNN whose activations have one huge channel (outlier-cnn), a CNN whose first
-convolution's channels are made up to 300x larger by a function-preserving rescale (rescaled-cnn), a
+convolution's channels are made up to 500x larger by a function-preserving rescale (rescaled-cnn), a
 MobileNetV3-style hard-swish CNN, a small transformer block (attention + layer norm), a MobileNet-style
-depthwise-separable CNN with batch norm folded by the converter; and, on request, issue 10's LSTM and GRU
-forecasters.
+depthwise-separable CNN with batch norm folded by the converter (also with per-tensor weight scales, the
+setting of Nagel et al. 2019, for delegates that refuse per-channel ones); and, on request, issue 10's
+LSTM and GRU forecasters.
 
 Per case, side by side in one run and measured on the test split: float32; plain int8 (the converter);
 the old mixed-int8 (the selective search raising ops to int16/float, no rescue); the new rescue (the same
@@ -141,7 +142,7 @@ def transformer(keras):
 
 
 def rescaled_cnn(keras):
-    """Channels made large by an exact rescale: conv c1's output channels times s (up to 300x, some 0.005x),
+    """Channels made large by an exact rescale: conv c1's output channels times s (up to 500x, some 0.002x),
     c2's matching input weights over s. The float model is unchanged; int8's per-tensor activations are not."""
     data = digits()
     m = keras.Sequential(
@@ -157,7 +158,7 @@ def rescaled_cnn(keras):
     )
     m = _fit(m, data, 15, keras.losses.SparseCategoricalCrossentropy(True))
     s = np.ones(16, np.float32)
-    s[:4] = (300.0, 0.005, 40.0, 120.0)
+    s[:4] = (500.0, 0.002, 300.0, 0.005)
     w, b = m.get_layer("c1").get_weights()
     m.get_layer("c1").set_weights([w * s, b * s])
     w2, b2 = m.get_layer("c2").get_weights()
@@ -167,23 +168,31 @@ def rescaled_cnn(keras):
 
 def mobilenet_bn(keras):
     """MobileNet-style: a stem, depthwise-separable blocks with batch norm (folded into the convolutions by
-    the converter) and ReLU6, linear 1x1 projections, global pooling."""
+    the converter) and ReLU6, linear 1x1 projections, global pooling. After training, the first projection's
+    batch norm gets a per-channel gain spread over 3,000x (gamma and beta times s, the next 1x1 conv's
+    inputs over s: the same function), as the gamma / sigma of trained networks spreads once folded."""
     data = digits()
     L = keras.layers
 
-    def bn_act(h, act=True):
-        h = L.BatchNormalization()(h)
+    def bn_act(h, act=True, name=None):
+        h = L.BatchNormalization(name=name)(h)
         return L.ReLU(6.0)(h) if act else h
 
     inp = keras.Input((8, 8, 1))
     h = bn_act(L.Conv2D(16, 3, padding="same", use_bias=False)(inp))
-    for width in (24, 32):
-        h = bn_act(L.Conv2D(width * 2, 1, use_bias=False)(h))  # expand
+    for i, width in enumerate((24, 32)):
+        h = bn_act(L.Conv2D(width * 2, 1, use_bias=False, name=f"expand{i}")(h))
         h = bn_act(L.DepthwiseConv2D(3, padding="same", use_bias=False)(h))
-        h = bn_act(L.Conv2D(width, 1, use_bias=False)(h), act=False)  # linear projection
+        h = bn_act(L.Conv2D(width, 1, use_bias=False)(h), act=False, name=f"project_bn{i}")  # linear projection
     h = L.GlobalAveragePooling2D()(bn_act(L.Conv2D(64, 1, use_bias=False)(h)))
-    m = keras.Model(inp, L.Dense(10)(h))
-    return _fit(m, data, 20, keras.losses.SparseCategoricalCrossentropy(True)), data
+    m = _fit(keras.Model(inp, L.Dense(10)(h)), data, 20, keras.losses.SparseCategoricalCrossentropy(True))
+    s = np.ones(24, np.float32)
+    s[:4] = (60.0, 0.02, 25.0, 0.05)
+    gamma, beta, mean, var = m.get_layer("project_bn0").get_weights()
+    m.get_layer("project_bn0").set_weights([gamma * s, beta * s, mean, var])
+    (w,) = m.get_layer("expand1").get_weights()
+    m.get_layer("expand1").set_weights([w / s[None, None, :, None]])
+    return m, data
 
 
 #: Issue 19's cases (run by default), then issue 10's forecasters (on request).
@@ -193,18 +202,27 @@ CASES = {
     "hardswish-cnn": hardswish_cnn,
     "transformer": transformer,
     "mobilenet-bn": mobilenet_bn,
+    "mobilenet-bn-tensor": mobilenet_bn,  # the same, every recipe with per-tensor weight scales
     "lstm-co2": lstm_co2,
     "gru-sunspots": gru_sunspots,
 }
-DEFAULT = ("outlier-cnn", "rescaled-cnn", "hardswish-cnn", "transformer", "mobilenet-bn")
+DEFAULT = ("outlier-cnn", "rescaled-cnn", "hardswish-cnn", "transformer", "mobilenet-bn", "mobilenet-bn-tensor")
 COLUMNS = ("int8", "mixed-int8", "rescue", "int8-rescue")
 
 
-def _recipes(budget: dict) -> list:
-    selective = {"technique": "selective", **budget}
+def _recipes(budget: dict, granularity: str = "channel") -> list:
+    """The candidates side by side; with per-tensor weights (for delegates that refuse per-channel scales),
+    plain int8 is LiteRT Quantizer's, as the converter has no per-tensor option."""
+    g = {"granularity": granularity}
+    selective = {"technique": "selective", **budget, **g}
+    plain = (
+        [{"technique": "convert", "scheme": "int8"}]
+        if granularity == "channel"
+        else [{"technique": "convert"}, {"technique": "quantize", "scheme": "int8", **g}]
+    )
     return [
         build("float32", [{"technique": "convert"}]),
-        build("int8", [{"technique": "convert", "scheme": "int8"}]),
+        build("int8", plain),
         build("mixed-int8", [{"technique": "convert"}, {**selective, "rescue": False}]),
         build("rescue", [{"technique": "convert"}, selective]),
         build(
@@ -212,9 +230,9 @@ def _recipes(budget: dict) -> list:
             [
                 {"technique": "convert"},
                 {"technique": "equalize"},
-                {"technique": "bias_correction"},
-                {"technique": "adaround"},
-                {"technique": "quantize", "scheme": "int8", "calibration": "auto"},
+                {"technique": "bias_correction", **g},
+                {"technique": "adaround", **g},
+                {"technique": "quantize", "scheme": "int8", "calibration": "auto", **g},
             ],
         ),
     ]
@@ -223,7 +241,8 @@ def _recipes(budget: dict) -> list:
 def run_case(name: str, out: Path) -> dict:
     keras = _tf.keras()
     keras.utils.set_random_seed(0)
-    model, data = CASES[name](keras)
+    granularity = "tensor" if name.endswith("-tensor") else "channel"
+    model, data = CASES[name.removesuffix("-tensor")](keras)
     folder = out / name
     folder.mkdir(parents=True)
     model.save(folder / "model.keras")
@@ -235,7 +254,7 @@ def run_case(name: str, out: Path) -> dict:
         folder / "model.keras",
         folder / "data.npz",
         folder / "out",
-        recipes=_recipes(budget),
+        recipes=_recipes(budget, granularity),
         delegates=False,
         cache=False,
         jobs=0,

@@ -16,6 +16,11 @@ ReLU6 (and tanh, RELU_N1_TO_1) is not crossed: relu6(x / s) = min(relu(x) / s, 6
 scaling across the clip would change the float model. Those pairs are left as they are and counted
 (`Equalized.skipped`); a ReLU6 network (MobileNet V2) is equalized only where its layers meet without a clip.
 
+After CLE, high-bias absorption (`absorb_high_bias`, needs calibration data) moves the part of A's bias
+that A's output never falls below out of A and into B's bias, shrinking the activation range; it is
+exact on every input where that floor holds (it is measured on calibration data), and only where B takes
+the constant back exactly (a Dense layer, or a convolution reading no zero padding).
+
 Two rules for s_c:
 - `cle` (Nagel et al. 2019, data-free): s_c = sqrt(r1_c / r2_c), with r1_c the range of A's output channel's
   weights and r2_c the range of B's input channel's weights; both become sqrt(r1_c r2_c). Iterated over all
@@ -217,6 +222,62 @@ def smooth(content: bytes, act_max: dict[str, np.ndarray], alpha: float = 0.5) -
         done.append(p)
         biggest = max(biggest, float(np.max(np.maximum(s, 1 / s))) if s.size else 1.0)
     return Equalized(g.save(), _names(g, done), skipped, biggest)
+
+
+#: Ops between A and B that commute with subtracting a per-channel constant (pooling of VALID or
+#: padding-excluding kind, flatten): max(x - c) = max(x) - c, mean(x - c) = mean(x) - c.
+SHIFTABLE = frozenset({"MAX_POOL_2D", "AVERAGE_POOL_2D", "MEAN", "RESHAPE", "SQUEEZE"})
+
+
+def _absorbable(g: Graph, p: Pair) -> bool:
+    """Whether a constant c subtracted from A's output can be added back as B's bias exactly: B is a Dense
+    layer, or a convolution that reads no zero padding (VALID, or 1x1), and nothing in between pads."""
+    if any(g.names[k] not in SHIFTABLE for k in p.between) or len(g.inputs(p.b)) < 3:
+        return False
+    if g.names[p.b] == "DEPTHWISE_CONV_2D" or g.const(g.inputs(p.b)[2]) is None:
+        return False
+    if g.names[p.b] == "FULLY_CONNECTED":
+        return True
+    w = _weights(g, p.b)
+    return (g.options(p.b).padding or 0) == 1 or (w.shape[1] == 1 and w.shape[2] == 1)
+
+
+def absorb_high_bias(content: bytes, out_min: dict[str, np.ndarray]) -> Equalized:
+    """High-bias absorption (Nagel et al. 2019, the empirical form): where A's output channel c never falls
+    below h_c > 0 on calibration data (`out_min`, keyed by A's output tensor), h_c moves out of A's bias and
+    into B's: relu(z - h) = relu(z) - h whenever z >= h, so the model is unchanged on such inputs, and the
+    activation range shrinks by h. Only pairs where B's bias can take it back exactly (`_absorbable`)."""
+    g = Graph.load(content)
+    found, skipped = pairs(g)
+    done, biggest = [], 0.0
+    for p in found:
+        low = out_min.get(g.tensor_name(g.output(p.a)))
+        bias_a = g.const(g.inputs(p.a)[2]) if len(g.inputs(p.a)) > 2 else None
+        if low is None or bias_a is None or not _absorbable(g, p):
+            continue
+        h = np.maximum(np.asarray(low, np.float64).reshape(-1, len(bias_a)).min(axis=0), 0.0)
+        if not np.any(h > 0):
+            continue
+        w = _weights(g, p.b).astype(np.float64)
+        if g.names[p.b] == "FULLY_CONNECTED":
+            add = w @ np.tile(h, w.shape[1] // len(h))
+        else:
+            add = np.einsum("okhc,c->o", w, h)
+        g.set_const(g.inputs(p.a)[2], (bias_a - h).astype(np.float32))
+        g.set_const(g.inputs(p.b)[2], (g.const(g.inputs(p.b)[2]) + add).astype(np.float32))
+        done.append(p)
+        biggest = max(biggest, float(h.max()))
+    return Equalized(g.save(), _names(g, done), skipped, biggest)
+
+
+def output_minima(content: bytes, samples: list, threads: int = 2) -> dict[str, np.ndarray]:
+    """Each Conv/DepthwiseConv/Dense output's smallest value per channel on the samples."""
+    from .rounding import record
+
+    g = Graph.load(content)
+    outs = [g.output(k) for k, n in enumerate(g.names) if n in LINEAR]
+    values = record(content, samples, outs, threads)
+    return {g.tensor_name(t): v.reshape(-1, v.shape[-1]).min(axis=0) for t, v in values.items()}
 
 
 def _names(g: Graph, found: list[Pair]) -> list[tuple[str, str]]:

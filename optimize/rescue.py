@@ -91,7 +91,17 @@ def _make(transform: str, content: bytes, qparams, cur, xs, samples: list, ctx) 
     if transform == "equalize":
         made = equalize.equalize(content)
         clipped = f"; {len(made.skipped)} pair(s) across a clip left" if made.skipped else ""
-        return made.content, qparams, f"{len(made.pairs)} pair(s), largest scale {made.max_scale:.3g}{clipped}"
+        if not made.pairs:
+            return content, qparams, f"no pair of layers to rescale{clipped}"
+        high = equalize.absorb_high_bias(
+            made.content, equalize.output_minima(made.content, samples, max(1, ctx.threads))
+        )
+        absorbed = f", high bias absorbed in {len(high.pairs)}" if high.pairs else ""
+        return (
+            high.content,
+            qparams,
+            f"{len(made.pairs)} pair(s), largest scale {made.max_scale:.3g}{absorbed}{clipped}",
+        )
     if transform == "bias_correction":
         made = rounding.bias_correct(content, samples, per_tensor, max(1, ctx.threads))
         return made.content, qparams, f"{len(made.layers)} bias(es) corrected on {len(samples)} samples"

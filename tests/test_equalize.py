@@ -230,3 +230,21 @@ def test_cli_quantize_takes_the_rescue_options(cli, keras_model, data_npz):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     r = cli("quantize", str(keras_model), "-c", str(data_npz), "--equalize", "--float-fallback")
     assert r.returncode == 2 and "Float fallback" in r.stderr
+
+
+def test_high_bias_absorption_keeps_the_function_where_the_floor_holds(float_tflite, digits):
+    """Biases raised so the conv and hidden Dense outputs never fall below a floor: absorbing it into the
+    next layer's bias keeps the outputs (to 1e-5) on data where the floor holds, and shrinks the range."""
+    g = Graph.load(float_tflite.read_bytes())
+    for k in rounding._linear(g)[:2]:
+        b = g.inputs(k)[2]
+        g.set_const(b, g.const(b) + 5.0)
+    high = g.save()
+    xs = digits["x_train"][:64]  # the samples the floors were measured on (elsewhere a floor may not hold)
+    floors = equalize.output_minima(high, [xs[i : i + 1] for i in range(64)])
+    made = equalize.absorb_high_bias(high, floors)
+    assert len(made.pairs) == 2 and made.max_scale > 1  # (for absorption, max_scale is the largest floor)
+    assert rescue.relative_error(_outputs(high, xs), _outputs(made.content, xs)) < TOL
+    after = equalize.output_minima(made.content, [xs[i : i + 1] for i in range(64)])
+    name = next(iter(floors))
+    assert after[name].min() < 0.5 * floors[name].min()

@@ -42,7 +42,12 @@ class EqualizeParams(Params):
         "migration of activation outliers into the next layer's weights (calibration data).",
     )
     alpha: float = Field(0.5, gt=0, lt=1, description="smooth: how much of the activation range moves (0.5).")
-    samples: int = Field(64, ge=1, le=1024, description="smooth: calibration samples for the activation ranges.")
+    samples: int = Field(64, ge=1, le=1024, description="Calibration samples (smooth, absorb).")
+    absorb: bool = Field(
+        False,
+        description="cle: then absorb high biases (a channel's floor on calibration data moved into the next "
+        "layer's bias); exact only where inputs keep that floor, so off by default.",
+    )
 
 
 @technique("equalize", stage=Stage.TFLITE, params=EqualizeParams)
@@ -61,9 +66,15 @@ def equalize(model: Path, params: EqualizeParams, ctx: Context) -> Path:
         made = eq.smooth(content, act, params.alpha)
     else:
         made = eq.equalize(content)
+    absorbed = ""
+    if params.method == "cle" and params.absorb and ctx.data is not None and made.pairs:
+        picked = rescue.samples(ctx, params.samples, "equalize")
+        high = eq.absorb_high_bias(made.content, eq.output_minima(made.content, picked, max(1, ctx.threads)))
+        made.content = high.content
+        absorbed = f"; high bias absorbed in {len(high.pairs)} pair(s)" if high.pairs else ""
     clipped = f"; {len(made.skipped)} pair(s) left across a clip ({made.skipped[0]})" if made.skipped else ""
     detail = (
-        f"{params.method} rescaled {len(made.pairs)} layer pair(s), largest scale {made.max_scale:.3g}{clipped}"
+        f"{params.method} rescaled {len(made.pairs)} layer pair(s), largest scale {made.max_scale:.3g}{absorbed}{clipped}"
         if made.pairs
         else f"no pair of layers to rescale{clipped}; the model is unchanged"
     )

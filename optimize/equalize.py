@@ -272,12 +272,11 @@ def absorb_high_bias(content: bytes, out_min: dict[str, np.ndarray]) -> Equalize
 
 def output_minima(content: bytes, samples: list, threads: int = 2) -> dict[str, np.ndarray]:
     """Each Conv/DepthwiseConv/Dense output's smallest value per channel on the samples."""
-    from .rounding import record
+    from .rounding import channel_extremes
 
     g = Graph.load(content)
     outs = [g.output(k) for k, n in enumerate(g.names) if n in LINEAR]
-    values = record(content, samples, outs, threads)
-    return {g.tensor_name(t): v.reshape(-1, v.shape[-1]).min(axis=0) for t, v in values.items()}
+    return {g.tensor_name(t): lo for t, (lo, _) in channel_extremes(content, samples, outs, threads).items()}
 
 
 def _names(g: Graph, found: list[Pair]) -> list[tuple[str, str]]:

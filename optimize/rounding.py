@@ -51,19 +51,28 @@ def fake_quant(w: np.ndarray, name: str, per_tensor: bool) -> np.ndarray:
     return (np.clip(np.round(w / s), -QMAX, QMAX) * s).astype(np.float32)
 
 
-def record(content: bytes, samples: list, tensors: list[int], threads: int = 2) -> dict[int, np.ndarray]:
-    """The float model's values of `tensors` (indices) on each sample, stacked along the first axis."""
+def stream(content: bytes, samples: list, tensors: list[int], threads: int = 2):
+    """The float model's values of `tensors` (indices), one sample at a time ({index: value} each, from a
+    clean state): layers' inputs are reduced as they come, never all held at once."""
     from . import runtime
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         runner = runtime.Runner(runtime.load(content, threads=threads, keep_tensors=True))
-    got: dict[int, list] = {t: [] for t in tensors}
     for sample in samples:
         runner.run_fresh(sample)
-        for t in tensors:
-            got[t].append(np.array(runner.it.get_tensor(t)))
-    return {t: np.concatenate(v) for t, v in got.items()}
+        yield {t: np.array(runner.it.get_tensor(t)) for t in tensors}
+
+
+def channel_extremes(content: bytes, samples: list, tensors: list[int], threads: int = 2) -> dict[int, tuple]:
+    """(min, max) per channel (last axis) of each tensor over the samples."""
+    out: dict[int, tuple] = {}
+    for values in stream(content, samples, tensors, threads):
+        for t, v in values.items():
+            v = v.reshape(-1, v.shape[-1])
+            lo, hi = v.min(axis=0), v.max(axis=0)
+            out[t] = (np.minimum(out[t][0], lo), np.maximum(out[t][1], hi)) if t in out else (lo, hi)
+    return out
 
 
 def _pads(size: int, k: int, stride: int, dil: int, same: bool) -> tuple[int, int, int]:
@@ -131,7 +140,11 @@ def bias_correct(content: bytes, samples: list, per_tensor: bool = False, thread
     """Every Conv/DepthwiseConv/Dense bias corrected for the mean shift its int8 weights cause."""
     g = Graph.load(content)
     ops = _linear(g)
-    inputs = record(content, samples, sorted({g.inputs(k)[0] for k in ops}), threads)
+    sums: dict[int, np.ndarray] = {}
+    for values in stream(content, samples, sorted({g.inputs(k)[0] for k in ops}), threads):
+        for k in ops:
+            m = _mean_input(g, k, values[g.inputs(k)[0]], g.const(g.inputs(k)[1]))
+            sums[k] = sums[k] + m if k in sums else m
     done, skipped = [], []
     for k in ops:
         ins = g.inputs(k)
@@ -140,7 +153,7 @@ def bias_correct(content: bytes, samples: list, per_tensor: bool = False, thread
             skipped.append(f"{g.tensor_name(g.output(k))}: no bias to fold the shift into")
             continue
         w = g.const(ins[1])
-        shift = output_shift(g, k, fake_quant(w, g.names[k], per_tensor) - w, _mean_input(g, k, inputs[ins[0]], w))
+        shift = output_shift(g, k, fake_quant(w, g.names[k], per_tensor) - w, sums[k] / max(len(samples), 1))
         g.set_const(ins[2], bias - shift.astype(np.float32))
         span = float(np.abs(bias).max()) or 1.0
         done.append((g.tensor_name(g.output(k)), float(np.abs(shift).max()) / span))
@@ -150,26 +163,39 @@ def bias_correct(content: bytes, samples: list, per_tensor: bool = False, thread
 # ---- learned rounding ----
 
 
-def _groups(g: Graph, op: int, x: np.ndarray, w: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray, callable]:
+def _rows(g: Graph, op: int, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """What the weights multiply, one row per output position: features (P, I), or patches (P, K, C)."""
+    if g.names[op] == "FULLY_CONNECTED":
+        return x.reshape(-1, w.shape[1])
+    p = patches(g, op, x, w.shape[1], w.shape[2])
+    return p.reshape(-1, w.shape[1] * w.shape[2], p.shape[-1])
+
+
+def _groups(g: Graph, op: int, rows: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, callable]:
     """The layer as batched least squares: weights (B, R, J), input Gram matrices (B, J, J), and the map
     from (B, R, J) back to the weights' layout."""
     name = g.names[op]
     if name == "FULLY_CONNECTED":
-        xs = x.reshape(-1, w.shape[1])
-        xs = xs[rng.choice(len(xs), MAX_ROWS, replace=False)] if len(xs) > MAX_ROWS else xs
-        return w[None], (xs.T @ xs / len(xs))[None], lambda m: m[0]
-    kh, kw = w.shape[1], w.shape[2]
-    p = patches(g, op, x, kh, kw)
-    p = p.reshape(-1, kh * kw, p.shape[-1])
-    p = p[rng.choice(len(p), MAX_ROWS, replace=False)] if len(p) > MAX_ROWS else p
+        return w[None], (rows.T @ rows / len(rows))[None], lambda m: m[0]
     if name == "CONV_2D":
-        xs = p.reshape(len(p), -1)
+        xs = rows.reshape(len(rows), -1)
         return w.reshape(w.shape[0], -1)[None], (xs.T @ xs / len(xs))[None], lambda m: m[0].reshape(w.shape)
-    c = p.shape[-1]
-    mult = w.shape[3] // c
-    wg = w.reshape(kh * kw, c, mult).transpose(1, 2, 0)  # (C, mult, K)
-    gram = np.einsum("pkc,plc->ckl", p, p) / len(p)
+    k, c = rows.shape[1], rows.shape[2]
+    wg = w.reshape(k, c, w.shape[3] // c).transpose(1, 2, 0)  # (C, multiplier, K)
+    gram = np.einsum("pkc,plc->ckl", rows, rows) / len(rows)
     return wg, gram, lambda m: m.transpose(2, 0, 1).reshape(w.shape)
+
+
+def _sampled_rows(g: Graph, ops: list[int], content: bytes, samples: list, threads: int) -> dict[int, np.ndarray]:
+    """Each op's input rows over the samples, at most MAX_ROWS (a seeded share of each sample's)."""
+    rng = np.random.default_rng(0)
+    per = max(MAX_ROWS // max(len(samples), 1), 1)
+    got: dict[int, list] = {k: [] for k in ops}
+    for values in stream(content, samples, sorted({g.inputs(k)[0] for k in ops}), threads):
+        for k in ops:
+            r = _rows(g, k, values[g.inputs(k)[0]].astype(np.float64), g.const(g.inputs(k)[1]))
+            got[k].append(r[rng.choice(len(r), per, replace=False)] if len(r) > per else r)
+    return {k: np.concatenate(v) for k, v in got.items()}
 
 
 def _recon(dw: np.ndarray, gram: np.ndarray) -> float:
@@ -199,6 +225,8 @@ def adaround_layer(
         if t > warm:
             beta = 20 + (2 - 20) * (t - warm) / max(iters - warm, 1)
             u = 2 * h - 1
+            # the regulariser's mean over the weights, weighted against the reconstruction error (which is
+            # normalised to 1 at nearest rounding): reg = 0.01 of a 1,000-weight layer's error per weight
             grad_h += reg * (-beta * np.abs(u) ** (beta - 1) * np.sign(u) * 2) / h.size * 1e3
         grad = grad_h * ((hraw > 0) & (hraw < 1)) * sig * (1 - sig) * (ZETA - GAMMA)
         m = b1 * m + (1 - b1) * grad
@@ -233,15 +261,14 @@ def adaround(
     g = Graph.load(content)
     by_name = {g.tensor_name(g.output(k)): k for k in _linear(g)}
     ops = [by_name[n] for n in (tensors if tensors is not None else list(by_name)) if n in by_name]
-    inputs = record(content, samples, sorted({g.inputs(k)[0] for k in ops}), threads)
-    rng = np.random.default_rng(0)
+    rows = _sampled_rows(g, ops, content, samples, threads)
     done = []
     for k in ops:
         if time.perf_counter() - t0 > max_seconds:
             break
         ins = g.inputs(k)
         w = g.const(ins[1])
-        wg, gram, back = _groups(g, k, inputs[ins[0]].astype(np.float64), w.astype(np.float64), rng)
+        wg, gram, back = _groups(g, k, rows[k], w.astype(np.float64))
         full = np.broadcast_to(weight_scales(w, g.names[k], per_tensor), w.shape).astype(np.float64)
         learned, e_near, e_learned = adaround_layer(wg, gram, _groups_scale(g.names[k], full, wg.shape), iters)
         if e_learned < e_near:

@@ -433,7 +433,8 @@ def _plain_int8(run: Run) -> Candidate | None:
 
 
 def _rescue(run: Run) -> Recipe | None:
-    """The selective-quantization candidate, when full int8 breaks accuracy and none was planned."""
+    """The selective-quantization candidate, when full int8 breaks accuracy and none was planned: it tries
+    the rescue that keeps 8 bits (optimize.rescue) before raising any op."""
     int8 = _plain_int8(run)
     if int8 is None or not int8.ok or any(s.technique == "selective" for r in run.recipes for s in r.steps):
         return None
@@ -443,7 +444,7 @@ def _rescue(run: Run) -> Recipe | None:
     if not (drop or worse):
         return None
     lost = f"lost {-m.accuracy_delta * 100:.1f} points" if drop else f"made the error x{m.error_ratio:.2f}"
-    log.warning("%s %s: adding mixed-int8, a bounded search for the ops that break it.", int8.name, lost)
+    log.warning("%s %s: adding mixed-int8 (8-bit rescue first, then ops raised if needed).", int8.name, lost)
     budget = {"max_accuracy_drop": 0.005} if drop else {"max_error_increase": 0.10}
     return resolve(build("mixed-int8", [{"technique": "convert"}, {"technique": "selective", **budget}]), run.src)
 

@@ -89,14 +89,13 @@ def _activation_ranges(content: bytes, samples: list, ctx: Context) -> dict:
     import numpy as np
 
     from ..flatedit import Graph
-    from ..rounding import record
+    from ..rounding import channel_extremes
 
     g = Graph.load(content)
-    idx = sorted(
-        {g.inputs(k)[0] for k, n in enumerate(g.names) if n in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")}
-    )
-    values = record(content, samples, idx, max(1, ctx.threads))
-    return {g.tensor_name(i): np.abs(v).reshape(-1, v.shape[-1]).max(axis=0) for i, v in values.items()}
+    linear = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+    idx = sorted({g.inputs(k)[0] for k, n in enumerate(g.names) if n in linear})
+    seen = channel_extremes(content, samples, idx, max(1, ctx.threads))
+    return {g.tensor_name(i): np.maximum(-lo, hi) for i, (lo, hi) in seen.items()}
 
 
 class BiasCorrectionParams(Params):

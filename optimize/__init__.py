@@ -1,15 +1,29 @@
 """optimize: every useful LiteRT variant of a trained model, measured, checked against delegates, recommended.
 
-The public API (the CLI is a thin shell over these):
+The public API (the CLI is a thin shell over these); with a Keras model and an .npz of its data:
 
-    import optimize
-    study = optimize.sweep()                               # demo model, every technique, measured
-    cand = optimize.run(optimize.load_recipe("gpu"), "model.keras", data="data.npz")
-    metrics = optimize.evaluate("model.tflite", data="data.npz", reference="float.tflite")
-    reports = optimize.check_delegates("model.tflite")     # GPU, NNAPI, Hexagon, Core ML, XNNPACK
-    choice = optimize.recommend(study, target="gpu")
+    >>> import optimize
+    >>> recipe = optimize.load_recipe("mobile-gpu")         # a shipped recipe: `optimize recipes list`
+    >>> [str(step.params.scheme) for step in recipe.steps]
+    ['float16']
+    >>> study = optimize.sweep("model.keras", data="data.npz", output="out", recipes=[recipe])
+    >>> [c.name for c in study.candidates]                  # the float32 baseline, then each recipe
+    ['float32', 'mobile-gpu']
+    >>> choice = optimize.recommend(study, target="gpu")
+    >>> choice.chosen in {c.name for c in study.candidates}
+    True
+    >>> cand = optimize.run(recipe, "model.keras", data="data.npz", output="out/gpu.tflite")
+    >>> cand.name, cand.artifact, str(cand.scheme)      # the recipe's name, the file asked for
+    ('mobile-gpu', 'gpu.tflite', 'float16')
+    >>> metrics = optimize.evaluate("out/gpu.tflite", reference="out/float32.tflite")
+    >>> metrics.size.bytes < study.candidates[0].metrics.size.bytes
+    True
+    >>> reports = optimize.check_delegates("out/gpu.tflite")  # GPU, NNAPI, Hexagon, Core ML, XNNPACK
+    >>> sorted(reports)
+    ['coreml', 'gpu', 'hexagon', 'nnapi', 'xnnpack']
 
-Importing optimize does not import TensorFlow; the functions do, when they need it.
+`optimize.sweep()` with no model sweeps the built-in demo. Importing optimize does not import
+TensorFlow; the functions do, when they need it. tests/test_api.py runs these examples.
 """
 
 from __future__ import annotations
@@ -34,6 +48,11 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
+
+
+def __dir__() -> list[str]:
+    """The API as well as what is loaded already: the names are imported lazily, on first use."""
+    return sorted({*globals(), *_LAZY} - {"annotations"})
 
 
 def __getattr__(name: str):

@@ -18,8 +18,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
-recipes_app = typer.Typer(help="List, show and validate recipes.", no_args_is_help=True)
+recipes_app = typer.Typer(help="List, show and validate recipes.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(recipes_app, name="recipes")
 
 
@@ -59,6 +60,34 @@ MLFLOW = typer.Option(
 #: Options whose value may be left out (`--mlflow` alone), and what they mean then.
 OPTIONAL_VALUES = {"--mlflow": "./mlruns"}
 NO_CACHE = typer.Option(False, "--no-cache", help="Recompute every candidate (neither read nor write the cache).")
+BACKEND_HELP = (
+    "Who quantizes: converter (the TFLite converter), litert (LiteRT Quantizer) or auto (per scheme; the "
+    "default). The TFLite calibrator is not a choice: it steps in by itself where LiteRT Quantizer leaves "
+    "LSTMs float."
+)
+
+
+def _narrowed(allowed: list[str], why: str):
+    """An enum option that takes only some of its values: the metavar lists them, a callback refuses the rest."""
+
+    def check(value):
+        if value is not None and str(value) not in allowed:
+            raise typer.BadParameter(f"{str(value)!r} is not one of {', '.join(allowed)} ({why})")
+        return value
+
+    return {"metavar": "[" + "|".join(allowed) + "]", "callback": check}
+
+
+#: What --backend takes: every backend but the calibrator, which is LiteRT Quantizer's own fallback.
+BACKEND = _narrowed([str(b) for b in Backend if b is not Backend.CALIBRATOR], "the calibrator steps in by itself")
+#: What `optimize debug` compares per layer: the schemes with quantized activations.
+DEBUG_SCHEMES = _narrowed([str(Scheme.INT8), str(Scheme.INT16X8)], "the schemes with quantized activations")
+
+
+def _backend_option(help: str = BACKEND_HELP):
+    return typer.Option(None, help=help, **BACKEND)
+
+
 DATA_HELP = (
     ".npz: x/y or x_train/y_train/x_test/y_test; several inputs as x:<input name> (x_train:<name>, ...); "
     "labels per output as y:<output name>."
@@ -114,7 +143,8 @@ def _run_and_show(
     if as_json:
         _print_json(cand)
     else:
-        report_text.print_candidates([cand], Path(output or recipe.output or "optimize-out"))
+        where = Path(output or recipe.output or "optimize-out")
+        report_text.print_candidates([cand], where.parent if where.suffix == ".tflite" else where)
     if cand.error:
         raise typer.Exit(1)
     return cand
@@ -147,7 +177,7 @@ def sweep(
     ),
     data: Path | None = typer.Option(None, "--data", "-d", help=DATA_HELP),
     output: Path = typer.Option(Path("optimize-out"), "--output", "-o", help="Folder for artifacts and study.json."),
-    backend: Backend | None = typer.Option(None, help="Who quantizes: converter, litert or auto (per scheme)."),
+    backend: Backend | None = _backend_option(),
     target: Target | None = typer.Option(None, help="Recommend for this target at the end."),
     max_accuracy_drop: float | None = typer.Option(None, help="Goal for --target: e.g. 0.01 = one point."),
     jobs: int | None = typer.Option(
@@ -171,11 +201,15 @@ def sweep(
     observe: str = OBSERVE,
     as_json: bool = JSON,
 ) -> None:
-    """Run the float32 baseline and every technique and chain; measure each; write study.json.
+    """The float32 baseline and every scheme and chain, measured.
 
-    Example: optimize sweep            (the built-in demo, offline)
-             optimize sweep model.keras --data data.npz -o out --target gpu
-             optimize sweep m.keras -d d.npz --executor ray --cache s3://bucket/optimize
+    Writes study.json and every .tflite to the output folder.
+
+    \b
+    Example:
+      optimize sweep                  (the built-in demo, offline)
+      optimize sweep m.keras --data d.npz -o out --target gpu
+      optimize sweep m.keras -d d.npz --executor ray --cache s3://bucket/opt
     """
     from . import report_text, sweeps
     from .choose import make_goals, raise_if_unmet, recommend
@@ -230,17 +264,21 @@ def zoo(
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
 ) -> None:
-    """Sweep every model of a zoo manifest through one executor; a study per model, zoo.json and a table.
+    """Sweep every model of a zoo manifest through one executor.
 
+    Writes a study per model, zoo.json and a table of each model's pick.
     Manifest (paths relative to it):
 
-        \\[\\[models]]
-        path = "models/detector.keras"
-        data = "data/detector.npz"    # optional
-        target = "gpu"                # optional; recipes = ["int8", ...] optional
+    \b
+      [[models]]
+      path = "models/detector.keras"
+      data = "data/detector.npz"    # optional
+      target = "gpu"                # optional; recipes = ["int8", ...] too
 
-    Example: optimize zoo zoo.toml -o zoo-out
-             optimize zoo zoo.toml -o zoo-out --executor ray --cache s3://bucket/optimize --mlflow
+    \b
+    Example:
+      optimize zoo zoo.toml -o zoo-out
+      optimize zoo zoo.toml --executor ray --cache s3://bucket/opt --mlflow
     """
     from . import report_text
     from .zoo import run_zoo
@@ -275,7 +313,7 @@ def quantize(
     block_size: int = typer.Option(
         0, "--block-size", help="int4: 0 = one scale per output channel; 32, 64, 128 or 256 = blockwise."
     ),
-    backend: Backend | None = typer.Option(None, help="converter, litert (LiteRT Quantizer) or auto (per scheme)."),
+    backend: Backend | None = _backend_option(),
     equalize: bool = typer.Option(False, "--equalize", help="Cross-layer equalization first (same float function)."),
     bias_correction: bool = typer.Option(False, "--bias-correction", help="Fold int8 weights' mean shift into biases."),
     adaround: bool = typer.Option(False, "--adaround", help="Learned rounding of the worst layers' int8 weights."),
@@ -291,9 +329,11 @@ def quantize(
 ) -> None:
     """Post-training quantization, measured against the float32 model.
 
-    Example: optimize quantize model.keras --scheme int8 --calibration data.npz --io int8 -o model_int8.tflite
-             optimize quantize model.keras --scheme int4 --block-size 32
-             optimize quantize model.keras -c data.npz --equalize --bias-correction
+    \b
+    Example:
+      optimize quantize m.keras --scheme int8 --calibration d.npz --io int8
+      optimize quantize m.keras --scheme int4 --block-size 32 -o m_int4.tflite
+      optimize quantize m.keras -c d.npz --equalize --bias-correction
     """
     from .recipe import build, with_rescue
 
@@ -326,9 +366,13 @@ def prune(
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
 ) -> None:
-    """Magnitude pruning (tfmot), fine-tuned, then converted (shrinks the gzip size, not the raw file).
+    """Magnitude pruning (tfmot), fine-tuned, then converted.
 
-    Example: optimize prune model.keras --data data.npz --sparsity 0.5 --then cluster,int8
+    Pruning shrinks the gzip size, not the raw file.
+
+    \b
+    Example:
+      optimize prune m.keras --data d.npz --sparsity 0.5 --then cluster,int8
     """
     first = {"technique": "prune", "target_sparsity": sparsity, "schedule": schedule, "structured": structured}
     recipe = _chain({**first, "epochs": epochs}, "prune", then)
@@ -356,7 +400,9 @@ def cluster(
 ) -> None:
     """Weight clustering (tfmot), fine-tuned, then converted.
 
-    Example: optimize cluster model.keras --data data.npz --clusters 16 --then int8
+    \b
+    Example:
+      optimize cluster m.keras --data d.npz --clusters 16 --then int8
     """
     first = {"technique": "cluster", "clusters": clusters, "init": init, "preserve_sparsity": preserve_sparsity}
     recipe = _chain({**first, "epochs": epochs}, "cluster", then)
@@ -382,7 +428,9 @@ def qat(
 ) -> None:
     """Quantization-aware training (tfmot), then int8 conversion.
 
-    Example: optimize qat model.keras --data data.npz --epochs 2
+    \b
+    Example:
+      optimize qat m.keras --data d.npz --epochs 2
     """
     recipe = _chain({"technique": "qat", "epochs": epochs, "preserve": preserve}, "qat", then)
     measuring = _measuring(None, label_output, 0)
@@ -402,9 +450,13 @@ def evaluate(
     threads: int = THREADS,
     as_json: bool = JSON,
 ) -> None:
-    """Measure a .tflite: size (raw, gzip), accuracy, fidelity to a reference, latency, peak memory.
+    """Measure a .tflite: size, accuracy, fidelity, latency, memory.
 
-    Example: optimize evaluate model_int8.tflite --data test.npz --reference model_float.tflite
+    Size raw and gzipped; fidelity against a float reference.
+
+    \b
+    Example:
+      optimize evaluate m_int8.tflite --data test.npz --reference m.tflite
     """
     from . import report_text
     from .measure import evaluate as run_eval
@@ -424,7 +476,9 @@ def compat(
     delegate: str = typer.Option(
         ",".join(Delegate), "--delegate", help="Comma-separated delegates: " + ", ".join(Delegate) + "."
     ),
-    android_api: int = typer.Option(30, min=27, max=40, help="Android API level for NNAPI (27..35)."),
+    android_api: int = typer.Option(
+        30, min=27, max=40, help="Android API level for NNAPI, 27..40 (35 and above: NNAPI feature level 8)."
+    ),
     coreml_version: int = typer.Option(3, min=2, max=3, help="Core ML delegate version (2 or 3; iOS 13+ means 3)."),
     gpu_allow_quant: bool = typer.Option(True, help="GPU delegate's quantized-model flag (default on)."),
     gpu_opencl: bool = typer.Option(True, help="OpenCL available on the device (SPLIT/SPLIT_V need it)."),
@@ -437,10 +491,15 @@ def compat(
     ),
     observe: str = OBSERVE,
 ) -> None:
-    """Which operators each delegate would run, how many partitions, and why the rest falls back to CPU.
+    """Which ops each delegate runs and why the rest falls to the CPU.
 
-    Example: optimize compat model_int8.tflite --delegate gpu,hexagon --model-explorer overlay.json
-             optimize compat model.tflite --observe gpu   (the GPU accelerator's own verdict, beside the rules')
+    Also how many partitions, and what to change.
+
+    \b
+    Example:
+      optimize compat m_int8.tflite --delegate gpu,hexagon
+      optimize compat m_int8.tflite --model-explorer overlay.json
+      optimize compat m.tflite --observe gpu   (the GPU accelerator's verdict)
     """
     from .delegates import TargetParams, check_delegates, format_report
     from .delegates.observe import UNAVAILABLE, gpu_device
@@ -483,9 +542,14 @@ def recommend(
     objective: Objective = typer.Option(Objective.SIZE, help="Rank by size, latency or accuracy."),
     as_json: bool = JSON,
 ) -> None:
-    """Pick a scheme for a target and a budget: the decision path, then the measured choice.
+    """Pick a scheme for a target and a budget.
 
-    Example: optimize recommend optimize-out/study.json --target gpu --max-accuracy-drop 0.01
+    The decision path (rule of thumb), then the choice from measurements.
+
+    \b
+    Example:
+      optimize recommend --target gpu             (the decision tree alone)
+      optimize recommend out/study.json --target gpu --max-accuracy-drop 0.01
     """
     from .advice import advise
     from .choose import make_goals, raise_if_unmet
@@ -502,11 +566,11 @@ def recommend(
             goals=goals,
             dense_weights=dense_weights,
         )
-        _show(advice.model_dump_json(indent=2) if as_json else format_recommendation(advice))
+        _show(advice.model_dump_json(indent=2) if as_json else format_recommendation(advice), fit=not as_json)
         return
     folder = study if study.is_dir() else study.parent
     rec = choose(load_study(study), target, goals, folder=folder)
-    _show(rec.model_dump_json(indent=2) if as_json else format_recommendation(rec))
+    _show(rec.model_dump_json(indent=2) if as_json else format_recommendation(rec), fit=not as_json)
     raise_if_unmet(rec)
 
 
@@ -516,9 +580,13 @@ def report(
     output: Path | None = typer.Option(None, "--output", "-o", help="Folder for report.md and report.html."),
     target: Target | None = typer.Option(None, help="Mark the recommended candidate for this target."),
 ) -> None:
-    """Write report.md and a self-contained report.html: table, plots, Pareto front, delegate matrix.
+    """Write report.md and a self-contained report.html.
 
-    Example: optimize report optimize-out/study.json --target gpu
+    Table, plots, Pareto front and delegate matrix.
+
+    \b
+    Example:
+      optimize report optimize-out/study.json --target gpu
     """
     from .report import write_report_for
 
@@ -530,7 +598,7 @@ def report(
 def debug(
     model: Path = typer.Argument(..., help="Keras .keras/.h5, SavedModel dir or float .tflite."),
     data: Path = typer.Option(..., "--data", "-d", help=".npz whose calibration samples (x) are compared."),
-    scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="int8 or int16x8."),
+    scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="int8 or int16x8.", **DEBUG_SCHEMES),
     samples: int = typer.Option(16, min=1, max=10000, help="Samples run through both models (errors settle fast)."),
     leave_out: int = typer.Option(3, min=0, max=50, help="Worst ops also measured with only them kept float."),
     label_output: str | None = LABEL_OUTPUT,
@@ -538,9 +606,13 @@ def debug(
     threads: int = THREADS,
     as_json: bool = JSON,
 ) -> None:
-    """Which ops break quantization: per-layer error vs float, ranked, and what keeping each in float buys.
+    """Which ops break quantization: per-layer error vs float, ranked.
 
-    Example: optimize debug model.keras --data data.npz --scheme int8
+    With what keeping each of the worst ops in float buys.
+
+    \b
+    Example:
+      optimize debug m.keras --data d.npz --scheme int8
     """
     from . import report_text
     from .debug import debug_model
@@ -570,15 +642,19 @@ def run_recipe(
     model: Path | None = typer.Argument(None, help="Model (default: the recipe's, else the demo)."),
     data: Path | None = typer.Option(None, "--data", "-d", help=".npz data (default: the recipe's)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Folder (default: the recipe's)."),
-    backend: Backend | None = typer.Option(None, help="Override the recipe's backend: converter, litert or auto."),
+    backend: Backend | None = _backend_option("Override the recipe's backend. " + BACKEND_HELP),
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
 ) -> None:
-    """Run a recipe: its steps on the model, measured, checked, and judged against its goals.
+    """Run a recipe: its steps measured, checked and judged.
 
-    Example: optimize run mobile-gpu model.keras --data data.npz
+    The candidate is judged against the recipe's goals (exit 1 if unmet).
+
+    \b
+    Example:
+      optimize run mobile-gpu m.keras --data d.npz
     """
     from .choose import judge_recipe
     from .recipe import load_recipe
@@ -588,28 +664,43 @@ def run_recipe(
         r, model, data, output, threads, as_json, delegates, backend=backend, trust_model_code=trust_model_code
     )
     verdicts = judge_recipe(cand, r)
+    from .shown import escape, wrap
+
     for t, problem in verdicts:
-        typer.echo(
-            f"{t}: {'meets the recipe goals' if problem is None else 'does not meet the goals: ' + problem}",
-            err=as_json,
-        )
+        line = f"{t}: {'meets the recipe goals' if problem is None else 'does not meet the goals: ' + problem}"
+        typer.echo(wrap(escape(line)), err=as_json)
     if any(p for _, p in verdicts):
         raise typer.Exit(1)
 
 
 @recipes_app.command("list")
 def recipes_list() -> None:
-    """The shipped recipes and what each is for.  Example: optimize recipes list"""
-    from .recipe import load_recipe, shipped_recipes
+    """The shipped recipes and what each is for.
 
-    for name, path in shipped_recipes().items():
-        r = load_recipe(path)
-        _show(f"{name:24} {', '.join(r.targets) or '-':12} {r.description}")
+    \b
+    Example:
+      optimize recipes list
+    """
+    from .recipe import load_recipe, shipped_recipes
+    from .shown import escape, wrap
+
+    recipes = {name: load_recipe(path) for name, path in shipped_recipes().items()}
+    first = max(map(len, recipes), default=4) + 2
+    second = max((len(", ".join(r.targets)) for r in recipes.values()), default=1) + 2
+    typer.echo(f"{'recipe':{first}}{'targets':{second}}what it is for")
+    for name, r in recipes.items():
+        line = f"{name:{first}}{', '.join(r.targets) or '-':{second}}{r.description}"
+        typer.echo(wrap(escape(line), hang=first + second))
 
 
 @recipes_app.command("show")
 def recipes_show(recipe: str = typer.Argument(..., help="Recipe name or path.")) -> None:
-    """Print a recipe resolved (defaults filled in).  Example: optimize recipes show mobile-gpu"""
+    """Print a recipe resolved (defaults filled in).
+
+    \b
+    Example:
+      optimize recipes show mobile-gpu
+    """
     from .recipe import load_recipe
 
     typer.echo(load_recipe(recipe).to_toml())
@@ -617,7 +708,12 @@ def recipes_show(recipe: str = typer.Argument(..., help="Recipe name or path."))
 
 @recipes_app.command("validate")
 def recipes_validate(recipes: list[str] = typer.Argument(..., help="Recipe files or names.")) -> None:
-    """Check recipes without loading any model.  Example: optimize recipes validate recipes/*.toml"""
+    """Check recipes without loading any model.
+
+    \b
+    Example:
+      optimize recipes validate recipes/*.toml
+    """
     from .recipe import load_recipe
 
     bad = 0
@@ -634,14 +730,29 @@ def recipes_validate(recipes: list[str] = typer.Argument(..., help="Recipe files
 
 @recipes_app.command("techniques")
 def recipes_techniques() -> None:
-    """Every technique a step can name, with its params.  Example: optimize recipes techniques"""
+    """Every technique a step can name, with its params.
+
+    \b
+    Example:
+      optimize recipes techniques
+    """
+    from enum import Enum
+
     from .registry import techniques
 
+    def shown(value) -> str:  # as a recipe would spell it: "int8", not <Scheme.INT8: 'int8'>
+        value = value.value if isinstance(value, Enum) else value
+        return json.dumps(value) if isinstance(value, str | bool) or value is None else str(value)
+
+    from .shown import escape, wrap
+
     for name, t in sorted(techniques().items()):
-        typer.echo(f"{name} ({t.stage.value}): {t.summary}")
+        typer.echo(wrap(escape(f"{name} ({t.stage.value}): {t.summary}"), hang=4))
         for fname, f in t.params.model_fields.items():
-            default = "(required)" if f.is_required() else repr(f.default)
-            typer.echo(f"    {fname} = {default}  {f.description or ''}")
+            default = "(required)" if f.is_required() else shown(f.default)
+            typer.echo(wrap(escape(f"    {fname} = {default}"), hang=8))
+            if f.description:
+                typer.echo(wrap(escape(f"        {f.description}"), hang=8))
 
 
 def _silence_stdout() -> None:
@@ -684,12 +795,14 @@ def _terminal_streams() -> None:
             pass
 
 
-def _show(text: str) -> None:
+def _show(text: str, fit: bool = True) -> None:
     """Program-made text on stdout (a report, a recommendation): its lines kept, anything else a name or a
-    message from outside could hold (an escape sequence, a bidi override) shown, never obeyed."""
-    from .shown import escape_lines, warning_style
+    message from outside could hold (an escape sequence, a bidi override) shown, never obeyed; lines
+    wider than the terminal wrapped (`fit=False` for JSON, which is data)."""
+    from .shown import escape_lines, warning_style, wrap
 
-    typer.echo(warning_style(escape_lines(text)))
+    text = escape_lines(text)
+    typer.echo(warning_style(wrap(text) if fit else text))
 
 
 def _say(text: str) -> None:

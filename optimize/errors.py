@@ -83,6 +83,11 @@ def _label(root: str, loc) -> str:
     return ".".join(parts)
 
 
+def _public_fields(model) -> list[str]:
+    """The keys a user may write: a model's fields, less those set internally (`exclude=True`)."""
+    return [k for k, f in getattr(model, "model_fields", {}).items() if not f.exclude]
+
+
 def from_validation(
     e, model, *, where: str = "", root: str = "", kind: type[OptimizeError] = OptimizeError, fix: str | None = None
 ) -> OptimizeError:
@@ -98,7 +103,7 @@ def from_validation(
     if kind_ == "extra_forbidden" and loc:
         owner = _model_at(model, loc[:-1])
         label = _label(root, loc[:-1])
-        allowed = ", ".join(getattr(owner, "model_fields", {}))
+        allowed = ", ".join(_public_fields(owner))
         head = f"{label}: unknown key {loc[-1]!r}." if label else f"unknown key {loc[-1]!r}."
         return kind(f"{where}{head}", f"Allowed keys: {allowed}." if allowed else fix)
     label = _label(root, loc)

@@ -307,6 +307,13 @@ def executor(jobs: int, progress: Progress | None = None, kind: str = "local", a
     if jobs and not _spawnable():
         log.info("the main script cannot be re-imported by worker processes (stdin or -c): running in this process")
         jobs = 0
+    if jobs and unguarded_main():
+        log.warning(
+            "optimize is called at the top level of %s, which worker processes would run again: running in "
+            'this process, without crash isolation (put the call under `if __name__ == "__main__":` for workers)',
+            os.path.basename(sys.modules["__main__"].__file__),
+        )
+        jobs = 0
     return SerialExecutor(progress) if jobs == 0 else ProcessExecutor(jobs, progress)
 
 
@@ -314,3 +321,42 @@ def _spawnable() -> bool:
     """Spawned workers re-import the main script by path; a script read from stdin has none and hangs them."""
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
     return main_file is None or os.path.isfile(main_file)
+
+
+def unguarded_main() -> bool:
+    """Whether this call comes from the main script's top level outside an `if __name__ == "__main__":`
+    block. A spawned worker re-imports that script, so it would run the call again while bootstrapping,
+    fail, and leave the parent waiting (issue 17): such a call runs in this process instead."""
+    import ast
+    import inspect
+
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    frame = inspect.currentframe()
+    while frame is not None and not (
+        frame.f_globals is getattr(main, "__dict__", None) and frame.f_code.co_name == "<module>"
+    ):
+        frame = frame.f_back
+    if frame is None or main_file is None or not os.path.isfile(main_file):
+        return False  # not called from a script's top level (an import, a REPL, pytest, a notebook)
+    line = frame.f_lineno
+    try:
+        tree = ast.parse(open(main_file, "rb").read())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in tree.body:
+        if node.lineno <= line <= (node.end_lineno or node.lineno):
+            return not _is_main_guard(node)
+    return True
+
+
+def _is_main_guard(node) -> bool:
+    """`if __name__ == "__main__":` (either side of the comparison)."""
+    import ast
+
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare) or len(node.test.comparators) != 1:
+        return False
+    sides = [node.test.left, node.test.comparators[0]]
+    names = [s.id for s in sides if isinstance(s, ast.Name)]
+    values = [s.value for s in sides if isinstance(s, ast.Constant)]
+    return isinstance(node.test.ops[0], ast.Eq) and names == ["__name__"] and values == ["__main__"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import re
+import textwrap
 
 from .results import Goals, Study
 
@@ -15,6 +16,17 @@ AXES = {
     "size": ("Size (kB, raw .tflite)", lambda c: c.metrics.size.bytes / 1000),
     "latency": ("Host-CPU latency p50 (ms)", lambda c: c.metrics.latency.p50_ms if c.metrics.latency else None),
 }
+#: The one caption of each plot (the figure itself carries no title), used by report.md and report.html.
+CAPTIONS = {
+    "size_vs_accuracy": "Size vs accuracy: each candidate's raw .tflite size against its accuracy change from the "
+    "baseline, in points. Orange: the Pareto front; red star: the chosen candidate; candidates at the same "
+    "point share one label.",
+    "latency_vs_accuracy": "Latency vs accuracy: host-CPU p50 latency against the accuracy change from the "
+    "baseline, in points. Orange: the Pareto front; red star: the chosen candidate; candidates at the same "
+    "point share one label.",
+}
+FIGSIZE = (6.4, 4.2)  # inches
+FONT = 8  # label font size, points
 
 
 def _points(study: Study, axis: str) -> list[tuple[str, float, float]]:
@@ -45,14 +57,14 @@ def scatter_svg(
     import matplotlib
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
+    fig = Figure(figsize=FIGSIZE, layout="constrained")
     ax = fig.add_subplot()
     _scatter(ax, points, set(pareto), chosen)
     _goal_lines(ax, axis, goals)
     ax.set_xlabel(AXES[axis][0])
     ax.set_ylabel(f"Accuracy change vs {study.baseline} (points)")
-    ax.set_title(f"{axis.capitalize()} vs accuracy")
     ax.grid(True, alpha=0.3)
+    _label(ax, points)
     ax.legend(fontsize=8, loc="best")
     buf = io.StringIO()
     # Distinct salt per plot keeps element ids unique when several SVGs share one HTML page.
@@ -79,13 +91,64 @@ def _scatter(ax, points: list[tuple[str, float, float]], front: set[str], chosen
         pts = [p for p in points if member(p[0])]
         if pts:
             ax.scatter([p[1] for p in pts], [p[2] for p in pts], label=label, zorder=3, **style)
-    for i, (name, x, y) in enumerate(sorted(points, key=lambda p: p[1])):
-        # Alternate above/below so neighbours with equal accuracy do not print over each other.
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 5 if i % 2 == 0 else -12), fontsize=8)
     xs = [p[1] for p in points]
     if min(xs) > 0 and max(xs) / min(xs) > 20:
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+
+def _label(ax, points: list[tuple[str, float, float]]) -> None:
+    """One label per group of candidates at (nearly) the same point, each placed where it covers no other
+    label and no marker: the first free spot of a few around its point, else the least covered one."""
+    ax.margins(x=0.12, y=0.15)  # room for labels at the edges
+    ax.autoscale_view()
+    frac = _to_axes(ax)
+    groups = _groups([(n, *frac(x, y)) for n, x, y in points])
+    w_pt, h_pt = FIGSIZE[0] * 72 * 0.8, FIGSIZE[1] * 72 * 0.75  # the axes' rough size in points
+    markers = [(fx - 0.01, fy - 0.015, fx + 0.01, fy + 0.015) for _, fx, fy in groups]
+    placed: list[tuple[float, float, float, float]] = []
+    for names, fx, fy in sorted(groups, key=lambda g: (g[1], g[2])):
+        text = textwrap.fill(names, 34, break_long_words=False)
+        lines = text.split("\n")
+        w, h = max(map(len, lines)) * FONT * 0.55 / w_pt, len(lines) * FONT * 1.3 / h_pt
+        spots = [(dx, dy) for dy in (0.02, -0.02 - h, 0.06, -0.06 - h) for dx in (0.015, -0.015 - w, -w / 2)]
+        best = min(
+            spots, key=lambda d: _covered((fx + d[0], fy + d[1], fx + d[0] + w, fy + d[1] + h), placed + markers)
+        )
+        box = (fx + best[0], fy + best[1], fx + best[0] + w, fy + best[1] + h)
+        placed.append(box)
+        ax.annotate(text, (box[0], box[1]), xycoords="axes fraction", fontsize=FONT, va="bottom", ha="left")
+
+
+def _to_axes(ax):
+    """(x, y) in data units to the fraction of the axes (log x where the axis is logarithmic)."""
+    import math
+
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    log = ax.get_xscale() == "log"
+    fx = (lambda v: math.log10(v)) if log else (lambda v: v)
+    span_x, span_y = (fx(x1) - fx(x0)) or 1.0, (y1 - y0) or 1.0
+    return lambda x, y: ((fx(x) - fx(x0)) / span_x, (y - y0) / span_y)
+
+
+def _groups(points: list[tuple[str, float, float]], near: float = 0.02) -> list[tuple[str, float, float]]:
+    """Candidates within `near` of each other (axes fraction, both ways) as one label: `int8, prune-int8`."""
+    groups: list[list[tuple[str, float, float]]] = []
+    for p in sorted(points, key=lambda p: (p[1], p[2])):
+        g = next((g for g in groups if abs(g[0][1] - p[1]) < near and abs(g[0][2] - p[2]) < near), None)
+        if g is None:
+            groups.append([p])
+        else:
+            g.append(p)
+    return [(", ".join(n for n, _, _ in g), g[0][1], g[0][2]) for g in groups]
+
+
+def _covered(box: tuple[float, float, float, float], others: list[tuple[float, float, float, float]]) -> float:
+    """How much of `box` other boxes cover, plus how far it sticks out of the axes (both in area)."""
+    x0, y0, x1, y1 = box
+    area = sum(max(0.0, min(x1, b[2]) - max(x0, b[0])) * max(0.0, min(y1, b[3]) - max(y0, b[1])) for b in others)
+    out = (x1 - x0) * (y1 - y0) - max(0.0, min(x1, 1) - max(x0, 0)) * max(0.0, min(y1, 1) - max(y0, 0))
+    return area + 2 * out
 
 
 def _goal_lines(ax, axis: str, goals: Goals | None) -> None:

@@ -109,12 +109,21 @@ def configure(quiet: bool = False, live: bool | None = None) -> Progress:
     else:
         progress = Progress()
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(_Fitted("%(message)s"))
         root.addHandler(handler)
     for h in root.handlers:
         h.addFilter(_shown)
     root.setLevel(logging.WARNING if quiet else logging.INFO)
     return progress
+
+
+class _Fitted(logging.Formatter):
+    """Plain log lines wrapped to the terminal's width (a log file or CI shows them as they were meant)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from .shown import wrap
+
+        return wrap(super().format(record))
 
 
 def _shown(record: logging.LogRecord) -> bool:

@@ -45,7 +45,7 @@ class Recipe(BaseModel):
     )
     output: str | None = Field(None, description="Default output folder: a relative path below where you run it.")
     steps: tuple[Step, ...] = Field((), validate_default=True)
-    source: str = "<memory>"
+    source: str = Field("<memory>", exclude=True, description="Where it was loaded from (set by the loader).")
 
     @field_validator("model", "data", "output", "description")
     @classmethod
@@ -132,7 +132,7 @@ class Recipe(BaseModel):
         if goals != {"objective": "size"}:
             doc["goals"] = goals
         doc["steps"] = [{k: v for k, v in s.flat().items() if v is not None} for s in self.steps]
-        return tomli_w.dumps(doc)
+        return "\n".join(_fold_toml_line(line) for line in tomli_w.dumps(doc).split("\n"))
 
     def with_backend(self, backend: Backend | str | None = None) -> Recipe:
         """The same pipeline with its post-training schemes made by `backend` (default: the recipe's own).
@@ -322,3 +322,21 @@ def recipes_dir() -> Path:
 
 def shipped_recipes() -> dict[str, Path]:
     return {p.stem: p for p in sorted(recipes_dir().glob("*.toml"))}
+
+
+_TOML_STRING = re.compile(r'^([A-Za-z0-9_-]+) = (".*")$')
+
+
+def _fold_toml_line(line: str, columns: int = 78) -> str:
+    """A `key = "long text"` line as a multi-line basic string whose lines end in a backslash (TOML then
+    joins them back with the spaces kept), so a printed recipe fits 80 columns and still loads as is."""
+    m = _TOML_STRING.match(line)
+    body = m.group(2)[1:-1] if m else ""  # tomli_w's escaping kept: an escape holds no space
+    if len(line) <= columns or m is None or body[:1].isspace():
+        return line
+    lines = [""]
+    for word in re.findall(r"\S+\s*", body):  # each word with the spaces after it: a line never starts with one
+        if lines[-1] and len(lines[-1]) + len(word) >= columns:
+            lines.append("")
+        lines[-1] += word
+    return f'{m.group(1)} = """\\\n' + "\n".join(part + "\\" for part in lines) + '\n"""'

@@ -204,7 +204,10 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
     sections = [[f"# Optimization report: {_md(study.model)}", "", head, "", f"_{HOST_NOTE}_"]]
     sections.append(_md_candidates(study, rec))
     if images:
-        sections.append(["## Plots", ""] + [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})" for k, v in images.items()])
+        from .plots import CAPTIONS
+
+        figures = [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})\n\n_{_md(CAPTIONS.get(k, k))}_" for k, v in images.items()]
+        sections.append(["## Plots", "", "\n\n".join(figures)])
     sections.append(_md_matrix(study))
     if any(c.rescue for c in study.candidates):
         sections.append(_md_rescue(study))
@@ -290,6 +293,12 @@ def _html_rows(study: Study, rec: Recommendation | None) -> list[dict]:
     ]
 
 
+def _captions() -> dict[str, str]:
+    from .plots import CAPTIONS
+
+    return CAPTIONS
+
+
 def _template():
     from jinja2 import Environment, PackageLoader, select_autoescape
 
@@ -317,7 +326,7 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
         headers=HEADERS,
         rows=_html_rows(study, rec),
         plots={k: Markup(v) for k, v in plots.items()},  # our own SVG, made by matplotlib from escaped text
-        plot_titles=PLOT_TITLES,
+        plot_titles=_captions(),
         unplotted=[c.name for c in study.candidates if c.ok and c.accuracy_score is None],
         debug=debug,
         rescued=[c for c in study.candidates if c.rescue],

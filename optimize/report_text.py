@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .advice import describe
 from .delegates.observe import OBSERVED
+from .report import fmt_bytes
 from .results import Candidate, Metrics, Study
 from .vocab import Delegate, Target
 
@@ -34,7 +35,7 @@ def _console(width: int | None = None):
 
 
 def _kb(n: int | None) -> str:
-    return "-" if n is None else f"{n / 1024:,.1f} KB"
+    return "-" if n is None else fmt_bytes(n)
 
 
 def _pct(x: float | None, signed: bool = False) -> str:
@@ -44,11 +45,13 @@ def _pct(x: float | None, signed: bool = False) -> str:
 
 
 def _ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}" if a is not None and b else ""
+    return f"{a / b:.2f}" if a is not None and b else "-"
 
 
 _COLOR = {"full": "green", "partial": "yellow", "none": "red"}
 _LETTER = {d: ("C" if d is Delegate.COREML else str(d)[0].upper()) for d in Delegate}  # G N H C X
+#: Few samples make a fidelity figure rough: below this many its cells carry a star.
+FEW_SAMPLES = 32
 
 
 def _delegate_cell(c: Candidate, name: str) -> str:
@@ -61,12 +64,26 @@ def _delegate_cell(c: Candidate, name: str) -> str:
     return cell + (f" p{r.partitions}" if r.partitions > 1 else "")
 
 
+def verdict_glyph(c: Candidate, delegate: str) -> str:
+    """One character per delegate that reads without colour: its letter in capitals when it takes the
+    whole model, in small letters when part of it, `-` for none, `!` when it would fail while building
+    its graph (everything on the CPU), `.` when not checked."""
+    r = c.delegates.get(delegate)
+    if r is None:
+        return "."
+    if r.veto_code == "build-failure":
+        return "!"
+    letter = _LETTER.get(delegate, str(delegate)[0].upper())
+    return {"full": letter, "partial": letter.lower()}.get(r.verdict, "-")
+
+
 def _delegates_compact(c: Candidate) -> str:
-    """All delegates in one cell: a letter each, green full, yellow partial, red none (G N H C X)."""
+    """All delegates in one cell, a glyph each (verdict_glyph), coloured as well where colour shows."""
     cells = []
     for d in DELEGATE_COLS:
         r = c.delegates.get(d)
-        cells.append("·" if r is None else f"[{_COLOR[r.verdict]}]{_LETTER[d]}[/{_COLOR[r.verdict]}]")
+        glyph = verdict_glyph(c, d)
+        cells.append(glyph if r is None else f"[{_COLOR[r.verdict]}]{glyph}[/{_COLOR[r.verdict]}]")
     return "".join(cells)
 
 
@@ -103,9 +120,29 @@ def _delta(c: Candidate, base: _Base) -> str:
     return _pct(m.accuracy_delta, signed=True)
 
 
+def _few(c: Candidate) -> str:
+    f = c.metrics.fidelity
+    return "*" if f is not None and f.samples < FEW_SAMPLES else ""
+
+
 def _agree(c: Candidate, base: _Base) -> str:
     f = c.metrics.fidelity
-    return _pct(f.top1_agreement) if f and f.top1_agreement is not None else "-"
+    return _pct(f.top1_agreement) + _few(c) if f and f.top1_agreement is not None else "-"
+
+
+def _rel_err(c: Candidate, base: _Base) -> str:
+    """The worst output's relative error against the float reference (what a label-free goal is judged on)."""
+    f = c.metrics.fidelity
+    err = f.relative_error if f is not None else None
+    return "-" if err is None else f"{err * 100:.2f}%{_few(c)}"
+
+
+def _size_x(c: Candidate, base: _Base) -> str:
+    """Size over the baseline's; without a baseline (one quantize run), weight bytes over their float32."""
+    if base.size is not None:
+        return _ratio(c.metrics.size.bytes, base.size.bytes)
+    comp = c.composition
+    return f"w{comp.shrink:.2f}" if comp is not None and comp.float32_equivalent_bytes else "-"
 
 
 @dataclass(frozen=True)
@@ -113,41 +150,69 @@ class _Col:
     header: str
     cell: Callable[[Candidate, _Base], str]
     drop: int  # 0: always shown; higher numbers are dropped first when the terminal is narrow
+    name: str = ""  # how the note on dropped columns names it (default: the header)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.header
 
 
-#: The sweep table's columns. Drop order when narrow (highest first): the ratio columns, the gzip size,
-#: top-1 agreement, peak memory, then the accuracy value (its change stays); the five delegate columns
-#: merge into one compact cell first of all. The candidate name is never cut.
-COLUMNS: tuple[_Col, ...] = (
-    _Col("candidate", lambda c, b: c.name, 0),
-    _Col("size", lambda c, b: _kb(c.metrics.size.bytes), 0),
-    _Col("x", lambda c, b: _ratio(c.metrics.size.bytes, b.size.bytes if b.size else None), 3),
-    _Col("gzip", lambda c, b: _kb(c.metrics.size.gzip_bytes), 5),
-    _Col("x", lambda c, b: _ratio(c.metrics.size.gzip_bytes, b.size.gzip_bytes if b.size else None), 7),
-    _Col("acc", _accuracy, 2),
-    _Col("Δ", _delta, 0),
-    _Col("agree", _agree, 4),
-    _Col("p50 ms", lambda c, b: "-" if c.p50_ms is None else f"{c.p50_ms:.3f}", 0),
-    _Col("x", lambda c, b: _ratio(c.p50_ms, b.p50), 6),
-    _Col("mem", lambda c, b: _kb(c.metrics.memory.peak_rss_bytes) if c.metrics.memory else "-", 3),
-)
+def _sparse(c: Candidate) -> bool:
+    return any(s.technique in ("prune", "cluster") for s in c.steps)
+
+
+def _study_has(cands: list[Candidate]) -> dict[str, bool]:
+    """What the columns depend on: labels, class outputs, pruned/clustered candidates, peak memory."""
+    ok = [c for c in cands if c.ok]
+    return {
+        "labels": any(c.metrics.accuracy is not None for c in ok) or not ok,
+        "classes": any(c.metrics.fidelity and c.metrics.fidelity.top1_agreement is not None for c in ok),
+        "sparse": any(map(_sparse, cands)),
+        "memory": any(c.metrics.memory for c in ok),
+    }
+
+
+def table_columns(cands: list[Candidate], every: bool = False) -> list[_Col]:
+    """The columns this study needs (`every`: all of them), each with its drop order when the terminal is
+    narrow (highest goes first). Chosen by what matters here: the gzip size is never dropped when a
+    pruned or clustered candidate exists (its whole benefit is there); without labels the fidelity to
+    float32 takes the accuracy columns' place and is never dropped. The candidate name is never cut."""
+    has = {k: v or every for k, v in _study_has(cands).items()}
+    fidelity = 4 if has["labels"] else 0  # without labels, fidelity is the only word on quality: kept
+    cols = [
+        _Col("candidate", lambda c, b: esc(c.name), 0),
+        _Col("size", lambda c, b: _kb(c.metrics.size.bytes), 0),
+        _Col("x", _size_x, 3, "size x"),
+        _Col("gzip", lambda c, b: _kb(c.metrics.size.gzip_bytes), 0 if has["sparse"] else 5),
+        _Col("x", lambda c, b: _ratio(c.metrics.size.gzip_bytes, b.size.gzip_bytes if b.size else None), 7, "gzip x"),
+    ]
+    cols += [_Col("acc", _accuracy, 2), _Col("Δ", _delta, 0)] if has["labels"] else []
+    cols += [_Col("rel err", _rel_err, fidelity)] + ([_Col("agree", _agree, fidelity or 1)] if has["classes"] else [])
+    cols += [
+        _Col("p50 ms", lambda c, b: "-" if c.p50_ms is None else f"{c.p50_ms:.3f}", 0),
+        _Col("x", lambda c, b: _ratio(c.p50_ms, b.p50), 6, "p50 x"),
+    ]
+    if has["memory"]:
+        cols.append(_Col("mem", lambda c, b: _kb(c.metrics.memory.peak_rss_bytes) if c.metrics.memory else "-", 3))
+    return cols
 
 
 def _plain(text: str) -> int:
     import re
 
-    return len(re.sub(r"\[/?[a-z ]+\]", "", text))
+    return len(re.sub(r"\[/?[a-z ]+\]", "", text).replace("\\[", "["))
 
 
-def _fit(columns: list[_Col], cells: list[list[str]], width: int) -> list[int]:
-    """Indices of the columns kept so the table fits `width` (rich: 3 characters per column + 1)."""
-    keep = list(range(len(columns)))
+def _need(columns: list[_Col], cells: list[list[str]], idx: list[int]) -> int:
+    """Columns the table takes with these columns (rich: 3 characters per column + 1)."""
+    return sum(max(_plain(columns[i].header), *(_plain(r[i]) for r in cells)) + 3 for i in idx) + 1
 
-    def need(idx: list[int]) -> int:
-        return sum(max(_plain(columns[i].header), *(_plain(r[i]) for r in cells)) + 3 for i in idx) + 1
 
+def _fit(columns: list[_Col], cells: list[list[str]], width: int, skip: set[int] = frozenset()) -> list[int]:
+    """Indices of the columns kept so the table fits `width` (those in `skip` are not shown anyway)."""
+    keep = [i for i in range(len(columns)) if i not in skip]
     for level in sorted({c.drop for c in columns if c.drop}, reverse=True):
-        if need(keep) <= width:
+        if _need(columns, cells, keep) <= width:
             break
         keep = [i for i in keep if columns[i].drop != level]
     return keep
@@ -155,7 +220,7 @@ def _fit(columns: list[_Col], cells: list[list[str]], width: int) -> list[int]:
 
 def _columns(cands: list[Candidate], width: int | None, wide: bool) -> list[_Col]:
     """The columns to offer: the delegates as five columns when there is room, else one compact cell."""
-    columns = list(COLUMNS)
+    columns = table_columns(cands, every=wide)
     if not any(c.delegates for c in cands):
         return columns
     # The GPU observed in the runtime (sweep --observe gpu), beside the rules' prediction.
@@ -175,8 +240,61 @@ def _cells(cands: list[Candidate], columns: list[_Col], base: _Base) -> list[lis
         if c.ok:
             rows.append([col.cell(c, base) for col in columns])
         else:
-            rows.append([c.name, "[red]failed[/red]"] + [""] * (len(columns) - 2))
+            rows.append([esc(c.name), "[red]failed[/red]"] + [""] * (len(columns) - 2))
     return rows
+
+
+def _table(cands: list[Candidate], columns: list[_Col], cells: list[list[str]], keep: list[int], title: str):
+    from rich.table import Table
+
+    t = Table(title=title or None, show_lines=False)
+    longest = max((len(esc(c.name)) for c in cands), default=9)
+    for i in keep:
+        if i == 0:  # names are never cut
+            t.add_column(columns[i].header, no_wrap=True, min_width=max(longest, 9))
+        else:
+            t.add_column(columns[i].header, justify="right", no_wrap=True)
+    for row in cells:
+        t.add_row(*(row[i] for i in keep))
+    return t
+
+
+def _chunks(columns: list[_Col], cells: list[list[str]], width: int) -> list[list[int]]:
+    """Every column, in as many tables as it takes to fit `width`, each starting with the candidate."""
+    groups: list[list[int]] = [[0]]
+    for i in range(1, len(columns)):
+        if len(groups[-1]) > 1 and _need(columns, cells, [*groups[-1], i]) > width:
+            groups.append([0])
+        groups[-1].append(i)
+    return groups
+
+
+def _unmeasured(cands: list[Candidate], cells: list[list[str]]) -> set[int]:
+    """Columns where no candidate that worked has a figure (no data, no baseline): not shown at all."""
+    rows = [r for r, c in zip(cells, cands, strict=True) if c.ok]
+    return {i for i in range(1, len(cells[0]) if cells else 0) if rows and all(r[i] == "-" for r in rows)}
+
+
+def candidates_tables(
+    cands: list[Candidate],
+    baseline: Candidate | None = None,
+    title: str = "",
+    width: int | None = None,
+    wide: bool = False,
+) -> tuple[list, list[str]]:
+    """The candidates as rich Tables that fit `width` columns, and the names of the columns left out.
+    With `wide` every column is shown, in as many tables as it takes to fit."""
+    columns = _columns(cands, width, wide)
+    cells = _cells(cands, columns, _Base.of(baseline))
+    if width is None:
+        return [_table(cands, columns, cells, list(range(len(columns))), title)], []
+    if wide:
+        groups = _chunks(columns, cells, width)
+        return [_table(cands, columns, cells, g, title if i == 0 else "") for i, g in enumerate(groups)], []
+    empty = _unmeasured(cands, cells)
+    keep = [i for i in _fit(columns, cells, width, skip=empty) if i not in empty]
+    dropped = [columns[i].label for i in range(len(columns)) if i not in keep and i not in empty]
+    return [_table(cands, columns, cells, keep, title)], dropped
 
 
 def candidates_table(
@@ -186,22 +304,19 @@ def candidates_table(
     width: int | None = None,
     wide: bool = False,
 ):
-    """The candidates as a rich Table that fits `width` columns (all columns with `wide`)."""
-    from rich.table import Table
-
+    """The candidates as one rich Table that fits `width` columns (all columns with `wide`)."""
     columns = _columns(cands, width, wide)
     cells = _cells(cands, columns, _Base.of(baseline))
     keep = list(range(len(columns))) if wide or width is None else _fit(columns, cells, width)
-    t = Table(title=title or None, show_lines=False)
-    longest = max((len(c.name) for c in cands), default=9)
-    for i in keep:
-        if i == 0:  # names are never cut
-            t.add_column(columns[i].header, no_wrap=True, min_width=max(longest, 9))
-        else:
-            t.add_column(columns[i].header, justify="right", no_wrap=True, overflow="ellipsis")
-    for row in cells:
-        t.add_row(*(row[i] for i in keep))
-    return t
+    return _table(cands, columns, cells, keep, title)
+
+
+def _print_tables(con, cands: list[Candidate], baseline: Candidate | None, title: str, wide: bool) -> None:
+    tables, dropped = candidates_tables(cands, baseline, title, width=con.width, wide=wide)
+    for t in tables:
+        con.print(t)
+    if dropped:
+        con.print(f"Left out at {con.width} columns: {', '.join(dropped)}; --wide shows every column.")
 
 
 def next_steps(study: Study, folder: Path | None) -> list[str]:
@@ -221,31 +336,57 @@ def next_steps(study: Study, folder: Path | None) -> list[str]:
             lines.append(f"  {target:8} none passes the default guard")
         warnings += [w for w in rec.warnings if w not in warnings]
     lines += [f"[red]WARNING: {esc(w)}[/red]" for w in warnings]
-    lines.append(f"Next: optimize recommend {esc(where)} --target T [--max-accuracy-drop 0.01]   (why, and what else)")
-    lines.append(f"      optimize report {esc(where)}   (report.md + report.html with plots)")
+    lines.append(f"Next: optimize recommend {esc(where)} --target T   (why, and what else)")
+    lines.append(f"      optimize report {esc(where)}   (report.md, report.html, plots)")
     if len(lines) <= 2:
         return lines
     within = f"within the default guard ({guard}; no accuracy goal given)" if guard else "no accuracy goal given"
     return [f"Smallest candidate each target runs fully, {within}:"] + lines
 
 
-def _legend(study: Study) -> str | None:
-    base = next((c for c in study.candidates if c.name == study.baseline and c.ok), None)
-    lat = base.metrics.latency if base is not None else None
-    if lat is None:
-        return None
-    return (
-        f"Latency: {lat.runtime}, {lat.threads} threads, p50 of {lat.runs} runs after {lat.warmup_runs} "
-        "warm-up. x = ratio to float32. Delegates: nodes delegated/total (p = partitions), or G N H C X = "
-        "GPU, NNAPI, Hexagon, Core ML, XNNPACK (green full, yellow partial, red none; ! = the delegate would "
-        "fail while building its graph, so the whole model runs on the CPU); xnnpack is observed in the "
-        "runtime, the others predicted from each delegate's rules"
-        + (
-            "; gpu seen: LiteRT's GPU accelerator (ML Drift) observed on this machine, beside the classic GPU "
-            "delegate's predicted column."
-            if _observed(study.candidates)
-            else "."
+def legend(cands: list[Candidate], baseline: Candidate | None) -> list[str]:
+    """What the table's columns mean, in plain words (nothing in the table depends on colour)."""
+    lines = [_latency_legend(cands, baseline), _fidelity_legend(cands)]
+    if any(c.delegates for c in cands):
+        lines.append(
+            "Delegates G N H C X = GPU, NNAPI, Hexagon, Core ML, XNNPACK: capital = runs the whole model, "
+            "small = part of it, - = none, ! = fails while building its graph (all on the CPU), . = not "
+            "checked; as n/total when wide (p = partitions). XNNPACK is observed in the runtime, the others "
+            "predicted from each delegate's rules"
+            + (
+                "; gpu seen: LiteRT's GPU accelerator (ML Drift) observed on this machine, beside the classic "
+                "GPU delegate's predicted column."
+                if _observed(cands)
+                else "."
+            )
         )
+    return [line for line in lines if line]
+
+
+def _latency_legend(cands: list[Candidate], baseline: Candidate | None) -> str:
+    lat = baseline.metrics.latency if baseline is not None and baseline.ok else None
+    if lat is not None:
+        return (
+            f"Latency: {lat.runtime}, {lat.threads} threads, p50 of {lat.runs} runs after {lat.warmup_runs} "
+            f"warm-up. x = ratio to {baseline.name}."
+        )
+    if any(c.ok and c.composition for c in cands):
+        return "x = weight bytes over the same weights in float32 (w0.25: a quarter)."
+    return ""
+
+
+def _fidelity_legend(cands: list[Candidate]) -> str:
+    """Without labels: what rel err and agree are, on how many samples, and what a star means."""
+    ok = [c for c in cands if c.ok]
+    fid = [c.metrics.fidelity for c in ok if c.metrics.fidelity is not None]
+    if not fid or any(c.metrics.accuracy for c in ok):
+        return ""
+    counts = sorted({f.samples for f in fid})
+    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    few = f"; * = from fewer than {FEW_SAMPLES} samples, a rough figure" if counts[0] < FEW_SAMPLES else ""
+    return (
+        f"No labels: rel err = the worst output's mean |difference| from float32 over its range, agree = "
+        f"top-1 agreement with it, on {n} samples{few}."
     )
 
 
@@ -261,29 +402,33 @@ def print_study(study: Study, folder: Path | None = None, wide: bool = False, wi
     con = _console(width)
     base = next((c for c in study.candidates if c.name == study.baseline), None)
     title = f"{esc(study.model)}: {len(study.candidates)} candidates"
-    con.print(candidates_table(study.candidates, base, title, width=con.width, wide=wide))
-    legend = _legend(study)
-    if legend:
-        con.print(legend)
+    _print_tables(con, study.candidates, base, title, wide)
+    for line in legend(study.candidates, base):
+        con.print(esc(line))
     for c in study.candidates:
         _print_outcome(con, c)
     if folder:
         written = [c for c in study.candidates if c.artifact and (Path(folder) / c.artifact).is_file()]
-        con.print(f"Wrote {len(written)} artifact(s) and {Path(folder) / 'study.json'}")
+        con.print(f"Wrote {len(written)} artifact(s) and {esc(str(Path(folder) / 'study.json'))}")
     if any(c.ok for c in study.candidates):
         for line in next_steps(study, folder):
-            con.print(line)
+            con.print(line)  # rich markup, its names escaped
 
 
-def print_candidates(cands: list[Candidate], folder: Path | None = None, wide: bool = False) -> None:
-    con = _console()
-    con.print(candidates_table(cands, width=con.width, wide=wide))
+def print_candidates(
+    cands: list[Candidate], folder: Path | None = None, wide: bool = False, width: int | None = None
+) -> None:
+    """One run's candidate (quantize, prune, run, ...): its table, what the columns mean, notes, the file."""
+    con = _console(width)
+    _print_tables(con, cands, None, "", wide)
+    for line in legend(cands, None):
+        con.print(esc(line))
     for c in cands:
         _print_outcome(con, c)
         if c.skipped_layers:
             con.print(f"{esc(c.name)}: layers left as they were: {esc(', '.join(c.skipped_layers))}")
         if c.artifact and folder:
-            con.print(f"Wrote {Path(folder) / c.artifact}")
+            con.print(f"Wrote {esc(str(Path(folder) / c.artifact))}")
 
 
 def print_metrics(name: str, m: Metrics) -> None:
@@ -315,33 +460,49 @@ def print_metrics(name: str, m: Metrics) -> None:
         con.print(f"  memory    peak {_kb(m.memory.peak_rss_bytes)} ({m.memory.method})")
 
 
-def print_debug(report) -> None:
-    """The per-layer error table: worst first, with what keeping each op in float buys where measured."""
-    from rich.table import Table
-
-    t = Table(title=f"{report.scheme}: output error {report.output_error:.4f} over {report.samples} samples")
-    for col in ("#", "op", "tensor", "rmse/scale", "rel rmse", "added", "weights", "if float"):
-        t.add_column(col, justify="left" if col in ("op", "tensor") else "right")
-    for le in report.layers[:25]:
-        t.add_row(
-            str(le.op_index),
-            le.op,
-            esc(le.tensor),
-            "-" if le.rmse_over_scale is None else f"{le.rmse_over_scale:.2f}",
-            f"{le.relative_rmse:.4f}",
-            f"{le.error_added:+.4f}",
-            f"{le.weight_share * 100:.1f}%",
-            "-" if le.output_error_without is None else f"{le.output_error_without:.4f}",
+def debug_lines(report, width: int = 80, top: int = 25) -> list[str]:
+    """The per-layer error table as plain lines that fit `width`: one line of figures per op, its output
+    tensor's whole name on the line below (folded, never cut), rows in the report's ranking."""
+    head = f"{'rank':>4}  {'op (#index)':22}  {'added':>8}  {'rel rmse':>8}  {'rmse/scale':>10}  {'weights':>7}  {'if float':>8}"
+    lines = [f"{report.scheme}: output error {report.output_error:.4f} over {report.samples} samples", head]
+    room = max(20, width - 6)
+    for rank, le in enumerate(report.layers[:top], 1):
+        step = "-" if le.rmse_over_scale is None else f"{le.rmse_over_scale:.2f}"
+        float_err = "-" if le.output_error_without is None else f"{le.output_error_without:.4f}"
+        op = f"{le.op} #{le.op_index}"
+        lines.append(
+            f"{rank:>4}  {op:22}  {le.error_added:>+8.4f}  {le.relative_rmse:>8.4f}  {step:>10}  "
+            f"{le.weight_share * 100:>6.1f}%  {float_err:>8}"
         )
-    con = _console()
-    con.print(t)
+        lines += [f"      {part}" for part in fold(esc(le.tensor), room)]
+    return lines
+
+
+def fold(name: str, room: int) -> list[str]:
+    """A long name in pieces of at most `room` characters, each ending after a `;` or `/` where one is
+    near the end (TFLite's fused tensor names join several paths with `;`)."""
+    pieces = []
+    while len(name) > room:
+        cut = max(name.rfind(";", 0, room), name.rfind("/", 0, room)) + 1
+        cut = cut if cut > room * 0.6 else room
+        pieces.append(name[:cut])
+        name = name[cut:]
+    return [*pieces, name] if name or not pieces else pieces
+
+
+def print_debug(report, width: int | None = None) -> None:
+    """The per-layer error table: ranked, with what keeping each op in float buys where measured."""
+    con = _console(width)
+    for line in debug_lines(report, con.width):
+        con.print(line, highlight=False)
     if len(report.layers) > 25:
         con.print(f"... and {len(report.layers) - 25} more op(s) (use --json for all)")
     if report.kept_float:
         con.print("Left in float by the quantizer (unsupported): " + esc(", ".join(report.kept_float)))
     con.print(
-        "rmse/scale ~0.29 is pure rounding; above ~0.7 points at clipping or a poor range. 'if float': the model's "
-        "output error with everything quantized except that op."
+        "Ranked: ops measured with only them kept float first (lowest 'if float', the model's output error "
+        "then, first), the rest by 'added' (the relative error the op adds to its inputs'), highest first. "
+        "rmse/scale ~0.29 is pure rounding; above ~0.7 points at clipping or a poor range."
     )
 
 

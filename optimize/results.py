@@ -26,9 +26,67 @@ FEW_SAMPLES = 32
 
 
 class Record(BaseModel):
-    """Base for every record: frozen, and unknown fields are errors (hand-edited nonsense is caught)."""
+    """Base for every record: frozen, and unknown fields are errors (hand-edited nonsense is caught).
+
+    Its repr is short enough to read at a prompt: fields left at their default are left out, nested
+    records, lists and dicts are summarised (`[11 Candidate]`), long text is cut. The whole record is
+    `model_dump_json(indent=2)`; the terminal rendering is in `optimize.report_text`.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={_brief(v, 1)}' for k, v in self._set_fields())})"
+
+    __str__ = __repr__
+
+    def _set_fields(self):
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if field.is_required() or value != field.default:
+                yield name, value
+
+
+def _brief(value, depth: int) -> str:
+    """One field's value in a record's repr: nested records one level deep, collections counted."""
+    from enum import Enum
+
+    if isinstance(value, Record):
+        return _brief_record(value, depth)
+    if isinstance(value, Enum):
+        return repr(value.value)
+    if isinstance(value, list | tuple | dict):
+        return _brief_collection(value)
+    if isinstance(value, str) and len(value) > 60:
+        return repr(value[:57] + "...")
+    return f"{value:.6g}" if isinstance(value, float) else repr(value)
+
+
+def _brief_record(value: Record, depth: int) -> str:
+    if depth <= 0:
+        return f"{type(value).__name__}(...)"
+    parts: list[str] = []
+    for k, v in value._set_fields():
+        part = f"{k}={_brief(v, depth - 1)}"
+        if parts and sum(len(p) + 2 for p in parts) + len(part) > 100:
+            parts.append("...")
+            break
+        parts.append(part)
+    return f"{type(value).__name__}({', '.join(parts)})"
+
+
+def _brief_collection(value: list | tuple | dict) -> str:
+    """Short plain collections as they are; others as a count and kind (`[11 Candidate]`), dicts with keys."""
+    items = list(value.values() if isinstance(value, dict) else value)
+    text = repr(value) if all(isinstance(v, str | int | float | bool) for v in items) else ""
+    if text and len(text) <= 80:
+        return text
+    kinds = sorted({type(v).__name__ for v in items})
+    what = f"{len(items)} {kinds[0]}" if len(kinds) == 1 else f"{len(items)} items"
+    if isinstance(value, dict):
+        keys = ", ".join(map(str, list(value)[:6])) + (", ..." if len(value) > 6 else "")
+        return "{" + f"{what}: {keys}" + "}"
+    return f"[{what}]"
 
 
 class Size(Record):

@@ -55,3 +55,40 @@ def warning_style(text: str, color: bool | None = None) -> str:
     if not color:
         return text
     return "\n".join(f"\x1b[31m{line}\x1b[0m" if line.startswith(WARNING) else line for line in text.split("\n"))
+
+
+#: Where a line that is too long continues: under the text after a list marker (`- `, `1. `), else four
+#: columns in from an indented line, else at the start of the line (a paragraph).
+_MARKER = re.compile(r"^(\s*)([-*] |\d+\. )?")
+
+
+def width(default: int = 80) -> int:
+    """The terminal's width in columns: $COLUMNS, else the terminal's own, else `default` (a pipe, a log)."""
+    import shutil
+
+    return max(40, shutil.get_terminal_size((default, 24)).columns)
+
+
+def wrap(text: str, columns: int | None = None, hang: int | None = None) -> str:
+    """Program-made text with every line longer than `columns` (default: the terminal's width) wrapped
+    at spaces, continuing under its list marker or indented (or `hang` columns in); words longer than a
+    line are split."""
+    import textwrap
+
+    columns = columns or width()
+    out = []
+    for line in str(text).split("\n"):
+        if len(line) <= columns:
+            out.append(line)
+            continue
+        m = _MARKER.match(line)
+        indent, marker = m.group(1), m.group(2) or ""
+        under = indent + " " * len(marker) if marker else (indent + "    " if indent else "")
+        out += textwrap.wrap(
+            line,
+            columns,
+            subsequent_indent=(under if hang is None else " " * hang)[: columns // 2],
+            break_on_hyphens=False,
+            drop_whitespace=True,
+        ) or [""]
+    return "\n".join(out)

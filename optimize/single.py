@@ -6,6 +6,7 @@ process), so a converter or runtime crash fails the candidate instead of the cal
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -46,24 +47,37 @@ def run(
     src, ds = open_inputs(model or recipe.model, data or recipe.data, calibration, measuring, trust_model_code)
     recipe = prepare(recipe, src, ds, backend)
     out_dir = Path(output or recipe.output or "optimize-out")
-    if out_dir.suffix == ".tflite":
-        recipe = recipe.model_copy(update={"name": out_dir.stem})
-        out_dir = out_dir.parent
+    file_name = None
+    if out_dir.suffix == ".tflite":  # the artifact's own name; the candidate keeps the recipe's
+        file_name, out_dir = out_dir.name, out_dir.parent
+        paths.inside(out_dir, file_name)  # a plain file name, checked before any work
     paths.output_dir(out_dir)
+    work = out_dir / ".work" / "result" if file_name else out_dir
     settings = Settings(threads, measure.DEFAULT_SAMPLES, delegates, timing=measure_it)
     compare = measure_it and ds is not None
     task = Task(
         src,
         ds,
         (recipe,),
-        out_dir,
+        work,
         settings,
         reference=Path(reference) if reference else None,
         own_reference=compare and reference is None,
     )
     try:
+        if file_name:
+            paths.output_dir(work)
         with executor(jobs, progress) as ex:
             ex.submit(task)
-            return next(iter(ex.results()))[1]
+            cand = next(iter(ex.results()))[1]
+        return _placed(cand, work, out_dir, file_name)
     finally:
         shutil.rmtree(out_dir / ".work", ignore_errors=True)
+
+
+def _placed(cand: Candidate, work: Path, out_dir: Path, file_name: str | None) -> Candidate:
+    """The artifact moved from the work folder to the file name asked for (`-o out/m.tflite`)."""
+    if file_name is None or not cand.artifact:
+        return cand
+    os.replace(work / cand.artifact, paths.inside(out_dir, file_name))
+    return cand.model_copy(update={"artifact": file_name})

@@ -137,7 +137,9 @@ def test_quantize_float16_then_evaluate_json(cli, keras_model, data_npz, tmp_pat
     )
     assert r.returncode == 0, r.stderr
     cand = json.loads(r.stdout)
-    assert cand["name"] == "m_fp16" and cand["scheme"] == "float16" and out.is_file()
+    # the candidate keeps the recipe's name; the file is the one asked for (issue 17)
+    assert cand["name"] == "float16" and cand["artifact"] == "m_fp16.tflite" and out.is_file()
+    assert cand["scheme"] == "float16" and [p.name for p in tmp_path.iterdir()] == ["m_fp16.tflite"]
     assert cand["metrics"]["fidelity"]["top1_agreement"] > 0.95
     r = cli("evaluate", str(out), "--data", str(data_npz), "--json", "--runs", "5")
     assert r.returncode == 0, r.stderr

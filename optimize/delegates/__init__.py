@@ -116,10 +116,9 @@ def format_report(reports: dict[str, DelegateReport], max_nodes: int = 25) -> st
         name = labels.get(name, name)
         lines.append(
             f"{name.upper():8} {_VERDICT[r.verdict]:15} {r.nodes_delegated}/{r.nodes_total} nodes, "
-            f"{r.partitions} partition(s)  [{how}]"
+            f"{r.partitions} partition(s)"
         )
-        if r.rules_version:
-            lines.append(f"  source: {r.rules_version}")
+        lines.append(f"  {how}" + (f", following {r.rules_version}" if r.rules_version else ""))
         lines += _veto_lines(r)
         for v in r.cpu_nodes[:max_nodes]:
             where = f"{v.subgraph}:" if v.subgraph else ""

@@ -1,0 +1,178 @@
+"""Docs that cannot drift (issue 17): README.md and recipes/README.md compared with the code.
+
+The options table lists every option of every command and nothing else; the recipe keys, goals and
+technique params tables match the records and the registry; every `error:` line recipes/README.md
+quotes is the one the code prints for that mistake; help texts that name choices or ranges name the
+real ones; sizes are in one unit everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+RECIPES = (ROOT / "recipes" / "README.md").read_text()
+
+
+def _commands() -> dict[str, object]:
+    import typer.main
+
+    from optimize.cli import app
+
+    out = {}
+    for name, cmd in typer.main.get_command(app).commands.items():
+        subs = getattr(cmd, "commands", None)
+        out.update({f"{name} {s}": c for s, c in subs.items()} if subs else {name: cmd})
+    return out
+
+
+def _options(cmd) -> list[str]:
+    """`-d/--data`, `--delegates/--no-delegates`, ...: how the options table spells each option."""
+    out = []
+    for p in cmd.params:
+        if p.param_type_name == "option" and p.name != "help":
+            out.append("/".join([*sorted(p.opts, key=len), *p.secondary_opts]))
+    return out
+
+
+def _table(text: str, header: str) -> dict[str, str]:
+    """A Markdown table's rows under a header row that starts with `header`: first cell -> the rest."""
+    lines = text[text.index(header) :].splitlines()
+    rows = {}
+    for line in lines[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0].strip("`")] = " | ".join(cells[1:])
+    return rows
+
+
+def test_options_table_lists_every_option_of_every_command():
+    table = _table(README, "| command | options |")
+    commands = _commands()
+    expected = {name: ", ".join(f"`{o}`" for o in _options(cmd)) or "-" for name, cmd in commands.items()}
+    missing = [f"| `{n}` | {row} |" for n, row in expected.items() if table.get(n) != row]
+    assert not missing, "README's options table should read:\n" + "\n".join(missing)
+    assert set(table) == set(commands), f"README lists commands that do not exist: {set(table) - set(commands)}"
+
+
+def test_options_in_the_recipes_readme_exist():
+    commands = _commands()
+    for text in re.findall(r"`(optimize [^`]+)`", RECIPES) + re.findall(r"^(optimize [^\n#]+)", RECIPES, re.M):
+        words = text.split()[1:]
+        name = " ".join(words[:2]) if " ".join(words[:2]) in commands else words[0]
+        assert name in commands, text
+        known = {o for p in commands[name].params for o in (*p.opts, *p.secondary_opts)} | {"--help"}
+        for opt in re.findall(r"(?<![\w-])(--?[a-z][a-z0-9-]*)", text):
+            assert opt in known, f"recipes/README.md shows `{text}`: {opt} is not an option of it"
+
+
+def test_recipe_keys_and_goals_tables_match_the_records():
+    from optimize.recipe import Recipe
+    from optimize.results import Goals
+
+    keys = _table(RECIPES, "| key | type | meaning |")
+    fields = set(Recipe.model_fields) - {"source"}  # set by the loader: where the recipe came from
+    assert set(keys) == fields - {"steps"} | {"[[steps]]"}, set(keys) ^ (fields - {"steps"} | {"[[steps]]"})
+    goals_row = keys["goals"]
+    block = RECIPES[RECIPES.index("[goals]") : RECIPES.index("[[steps]]")]
+    for name in Goals.model_fields:
+        assert f"`{name}`" in goals_row, f"recipes/README.md: the goals row does not name {name}"
+        assert re.search(rf"^{name} = ", block, re.M), f"recipes/README.md: the [goals] example lacks {name}"
+
+
+def test_technique_params_table_matches_the_registry():
+    from optimize.registry import techniques
+
+    table = _table(RECIPES, "| technique | stage | params (default) |")
+    assert set(table) == set(techniques()), set(table) ^ set(techniques())
+    for name, t in techniques().items():
+        row = table[name]
+        assert row.startswith(t.stage.value), (name, row)
+        for field in t.params.model_fields:
+            if field != "select_tf_ops":
+                assert f"`{field}`" in row, f"recipes/README.md: {name}'s row does not name `{field}`"
+
+
+BAD_RECIPES = {
+    "unknown key 'foo'": 'foo = 1\n[[steps]]\ntechnique = "convert"\n',
+    "goals: unknown key": '[goals]\nmax_drop = 0.01\n[[steps]]\ntechnique = "convert"\n',
+    "'tpu' is not allowed": 'targets = ["tpu"]\n[[steps]]\ntechnique = "convert"\n',
+    "unknown key 'epoch'": '[[steps]]\ntechnique = "prune"\nepoch = 2\n',
+    "'int3' is not allowed": '[[steps]]\ntechnique = "convert"\nscheme = "int3"\n',
+    "Unknown technique 'prun'": '[[steps]]\ntechnique = "prun"\n',
+    "comes after a convert step": '[[steps]]\ntechnique = "convert"\n[[steps]]\ntechnique = "prune"\n',
+}
+
+
+def test_every_quoted_recipe_error_is_what_the_code_prints(tmp_path):
+    """Each `error:` line of recipes/README.md is produced, word for word, by the mistake it shows."""
+    from optimize.errors import RecipeError
+    from optimize.recipe import load_recipe
+
+    quoted = [line for line in RECIPES.splitlines() if line.startswith("error: bad.toml:")]
+    printed = []
+    for toml in BAD_RECIPES.values():
+        (tmp_path / "bad.toml").write_text(toml)
+        with pytest.raises(RecipeError) as e:
+            load_recipe(tmp_path / "bad.toml")
+        printed.append(f"error: {e.value}")
+    assert quoted == printed, "recipes/README.md's Validation block should read:\n" + "\n".join(printed)
+
+
+def test_help_texts_name_the_real_choices_and_ranges():
+    """A help text that lists some of an option's choices lists all it accepts (and only those); a range
+    written as `a..b` is the one the option enforces."""
+    for name, cmd in _commands().items():
+        for p in cmd.params:
+            if p.param_type_name != "option":
+                continue
+            help_text = p.help or ""
+            choices = _accepted(p)
+            named = [c for c in choices if re.search(rf"(?<![\w-]){re.escape(c)}(?![\w-])", help_text)]
+            if len(named) >= 2:
+                assert set(named) == set(choices), f"optimize {name} {p.opts[0]}: help names {named} of {choices}"
+            for lo, hi in re.findall(r"\b(\d+)\.\.(\d+)\b", help_text):
+                assert (int(lo), int(hi)) == (p.min, p.max), f"optimize {name} {p.opts[0]}: {help_text}"
+
+
+def _accepted(param) -> list[str]:
+    """The values an enum option takes: its metavar's list where it narrows them (`[converter|litert|auto]`)."""
+    import enum
+    import typing
+
+    ann = param.type_descriptor.annotation
+    kinds = [a for a in (typing.get_args(ann) or (ann,)) if isinstance(a, type) and issubclass(a, enum.Enum)]
+    if not kinds:
+        return []
+    narrowed = re.fullmatch(r"\[([\w|+-]+)\]", param.metavar or "")
+    return narrowed.group(1).split("|") if narrowed else [str(v.value) for v in kinds[0]]
+
+
+def test_backend_calibrator_is_refused_in_one_line(cli):
+    r = cli("quantize", "m.tflite", "--backend", "calibrator")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("error: ") and "calibrator" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_one_size_unit_on_screen_and_in_the_report():
+    """Decimal kB and MB (what README says), through report.fmt_bytes, on the terminal and in report.md."""
+    from study_fixtures import full_study
+
+    from optimize import report, report_text
+
+    assert "decimal kB and MB" in README
+    assert report_text.fmt_bytes is report.fmt_bytes
+    assert report.fmt_bytes(152_000) == "152.0 kB" and report.fmt_bytes(2_500_000) == "2.50 MB"
+    md = report.render_markdown(full_study())
+    assert "152.0 kB" in md and "KB" not in md and "KiB" not in md
+    from rich.console import Console
+
+    con = Console(width=200, record=True)
+    con.print(report_text.candidates_table(full_study().candidates, width=200))
+    text = con.export_text()
+    assert "152.0 kB" in text and "KB" not in text and "KiB" not in text

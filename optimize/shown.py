@@ -71,8 +71,8 @@ def width(default: int = 80) -> int:
 
 def wrap(text: str, columns: int | None = None, hang: int | None = None) -> str:
     """Program-made text with every line longer than `columns` (default: the terminal's width) wrapped
-    at spaces, continuing under its list marker or indented (or `hang` columns in); words longer than a
-    line are split."""
+    at spaces, continuing under its list marker or indented (or `hang` columns in). A word longer than a
+    line is split, unless it is a file path (kept whole, to be copied: the terminal folds it)."""
     import textwrap
 
     columns = columns or width()
@@ -83,12 +83,20 @@ def wrap(text: str, columns: int | None = None, hang: int | None = None) -> str:
             continue
         m = _MARKER.match(line)
         indent, marker = m.group(1), m.group(2) or ""
-        under = indent + " " * len(marker) if marker else (indent + "    " if indent else "")
-        out += textwrap.wrap(
-            line,
-            columns,
-            subsequent_indent=(under if hang is None else " " * hang)[: columns // 2],
-            break_on_hyphens=False,
-            drop_whitespace=True,
-        ) or [""]
+        under = (indent + " " * len(marker) if marker else (indent + "    " if indent else ""))[: columns // 2]
+        under = under if hang is None else " " * min(hang, columns // 2)
+        lines = textwrap.wrap(line, columns, subsequent_indent=under, break_on_hyphens=False, break_long_words=False)
+        out += [piece for w in lines for piece in _split_long(w, columns, under)] or [""]
     return "\n".join(out)
+
+
+_PATH = re.compile(r"^[(\"'`]?[\w.~-]*(/[\w.+@%=,-]+)+/?[\"'`]?[.,:;)]*$")
+
+
+def _split_long(line: str, columns: int, under: str) -> list[str]:
+    """A wrapped line still too long holds one long word: split it, unless it is a path."""
+    if len(line) <= columns or _PATH.match(line.split()[-1]):
+        return [line]
+    head, rest = line[:columns], line[columns:]
+    room = max(1, columns - len(under))
+    return [head] + [under + rest[i : i + room] for i in range(0, len(rest), room)]

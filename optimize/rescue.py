@@ -148,6 +148,9 @@ def keep_8_bits(search, content: bytes, qparams, calibration: dict, ctx, start):
             continue
         ref = made if transform == "equalize" else reference
         after = layer_errors(ref, r.content, xs)
+        if transform.startswith("calibration:"):
+            picked = ctx.records.get("ranges") or {}
+            detail += f" ({', '.join(f'{k} {v}' for k, v in sorted(picked.items()))} tensors)" if picked else ""
         kept = search.better(r, cur)
         b = search.budget.describe(r.value)
         steps.append(

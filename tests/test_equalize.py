@@ -223,6 +223,7 @@ def test_rescue_techniques_run_in_a_recipe_and_are_recorded(keras_model, data_np
     assert [r.transform for r in cand.rescue] == ["equalize", "bias_correction"]
     assert cand.composition.float_ops == 0 and cand.composition.shrink <= 0.30
     assert any(n.startswith("equalize: cle rescaled") for n in cand.notes)
+    assert any("auto ranges (" in n and " tensors) from " in n for n in cand.notes)  # what auto picked
 
 
 def test_cli_quantize_takes_the_rescue_options(cli, keras_model, data_npz):

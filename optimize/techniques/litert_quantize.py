@@ -131,10 +131,20 @@ def quantize(model: Path, params: QuantizeParams, ctx: Context) -> Path:
         ctx.notes.append(
             f"quantize: LiteRT Quantizer recipe {params.recipe_name}, {_granularity(params)} weights, "
             f"{params.io} I/O"
-            + (f", {params.calibration} ranges from {_count(calibration, params)} samples" if calibration else "")
+            + (
+                f", {params.calibration} ranges{_picked(ctx)} from {_count(calibration, params)} samples"
+                if calibration
+                else ""
+            )
             + "."
         )
     return out
+
+
+def _picked(ctx: Context) -> str:
+    """` (mse 4, minmax 2 tensors)`: what a chosen-ranges calibration picked per tensor."""
+    picked = ctx.records.get("ranges") or {}
+    return f" ({', '.join(f'{k} {v}' for k, v in sorted(picked.items()))} tensors)" if picked else ""
 
 
 def _granularity(params: QuantizeParams) -> str:

@@ -16,30 +16,65 @@ AXES = {
     "size": ("Size (kB, raw .tflite)", lambda c: c.metrics.size.bytes / 1000),
     "latency": ("Host-CPU latency p50 (ms)", lambda c: c.metrics.latency.p50_ms if c.metrics.latency else None),
 }
-#: The one caption of each plot (the figure itself carries no title), used by report.md and report.html.
-CAPTIONS = {
-    "size_vs_accuracy": "Size vs accuracy: each candidate's raw .tflite size against its accuracy change from the "
-    "baseline, in points. Orange: the Pareto front; red star: the chosen candidate; candidates at the same "
-    "point share one label.",
-    "latency_vs_accuracy": "Latency vs accuracy: host-CPU p50 latency against the accuracy change from the "
-    "baseline, in points. Orange: the Pareto front; red star: the chosen candidate; candidates at the same "
-    "point share one label.",
-}
 FIGSIZE = (6.4, 4.2)  # inches
 FONT = 8  # label font size, points
+_MARKS = "Orange: the Pareto front; red star: the chosen candidate; candidates at the same point share one label."
+
+
+def _labelled(study: Study) -> bool:
+    return any(c.ok and c.metrics.accuracy_delta is not None for c in study.candidates)
+
+
+def quality(study: Study):
+    """The y axis: the accuracy change in points where there are labels; without them, the worst output's
+    relative error against the float32 baseline in % of its range (the baseline at 0), or None."""
+    if _labelled(study):
+        return f"Accuracy change vs {study.baseline} (points)", lambda c: c.metrics.accuracy_delta * 100
+
+    def error(c):
+        if c.name == study.baseline:
+            return 0.0
+        f = c.metrics.fidelity
+        return None if f is None or f.relative_error is None else f.relative_error * 100
+
+    if not any(error(c) for c in study.candidates if c.ok and c.name != study.baseline):
+        return None
+    return f"Output error vs {study.baseline} (% of its range; up is better)", error
+
+
+def captions(study: Study) -> dict[str, str]:
+    """The one caption of each plot (the figure itself carries no title), for report.md and report.html."""
+    what = (
+        "its accuracy change from the baseline, in points"
+        if _labelled(study)
+        else "its worst output's mean |difference| from the float32 baseline, in % of that output's range "
+        "(no labels; the axis points down so that better is up)"
+    )
+    return {
+        "size_vs_accuracy": f"Size vs accuracy: each candidate's raw .tflite size against {what}. {_MARKS}",
+        "latency_vs_accuracy": f"Latency vs accuracy: host-CPU p50 latency against {what}. {_MARKS}",
+    }
 
 
 def _points(study: Study, axis: str) -> list[tuple[str, float, float]]:
-    """(name, x, accuracy change in points) for ok candidates that have both measurements."""
-    pick = AXES[axis][1]
+    """(name, x, y) for ok candidates that have both measurements (y: `quality`)."""
+    pick, q = AXES[axis][1], quality(study)
+    if q is None:
+        return []
     out = []
     for c in study.candidates:
-        if not c.ok or c.metrics.accuracy_delta is None:
+        if not c.ok:
             continue
-        x = pick(c)
-        if x is not None:
-            out.append((c.name, float(x), c.metrics.accuracy_delta * 100))
+        x, y = pick(c), q[1](c)
+        if x is not None and y is not None:
+            out.append((c.name, float(x), float(y)))
     return out
+
+
+def unplotted(study: Study) -> list[str]:
+    """Candidates that worked but have no quality figure to plot."""
+    shown = {n for n, _, _ in _points(study, "size")}
+    return [c.name for c in study.candidates if c.ok and c.name not in shown]
 
 
 def scatter_svg(
@@ -60,9 +95,12 @@ def scatter_svg(
     fig = Figure(figsize=FIGSIZE, layout="constrained")
     ax = fig.add_subplot()
     _scatter(ax, points, set(pareto), chosen)
-    _goal_lines(ax, axis, goals)
+    labelled = _labelled(study)
+    _goal_lines(ax, axis, goals, labelled)
     ax.set_xlabel(AXES[axis][0])
-    ax.set_ylabel(f"Accuracy change vs {study.baseline} (points)")
+    ax.set_ylabel(quality(study)[0])
+    if not labelled:
+        ax.invert_yaxis()  # less error is better: up, as on the accuracy plots
     ax.grid(True, alpha=0.3)
     _label(ax, points)
     ax.legend(fontsize=8, loc="best")
@@ -151,11 +189,14 @@ def _covered(box: tuple[float, float, float, float], others: list[tuple[float, f
     return area + 2 * out
 
 
-def _goal_lines(ax, axis: str, goals: Goals | None) -> None:
+def _goal_lines(ax, axis: str, goals: Goals | None, labelled: bool = True) -> None:
     if goals is None:
         return
-    if goals.max_accuracy_drop is not None:
+    if labelled and goals.max_accuracy_drop is not None:
         ax.axhline(-goals.max_accuracy_drop * 100, ls="--", c="#7b1fa2", lw=1, label="max accuracy drop")
+    output_error = getattr(goals, "max_output_error", None)
+    if not labelled and output_error is not None:
+        ax.axhline(output_error * 100, ls="--", c="#7b1fa2", lw=1, label="max output error")
     limit = goals.max_size_bytes / 1000 if axis == "size" and goals.max_size_bytes else None
     limit = goals.max_latency_ms if axis == "latency" and goals.max_latency_ms else limit
     if limit is not None:

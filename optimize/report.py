@@ -204,9 +204,10 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
     sections = [[f"# Optimization report: {_md(study.model)}", "", head, "", f"_{HOST_NOTE}_"]]
     sections.append(_md_candidates(study, rec))
     if images:
-        from .plots import CAPTIONS
+        from .plots import captions
 
-        figures = [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})\n\n_{_md(CAPTIONS.get(k, k))}_" for k, v in images.items()]
+        said = captions(study)
+        figures = [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})\n\n_{_md(said.get(k, k))}_" for k, v in images.items()]
         sections.append(["## Plots", "", "\n\n".join(figures)])
     sections.append(_md_matrix(study))
     if any(c.rescue for c in study.candidates):
@@ -293,10 +294,16 @@ def _html_rows(study: Study, rec: Recommendation | None) -> list[dict]:
     ]
 
 
-def _captions() -> dict[str, str]:
-    from .plots import CAPTIONS
+def _captions(study: Study) -> dict[str, str]:
+    from .plots import captions
 
-    return CAPTIONS
+    return captions(study)
+
+
+def _unplotted(study: Study) -> list[str]:
+    from .plots import unplotted
+
+    return unplotted(study)
 
 
 def _template():
@@ -326,8 +333,8 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
         headers=HEADERS,
         rows=_html_rows(study, rec),
         plots={k: Markup(v) for k, v in plots.items()},  # our own SVG, made by matplotlib from escaped text
-        plot_titles=_captions(),
-        unplotted=[c.name for c in study.candidates if c.ok and c.accuracy_score is None],
+        plot_titles=_captions(study),
+        unplotted=_unplotted(study),
         debug=debug,
         rescued=[c for c in study.candidates if c.rescue],
         delegates=delegate_columns(study),

@@ -393,7 +393,7 @@ def _fidelity_legend(cands: list[Candidate]) -> str:
 def _print_outcome(con, c: Candidate) -> None:
     if c.error:
         con.print(f"[red]{esc(c.name)} failed:[/red] {esc(c.error)}")
-    for note in c.notes:
+    for note in dict.fromkeys(c.notes):  # each note once (a candidate and its reference may both say it)
         con.print(f"[dim]{esc(c.name)}: {esc(note)}[/dim]")
 
 

@@ -63,10 +63,11 @@ def test_candidates_at_one_point_share_a_label():
 
 
 def test_each_plot_has_one_caption_and_no_title():
-    from optimize.plots import CAPTIONS, scatter_svg
+    from optimize.plots import captions, scatter_svg
     from optimize.report import render_html, render_markdown
 
     st = full_study()
+    CAPTIONS = captions(st)
     svg = scatter_svg(st, "size")
     assert "Size vs accuracy" not in svg  # no title inside the figure: the caption says it
     page = render_html(st)
@@ -74,3 +75,32 @@ def test_each_plot_has_one_caption_and_no_title():
         assert page.count("<figcaption>" + caption.split(":")[0]) == 1, key
     md = render_markdown(st, images={"size_vs_accuracy": "size_vs_accuracy.svg"})
     assert md.count(CAPTIONS["size_vs_accuracy"].split(":")[0] + ":") == 1
+
+
+def test_a_study_without_labels_plots_the_output_error():
+    """No labels: the plots show each candidate's relative output error (the baseline at 0), axis inverted
+    so better is up, and the caption says so; nothing is left unplotted."""
+    from optimize.plots import captions, quality, scatter_svg, unplotted
+    from optimize.results import Fidelity, OutputFidelity
+
+    def unlabelled(c, rel):
+        fid = Fidelity(
+            reference="float32.tflite",
+            samples=20,
+            outputs=[OutputFidelity(name="y", mean_abs_diff=rel, std_abs_diff=0, max_abs_diff=rel, relative_error=rel)],
+        )
+        m = c.metrics.model_copy(update={"accuracy": None, "accuracy_delta": None, "fidelity": fid})
+        return c.model_copy(update={"metrics": m})
+
+    st = study(
+        [
+            unlabelled(candidate("float32"), 0.0),
+            unlabelled(candidate("float16", "float16", size=78_000), 0.0002),
+            unlabelled(candidate("int8", "int8", size=42_000), 0.128),
+        ]
+    )
+    label, error = quality(st)
+    assert "Output error" in label and error(st.candidates[2]) == pytest.approx(12.8)
+    assert unplotted(st) == [] and "no labels" in captions(st)["size_vs_accuracy"]
+    svg = scatter_svg(st, "size")
+    assert svg is not None and "Output error vs float32" in svg and "int8" in svg

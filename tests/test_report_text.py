@@ -1,0 +1,168 @@
+"""The terminal tables read in plain text (issue 17): fidelity without labels, delegate glyphs that
+differ per verdict without colour, columns chosen by what matters with a note on what was left out,
+--wide that fits, the debug table with whole tensor names in a stated order, quantize's x column."""
+
+from __future__ import annotations
+
+import re
+
+from study_fixtures import candidate, full_study, report, reports, study
+
+from optimize.report_text import candidates_tables, debug_lines, print_candidates, print_study, verdict_glyph
+from optimize.results import DebugReport, DelegateReport, Fidelity, LayerError, OutputFidelity
+
+
+def _plain(capsys) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+
+
+def _words(out: str) -> str:
+    """The output as one line (the legend wraps at the terminal's width)."""
+    return " ".join(out.split())
+
+
+def _unlabelled(c, rel: float, agree: float | None, samples: int = 360):
+    fid = Fidelity(
+        reference="float32.tflite",
+        samples=samples,
+        outputs=[OutputFidelity(name="y", mean_abs_diff=rel, std_abs_diff=0, max_abs_diff=rel, relative_error=rel)],
+        top1_agreement=agree,
+    )
+    return c.model_copy(
+        update={"metrics": c.metrics.model_copy(update={"accuracy": None, "accuracy_delta": None, "fidelity": fid})}
+    )
+
+
+def _label_free(samples: int = 360):
+    return study(
+        [
+            candidate("float32", delta=None).model_copy(
+                update={"metrics": candidate("float32", delta=None).metrics.model_copy(update={"fidelity": None})}
+            ),
+            _unlabelled(candidate("float16", "float16", size=78_000), 0.0002, 1.0, samples),
+            _unlabelled(candidate("dynamic", "dynamic", size=41_000), 0.047, 0.99, samples),
+            _unlabelled(candidate("int8", "int8", size=42_000), 0.128, 0.91, samples),
+        ],
+        data=None,
+    )
+
+
+def test_without_labels_the_table_shows_fidelity_and_its_samples(capsys):
+    print_study(_label_free(), None, width=80)
+    out = _plain(capsys)
+    assert "rel err" in out and "agree" in out and " acc " not in out
+    row = next(line for line in out.splitlines() if "│ int8 " in line)
+    assert "12.80%" in row and "91.00%" in row
+    assert "on 360 samples" in _words(out) and "*" not in row
+    assert max(map(len, out.splitlines())) <= 80
+
+
+def test_fidelity_from_few_samples_says_so(capsys):
+    print_study(_label_free(samples=8), None, width=80)
+    out = _plain(capsys)
+    row = next(line for line in out.splitlines() if "│ int8 " in line)
+    assert "12.80%*" in row and "fewer than 32 samples" in _words(out) and "on 8 samples" in _words(out)
+
+
+def test_delegate_glyphs_differ_per_verdict_without_colour(capsys):
+    build = DelegateReport(
+        delegate="nnapi",
+        source="rules",
+        nodes_total=9,
+        nodes_delegated=0,
+        partitions=0,
+        verdict="none",
+        vetoed="build fails",
+        veto_code="build-failure",
+    )
+    delegates = {**reports(gpu="full", hexagon="partial", coreml="none"), "nnapi": build}
+    del delegates["xnnpack"]
+    c = candidate("int8", "int8", delegates=delegates)
+    assert [verdict_glyph(c, d) for d in ("gpu", "nnapi", "hexagon", "coreml", "xnnpack")] == ["G", "!", "h", "-", "."]
+    print_study(study([candidate("float32"), c]), None, width=80)
+    out = _plain(capsys)
+    assert "G!h-." in out and "GNHCX" in out
+    said = _words(out)
+    assert "capital = runs the whole model" in said and "small = part of it" in said and "- = none" in said
+
+
+def test_gzip_stays_when_pruned_candidates_exist_and_dropped_columns_are_named():
+    tables, dropped = candidates_tables(full_study().candidates, full_study().candidates[0], width=80)
+    headers = [c.header for c in tables[0].columns]
+    assert "gzip" in headers  # the pruned candidate's whole benefit
+    assert dropped and "mem" not in dropped  # the fixture has no memory: not a column at all
+    assert all(d not in headers or d == "x" for d in dropped)
+    no_prune = [c for c in full_study().candidates if c.name != "pruned"]
+    tables, dropped = candidates_tables(no_prune, no_prune[0], width=60)
+    assert "gzip" in dropped
+
+
+def test_the_note_names_dropped_columns_and_wide(capsys):
+    print_study(full_study(), None, width=80)
+    out = _plain(capsys)
+    note = next(line for line in out.splitlines() if line.startswith("Left out at 80 columns"))
+    _, dropped = candidates_tables(full_study().candidates, full_study().candidates[0], width=80)
+    assert "--wide" in note and f"columns: {', '.join(dropped)};" in note
+
+
+def test_wide_shows_every_column_in_tables_that_fit(capsys):
+    print_study(full_study(), None, width=80, wide=True)
+    out = _plain(capsys)
+    assert max(map(len, out.splitlines())) <= 80
+    for col in ("size", "gzip", "acc", "Δ", "rel err", "agree", "p50 ms", "mem", "gpu", "nnapi", "xnnpack"):
+        assert f" {col} " in out, col
+    assert "…" not in out and out.count("┃ candidate") >= 2
+
+
+def test_quantize_table_fills_x_and_names_the_file(tmp_path, capsys):
+    c = candidate("int8", "int8").model_copy(update={"artifact": "m.tflite"})
+    from optimize.results import Composition
+
+    c = c.model_copy(
+        update={"composition": Composition(weight_bytes={"int8": 250}, float32_equivalent_bytes=1000, float_ops=0)}
+    )
+    print_candidates([c], tmp_path, width=80)
+    out = _plain(capsys)
+    row = next(line for line in out.splitlines() if "│ int8 " in line)
+    assert "w0.25" in row and f"Wrote {tmp_path / 'm.tflite'}" in out
+
+
+def _layer(i: int, tensor: str, added: float, without: float | None = None) -> LayerError:
+    return LayerError(
+        op_index=i,
+        op="FULLY_CONNECTED",
+        tensor=tensor,
+        dtype="int8",
+        rmse=0.1,
+        rmse_over_scale=0.3,
+        mean_abs_error=0.05,
+        max_abs_error=0.2,
+        relative_rmse=0.01,
+        error_added=added,
+        weight_share=0.5,
+        output_error_without=without,
+    )
+
+
+def test_debug_table_shows_whole_tensor_names_in_ranked_order():
+    long = ";".join(f"model/block_{i}/conv2d/BiasAdd/ReadVariableOp" for i in range(4))
+    rep = DebugReport(
+        scheme="int8",
+        samples=16,
+        method="test",
+        output_error=0.01,
+        layers=[_layer(7, long, 0.002, 0.001), _layer(3, "model/dense/MatMul", 0.004), _layer(5, "short", 0.001)],
+    )
+    lines = debug_lines(rep, 80)
+    assert max(map(len, lines)) <= 80
+    joined = "".join(line.strip() for line in lines)
+    assert long in joined  # folded over lines, never cut
+    ranks = [int(m.group(1)) for line in lines if (m := re.match(r"\s+(\d+)\s+FULLY_CONNECTED #(\d+)", line))]
+    assert ranks == [1, 2, 3]
+    order = [m.group(1) for line in lines if (m := re.search(r"FULLY_CONNECTED #(\d+)", line))]
+    assert order == ["7", "3", "5"]  # the report's ranking, as it says
+
+
+def test_report_fixture_has_partial_and_none_verdicts():
+    # a guard on the fixtures the glyph test relies on
+    assert report("gpu", "partial").verdict == "partial" and report("gpu", "none").verdict == "none"

@@ -27,7 +27,7 @@ from . import explain
 from .advice import EPS, PRUNE_FACT, Advice, advise, check_target, recipe_toml
 from .errors import GoalsNotMet, OptimizeError
 from .guard import Guard, default_guard, has_quality_goal, labelled, quality
-from .noise import compare_latency, interval_words, speed
+from .noise import compare_latency, speed, versus
 from .results import Candidate, Goals, Record, Study
 from .vocab import IO, TARGET_DELEGATE, Objective, Scheme, Target
 
@@ -279,7 +279,7 @@ def _latency_problem(c: Candidate, goals: Goals, base: Candidate | None) -> str 
         if lat is None:
             return "latency not measured, and the objective is latency"
         if c.scheme != Scheme.FLOAT32 and base is not None and speed(c, base) == "slower":
-            return f"{c.scheme} measured slower than float32 ({interval_words(c)} vs {interval_words(base)})"
+            return f"{c.scheme} measured slower than float32 ({versus(c, base)})"
     return None
 
 
@@ -333,7 +333,7 @@ def _slower_facts(study: Study, float_ms: float | None) -> list[str]:
     for c in study.candidates:
         if c.ok and c.scheme != Scheme.FLOAT32 and base is not None and speed(c, base) == "slower":
             label = c.name if c.name == c.scheme else f"{c.name} ({c.scheme})"
-            out.append(f"{label} measured slower than float32 here: p50 {interval_words(c)} vs {interval_words(base)}.")
+            out.append(f"{label} measured slower than float32 here: {versus(c, base)}.")
     return out
 
 

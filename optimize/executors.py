@@ -7,7 +7,7 @@ executor implements (the Ray one, `optimize.ray_executor`, is one) is:
     name                "local" or "ray": recorded in study.json
     submit(task)        queue a task; callable while results() is being iterated
     results()           yield (task.tag, Candidate) as soon as each is finished, until no task is left
-    time(tasks)         time candidates after production, one at a time per node: yields (tag, candidates)
+    time(tasks)         time candidates after production, in rounds, one task per node: yields (tag, candidates)
     close()             release workers
 
 `SerialExecutor` runs tasks in this process (no isolation: for tests and `jobs=0`). `ProcessExecutor`

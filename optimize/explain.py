@@ -10,7 +10,7 @@ candidate is never offered). No line points at the command that printed it. Pure
 from __future__ import annotations
 
 from .guard import Guard, accept_hint, fidelity_words, loss_words, measured, quality
-from .noise import compare_latency, interval_words
+from .noise import compare_latency, versus
 from .results import Candidate, Study
 from .vocab import Objective, Scheme, Target
 
@@ -69,7 +69,7 @@ def _quality_words(c: Candidate, by_labels: bool, baseline: str) -> str:
 def _beats(chosen: Candidate, other: Candidate, objective: Objective, by_labels: bool, baseline: str) -> str:
     """Why `chosen` ranked above `other`, on the first axis that told them apart."""
     if objective is Objective.LATENCY and compare_latency(chosen, other) < 0:
-        return f"it measured faster: p50 {interval_words(chosen)} vs {interval_words(other)}"
+        return f"it measured faster: {versus(chosen, other)}"
     if objective is Objective.ACCURACY and (quality(chosen, by_labels, baseline) or WORST) > (
         quality(other, by_labels, baseline) or WORST
     ):
@@ -83,7 +83,7 @@ def _beats(chosen: Candidate, other: Candidate, objective: Objective, by_labels:
         }[objective]
         return f"{tie}it is smaller ({_size(chosen):,} vs {_size(other):,} bytes)"
     if compare_latency(chosen, other) < 0:
-        return f"as small, and it measured faster: p50 {interval_words(chosen)} vs {interval_words(other)}"
+        return f"as small, and it measured faster: {versus(chosen, other)}"
     return "the two measure the same here; it comes first in the study"
 
 

@@ -3,6 +3,7 @@ latency and peak memory. Honest figures: host CPU, thread count and XNNPACK reco
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 from pathlib import Path
@@ -245,16 +246,19 @@ def runner_specs(runner: runtime.Runner) -> list:
     ]
 
 
-def _latency(runner: runtime.Runner, threads: int, t: dict) -> Latency:
-    loaded = runner.loaded
-    return Latency(
-        runtime=runtime.runtime_label(), threads=threads, xnnpack=loaded.xnnpack, init_ms=loaded.init_ms, **t
-    )
+def _latency(loaded: tuple[float, bool], threads: int, t: dict) -> Latency:
+    """A latency record from timing figures and the first load's (init_ms, XNNPACK applied)."""
+    init_ms, xnnpack = loaded
+    return Latency(runtime=runtime.runtime_label(), threads=threads, xnnpack=xnnpack, init_ms=init_ms, **t)
 
 
 def _invoke_problem(model: str | Path, sample, e: runtime.InvokeError) -> runtime.InvokeError:
     what = "an all-zero input (no data given)" if sample is None else "the sample timed"
     return runtime.InvokeError(e.failure, f"{Path(model).name} fails to invoke on {what}: {e.failure}.", INVOKE_FIX)
+
+
+def _runner(model: str | Path, threads: int, sample) -> runtime.Runner:
+    return runtime.Runner(runtime.load(model, threads=threads, like=sample))
 
 
 def time_many(
@@ -266,18 +270,22 @@ def time_many(
     rounds: int = timing.ROUNDS,
 ) -> list[Latency | ModelError]:
     """Latency of several .tflite files timed round-robin (optimize.timing), so machine drift hits all
-    alike; a model the runtime cannot load or run gives its ModelError instead (the others are timed)."""
+    alike, each block on a fresh interpreter; a model the runtime cannot load or run gives its ModelError
+    instead (the others are timed)."""
     out: list[Latency | ModelError | None] = [None] * len(models)
-    live: list[tuple[int, runtime.Runner, object]] = []
+    first: dict[int, tuple[tuple[float, bool], object]] = {}  # the first load's (init_ms, XNNPACK), the sample
     for i, model in enumerate(models):
         try:
-            runner = runtime.Runner(runtime.load(model, threads=threads, like=sample))
+            runner = _runner(model, threads, sample)
         except ModelError as e:
             out[i] = e
             continue
-        live.append((i, runner, runner.zeros() if sample is None else sample))
-    stats = timing.time_rounds([r for _, r, _ in live], [x for *_, x in live], warmup=warmup, runs=runs, rounds=rounds)
-    for (i, runner, _), t in zip(live, stats):
+        first[i] = ((runner.loaded.init_ms, runner.loaded.xnnpack), runner.zeros() if sample is None else sample)
+        del runner  # the interpreter goes; timing builds its own
+    idx = list(first)
+    loaders = [functools.partial(_runner, models[i], threads, sample) for i in idx]
+    stats = timing.time_rounds(loaders, [first[i][1] for i in idx], warmup=warmup, runs=runs, rounds=rounds)
+    for i, t in zip(idx, stats):
         if isinstance(t, runtime.InvokeError):
             out[i] = _invoke_problem(models[i], sample, t)
         elif isinstance(t, ModelError):
@@ -285,7 +293,7 @@ def time_many(
         elif isinstance(t, Exception):
             raise t
         else:
-            out[i] = _latency(runner, threads, t)
+            out[i] = _latency(first[i][0], threads, t)
     return out
 
 
@@ -307,7 +315,7 @@ def add_timing(
             t = runtime.time_invoke(runner, runner.zeros() if sample is None else sample, warmup=warmup, runs=runs)
         except runtime.InvokeError as e:
             raise _invoke_problem(model, sample, e) from None
-        latency = _latency(runner, threads, t)
+        latency = _latency((runner.loaded.init_ms, runner.loaded.xnnpack), threads, t)
     else:
         latency = time_many([model], sample, threads, runs, warmup)[0]
         if isinstance(latency, ModelError):

@@ -13,7 +13,7 @@ and the rest of its task runs again. A node that is lost is the environment's: t
 retried elsewhere (up to `RETRIES` times), never failed for it. Ray's own retries are off: it cannot tell
 a segfault from a lost node.
 
-Latency is timed after production, one candidate at a time per node: each node gets one timing task at a
+Latency is timed after production, a model's candidates together in rounds on one node: each node gets one timing task at a
 time holding all of its CPUs, all candidates of a model on the same node, the node recorded on each.
 
 `address` None starts a local Ray for the run, listening on 127.0.0.1 only, and stops it at the end.
@@ -155,7 +155,7 @@ def post_mortem(crash_file: str) -> str | None:
 
 
 def time_on_node(jobs: list):
-    """A Ray task holding all of a node's CPUs: each model's candidates timed one at a time."""
+    """A Ray task holding all of a node's CPUs: each model's candidates timed together, in rounds."""
     import ray
 
     node = _node_name()
@@ -342,7 +342,7 @@ class RayExecutor:
 
     # -- timing
     def time(self, tasks: list[TimingTask]) -> Iterator[tuple[str, list[Candidate]]]:
-        """Each model's candidates on one node, one at a time; one timing task per node at a time."""
+        """Each model's candidates on one node, timed together in rounds; one timing task per node at a time."""
         todo = [t for t in tasks if any(c.ok for c in t.cands)]
         for t in tasks:
             if t not in todo:

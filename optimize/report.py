@@ -160,7 +160,10 @@ def _md_names(names: list[str]) -> str:
 
 def _md_recommendation(rec: Recommendation) -> list[str]:
     lines = [f"## Recommendation for {rec.target}", ""]
-    lines.append(f"**Chosen: {_md(rec.chosen)}**" if rec.chosen else "**No candidate meets the goals.**")
+    lines.append(f"**{_md(rec.headline)}**" if rec.headline else f"**Chosen: {_md(rec.chosen)}**")
+    lines += [""] + [f"Why: {_md(w)}" for w in rec.why] if rec.why else []
+    lines += [""] + [f"- **WARNING:** {_md(w)}" for w in rec.warnings] if rec.warnings else []
+    lines += ["", "What to try:", ""] + [f"- {_md(t)}" for t in rec.to_try] if rec.to_try else []
     lines += ["", "Decision path (rule of thumb):", ""]
     lines += [f"{i}. {_md(q.question)} {_md(q.answer)} → {_md(q.decided)}" for i, q in enumerate(rec.advice.path, 1)]
     if rec.chosen_recipe_toml:

@@ -122,6 +122,11 @@ class Latency(Record):
         description="Interval for p50 over the rounds (about 95%): two candidates differ only when theirs separate.",
     )
     p50_high_ms: float | None = None
+    session: str | None = Field(
+        None,
+        description="The timing session: candidates timed in the same rounds share it and are compared round by "
+        "round (the ratio of their round medians), which cancels drift between rounds.",
+    )
 
     @property
     def interval(self) -> tuple[float, float]:

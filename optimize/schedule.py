@@ -1,7 +1,7 @@
 """Driving sweeps through an executor: one model (`optimize sweep`) or many (`optimize zoo`) at once.
 
     cache lookup -> produce (each model's baseline group first, its other groups once the baseline is
-    known) -> time (after production, one candidate at a time per node) -> store -> rescue round -> Study
+    known) -> time (after production, round-robin per node: optimize.timing) -> store -> rescue round -> Study
 
 Every model's tasks share one executor, so a zoo keeps every worker (or every Ray node) busy while each
 model still has its float32 baseline first: the other groups of a model are submitted the moment its
@@ -99,7 +99,7 @@ def produce(ex, runs: list[Run], progress: Progress) -> dict[str, _Pending]:
 
 
 def time_and_store(ex, pending: dict[str, _Pending], on_candidate=None) -> None:
-    """Time what was produced (after production, one candidate at a time per node), then cache it."""
+    """Time what was produced (after production, round-robin, one timing task per node), then cache it."""
     tasks = []
     for p in pending.values():
         r = p.run

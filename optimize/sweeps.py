@@ -4,7 +4,7 @@
 
 `open_run` plans one model's sweep (a `Run`); `optimize.schedule` drives one or many runs (a zoo) through
 one executor (worker processes, this process, or Ray): the float32 baseline first because every other
-candidate is compared with it, then timed one at a time per node, then cached by content. A sweep where
+candidate is compared with it, then timed together in rounds per node, then cached by content. A sweep where
 nothing worked exits 1 with the causes.
 """
 
@@ -366,7 +366,7 @@ def sweep(
     Unchanged candidates come from the result cache (`cache=False` forces work; a URL such as
     `s3://bucket/prefix` or `file:///path` puts it there). The rest run in `jobs` worker processes (0: in
     this process) or, with `executor="ray"`, as Ray tasks (`ray_address`; default a local Ray started for
-    the run), then are timed one at a time. `target` adds the target's own shipped recipe.
+    the run), then are timed together in rotating rounds. `target` adds the target's own shipped recipe.
     `observe=("gpu",)` adds the GPU accelerator's observed report to every candidate where this machine
     has a device it accepts. `refuse_if_nothing_worked(study)` turns a study where nothing worked into exit 1.
     """

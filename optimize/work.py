@@ -39,7 +39,7 @@ class Settings:
     threads: int = 2
     eval_samples: int = measure.DEFAULT_SAMPLES
     delegates: bool = True
-    timing: bool = False  # sweeps time candidates afterwards, one at a time per node
+    timing: bool = False  # sweeps time candidates afterwards, together in rounds per node
 
 
 @dataclass(frozen=True)

@@ -242,3 +242,28 @@ def test_step_free_float32_is_never_a_recipe():
     s = tflite_study(unlabelled("int8", "int8", io="int8", size=40_000, rel=0.3))
     for t in TARGETS:
         recommend(s, t)  # never raises
+
+
+def test_report_says_the_same_in_markdown_and_html():
+    from optimize.report import render_html, render_markdown
+
+    s = broken_int8_study()
+    rec = recommend(s, "mcu")
+    for text in (render_markdown(s, rec), render_html(s, rec)):
+        assert "meets the goals" not in text and "default guard" in text and "WARNING:" in text
+    rec = recommend(s, "cpu")
+    assert "Why: " in render_markdown(s, rec) and "Why: " in render_html(s, rec)
+
+
+@pytest.mark.slow
+def test_a_tflite_sweep_ends_well_and_recommend_keeps_its_float32(cli, float_tflite, data_npz, tmp_path):
+    """Issue 17: a whole `optimize sweep x.tflite` exited 2 after its work, and recommend crashed, when
+    float32 (the input itself, no steps) was the choice."""
+    out = tmp_path / "out"
+    r = cli("sweep", str(float_tflite), "-d", str(data_npz), "-o", str(out), "--no-cache")
+    assert r.returncode == 0, r.stderr
+    assert "within the default guard" in r.stdout.replace("\n", " ")
+    r = cli("recommend", str(out), "--max-output-error", "0.000001")
+    assert r.returncode == 0, r.stderr
+    assert "keep the float32 file" in r.stdout and str(out / "float32.tflite") in r.stdout.replace("\n", "")
+    assert "[[steps]]" not in r.stdout

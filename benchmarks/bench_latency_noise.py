@@ -17,7 +17,7 @@ how often the int8 copy is called slower or faster than int8 (identical bytes: i
 how many of the five re-timings pick a candidate (latency objective, cpu) or draw a Pareto front other
 than the most common one (target: 0 of 5).
 
-    python benchmarks/bench_latency_noise.py [--repeats 5] [--only demo|mobilenet_v2]
+    python benchmarks/bench_latency_noise.py [--repeats 5] [--only demo|mobilenet_v2] [--verbose]
 
 The sweeps go through the result cache ($OPTIMIZE_CACHE): a second run of the script only re-times.
 """
@@ -122,7 +122,7 @@ def summary(runs: list, interleaved: bool) -> dict:
     }
 
 
-def bench(name: str, study, out: Path, sample, repeats: int) -> None:
+def bench(name: str, study, out: Path, sample, repeats: int, verbose: bool = False) -> None:
     runs = {False: [], True: []}
     t0 = time.perf_counter()
     for _ in range(repeats):
@@ -144,12 +144,25 @@ def bench(name: str, study, out: Path, sample, repeats: int) -> None:
         ratio = f"{float(a) / float(b):.2f}" if " of " not in a and float(b) else ""
         print(f"  {label:38s} {b:>9s} {a:>9s} {ratio:>13s}")
     print(f"  picks seen: before {', '.join(before['seen'])}; after {', '.join(after['seen'])}")
+    if verbose:
+        from optimize.noise import paired, ratio_interval
+
+        for k, s in enumerate(runs[True]):
+            base = s.candidate("float32").metrics.latency
+            cells = []
+            for c in s.candidates:
+                lat = c.metrics.latency
+                if c.name != "float32" and lat is not None and paired(lat, base):
+                    mid, lo, hi = ratio_interval(lat, base)
+                    cells.append(f"{c.name} {mid:.2f} ({lo:.2f}-{hi:.2f})")
+            print(f"  after #{k + 1}: p50 float32 {base.p50_ms:.3g} ms; x float32: " + ", ".join(cells))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", choices=("demo", "mobilenet_v2"))
+    ap.add_argument("--verbose", action="store_true", help="Each re-timing's ratios to float32, round by round.")
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-noise-"))
     try:
@@ -157,11 +170,11 @@ def main() -> None:
             from optimize.demo import demo_data_arrays
 
             study = sweep(None, None, folder / "demo")
-            bench("demo CNN", study, folder / "demo", demo_data_arrays()["x_test"][:1], args.repeats)
+            bench("demo CNN", study, folder / "demo", demo_data_arrays()["x_test"][:1], args.repeats, args.verbose)
         if args.only in (None, "mobilenet_v2"):
             model, data = mobilenet_v2(folder)
             study = sweep(model, data, folder / "mnv2")
-            bench("MobileNetV2", study, folder / "mnv2", np.load(data)["x"][:1], args.repeats)
+            bench("MobileNetV2", study, folder / "mnv2", np.load(data)["x"][:1], args.repeats, args.verbose)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -3,8 +3,8 @@
 A sweep times its candidates round-robin (optimize.timing.time_rounds), so machine drift hits all alike,
 and keeps an interval for each p50 over the rounds (`Latency.interval`; older records fall back to the
 quartiles of their single runs). Two candidates timed in the same rounds are compared round by round:
-one is slower only when the ratio of their round medians exceeds 1 + `MARGIN` (10%) in every round, which
-cancels whatever drift moved a whole round (one unlucky round makes them the same, never different). Others (one cached from an earlier run, say) are different
+the interval of the median ratio of their round medians must lie beyond `MARGIN` (15%) either side of 1,
+which cancels whatever drift moved a whole round. Others (one cached from an earlier run, say) are different
 only when their p50 intervals do not overlap. `speed` says slower or faster only then; `compare_latency` is the same as a sort comparison, so rankings and the Pareto
 front do not flip between re-timings of an unchanged study. Pure: no TensorFlow, no numpy.
 """
@@ -16,10 +16,10 @@ import math
 from .results import Candidate, Latency
 
 EPS = 1e-9
-#: Timed in the same rounds, two candidates differ only when one is slower by more than this in every
-#: round: on a shared host the ratio of two models' speeds itself moves by about this much with the load
-#: (MobileNetV2's int8 over float32 measured 0.75 on a quiet machine, 1.04-1.16 on a busy one).
-MARGIN = 0.10
+#: Timed in the same rounds, two candidates differ only when the interval of their per-round ratio lies
+#: beyond this much either side of 1: on a shared host the ratio of two models' speeds itself moves about
+#: that much with the load (MobileNetV2's int8 over float32: 0.75 on a quiet machine, 1.04-1.16 on a busy one).
+MARGIN = 0.15
 
 
 def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
@@ -47,11 +47,13 @@ def paired(a: Latency, b: Latency) -> bool:
 
 
 def ratio_interval(a: Latency, b: Latency) -> tuple[float, float, float]:
-    """(median, lowest, highest) of a's round medians over b's, round by round (`paired` records only)."""
+    """(median, low, high) of a's round medians over b's, round by round, the interval the median's
+    (about 95%, as `median_interval`); `paired` records only."""
     ratios = sorted(x / y for x, y in zip(a.round_p50s_ms, b.round_p50s_ms, strict=True) if y > 0)
     if not ratios:
         return 1.0, 0.0, math.inf
-    return ratios[len(ratios) // 2], ratios[0], ratios[-1]
+    lo, hi = median_interval(ratios)
+    return ratios[len(ratios) // 2], lo, hi
 
 
 def _latency(c: Candidate) -> Latency | None:

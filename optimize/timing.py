@@ -22,7 +22,9 @@ from collections.abc import Callable
 
 from .noise import median_interval
 
-ROUNDS = 9
+ROUNDS = 15
+#: Untimed runs before each later block (the first block warms up `warmup` times, as recorded).
+REWARM = 2
 
 
 def _block(runner, sample, warmup: int, n: int) -> tuple[float, int, list[float]]:
@@ -94,7 +96,7 @@ def time_rounds(
         for i in ((k + j) % n for j in range(n)):
             if out[i] is not None:
                 continue
-            warm = warmup if k == 0 or fits[i] > 1 else 0  # a slow model: its first invoke is warm-up enough
+            warm = warmup if k == 0 else min(warmup, REWARM) if fits[i] > 1 else 0  # slow: the first invoke is enough
             try:
                 first_ms, warm, block = _block(loaders[i](), samples[i], warm, min(size, fits[i]))
             except Exception as e:  # noqa: BLE001 - the runtime's own error (InvokeError, ModelError), handed back

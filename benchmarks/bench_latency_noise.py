@@ -156,6 +156,7 @@ def bench(name: str, study, out: Path, sample, repeats: int, verbose: bool = Fal
                     mid, lo, hi = ratio_interval(lat, base)
                     cells.append(f"{c.name} {mid:.2f} ({lo:.2f}-{hi:.2f})")
             print(f"  after #{k + 1}: p50 float32 {base.p50_ms:.3g} ms; x float32: " + ", ".join(cells))
+            print(f"    pick {decide(s, True)[0]}, front {', '.join(decide(s, True)[1])}")
 
 
 def main() -> None:

@@ -68,7 +68,7 @@ def compare_latency(a: Candidate, b: Candidate) -> int:
         return (la is None) - (lb is None)
     if paired(la, lb):
         _, lo, hi = ratio_interval(la, lb)
-        return -1 if hi < 1 - MARGIN else 1 if lo > 1 + MARGIN else 0
+        return -1 if hi < 1 / (1 + MARGIN) else 1 if lo > 1 + MARGIN else 0  # symmetric: a/b or b/a
     a_lo, a_hi = la.interval
     b_lo, b_hi = lb.interval
     if a_hi < b_lo - EPS:

@@ -80,6 +80,9 @@ def test_candidates_timed_in_the_same_rounds_are_compared_round_by_round():
     assert a.metrics.latency.interval[1] > b.metrics.latency.interval[0]  # the p50 intervals overlap...
     assert speed(b, a) == "slower" and speed(a, b) == "faster"  # ...but b is 1.2x a in every round
     assert speed(copy, a) == "same"  # 1% is within the margin
+    for x in (a, b, copy):
+        for y in (a, b, copy):
+            assert compare_latency(x, y) == -compare_latency(y, x)  # the same answer either way round
     unpaired = timed(candidate("b"), [d * 1.20 for d in drift], "s2")  # another session: intervals only
     assert speed(unpaired, a) == "same"
 

@@ -483,7 +483,7 @@ class _Choice:
         if not self.study.candidates:
             return "No measured candidate to choose from: the study is empty."
         if self.kept_out and not _goals_given(self.goals):
-            return f"No measured candidate for {self.target} passes the default guard ({self.guard.words})."
+            return f"No measured candidate for {self.target} passes the default guard."
         if _goals_given(self.goals):
             return "No measured candidate meets the goals."
         return f"No measured candidate runs on {self.target}: see why each was rejected."
@@ -572,8 +572,8 @@ def raise_if_unmet(rec: Recommendation) -> None:
     first = rec.rejected[0]
     if rec.guard is not None and rec.warnings:
         raise GoalsNotMet(
-            f"Nothing {rec.target} runs passes the default guard ({rec.guard}).",
-            "See what was lost and what to try above, or state a goal of your own.",
+            f"Nothing {rec.target} runs passes the default guard.",
+            "See what it lost and what to try above, or state a goal.",
         )
     problem = f"({len(rec.rejected)} rejected; e.g. {first.candidate}: {first.reason})"
     if _goals_given(rec.goals):

@@ -160,7 +160,11 @@ def _md_names(names: list[str]) -> str:
 
 def _md_recommendation(rec: Recommendation) -> list[str]:
     lines = [f"## Recommendation for {rec.target}", ""]
-    lines.append(f"**{_md(rec.headline)}**" if rec.headline else f"**Chosen: {_md(rec.chosen)}**")
+    if rec.chosen:
+        keep = f": keep the float32 file ({_md(rec.keep_float32)})" if rec.keep_float32 else ""
+        lines.append(f"**Chosen: {_md(rec.chosen)}**{keep}")
+    else:
+        lines.append(f"**{_md(rec.headline or 'No candidate meets the goals.')}**")
     lines += [""] + [f"Why: {_md(w)}" for w in rec.why] if rec.why else []
     lines += [""] + [f"- **WARNING:** {_md(w)}" for w in rec.warnings] if rec.warnings else []
     lines += ["", "What to try:", ""] + [f"- {_md(t)}" for t in rec.to_try] if rec.to_try else []

@@ -45,8 +45,9 @@ WARNING = "WARNING:"
 
 
 def warning_style(text: str, color: bool | None = None) -> str:
-    """Program-made text with its `WARNING:` lines in red when the terminal shows colour (`color`: force
-    it on or off). Apply after `escape_lines`: the colour codes are the program's own."""
+    """Program-made text with its `WARNING:` lines (and their wrapped continuations, up to a blank line) in
+    red when the terminal shows colour (`color`: force it on or off). Apply after `escape_lines` and `wrap`:
+    the colour codes are the program's own."""
     import os
     import sys
 
@@ -54,7 +55,11 @@ def warning_style(text: str, color: bool | None = None) -> str:
         color = sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
     if not color:
         return text
-    return "\n".join(f"\x1b[31m{line}\x1b[0m" if line.startswith(WARNING) else line for line in text.split("\n"))
+    out, red = [], False
+    for line in text.split("\n"):
+        red = line.startswith(WARNING) or (red and bool(line.strip()))  # a wrapped warning: red to its end
+        out.append(f"\x1b[31m{line}\x1b[0m" if red else line)
+    return "\n".join(out)
 
 
 #: Where a line that is too long continues: under the text after a list marker (`- `, `1. `), else four

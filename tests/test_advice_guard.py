@@ -235,6 +235,8 @@ def test_warning_lines_are_red_only_on_a_colour_terminal():
     assert warning_style(text, color=False) == text
     red = warning_style(text, color=True).splitlines()
     assert red[0] == "Chosen: x" and red[1] == "\x1b[31mWARNING: y not picked\x1b[0m"
+    wrapped = warning_style("WARNING: y not\npicked\n\nAlso", color=True).splitlines()
+    assert wrapped == ["\x1b[31mWARNING: y not\x1b[0m", "\x1b[31mpicked\x1b[0m", "", "Also"]
 
 
 def test_step_free_float32_is_never_a_recipe():

@@ -88,7 +88,10 @@ def test_html_escapes_everything_from_the_study():
 def test_empty_study_renders():
     page = render_html(empty_study(), recommend(empty_study(), "cpu"))
     assert (
-        "The study has no candidates." in page and "Nothing to plot" in page and "No candidate meets the goals." in page
+        "The study has no candidates." in page
+        and "Nothing to plot" in page
+        and "No measured candidate to choose from" in page
+        and "meets the goals" not in page  # no goals were given
     )
     assert "The study has no candidates." in render_markdown(empty_study())
 

@@ -158,16 +158,21 @@ def _md_names(names: list[str]) -> str:
     return ", ".join(_md(n) for n in names) or "none"
 
 
-def _md_recommendation(rec: Recommendation) -> list[str]:
-    lines = [f"## Recommendation for {rec.target}", ""]
+def _md_answer(rec: Recommendation) -> list[str]:
+    """The choice (or why there is none), why, the default guard's warnings and what to try."""
     if rec.chosen:
         keep = f": keep the float32 file ({_md(rec.keep_float32)})" if rec.keep_float32 else ""
-        lines.append(f"**Chosen: {_md(rec.chosen)}**{keep}")
+        lines = [f"**Chosen: {_md(rec.chosen)}**{keep}"]
     else:
-        lines.append(f"**{_md(rec.headline or 'No candidate meets the goals.')}**")
+        lines = [f"**{_md(rec.headline or 'No candidate meets the goals.')}**"]
     lines += [""] + [f"Why: {_md(w)}" for w in rec.why] if rec.why else []
     lines += [""] + [f"- **WARNING:** {_md(w)}" for w in rec.warnings] if rec.warnings else []
     lines += ["", "What to try:", ""] + [f"- {_md(t)}" for t in rec.to_try] if rec.to_try else []
+    return lines
+
+
+def _md_recommendation(rec: Recommendation) -> list[str]:
+    lines = [f"## Recommendation for {rec.target}", "", *_md_answer(rec)]
     lines += ["", "Decision path (rule of thumb):", ""]
     lines += [f"{i}. {_md(q.question)} {_md(q.answer)} → {_md(q.decided)}" for i, q in enumerate(rec.advice.path, 1)]
     if rec.chosen_recipe_toml:

@@ -384,10 +384,8 @@ def _fidelity_legend(cands: list[Candidate]) -> str:
     counts = sorted({f.samples for f in fid})
     n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     few = f"; * = from fewer than {FEW_SAMPLES} samples, a rough figure" if counts[0] < FEW_SAMPLES else ""
-    return (
-        f"No labels: rel err = the worst output's mean |difference| from float32 over its range, agree = "
-        f"top-1 agreement with it, on {n} samples{few}."
-    )
+    agree = ", agree = top-1 agreement with it" if any(f.top1_agreement is not None for f in fid) else ""
+    return f"No labels: rel err = the worst output's mean |difference| from float32 over its range{agree}, on {n} samples{few}."
 
 
 def _print_outcome(con, c: Candidate) -> None:

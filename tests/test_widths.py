@@ -77,6 +77,10 @@ def workdir(tmp_path_factory, float_tflite, keras_model, data_npz):
     (d / "m.keras").symlink_to(keras_model)
     (d / "d.npz").symlink_to(data_npz)
     full_study().save(d / "study.json")
+    import numpy as np
+
+    with np.load(data_npz) as z:
+        np.savez(d / "x.npz", x=z["x_test"])  # inputs only: no labels
     (d / "zoo.toml").write_text('[[models]]\npath = "m.tflite"\nrecipes = ["mobile-gpu"]\n')
     return d
 
@@ -87,6 +91,8 @@ RUNS = [
     ("sweep --wide", ["sweep", "m.tflite", "-o", "out", "--jobs", "0", "--wide"]),
     ("sweep --target", ["sweep", "m.tflite", "-o", "out", "--jobs", "0", "--target", "gpu"]),
     ("quantize", ["quantize", "m.tflite", "--scheme", "dynamic", "-o", "q/m_dyn.tflite"]),
+    ("sweep without labels", ["sweep", "m.tflite", "-d", "x.npz", "-o", "out3", "--jobs", "0"]),
+    ("quantize without labels", ["quantize", "m.tflite", "-c", "x.npz", "-o", "out3/q"]),
     ("quantize with labels", ["quantize", "m.keras", "-c", "d.npz", "-d", "d.npz", "-o", "out2"]),
     ("compat", ["compat", "out/dynamic.tflite"]),
     ("compat int8", ["compat", "out2/int8.tflite"]),
@@ -119,6 +125,10 @@ def test_every_command_fits_80_columns(workdir):
             assert "Wrote q/m_dyn.tflite\n" in r.stdout, r.stdout
             assert "m_dyn.tflite/" not in r.stdout and (workdir / "q" / "m_dyn.tflite").is_file()
             assert "│ dynamic " in r.stdout, r.stdout
+        if what.endswith("without labels"):  # fidelity in the table, its samples in the legend (issue 17)
+            header = next(line for line in r.stdout.splitlines() if "┃ candidate" in line)
+            assert " rel err " in header and " acc " not in header, r.stdout
+            assert "samples" in r.stdout and "No labels" in r.stdout, r.stdout
         if what == "sweep --wide":
             for col in ("gzip", "mem", "gpu", "nnapi", "hexagon", "coreml", "xnnpack"):
                 assert f" {col} " in r.stdout, (col, r.stdout)

@@ -12,6 +12,9 @@ then any single-consumer chain of RELU, MAX_POOL_2D, AVERAGE_POOL_2D, MEAN over 
 Dividing A's output channel c (weights and bias) by s_c and multiplying B's input channel c by s_c leaves
 the float function unchanged, since relu(x / s) = relu(x) / s for s > 0.
 
+Clustered weights (a chain's `cluster` step) stay clustered: a pair whose B is a clustered Conv/Dense is
+left, as scaling B's input columns would split its shared values.
+
 ReLU6 (and tanh, RELU_N1_TO_1) is not crossed: relu6(x / s) = min(relu(x) / s, 6) is not relu6(x) / s, so
 scaling across the clip would change the float model. Those pairs are left as they are and counted
 (`Equalized.skipped`); a ReLU6 network (MobileNet V2) is equalized only where its layers meet without a clip.
@@ -94,6 +97,27 @@ def _passes(g: Graph, k: int, channels: int, period: int | None) -> tuple[bool, 
         unit = period or channels
         return bool(last) and last % unit == 0, (None if last == channels and period is None else unit)
     return True, period
+
+
+def clustered(w: np.ndarray | None) -> bool:
+    """Weights that hold a few shared values (weight clustering): at most 256 distinct, 4+ uses each."""
+    if w is None:
+        return False
+    distinct = len(np.unique(w))
+    return distinct <= 256 and distinct * 4 <= w.size
+
+
+def _keeps_clusters(g: Graph, found: list[Pair], skipped: list[str]) -> list[Pair]:
+    """Pairs whose rescale keeps clustered weights clustered: A's rows and a depthwise B's channels scale
+    whole output channels (the int8 values per channel stay the same), a Conv/Dense B's input columns do
+    not, so such a pair is left (and said) when B is clustered."""
+    out = []
+    for p in found:
+        if g.names[p.b] != "DEPTHWISE_CONV_2D" and clustered(_weights(g, p.b)):
+            skipped.append(f"{g.tensor_name(g.output(p.a))} -> {g.tensor_name(g.output(p.b))}: clustered weights")
+        else:
+            out.append(p)
+    return out
 
 
 def pairs(g: Graph) -> tuple[list[Pair], list[str]]:
@@ -187,6 +211,7 @@ def equalize(content: bytes, rounds: int = ROUNDS) -> Equalized:
     """Cross-layer equalization of every pair, iterated until the scales settle (or `rounds`)."""
     g = Graph.load(content)
     found, skipped = pairs(g)
+    found = _keeps_clusters(g, found, skipped)
     biggest = 1.0
     for _ in range(rounds):
         moved = 1.0
@@ -205,6 +230,7 @@ def smooth(content: bytes, act_max: dict[str, np.ndarray], alpha: float = 0.5) -
     B reads) moved into B's weights by s_c = max|x_c|^alpha / r2_c^(1-alpha), folded into A."""
     g = Graph.load(content)
     found, skipped = pairs(g)
+    found = _keeps_clusters(g, found, skipped)
     biggest = 1.0
     done = []
     for p in found:
@@ -277,6 +303,17 @@ def output_minima(content: bytes, samples: list, threads: int = 2) -> dict[str, 
     g = Graph.load(content)
     outs = [g.output(k) for k, n in enumerate(g.names) if n in LINEAR]
     return {g.tensor_name(t): lo for t, (lo, _) in channel_extremes(content, samples, outs, threads).items()}
+
+
+def left(skipped: list[str]) -> str:
+    """`; 5 pair(s) left (RELU6 clip 4, clustered weights 1)`, or nothing when none was left."""
+    if not skipped:
+        return ""
+    why: dict[str, int] = {}
+    for s in skipped:
+        reason = s.rsplit(": ", 1)[-1]
+        why[reason] = why.get(reason, 0) + 1
+    return f"; {len(skipped)} pair(s) left ({', '.join(f'{k} {v}' for k, v in why.items())})"
 
 
 def _names(g: Graph, found: list[Pair]) -> list[tuple[str, str]]:

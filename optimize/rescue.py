@@ -90,7 +90,7 @@ def _make(transform: str, content: bytes, qparams, cur, xs, samples: list, ctx) 
     per_tensor = qparams.granularity == "tensor"
     if transform == "equalize":
         made = equalize.equalize(content)
-        clipped = f"; {len(made.skipped)} pair(s) across a clip left" if made.skipped else ""
+        clipped = equalize.left(made.skipped)
         if not made.pairs:
             return content, qparams, f"no pair of layers to rescale{clipped}"
         high = equalize.absorb_high_bias(

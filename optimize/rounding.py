@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .equalize import LINEAR
+from .equalize import LINEAR, clustered
 from .flatedit import Graph
 
 QMAX = 127
@@ -259,7 +259,8 @@ def adaround(
     them when None), in that order, within `max_seconds`."""
     t0 = time.perf_counter()
     g = Graph.load(content)
-    by_name = {g.tensor_name(g.output(k)): k for k in _linear(g)}
+    # clustered weights keep their shared values: learning each weight's rounding would split them
+    by_name = {g.tensor_name(g.output(k)): k for k in _linear(g) if not clustered(g.const(g.inputs(k)[1]))}
     ops = [by_name[n] for n in (tensors if tensors is not None else list(by_name)) if n in by_name]
     rows = _sampled_rows(g, ops, content, samples, threads)
     done = []

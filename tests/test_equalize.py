@@ -249,3 +249,20 @@ def test_high_bias_absorption_keeps_the_function_where_the_floor_holds(float_tfl
     after = equalize.output_minima(made.content, [xs[i : i + 1] for i in range(64)])
     name = next(iter(floors))
     assert after[name].min() < 0.5 * floors[name].min()
+
+
+def test_clustered_weights_stay_clustered(float_tflite, digits):
+    """prune -> cluster -> equalize -> int8: a pair whose second layer is clustered is left; rows scaled
+    whole keep their values per output channel; learned rounding leaves clustered layers alone."""
+    g = Graph.load(float_tflite.read_bytes())
+    dense = next(k for k in rounding._linear(g) if g.names[k] == "FULLY_CONNECTED")
+    w = g.const(g.inputs(dense)[1])
+    centroids = np.quantile(w, np.linspace(0.02, 0.98, 16))
+    g.set_const(g.inputs(dense)[1], centroids[np.abs(w[..., None] - centroids).argmin(-1)])
+    content = g.save()
+    made = equalize.equalize(content)
+    assert any(s.endswith("clustered weights") for s in made.skipped)
+    after = Graph.load(made.content).const(g.inputs(dense)[1])
+    assert max(len(np.unique(row)) for row in after) <= 16  # rows scaled whole: 16 values per channel
+    rounded = rounding.adaround(content, [digits["x_train"][i : i + 1] for i in range(16)], iters=20)
+    assert g.tensor_name(g.output(dense)) not in [t for t, *_ in rounded.layers]

@@ -72,7 +72,7 @@ def equalize(model: Path, params: EqualizeParams, ctx: Context) -> Path:
         high = eq.absorb_high_bias(made.content, eq.output_minima(made.content, picked, max(1, ctx.threads)))
         made.content = high.content
         absorbed = f"; high bias absorbed in {len(high.pairs)} pair(s)" if high.pairs else ""
-    clipped = f"; {len(made.skipped)} pair(s) left across a clip ({made.skipped[0]})" if made.skipped else ""
+    clipped = eq.left(made.skipped)
     detail = (
         f"{params.method} rescaled {len(made.pairs)} layer pair(s), largest scale {made.max_scale:.3g}{absorbed}{clipped}"
         if made.pairs

@@ -266,3 +266,14 @@ def test_clustered_weights_stay_clustered(float_tflite, digits):
     assert max(len(np.unique(row)) for row in after) <= 16  # rows scaled whole: 16 values per channel
     rounded = rounding.adaround(content, [digits["x_train"][i : i + 1] for i in range(16)], iters=20)
     assert g.tensor_name(g.output(dense)) not in [t for t, *_ in rounded.layers]
+
+
+@pytest.mark.slow
+def test_prune_cluster_equalize_int8_runs_and_keeps_its_clusters(keras_model, data_npz, tmp_path):
+    import optimize
+
+    steps = chain({"technique": "prune", "epochs": 1}, "cluster,equalize,int8")
+    cand = optimize.run(build("prune-cluster-equalize-int8", steps), keras_model, data_npz, tmp_path, delegates=False)
+    assert cand.ok, cand.error  # verification: sparsity and clusters survived the equalization
+    assert [r.transform for r in cand.rescue] == ["equalize"]
+    assert cand.composition.shrink <= 0.30

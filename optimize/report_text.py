@@ -467,12 +467,14 @@ def debug_lines(report, width: int = 80, top: int = 25) -> list[str]:
     for rank, le in enumerate(report.layers[:top], 1):
         step = "-" if le.rmse_over_scale is None else f"{le.rmse_over_scale:.2f}"
         float_err = "-" if le.output_error_without is None else f"{le.output_error_without:.4f}"
-        op = f"{le.op} #{le.op_index}"
+        op, name = f"{le.op} #{le.op_index}", esc(le.tensor)
+        if len(op) > 22:  # a long op name goes whole onto the name line
+            op, name = f"#{le.op_index}", f"{le.op}: {name}"
         lines.append(
             f"{rank:>4}  {op:22}  {le.error_added:>+8.4f}  {le.relative_rmse:>8.4f}  {step:>10}  "
             f"{le.weight_share * 100:>6.1f}%  {float_err:>8}"
         )
-        lines += [f"      {part}" for part in fold(esc(le.tensor), room)]
+        lines += [f"      {part}" for part in fold(name, room)]
     return lines
 
 

@@ -161,6 +161,9 @@ def test_debug_table_shows_whole_tensor_names_in_ranked_order():
     assert ranks == [1, 2, 3]
     order = [m.group(1) for line in lines if (m := re.search(r"FULLY_CONNECTED #(\d+)", line))]
     assert order == ["7", "3", "5"]  # the report's ranking, as it says
+    lstm = _layer(2, "lstm/out", 0.01).model_copy(update={"op": "UNIDIRECTIONAL_SEQUENCE_LSTM"})
+    lines = debug_lines(rep.model_copy(update={"layers": [lstm]}), 80)
+    assert max(map(len, lines)) <= 80 and "UNIDIRECTIONAL_SEQUENCE_LSTM: lstm/out" in "\n".join(lines)
 
 
 def test_report_fixture_has_partial_and_none_verdicts():

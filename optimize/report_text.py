@@ -297,18 +297,9 @@ def candidates_tables(
     return [_table(cands, columns, cells, keep, title)], dropped
 
 
-def candidates_table(
-    cands: list[Candidate],
-    baseline: Candidate | None = None,
-    title: str = "",
-    width: int | None = None,
-    wide: bool = False,
-):
-    """The candidates as one rich Table that fits `width` columns (all columns with `wide`)."""
-    columns = _columns(cands, width, wide)
-    cells = _cells(cands, columns, _Base.of(baseline))
-    keep = list(range(len(columns))) if wide or width is None else _fit(columns, cells, width)
-    return _table(cands, columns, cells, keep, title)
+def candidates_table(cands: list[Candidate], baseline=None, title: str = "", width: int | None = None, wide=False):
+    """The candidates as one rich Table: fitted to `width` columns, or every column with `wide`."""
+    return candidates_tables(cands, baseline, title, width=None if wide else width)[0][0]
 
 
 def _print_tables(con, cands: list[Candidate], baseline: Candidate | None, title: str, wide: bool) -> None:

@@ -313,18 +313,31 @@ ORDER = {
 
 
 def _ranked(cands: list[Candidate], objective: Objective, by_labels: bool, baseline: str | None) -> list[Candidate]:
-    """Objective first, then the other two axes, then study order. Latencies within each other's noise
-    are equal, so the next axis decides: the order does not flip between re-timings."""
+    """Objective first, then the other two axes, then study order. On the objective's axis candidates
+    are taken in groups: the best left (by its measured figure) with every one the same as it within
+    the noise, ordered by the other axes. Grouping around the best, not comparing neighbours, keeps a
+    slow candidate from riding on a chain of "the same within the noise": the order does not flip."""
     index = {c.name: i for i, c in enumerate(cands)}
 
     def cmp(a: Candidate, b: Candidate) -> int:
         axes = _axes(a, b, by_labels, baseline)
-        for axis in ORDER[objective]:
+        for axis in ORDER[objective][1:]:
             if axes[axis]:
                 return axes[axis]
         return index[a.name] - index[b.name]
 
-    return sorted(cands, key=functools.cmp_to_key(cmp))
+    def figure(c: Candidate) -> tuple:
+        size, lat = c.metrics.size.bytes, c.p50_ms if c.p50_ms is not None else math.inf
+        best = quality(c, by_labels, baseline) or WORST
+        return {Objective.SIZE: (size,), Objective.LATENCY: (lat,), Objective.ACCURACY: (-best[0], -best[1])}[objective]
+
+    out, left = [], list(cands)
+    while left:
+        leader = min(left, key=lambda c: (figure(c), index[c.name]))
+        group = [c for c in left if _axes(c, leader, by_labels, baseline)[objective] == 0]
+        out += sorted(group, key=functools.cmp_to_key(cmp))
+        left = [c for c in left if c not in group]
+    return out
 
 
 def _slower_facts(study: Study, float_ms: float | None) -> list[str]:

@@ -3,8 +3,8 @@
 A sweep times its candidates round-robin (optimize.timing.time_rounds), so machine drift hits all alike,
 and keeps an interval for each p50 over the rounds (`Latency.interval`; older records fall back to the
 quartiles of their single runs). Two candidates timed in the same rounds are compared round by round:
-the interval of the median ratio of their round medians must lie beyond `MARGIN` (15%) either side of 1,
-which cancels whatever drift moved a whole round. Others (one cached from an earlier run, say) are different
+the median ratio of their round medians must differ from 1 by more than `MARGIN` (15%), and its interval
+must not hold 1, which cancels whatever drift moved a whole round. Others (one cached from an earlier run, say) are different
 only when their p50 intervals do not overlap. `speed` says slower or faster only then; `compare_latency` is the same as a sort comparison, so rankings and the Pareto
 front do not flip between re-timings of an unchanged study. Pure: no TensorFlow, no numpy.
 """
@@ -16,9 +16,8 @@ import math
 from .results import Candidate, Latency
 
 EPS = 1e-9
-#: Timed in the same rounds, two candidates differ only when the interval of their per-round ratio lies
-#: beyond this much either side of 1: on a shared host the ratio of two models' speeds itself moves about
-#: that much with the load (MobileNetV2's int8 over float32: 0.75 on a quiet machine, 1.04-1.16 on a busy one).
+#: Two candidates differ only when one is slower by more than this (and measurably so): on a shared host
+#: the ratio of two models' speeds itself moves about that much with the load (MobileNetV2's int8 over float32: 0.75 on a quiet machine, 1.04-1.16 on a busy one).
 MARGIN = 0.15
 
 
@@ -61,19 +60,20 @@ def _latency(c: Candidate) -> Latency | None:
 
 
 def compare_latency(a: Candidate, b: Candidate) -> int:
-    """-1 when `a` is measurably faster than `b`, 1 when slower, 0 when the intervals overlap (the same
-    within the noise). Unmeasured latency counts as slowest; two unmeasured are the same."""
+    """-1 when `a` is measurably faster than `b`, 1 when slower, 0 when the same within the noise: timed
+    in the same rounds, the median of their per-round ratios must differ from 1 by more than `MARGIN` and
+    its interval must not hold 1; otherwise their p50 intervals must separate and the p50s differ by more
+    than `MARGIN`. Symmetric. Unmeasured latency counts as slowest; two unmeasured are the same."""
     la, lb = _latency(a), _latency(b)
     if la is None or lb is None:
         return (la is None) - (lb is None)
-    if paired(la, lb):
-        _, lo, hi = ratio_interval(la, lb)
-        return -1 if hi < 1 / (1 + MARGIN) else 1 if lo > 1 + MARGIN else 0  # symmetric: a/b or b/a
-    a_lo, a_hi = la.interval
-    b_lo, b_hi = lb.interval
-    if a_hi < b_lo - EPS:
+    if paired(la, lb):  # round by round: the median ratio beyond the margin, its interval clear of 1
+        mid, lo, hi = ratio_interval(la, lb)
+        return -1 if hi < 1 and mid < 1 / (1 + MARGIN) else 1 if lo > 1 and mid > 1 + MARGIN else 0
+    (a_lo, a_hi), (b_lo, b_hi) = la.interval, lb.interval
+    if a_hi < b_lo - EPS and la.p50_ms * (1 + MARGIN) < lb.p50_ms:
         return -1
-    if a_lo > b_hi + EPS:
+    if a_lo > b_hi + EPS and la.p50_ms > lb.p50_ms * (1 + MARGIN):
         return 1
     return 0
 

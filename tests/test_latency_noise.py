@@ -174,3 +174,18 @@ def test_time_task_records_rounds_and_intervals(float_tflite, tmp_path):
         assert c.node is not None
     old = time_task(TimingTask(cands, tmp_path, None, threads=1, runs=18, interleave=False))
     assert all(c.metrics.latency.rounds is None and c.metrics.latency.runs == 18 for c in old)
+
+
+def test_a_slow_candidate_never_rides_a_chain_of_same_within_the_noise():
+    """b is a within the margin, c is b within it, but c is measurably slower than a: c is not picked for
+    latency, however small it is."""
+    s = study(
+        [
+            candidate("a", size=150_000, p50=1.00),
+            candidate("b", size=80_000, p50=1.12),
+            candidate("c", size=40_000, p50=1.25),
+        ]
+    )
+    rec = recommend(s, "cpu", make_goals(objective="latency"))
+    assert rec.ranked == ["b", "a", "c"]
+    assert speed(s.candidate("c"), s.candidate("b")) == "same" and speed(s.candidate("c"), s.candidate("a")) == "slower"

@@ -241,9 +241,11 @@ def test_xnnpack_coverage_does_not_gate_the_cpu():
 def test_latency_objective_never_recommends_slower_quantized_models():
     rec = recommend(full_study(), "cpu", Goals(objective="latency"))
     assert rec.chosen == "int8_io"
-    assert rec.ranked == ["int8_io", "int8", "float32", "pruned"]
+    # int8_io and int8 (0.55, 0.6 ms) are the same within the noise: the smaller first; float16's 1.1 ms is
+    # float32's 1.0 within the 15% margin (optimize.noise), so it ranks with float32, smaller first
+    assert rec.ranked == ["int8_io", "int8", "float16", "float32", "pruned"]
     why = reasons(rec)
-    for name in ("float16", "dynamic", "int16x8"):
+    for name in ("dynamic", "int16x8"):
         assert "measured slower than float32" in why[name]
     assert "1.9 ms vs 1 ms" in why["dynamic"]
 
@@ -299,7 +301,7 @@ def test_ties_are_broken_by_the_other_axes_then_study_order():
         [
             candidate("float32"),
             candidate("b", "int8", size=40_000, p50=0.8),
-            candidate("a", "int8", size=40_000, p50=0.7),
+            candidate("a", "int8", size=40_000, p50=0.6),
         ]
     )
     assert recommend(faster, "cpu").ranked == ["a", "b", "float32"]
@@ -349,7 +351,8 @@ def test_all_failed_study():
 
 
 def test_pareto_front():
-    assert pareto_front(full_study().candidates) == ["float32", "float16", "dynamic", "int8", "int8_io", "int16x8"]
+    # float32 (1.0 ms) is no faster than float16 (1.1 ms) within the noise margin, and larger: dominated
+    assert pareto_front(full_study().candidates) == ["float16", "dynamic", "int8", "int8_io", "int16x8"]
     s = study(
         [
             candidate("a", size=100, p50=1.0, delta=0.0),

@@ -3,8 +3,8 @@
 A sweep times its candidates round-robin (optimize.timing.time_rounds), so machine drift hits all alike,
 and keeps an interval for each p50 over the rounds (`Latency.interval`; older records fall back to the
 quartiles of their single runs). Two candidates timed in the same rounds are compared round by round:
-the median ratio of their round medians must differ from 1 by more than `MARGIN` (15%), and its interval
-must not hold 1, which cancels whatever drift moved a whole round. Others (one cached from an earlier run, say) are different
+the interval of the median ratio of their round medians must lie wholly beyond `MARGIN` (15%), which
+cancels whatever drift moved a whole round. Others (one cached from an earlier run, say) are different
 only when their p50 intervals do not overlap. `speed` says slower or faster only then; `compare_latency` is the same as a sort comparison, so rankings and the Pareto
 front do not flip between re-timings of an unchanged study. Pure: no TensorFlow, no numpy.
 """
@@ -61,15 +61,16 @@ def _latency(c: Candidate) -> Latency | None:
 
 def compare_latency(a: Candidate, b: Candidate) -> int:
     """-1 when `a` is measurably faster than `b`, 1 when slower, 0 when the same within the noise: timed
-    in the same rounds, the median of their per-round ratios must differ from 1 by more than `MARGIN` and
-    its interval must not hold 1; otherwise their p50 intervals must separate and the p50s differ by more
-    than `MARGIN`. Symmetric. Unmeasured latency counts as slowest; two unmeasured are the same."""
+    in the same rounds, the interval of the median of their per-round ratios must lie wholly beyond
+    `MARGIN` (slower by more than 15%, with about 95% confidence); otherwise their p50 intervals must
+    separate and the p50s differ by more than `MARGIN`. Symmetric. Unmeasured latency counts as slowest;
+    two unmeasured are the same."""
     la, lb = _latency(a), _latency(b)
     if la is None or lb is None:
         return (la is None) - (lb is None)
-    if paired(la, lb):  # round by round: the median ratio beyond the margin, its interval clear of 1
-        mid, lo, hi = ratio_interval(la, lb)
-        return -1 if hi < 1 and mid < 1 / (1 + MARGIN) else 1 if lo > 1 and mid > 1 + MARGIN else 0
+    if paired(la, lb):  # round by round: the whole interval of the median ratio beyond the margin
+        _, lo, hi = ratio_interval(la, lb)
+        return -1 if hi < 1 / (1 + MARGIN) else 1 if lo > 1 + MARGIN else 0
     (a_lo, a_hi), (b_lo, b_hi) = la.interval, lb.interval
     if a_hi < b_lo - EPS and la.p50_ms * (1 + MARGIN) < lb.p50_ms:
         return -1

@@ -1,11 +1,13 @@
 """The accuracy rescue that keeps 8 bits: what the transform techniques and the selective search share.
 
 Order (the `selective` search follows it; each step is kept only when it helps):
-1. equalize (cross-layer equalization: exact, data-free),
-2. bias_correction (the int8 weights' mean output shift folded into the biases),
-3. calibration `auto` (per tensor, min/max, percentile or MSE-optimal activation ranges),
-4. adaround (learned rounding of the worst layers' weights),
-and only then an op raised to int16 activations or kept float. Every step is a `results.RescueStep` on the
+1. equalize (cross-layer equalization, exact and data-free, then high-bias absorption where calibration
+   data shows a channel floor): it fixes the cause (channels of very different ranges) and costs nothing,
+2. bias_correction (the int8 weights' mean output shift folded into the biases): one pass over the data,
+3. calibration `auto` (per tensor, min/max, percentile or MSE-optimal activation ranges): one pass,
+4. adaround (learned rounding of the worst layers' weights): the costliest, seconds per layer,
+and only then an op raised to int16 activations or kept float, which gives up size (float) or speed
+(int16 runs on reference kernels). Every step is a `results.RescueStep` on the
 candidate, with the per-layer int8 error (relative RMSE vs float, optimize.debug) before and after.
 """
 
@@ -17,13 +19,8 @@ import numpy as np
 
 from .results import LayerChange
 
-#: The rescue's steps in order: (transform, the technique that makes it, its params).
-ORDER = (
-    ("equalize", "equalize", {}),
-    ("bias_correction", "bias_correction", {}),
-    ("calibration:auto", None, {"calibration": "auto"}),
-    ("adaround", "adaround", {}),
-)
+#: The rescue's steps in order (each a technique of techniques/transforms.py, or a quantize calibration).
+ORDER = ("equalize", "bias_correction", "calibration:auto", "adaround")
 SHOWN = 8  # layers recorded per step (the largest changes)
 
 
@@ -132,7 +129,7 @@ def keep_8_bits(search, content: bytes, qparams, calibration: dict, ctx, start):
     samples = [s for group in calibration.values() for s in group][:256]
     reference, cur, steps = content, start, []
     before = layer_errors(reference, start.content, xs)
-    for transform, _, _ in ORDER:
+    for transform in ORDER:
         if search.budget.meets(cur.value) or search.evals >= search.params.max_evals // 2:
             break  # half the evaluations at most: the rest is for raising ops, if it comes to that
         try:

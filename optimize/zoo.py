@@ -248,7 +248,7 @@ def _pick(study: Study, target: Target) -> Pick:
     except OptimizeError as e:
         return Pick(target=target, candidate=None, why_none=e.problem[:160])
     if rec.chosen is None:
-        why = "nothing passes the default guard" if rec.guard and rec.warnings else "no candidate fits the target"
+        why = "nothing passes the default guard" if rec.warnings else "no candidate fits the target"
         return Pick(target=target, candidate=None, why_none=why)
     c, base = study.candidate(rec.chosen), study.float_reference
     size = c.metrics.size.bytes if c.metrics else None

@@ -9,7 +9,7 @@ from pathlib import Path
 from .advice import describe
 from .delegates.observe import OBSERVED
 from .report import fmt_bytes
-from .results import Candidate, Metrics, Study
+from .results import FEW_SAMPLES, Candidate, Metrics, Study
 from .vocab import Delegate, Target
 
 
@@ -50,8 +50,6 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 _COLOR = {"full": "green", "partial": "yellow", "none": "red"}
 _LETTER = {d: ("C" if d is Delegate.COREML else str(d)[0].upper()) for d in Delegate}  # G N H C X
-#: Few samples make a fidelity figure rough: below this many its cells carry a star.
-FEW_SAMPLES = 32
 
 
 def _delegate_cell(c: Candidate, name: str) -> str:
@@ -122,7 +120,7 @@ def _delta(c: Candidate, base: _Base) -> str:
 
 def _few(c: Candidate) -> str:
     f = c.metrics.fidelity
-    return "*" if f is not None and f.samples < FEW_SAMPLES else ""
+    return "*" if f is not None and f.few_samples else ""  # a rough figure: the legend says so
 
 
 def _agree(c: Candidate, base: _Base) -> str:

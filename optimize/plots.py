@@ -25,11 +25,17 @@ def _labelled(study: Study) -> bool:
     return any(c.ok and c.metrics.accuracy_delta is not None for c in study.candidates)
 
 
+def _points_of_accuracy(c) -> float | None:
+    """The accuracy change in points; None where this candidate has none (a study can be partly scored)."""
+    d = c.metrics.accuracy_delta
+    return None if d is None else d * 100
+
+
 def quality(study: Study):
     """The y axis: the accuracy change in points where there are labels; without them, the worst output's
     relative error against the float32 baseline in % of its range (the baseline at 0), or None."""
     if _labelled(study):
-        return f"Accuracy change vs {study.baseline} (points)", lambda c: c.metrics.accuracy_delta * 100
+        return f"Accuracy change vs {study.baseline} (points)", _points_of_accuracy
 
     def error(c):
         if c.name == study.baseline:

@@ -104,3 +104,16 @@ def test_a_study_without_labels_plots_the_output_error():
     assert unplotted(st) == [] and "no labels" in captions(st)["size_vs_accuracy"]
     svg = scatter_svg(st, "size")
     assert svg is not None and "Output error vs float32" in svg and "int8" in svg
+
+
+def test_a_partly_scored_study_plots_the_scored_and_names_the_rest():
+    """Labels reach some candidates only (a zoo model's float16 reused without a score, say): the plot shows
+    the scored ones, and the rest are listed as unplotted, never a crash."""
+    from optimize.plots import scatter_svg, unplotted
+
+    unscored = candidate("float16", "float16", size=78_000)
+    unscored = unscored.model_copy(update={"metrics": unscored.metrics.model_copy(update={"accuracy_delta": None})})
+    st = study([candidate("float32"), unscored, candidate("int8", "int8", size=42_000, delta=-0.01)])
+    svg = scatter_svg(st, "size")
+    assert svg is not None and "int8" in svg
+    assert unplotted(st) == ["float16"]

@@ -124,10 +124,13 @@ def summary(runs: list, interleaved: bool) -> dict:
 
 def bench(name: str, study, out: Path, sample, repeats: int, verbose: bool = False) -> None:
     runs = {False: [], True: []}
+    spent = {False: 0.0, True: 0.0}
     t0 = time.perf_counter()
     for _ in range(repeats):
         for interleaved in (False, True):
+            t1 = time.perf_counter()
             runs[interleaved].append(retime(study, out, sample, interleaved))
+            spent[interleaved] += time.perf_counter() - t1
     before, after = summary(runs[False], False), summary(runs[True], True)
     n = repeats
     print(f"\n{name}: {len(study.candidates)} candidates, {n} re-timings each way ({time.perf_counter() - t0:.0f} s)")
@@ -144,6 +147,8 @@ def bench(name: str, study, out: Path, sample, repeats: int, verbose: bool = Fal
         ratio = f"{float(a) / float(b):.2f}" if " of " not in a and float(b) else ""
         print(f"  {label:38s} {b:>9s} {a:>9s} {ratio:>13s}")
     print(f"  picks seen: before {', '.join(before['seen'])}; after {', '.join(after['seen'])}")
+    b, a = spent[False] / n, spent[True] / n
+    print(f"  seconds per re-timing (with the peak-memory probe): before {b:.1f}, after {a:.1f} ({a / b:.2f}x)")
     if verbose:
         from optimize.noise import paired, ratio_interval
 

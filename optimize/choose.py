@@ -568,7 +568,9 @@ def recommend(
         warnings=choice.warnings(),
         to_try=choice.to_try(),
         why=explain.why_lines(study, advice.pipeline, chosen, reasons, goals.objective, choice.by_labels),
-        alternatives=explain.alternatives(study, [(a.label, a.steps) for a in advice.alternative_pipelines], chosen),
+        alternatives=explain.alternatives(
+            study, [(a.label, a.steps) for a in advice.alternative_pipelines], chosen, reasons
+        ),
         quality_by="labels" if choice.by_labels else "fidelity",
     )
 

@@ -42,18 +42,29 @@ def matching(study: Study, steps: list[dict]) -> list[Candidate]:
     return [c for c in study.candidates if shape_of(c) == want]
 
 
-def alternatives(study: Study, labelled: list[tuple[str, list[dict]]], chosen: Candidate | None) -> list[str]:
+def alternatives(
+    study: Study, labelled: list[tuple[str, list[dict]]], chosen: Candidate | None, rejected: dict | None = None
+) -> list[str]:
     """The rule of thumb's alternatives against the study: measured ones named with the candidate that
-    worked, ones the study never tried marked so; ones that only failed, and the choice itself, left out."""
+    worked (one the choice rejected says so, so the rule of thumb's promise is not left standing beside the
+    measurement that broke it), ones the study never tried marked so; ones that only failed, and the choice
+    itself, left out."""
     from .advice import describe
 
+    rejected = rejected or {}
     out = []
     for label, steps in labelled:
         found = matching(study, steps)
         worked = [c for c in found if c.ok]
         if (found and not worked) or (chosen is not None and chosen in found):
             continue
-        where = f"measured as {worked[0].name}" if worked else "not measured in this study"
+        kept = [c for c in worked if c.name not in rejected]
+        if kept:
+            where = f"measured as {kept[0].name}"
+        elif worked:
+            where = f"measured as {worked[0].name}, rejected above"
+        else:
+            where = "not measured in this study"
         out.append(f"{label}: {describe(steps)} ({where})")
     return out
 

@@ -152,6 +152,15 @@ def test_failed_candidates_are_never_offered_as_alternatives():
     assert any("measured as dynamic" in a for a in rec.alternatives)
 
 
+def test_an_alternative_the_guard_rejected_says_so():
+    """The rule of thumb's int8 ("usually within a point") measured 75 points down: offered only with the
+    word that it was rejected above, never as a plain alternative."""
+    rec = recommend(broken_int8_study(), "cpu", make_goals(objective="accuracy"))
+    int8 = [a for a in rec.alternatives if "measured as int8" in a]
+    assert int8 and all("rejected above" in a for a in int8), rec.alternatives
+    assert {r.candidate for r in rec.rejected} >= {"int8", "int8-int8io"}
+
+
 def test_no_advice_points_at_the_command_just_run():
     for s in (broken_int8_study(), full_study()):
         for t in TARGETS:

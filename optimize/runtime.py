@@ -375,12 +375,9 @@ class Runner:
         return [np.stack([o[j] for o in outs]) for j in range(len(self.outputs))]
 
 
-def time_invoke(runner: Runner, sample: np.ndarray, warmup: int = 5, runs: int = 50, budget_s: float = 1.0) -> dict:
-    """Latency the way benchmark_model reports it: first inference, warm-up, then steady-state stats.
-
-    Timed runs stop at `runs` or once `budget_s` is spent (at least 5), so slow reference kernels
-    (int16x8) do not stall a sweep; the count actually run is recorded.
-    """
+def warm_start(runner: Runner, sample: np.ndarray, warmup: int) -> tuple[float, int]:
+    """The first invoke on `sample` (ms) and the warm-up after it: `warmup` runs, one only after a first
+    invoke of 100 ms or more (slow reference kernels); returns (first_ms, warm-up runs made)."""
     runner.set_input(sample)
     t0 = time.perf_counter()
     runner.invoke()
@@ -388,6 +385,16 @@ def time_invoke(runner: Runner, sample: np.ndarray, warmup: int = 5, runs: int =
     warmup = warmup if first_ms < 100 else min(warmup, 1)
     for _ in range(warmup):
         runner.it.invoke()
+    return first_ms, warmup
+
+
+def time_invoke(runner: Runner, sample: np.ndarray, warmup: int = 5, runs: int = 50, budget_s: float = 1.0) -> dict:
+    """Latency the way benchmark_model reports it: first inference, warm-up, then steady-state stats.
+
+    Timed runs stop at `runs` or once `budget_s` is spent (at least 5), so slow reference kernels
+    (int16x8) do not stall a sweep; the count actually run is recorded.
+    """
+    first_ms, warmup = warm_start(runner, sample, warmup)
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < runs and (len(times) < 5 or time.perf_counter() - start < budget_s):

@@ -30,13 +30,9 @@ REWARM = 2
 def _block(runner, sample, warmup: int, n: int) -> tuple[float, int, list[float]]:
     """A fresh interpreter's first invoke (ms), its warm-up (fewer after a first invoke of 100 ms or more;
     the count run is returned) and `n` timed invokes."""
-    runner.set_input(sample)
-    t0 = time.perf_counter()
-    runner.invoke()
-    first_ms = (time.perf_counter() - t0) * 1000
-    warmup = warmup if first_ms < 100 else min(warmup, 1)
-    for _ in range(warmup):
-        runner.it.invoke()
+    from .runtime import warm_start
+
+    first_ms, warmup = warm_start(runner, sample, warmup)
     out = []
     for _ in range(n):
         t0 = time.perf_counter()

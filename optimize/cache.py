@@ -50,6 +50,7 @@ ENVIRONMENT = frozenset(
         "TimeoutError", "ChildProcessError", "ProcessLookupError", "MemoryError", "KeyboardInterrupt", "SystemExit",
         "ResourceExhaustedError", "DeadlineExceededError", "UnavailableError", "CancelledError", "AbortedError",
         "NodeLost",  # a Ray node went away (optimize.ray_executor), retried until it gave up
+        "RecordUnreadable",  # a worker's record did not validate in the parent (work.received): ours, retried
     }
 )  # fmt: skip
 

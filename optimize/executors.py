@@ -31,7 +31,7 @@ from multiprocessing.connection import wait
 from .errors import OptimizeError
 from .progress import Progress
 from .results import Candidate
-from .work import CRASH_SIGNALS, Task, TimingTask, Workspaces, crashed, run_task, time_task
+from .work import CRASH_SIGNALS, Task, TimingTask, Workspaces, crashed, received, run_task, time_task
 
 __all__ = ["CRASH_SIGNALS", "ProcessExecutor", "SerialExecutor", "executor", "describe_exit"]
 
@@ -235,7 +235,8 @@ class ProcessExecutor(_LocalTiming):
         elif kind == "phase":
             self.progress.phase(payload)
         elif kind == "done":
-            cand = Candidate.model_validate_json(payload)
+            recipe = next((r for r in w.task.recipes if r.name == w.current), None) or w.task.first_open(w.done)
+            cand = received(payload, recipe, w.task.out_dir)
             w.done.add(cand.name)
             w.current = None
             tag = w.task.tag

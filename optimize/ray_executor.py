@@ -38,7 +38,7 @@ from pathlib import Path
 from .errors import OptimizeError
 from .progress import Progress
 from .results import Candidate, write_atomic
-from .work import Task, TimingTask, Workspaces, crashed, run_task, time_task
+from .work import Task, TimingTask, Workspaces, crashed, received, run_task, time_task
 
 log = logging.getLogger(__name__)
 
@@ -276,8 +276,8 @@ class RayExecutor:
 
             cls, problem, fix = event[1]
             raise getattr(errors, cls, OptimizeError)(problem, fix)
-        cand = Candidate.model_validate_json(event[1])
-        if event[2] is not None:
+        cand = received(event[1], r.task.first_open(r.done), r.task.out_dir)
+        if event[2] is not None and cand.ok:
             write_atomic(r.task.out_dir / cand.artifact, event[2])
         r.done.add(cand.name)
         tag = r.task.tag

@@ -133,6 +133,24 @@ def crashed(recipe, why: str) -> Candidate:
     )
 
 
+def received(payload: str, recipe, out_dir: Path) -> Candidate:
+    """A worker's result record read back in the parent, or, when it does not validate (a value the JSON
+    round trip cannot carry back, a bug), the failed candidate that says so, its artifact removed from
+    `out_dir`: one record never stops a sweep, and no file stands without its record."""
+    from pydantic import ValidationError
+
+    from .pipeline import artifact_path
+
+    try:
+        return Candidate.model_validate_json(payload)
+    except ValidationError as e:
+        artifact_path(out_dir, recipe.name).unlink(missing_ok=True)
+        first = e.errors()[0] if e.errors() else {"loc": (), "msg": str(e)}
+        where = ".".join(str(p) for p in first.get("loc", ())) or "the record"
+        why = f"its result record from the worker could not be read back ({where}: {first.get('msg')})"
+        return Candidate.failed(recipe, why, kind="RecordUnreadable", detail=str(e))
+
+
 def this_node() -> str:
     """How a candidate names the machine that timed it (executors on a cluster add their node id)."""
     return socket.gethostname()

@@ -29,6 +29,27 @@ def test_a_crashing_worker_fails_only_its_candidate(keras_model, data_npz, tmp_p
     assert (tmp_path / "study.json").is_file() and not (tmp_path / "int8.tflite").exists()
 
 
+def test_a_record_the_parent_cannot_read_back_fails_only_its_candidate(keras_model, data_npz, tmp_path, monkeypatch):
+    """A worker's record that does not validate in the parent (a value the JSON round trip cannot carry) is a
+    failed candidate saying so, never the end of the sweep; and it is not cached."""
+    from optimize.cache import cacheable
+    from optimize.results import Candidate
+
+    real = Candidate.model_validate_json.__func__
+
+    def validate(cls, payload, *a, **kw):
+        if '"name":"int8"' in payload.replace(" ", ""):
+            payload = '{"name": 5}'
+        return real(cls, payload, *a, **kw)
+
+    monkeypatch.setattr(Candidate, "model_validate_json", classmethod(validate))
+    study = sweeps.sweep(keras_model, data_npz, tmp_path, recipes=RECIPES, delegates=False, runs=5, jobs=1, cache=False)
+    c = {x.name: x for x in study.candidates}
+    assert c["int8"].error.startswith("its result record from the worker could not be read back")
+    assert c["int8"].error_kind == "RecordUnreadable" and not cacheable(c["int8"])
+    assert c["float32"].ok and c["float16"].ok and not (tmp_path / "int8.tflite").exists()
+
+
 @pytest.fixture
 def cache_root(tmp_path, monkeypatch):
     root = tmp_path / "cache"

@@ -43,7 +43,7 @@ def quality(study: Study):
         f = c.metrics.fidelity
         return None if f is None or f.relative_error is None else f.relative_error * 100
 
-    if not any(error(c) for c in study.candidates if c.ok and c.name != study.baseline):
+    if all(error(c) is None for c in study.candidates if c.ok and c.name != study.baseline):
         return None
     return f"Output error vs {study.baseline} (% of its range; up is better)", error
 

@@ -161,6 +161,15 @@ def _is_float32(step: dict) -> bool:
     return step.get("technique") == "convert" and step.get("scheme") == "float32"
 
 
+def _needs_litert(done: list[dict], step: dict) -> bool:
+    """A quantize step the converter cannot express: after a flatbuffer transform (equalize, ...), or asking
+    for what only LiteRT Quantizer does (activation ranges other than min/max, per-tensor weights, blocks).
+    Folding it into the converter would drop that silently, so it stays a LiteRT step."""
+    after_transform = any(registry.get(d["technique"]).stage is Stage.TFLITE for d in done)
+    own = step.get("calibration", "minmax") != "minmax" or step.get("granularity", "channel") != "channel"
+    return after_transform or own or bool(step.get("block_size"))
+
+
 def _express(done: list[dict], step: dict, backend: Backend, locked: bool) -> list[dict]:
     """`done` followed by `step` expressed with `backend`: a post-training convert becomes float32 +
     quantize for LiteRT, and a quantize after a float32 conversion folds back into the converter."""
@@ -170,8 +179,8 @@ def _express(done: list[dict], step: dict, backend: Backend, locked: bool) -> li
         backend = Backend.LITERT  # the converter cannot make it
     if backend is Backend.LITERT and step["technique"] == "convert" and scheme in PTQ_SCHEMES and not locked:
         return [*done, dict(_FLOAT32), {"technique": "quantize", **calib}]
-    rescued = any(registry.get(d["technique"]).stage is Stage.TFLITE for d in done)  # equalize etc. need LiteRT
-    if backend is Backend.CONVERTER and step["technique"] == "quantize" and any(map(_is_float32, done)) and not rescued:
+    folds = step["technique"] == "quantize" and any(map(_is_float32, done)) and not _needs_litert(done, step)
+    if backend is Backend.CONVERTER and folds:
         return [*[d for d in done if not _is_float32(d)], {"technique": "convert", **calib}]
     return [*done, step]  # (a .tflite input keeps its quantize step: it cannot be converted again)
 

@@ -199,6 +199,9 @@ def test_the_rescue_recovers_what_plain_int8_breaks(float_tflite, tmp_path, digi
     assert base - saved <= 0.01, (base, saved)
 
 
+_F32 = {"technique": "convert", "scheme": "float32"}
+
+
 def test_chains_and_the_cli_shortcut_build_the_rescue_steps():
     steps = chain({"technique": "prune"}, "cluster,equalize,int8")
     assert [s["technique"] for s in steps] == ["prune", "cluster", "convert", "equalize", "quantize"]
@@ -209,6 +212,13 @@ def test_chains_and_the_cli_shortcut_build_the_rescue_steps():
     assert made[-1]["calibration"] == "auto"
     recipe = build("int8", made).with_backend("converter")
     assert [s.technique for s in recipe.steps] == ["convert", "equalize", "adaround", "quantize"]
+    # ranges, per-tensor weights or blocks only LiteRT Quantizer makes: never folded into the converter
+    for extra in ({"calibration": "mse"}, {"granularity": "tensor"}):
+        q = build("int8", [dict(_F32), {"technique": "quantize", "scheme": "int8", **extra}]).with_backend("converter")
+        assert [s.technique for s in q.steps] == ["convert", "quantize"], extra
+        assert q.steps[-1].params.model_dump(include=set(extra)) == extra
+    plain = build("int8", [dict(_F32), {"technique": "quantize", "scheme": "int8"}]).with_backend("converter")
+    assert [(s.technique, s.params.scheme) for s in plain.steps] == [("convert", "int8")]  # min/max: folded
 
 
 def test_rescue_techniques_run_in_a_recipe_and_are_recorded(keras_model, data_npz, tmp_path):
@@ -277,3 +287,19 @@ def test_prune_cluster_equalize_int8_runs_and_keeps_its_clusters(keras_model, da
     assert cand.ok, cand.error  # verification: sparsity and clusters survived the equalization
     assert [r.transform for r in cand.rescue] == ["equalize"]
     assert cand.composition.shrink <= 0.30
+
+
+def test_data_hungry_transforms_without_data_say_so_in_one_line(mixed_tflite, tmp_path):
+    """absorb=true, smoothing and bias correction need calibration samples: without data, one DataError naming
+    the technique and the fix (absorb used to be skipped without a word)."""
+    from optimize.errors import DataError
+    from optimize.registry import Context, get
+
+    model = tmp_path / "m.tflite"
+    model.write_bytes(mixed_tflite)
+    ctx = Context(workdir=tmp_path)
+    for name, raw in (("equalize", {"absorb": True}), ("equalize", {"method": "smooth"}), ("bias_correction", {})):
+        t = get(name)
+        with pytest.raises(DataError, match="needs calibration data") as e:
+            t.fn(model, t.parse(raw), ctx)
+        assert "--calibration" in e.value.fix, name

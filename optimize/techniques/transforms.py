@@ -67,8 +67,8 @@ def equalize(model: Path, params: EqualizeParams, ctx: Context) -> Path:
     else:
         made = eq.equalize(content)
     absorbed = ""
-    if params.method == "cle" and params.absorb and ctx.data is not None and made.pairs:
-        picked = rescue.samples(ctx, params.samples, "equalize")
+    if params.method == "cle" and params.absorb and made.pairs:
+        picked = rescue.samples(ctx, params.samples, "equalize (absorb)")  # no data: one line, as smooth says
         high = eq.absorb_high_bias(made.content, eq.output_minima(made.content, picked, max(1, ctx.threads)))
         made.content = high.content
         absorbed = f"; high bias absorbed in {len(high.pairs)} pair(s)" if high.pairs else ""
@@ -110,11 +110,10 @@ def bias_correction(model: Path, params: BiasCorrectionParams, ctx: Context) -> 
     from ..rounding import bias_correct
 
     content = _float_model(model)
-    made = bias_correct(
-        content, rescue.samples(ctx, params.samples, "bias_correction"), params.granularity == "tensor", ctx.threads
-    )
+    picked = rescue.samples(ctx, params.samples, "bias_correction")
+    made = bias_correct(content, picked, params.granularity == "tensor", ctx.threads)
     worst = max(made.layers, key=lambda lr: lr[1], default=None)
-    detail = f"{len(made.layers)} bias(es) corrected on {params.samples} samples" + (
+    detail = f"{len(made.layers)} bias(es) corrected on {len(picked)} samples" + (
         f"; largest shift {worst[1]:.3g}x the bias range ({worst[0]})" if worst else ""
     )
     step = RescueStep(transform="bias_correction", detail=detail)

@@ -25,6 +25,7 @@ import signal
 import sys
 from collections import deque
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
@@ -178,18 +179,31 @@ class _Worker:
     done: set = field(default_factory=set)
 
 
+@contextmanager
+def _quiet_tracker():
+    """While a worker (and the semaphore tracker, started with the first one) is spawned: workers stopped on
+    Ctrl-C or SIGTERM leave their semaphores to the tracker, which frees them and warns; the freeing is what
+    matters, the warning is noise on an interrupted run's last line. The caller's environment is restored,
+    so an API user's later subprocesses do not inherit the filter."""
+    before = os.environ.get("PYTHONWARNINGS")
+    filters = [f for f in (before or "").split(",") if f]
+    quiet = "ignore::UserWarning:multiprocessing.resource_tracker"
+    os.environ["PYTHONWARNINGS"] = ",".join([*filters, quiet]) if quiet not in filters else before
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONWARNINGS", None)
+        else:
+            os.environ["PYTHONWARNINGS"] = before
+
+
 class ProcessExecutor(_LocalTiming):
     """Runs tasks in at most `jobs` spawned worker processes; a crash fails only its candidate."""
 
     def __init__(self, jobs: int = 1, progress: Progress | None = None):
         self.jobs, self.progress = max(1, jobs), progress or Progress()
         self.ctx = mp.get_context("spawn")
-        # Workers stopped on Ctrl-C or SIGTERM leave their semaphores to the tracker, which frees them and
-        # warns; the freeing is what matters, the warning is noise on an interrupted run's last line.
-        filters = [f for f in os.environ.get("PYTHONWARNINGS", "").split(",") if f]
-        quiet = "ignore::UserWarning:multiprocessing.resource_tracker"
-        if quiet not in filters:
-            os.environ["PYTHONWARNINGS"] = ",".join([*filters, quiet])
         self.queue: deque[Task] = deque()
         self.workers: list[_Worker] = []
         self.spawned = 0
@@ -201,7 +215,8 @@ class ProcessExecutor(_LocalTiming):
         parent, child = self.ctx.Pipe()
         proc = self.ctx.Process(target=_worker_main, args=(child, self.spawned), daemon=True)
         self.spawned += 1
-        proc.start()
+        with _quiet_tracker():
+            proc.start()
         child.close()
         w = _Worker(proc, parent)
         self.workers.append(w)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 from crash_fixtures import CrashingData
@@ -43,11 +44,13 @@ def test_a_record_the_parent_cannot_read_back_fails_only_its_candidate(keras_mod
         return real(cls, payload, *a, **kw)
 
     monkeypatch.setattr(Candidate, "model_validate_json", classmethod(validate))
+    monkeypatch.delenv("PYTHONWARNINGS", raising=False)
     study = sweeps.sweep(keras_model, data_npz, tmp_path, recipes=RECIPES, delegates=False, runs=5, jobs=1, cache=False)
     c = {x.name: x for x in study.candidates}
     assert c["int8"].error.startswith("its result record from the worker could not be read back")
     assert c["int8"].error_kind == "RecordUnreadable" and not cacheable(c["int8"])
     assert c["float32"].ok and c["float16"].ok and not (tmp_path / "int8.tflite").exists()
+    assert "PYTHONWARNINGS" not in os.environ  # the workers' warning filter never leaks into the caller
 
 
 @pytest.fixture

@@ -96,14 +96,18 @@ def float_tflite(tmp_path_factory, keras_model) -> Path:
     return tech.fn(sm, tech.params(scheme="float32"), Context(workdir=folder))
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run the real console entry point in a subprocess (so tracebacks and exit codes are real)."""
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: int = 600, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """Run the real console entry point in a subprocess (so tracebacks and exit codes are real); `env`:
+    variables set over this process's environment."""
     return subprocess.run(
         [sys.executable, "-c", "from optimize.cli import main; main()", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
         timeout=timeout,
+        env={**os.environ, **env} if env else None,
     )
 
 

@@ -7,12 +7,11 @@ fixtures (a .tflite of the digits CNN, its data, a hand-built study), as a user'
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from study_fixtures import full_study
 
 WIDTH = 80
@@ -58,15 +57,7 @@ def test_help_fits_80_columns_and_names_every_option_whole(command):
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, **ENV}
-    return subprocess.run(
-        [sys.executable, "-c", "from optimize.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=600,
-    )
+    return run_cli(*args, cwd=cwd, env=ENV)
 
 
 @pytest.fixture(scope="module")

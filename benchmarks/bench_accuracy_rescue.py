@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 import optimize
-from optimize import _tf
-from optimize.recipe import build
+from optimize.core.recipe import build
+from optimize.models import _tf
 
 DROP, INCREASE = 0.005, 0.10  # the search's budget (issue 10)
 TARGET_DROP, TARGET_RATIO = 0.01, 1.10  # issue 19's targets for the rescue
@@ -273,8 +273,8 @@ def _change(c) -> tuple[str, float, bool]:
 
 def _float_ops(path: Path) -> int:
     """Ops that read or write a float tensor (QUANTIZE/DEQUANTIZE and shape-only ops excepted)."""
-    from optimize.delegates.flatbuffer import read_model
-    from optimize.verify import CONVERSIONS, FLOAT_TYPES, SHAPE_ONLY
+    from optimize.measure.verify import CONVERSIONS, FLOAT_TYPES, SHAPE_ONLY
+    from optimize.models.tflite import read_model
 
     sg = read_model(path).main
     return sum(
@@ -346,10 +346,10 @@ def _targets(c: dict) -> bool:
 
 def debug_timing(out: Path) -> bool:
     """The debug table for a model of ~100 ops vs the time of one int8 calibration of the same model."""
-    from optimize import litert
-    from optimize.data import load_data
-    from optimize.registry import Context, get
-    from optimize.techniques.litert_quantize import _calibration_data, _inspect
+    from optimize.core.registry import Context, get
+    from optimize.models.data import load_data
+    from optimize.transforms.tflite import session as litert
+    from optimize.transforms.tflite.quantize import _calibration_data, _inspect
 
     keras = _tf.keras()
     keras.utils.set_random_seed(0)
@@ -368,7 +368,7 @@ def debug_timing(out: Path) -> bool:
     base.export(str(folder / "sm"))
     flat = _tf.tf().lite.TFLiteConverter.from_saved_model(str(folder / "sm")).convert()
     (folder / "m.tflite").write_bytes(flat)
-    from optimize.delegates.flatbuffer import read_model
+    from optimize.models.tflite import read_model
 
     print(f"\nDebug table timing: a residual CNN of {len(read_model(flat).main.ops)} ops")
     np.savez(folder / "d.npz", x=data["x_train"])

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from optimize import _tf, sweeps
-from optimize.recipe import build
+from optimize.core.recipe import build
+from optimize.engine import sweeps
+from optimize.models import _tf
 
 SCHEMES = ("float32", "float16", "dynamic", "int8", "int16x8")
 SAMPLES = 100
@@ -47,8 +48,8 @@ def mobilenet(folder: Path) -> tuple[Path, Path]:
 
 def int8_fidelity(folder: Path, data: Path) -> float:
     """Mean |diff| of int8 logits from float32 logits on 64 seeded inputs (more than the sweep's 8)."""
-    from optimize.data import from_arrays
-    from optimize.measure import evaluate
+    from optimize.measure.metrics import evaluate
+    from optimize.models.data import from_arrays
 
     xs = np.random.default_rng(1).uniform(-1, 1, (64, 224, 224, 3)).astype(np.float32)
     m = evaluate(
@@ -66,9 +67,9 @@ def script_sweep(model_path: Path, data: Path, out: Path) -> float:
     (bench_pipeline.bare_ptq), then the same measurement and delegate checks as optimize's sweep."""
     from bench_pipeline import bare_ptq
 
-    from optimize.data import load_data
     from optimize.delegates import check_delegates
-    from optimize.measure import evaluate
+    from optimize.measure.metrics import evaluate
+    from optimize.models.data import load_data
 
     ds = load_data(data)
     t0 = time.perf_counter()

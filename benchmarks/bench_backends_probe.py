@@ -19,10 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from optimize import _tf, runtime
-from optimize.data import from_arrays
-from optimize.errors import OptimizeError, TechniqueFailed
-from optimize.registry import Context, get
+from optimize.core.errors import OptimizeError, TechniqueFailed
+from optimize.core.registry import Context, get
+from optimize.measure import timing
+from optimize.models import _tf, runtime
+from optimize.models.data import from_arrays
 
 SCHEMES = ("float16", "dynamic", "int8", "int16x8")
 
@@ -130,7 +131,7 @@ def measure(path: Path, ref: np.ndarray, xs: np.ndarray, labels=None) -> dict:
     out["top1_agree"] = float((y.argmax(-1) == ref.argmax(-1)).mean())
     if labels is not None:
         out["accuracy"] = float((y.argmax(-1) == labels).mean())
-    out["p50_ms"] = runtime.time_invoke(r, xs[:1], warmup=2, runs=10)["p50_ms"]
+    out["p50_ms"] = timing.time_invoke(r, xs[:1], warmup=2, runs=10)["p50_ms"]
     return out
 
 

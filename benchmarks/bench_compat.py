@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def build_mobilenet_v2(folder: Path) -> list[Path]:
     """MobileNetV2 at 224x224 with random weights: float32, and int8 calibrated on seeded noise."""
-    from optimize import _tf
+    from optimize.models import _tf
 
     tf, keras = _tf.tf(), _tf.keras()
     model = keras.applications.MobileNetV2(weights=None, input_shape=(224, 224, 3))
@@ -61,9 +61,9 @@ def _ms(fn) -> float:
 
 def measure(path: Path, runs: int, threads: int) -> dict[str, float]:
     """Median milliseconds of the load and of each way to check, interleaved run by run."""
-    from optimize import runtime
     from optimize.delegates import check_delegates
-    from optimize.delegates.flatbuffer import read_model
+    from optimize.models import runtime
+    from optimize.models.tflite import read_model
 
     for _ in range(2):  # warm-up: imports, file cache, schema tables
         check_delegates(path, threads=threads)
@@ -82,9 +82,10 @@ def measure(path: Path, runs: int, threads: int) -> dict[str, float]:
 
 def own_models(folder: Path) -> list[Path]:
     """The trained demo digits CNN as float32, float16, dynamic, int8 and int4, quantized by optimize."""
-    from optimize import _tf, demo, registry
-    from optimize.data import load_data
-    from optimize.registry import Context
+    from optimize.core import registry
+    from optimize.core.registry import Context
+    from optimize.models import _tf, demo
+    from optimize.models.data import load_data
 
     model, data = demo.demo()
     f32 = folder / "demo_cnn_float32.tflite"
@@ -122,8 +123,8 @@ def explain(rules, seen) -> list[str]:
 
 def _load_s(path: Path, threads: int) -> float | None:
     """One interpreter load + allocate with XNNPACK, as measuring does; None when this runtime cannot."""
-    from optimize import runtime
-    from optimize.errors import ModelError
+    from optimize.core.errors import ModelError
+    from optimize.models import runtime
 
     try:
         return _ms(lambda: runtime.load(path, threads=threads)) / 1000

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 import optimize
-from optimize import _tf
-from optimize.recipe import build
+from optimize.core.recipe import build
+from optimize.models import _tf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_accuracy_rescue import _fit, digits  # noqa: E402  (the same data and training loop)
@@ -70,7 +70,8 @@ def run_case(name: str, out: Path, runs: int):
     folder.mkdir(parents=True)
     model.save(folder / "model.keras")
     np.savez(folder / "data.npz", **data)
-    from optimize import models, weights
+    from optimize.models import source as models
+    from optimize.models import weights
 
     share = weights.dense_share(models.open_model(folder / "model.keras"))
     recipes = [build(n, steps) for n, steps in RECIPES]

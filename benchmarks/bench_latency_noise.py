@@ -4,11 +4,11 @@ On the demo CNN and on MobileNetV2 (tf_keras, weights=None, no download; random 
 candidates of one sweep (float32, float16, dynamic, int8, plus `int8-copy`, a byte-identical copy of the
 int8 file) are re-timed five times each way, the two ways alternating so drift over the run hits both:
 
-    before  runtime.time_invoke, each candidate timed alone in turn (work.TimingTask(interleave=False));
+    before  timing.time_invoke, each candidate timed alone in turn (work.TimingTask(interleave=False));
             picks and Pareto front on the bare p50 (the older ranking); "slower" when the quartiles of
             single runs separate (the older test)
-    after   optimize.timing.time_rounds, all candidates in rotating rounds (the sweep's timing now);
-            decisions by interval (optimize.noise), as optimize.choose makes them
+    after   optimize.measure.timing.time_rounds, all candidates in rotating rounds (the sweep's timing now);
+            decisions by interval (optimize.measure.noise), as optimize.decide.choose makes them
 
 It prints, per model: the spread of each candidate's p50 across the five re-timings ((max - min) /
 median, the mean over candidates), the same for latency relative to float32's (what a comparison reads:
@@ -39,7 +39,7 @@ RECIPES = ("float16", "dynamic", "int8")
 
 def sweep(model, data, out: Path):
     import optimize
-    from optimize.sweeps import default_recipes
+    from optimize.engine.plan import default_recipes
 
     recipes = [r for r in default_recipes(include_training=False) if r.name in RECIPES]
     study = optimize.sweep(model, data, out, recipes=recipes, delegates=False, eval_samples=64)
@@ -50,7 +50,7 @@ def sweep(model, data, out: Path):
 
 
 def mobilenet_v2(folder: Path) -> tuple[Path, Path]:
-    from optimize import _tf
+    from optimize.models import _tf
 
     keras = _tf.keras()
     keras.utils.set_random_seed(0)
@@ -62,7 +62,7 @@ def mobilenet_v2(folder: Path) -> tuple[Path, Path]:
 
 
 def retime(study, out: Path, sample, interleave: bool):
-    from optimize.work import TimingTask, time_task
+    from optimize.engine.work import TimingTask, time_task
 
     cands = time_task(TimingTask(tuple(study.candidates), out, sample, threads=2, runs=50, interleave=interleave))
     return study.model_copy(update={"candidates": cands})
@@ -80,7 +80,7 @@ def _bare_front(cands) -> tuple[str, ...]:
 
 def decide(study, interleaved: bool) -> tuple[str, tuple[str, ...]]:
     """(latency pick for cpu, Pareto front): by interval after, by the bare p50 before."""
-    from optimize.choose import make_goals, recommend
+    from optimize.decide.choose import make_goals, recommend
 
     rec = recommend(study, "cpu", make_goals(objective="latency", max_output_error=1.0))
     if interleaved:
@@ -92,7 +92,7 @@ def decide(study, interleaved: bool) -> tuple[str, tuple[str, ...]]:
 
 def ratio(c, base) -> float:
     """c's latency over base's: round by round when timed in the same rounds (what a comparison reads)."""
-    from optimize.noise import paired, ratio_interval
+    from optimize.measure.noise import paired, ratio_interval
 
     a, b = c.metrics.latency, base.metrics.latency
     return ratio_interval(a, b)[0] if paired(a, b) else a.p50_ms / b.p50_ms
@@ -103,7 +103,7 @@ def spread(values: list[float]) -> float:
 
 
 def summary(runs: list, interleaved: bool) -> dict:
-    from optimize.noise import speed
+    from optimize.measure.noise import speed
 
     names = [c.name for c in runs[0].candidates if c.ok and c.p50_ms is not None]
     p50 = {n: [s.candidate(n).p50_ms for s in runs] for n in names}
@@ -150,7 +150,7 @@ def bench(name: str, study, out: Path, sample, repeats: int, verbose: bool = Fal
     b, a = spent[False] / n, spent[True] / n
     print(f"  seconds per re-timing (with the peak-memory probe): before {b:.1f}, after {a:.1f} ({a / b:.2f}x)")
     if verbose:
-        from optimize.noise import paired, ratio_interval
+        from optimize.measure.noise import paired, ratio_interval
 
         for k, s in enumerate(runs[True]):
             base = s.candidate("float32").metrics.latency
@@ -173,7 +173,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="bench-noise-"))
     try:
         if args.only in (None, "demo"):
-            from optimize.demo import demo_data_arrays
+            from optimize.models.demo import demo_data_arrays
 
             study = sweep(None, None, folder / "demo")
             bench("demo CNN", study, folder / "demo", demo_data_arrays()["x_test"][:1], args.repeats, args.verbose)

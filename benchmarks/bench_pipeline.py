@@ -19,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from optimize import _tf, sweeps
-from optimize.recipe import build
+from optimize.core.recipe import build
+from optimize.engine import sweeps
+from optimize.models import _tf
 
 PTQ = ("float32", "float16", "dynamic", "int8", "int16x8")
 

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 import optimize
-from optimize.recipe import build
+from optimize.core.recipe import build
 
 WHEEL = "mediapipe==0.10.21"
 CACHE = Path.home() / ".cache" / "optimize" / "bench"
@@ -94,7 +94,7 @@ def photos(h: int, w: int, c: int, lo: float, hi: float) -> np.ndarray:
 
 def input_shape(model: Path) -> tuple[int, ...] | None:
     """The one image input's (h, w, c), read from the flatbuffer (some models need ops this runtime lacks)."""
-    from optimize.delegates.flatbuffer import read_model
+    from optimize.models.tflite import read_model
 
     sg = read_model(model.read_bytes()).main
     if len(sg.inputs) != 1 or len(sg.tensors[sg.inputs[0]].shape) != 4:
@@ -207,7 +207,7 @@ def _series(name: str, t: int):
 
 def _keras_gap(keras_model, study, out: Path, x: np.ndarray) -> float:
     """Mean |float32 .tflite - Keras| over the test windows, state reset per sample as the sweep does."""
-    from optimize import runtime
+    from optimize.models import runtime
 
     base = study.candidate(study.baseline)
     runner = runtime.Runner(runtime.load(out / base.artifact, threads=1))
@@ -230,7 +230,7 @@ FORECASTERS += (("conv1d-sunspots", "sunspots", 24, "Conv1D", 30),)
 
 
 def bench_forecasters(runs: int, out: Path) -> list[list[str]]:
-    from optimize import _tf
+    from optimize.models import _tf
 
     keras = _tf.keras()
     keras.utils.set_random_seed(0)
@@ -339,7 +339,7 @@ def bench_wheels(runs: int, out: Path, only: str | None) -> tuple[list[list[str]
     import os
     import time
 
-    from optimize import models
+    from optimize.models import source as models
 
     os.environ["OPTIMIZE_CACHE"] = str(out / "result-cache")  # empty: the first sweep of each model is cold
     rows, timing = [], []

@@ -18,28 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from optimize.cli import commands
+
 WIDTH = 80
 ENV = {**os.environ, "COLUMNS": str(WIDTH), "NO_COLOR": "1", "TERM": "dumb"}
-HELP = [
-    "",
-    "sweep",
-    "zoo",
-    "quantize",
-    "prune",
-    "cluster",
-    "qat",
-    "evaluate",
-    "compat",
-    "recommend",
-    "report",
-    "debug",
-    "run",
-    "recipes",
-    "recipes list",
-    "recipes show",
-    "recipes validate",
-    "recipes techniques",
-]
+HELP = list(commands())  # every command path, read from the app
 
 
 def run(args: list[str], cwd: Path) -> tuple[int, int, int, int, int]:
@@ -63,7 +46,7 @@ def main() -> None:
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench-widths-"))
     work.mkdir(parents=True, exist_ok=True)
-    from optimize.demo import cache_dir
+    from optimize.models.demo import cache_dir
 
     demo = cache_dir() / "demo-v1"
     runs = [(f"{h} --help".strip(), [*h.split(), "--help"]) for h in HELP]

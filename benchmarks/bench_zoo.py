@@ -40,8 +40,8 @@ NODES = (1, 4, 16, 64)
 
 def build_zoo(folder: Path) -> Path:
     """The six models, their data and zoo.toml."""
-    from optimize import _tf
-    from optimize.demo import demo
+    from optimize.models import _tf
+    from optimize.models.demo import demo
 
     model, data = demo()
     shutil.copy(model, folder / "digits_cnn.keras")
@@ -77,7 +77,7 @@ def timed(fn, *args, **kw):
 
 def ray_startup() -> float:
     """Seconds to start (and stop) a local Ray on 127.0.0.1, as the Ray executor does for a run."""
-    from optimize.ray_executor import RayExecutor
+    from optimize.engine.ray_executor import RayExecutor
 
     ex = RayExecutor()
     t = time.perf_counter()
@@ -89,7 +89,7 @@ def ray_startup() -> float:
 
 def tasks_of(study) -> tuple[float, list[float]]:
     """(the baseline's seconds, each task's seconds after it): candidates grouped as the scheduler groups them."""
-    from optimize.sweeps import group_key
+    from optimize.engine.schedule import group_key
 
     base = study.candidate(study.baseline)
     groups: dict[str, float] = {}
@@ -130,8 +130,8 @@ def main() -> None:
     args = ap.parse_args()
     from servers import moto_s3
 
-    from optimize.results import load_study
-    from optimize.zoo import run_zoo
+    from optimize.core.results import load_study
+    from optimize.engine.zoo import run_zoo
 
     work = Path(tempfile.mkdtemp(prefix="bench-zoo-"))
     manifest = build_zoo(work)

@@ -31,20 +31,20 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _LAZY = {
-    "load_recipe": ("optimize.recipe", "load_recipe"),
-    "Recipe": ("optimize.recipe", "Recipe"),
-    "run": ("optimize.single", "run"),
-    "sweep": ("optimize.sweeps", "sweep"),
-    "evaluate": ("optimize.measure", "evaluate"),
+    "load_recipe": ("optimize.core.recipe", "load_recipe"),
+    "Recipe": ("optimize.core.recipe", "Recipe"),
+    "run": ("optimize.engine.single", "run"),
+    "sweep": ("optimize.engine.sweeps", "sweep"),
+    "evaluate": ("optimize.measure.metrics", "evaluate"),
     "check_delegates": ("optimize.delegates", "check_delegates"),
-    "load_study": ("optimize.results", "load_study"),
-    "Study": ("optimize.results", "Study"),
-    "Candidate": ("optimize.results", "Candidate"),
-    "Goals": ("optimize.results", "Goals"),
-    "OptimizeError": ("optimize.errors", "OptimizeError"),
-    "advise": ("optimize.advice", "advise"),
-    "recommend": ("optimize.choose", "recommend"),
-    "debug_model": ("optimize.debug", "debug_model"),
+    "load_study": ("optimize.core.results", "load_study"),
+    "Study": ("optimize.core.results", "Study"),
+    "Candidate": ("optimize.core.results", "Candidate"),
+    "Goals": ("optimize.core.results", "Goals"),
+    "OptimizeError": ("optimize.core.errors", "OptimizeError"),
+    "advise": ("optimize.decide.advice", "advise"),
+    "recommend": ("optimize.decide.choose", "recommend"),
+    "debug_model": ("optimize.engine.debug", "debug_model"),
 }
 
 __all__ = sorted(_LAZY)

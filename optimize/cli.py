@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
-from .errors import OptimizeError, RecipeError
-from .vocab import IO, Backend, Delegate, Objective, Scheme, Target, Task
+from optimize.core.errors import OptimizeError, RecipeError
+from optimize.core.vocab import IO, Backend, Delegate, Objective, Scheme, Target, Task
 
 app = typer.Typer(
     help="Optimize TensorFlow models for LiteRT: quantize, prune, cluster, QAT; measure every variant; "
@@ -95,14 +95,14 @@ DATA_HELP = (
 
 
 def _measuring(task, label_output, seed):
-    from .pipeline import MeasureOptions
+    from optimize.models.inputs import MeasureOptions
 
     return MeasureOptions(task=task, label_output=label_output, calibration_seed=seed)
 
 
 def _progress(as_json: bool):
     """Logging on stderr (warnings only under --json: stdout is the record), a live display on a terminal."""
-    from .progress import configure
+    from optimize.present.progress import configure
 
     return configure(quiet=as_json)
 
@@ -125,7 +125,8 @@ def _run_and_show(
     trust_model_code: bool = False,
 ):
     """Run one recipe, print its candidate (table or JSON), exit 1 if it failed; return the candidate."""
-    from . import report_text, single
+    from optimize.engine import single
+    from optimize.present import report_text
 
     cand = single.run(
         recipe,
@@ -157,7 +158,7 @@ def _cache_option(cache: str | None, no_cache: bool) -> bool | str:
 
 
 def _executor_option(name: str) -> str:
-    from .executors import EXECUTORS
+    from optimize.engine.executors import EXECUTORS
 
     if name not in EXECUTORS:
         raise OptimizeError(f"Unknown executor {name!r}.", f"Use one of: {', '.join(EXECUTORS)}.")
@@ -165,7 +166,7 @@ def _executor_option(name: str) -> str:
 
 
 def _chain(first: dict, name: str, then: str | None):
-    from .recipe import build, chain, name_for
+    from optimize.core.recipe import build, chain, name_for
 
     return build(name_for(name, then), chain(first, then))
 
@@ -211,9 +212,10 @@ def sweep(
       optimize sweep m.keras --data d.npz -o out --target gpu
       optimize sweep m.keras -d d.npz --executor ray --cache s3://bucket/opt
     """
-    from . import report_text, sweeps
-    from .choose import make_goals, raise_if_unmet, recommend
-    from .report_text import format_recommendation
+    from optimize.decide.choose import make_goals, raise_if_unmet, recommend
+    from optimize.engine import sweeps
+    from optimize.present import report_text
+    from optimize.present.report_text import format_recommendation
 
     goals = make_goals(max_accuracy_drop)  # checked before any work
     study = sweeps.sweep(
@@ -235,7 +237,7 @@ def sweep(
         observe=tuple(o for o in observe.split(",") if o.strip()),
     )
     if mlflow:
-        from .tracking import log_study
+        from optimize.present.tracking import log_study
 
         log_study(mlflow, study, Path(output))
     rec = recommend(study, target, goals, folder=output) if target else None
@@ -280,8 +282,8 @@ def zoo(
       optimize zoo zoo.toml -o zoo-out
       optimize zoo zoo.toml --executor ray --cache s3://bucket/opt --mlflow
     """
-    from . import report_text
-    from .zoo import run_zoo
+    from optimize.engine.zoo import run_zoo
+    from optimize.present import report_text
 
     result = run_zoo(
         manifest,
@@ -335,7 +337,7 @@ def quantize(
       optimize quantize m.keras --scheme int4 --block-size 32 -o m_int4.tflite
       optimize quantize m.keras -c d.npz --equalize --bias-correction
     """
-    from .recipe import build, with_rescue
+    from optimize.core.recipe import build, with_rescue
 
     step = {"technique": "convert", "scheme": scheme, "samples": samples, "io": io, "float_fallback": float_fallback}
     if block_size:  # only LiteRT Quantizer's step has blocks (it says so for schemes other than int4)
@@ -458,9 +460,9 @@ def evaluate(
     Example:
       optimize evaluate m_int8.tflite --data test.npz --reference m.tflite
     """
-    from . import report_text
-    from .measure import evaluate as run_eval
-    from .pipeline import open_inputs
+    from optimize.measure.metrics import evaluate as run_eval
+    from optimize.models.inputs import open_inputs
+    from optimize.present import report_text
 
     _, ds = open_inputs(model, data, measuring=_measuring(task, label_output, 0))
     metrics = run_eval(model, ds, reference=reference, threads=threads, runs=runs)
@@ -501,8 +503,8 @@ def compat(
       optimize compat m_int8.tflite --model-explorer overlay.json
       optimize compat m.tflite --observe gpu   (the GPU accelerator's verdict)
     """
-    from .delegates import TargetParams, check_delegates, format_report
-    from .delegates.observe import UNAVAILABLE, gpu_device
+    from optimize.delegates import TargetParams, check_delegates, format_report
+    from optimize.delegates.observe import UNAVAILABLE, gpu_device
 
     target = TargetParams(
         android_api=android_api, coreml_version=coreml_version, gpu_allow_quant=gpu_allow_quant, gpu_opencl=gpu_opencl
@@ -510,7 +512,7 @@ def compat(
     watch = [o for o in observe.split(",") if o.strip()]
     reports = check_delegates(model, delegate.split(","), target=target, threads=threads, observe=watch)
     if model_explorer is not None:
-        from .delegates.overlay import write_overlays
+        from optimize.delegates.overlay import write_overlays
 
         written = write_overlays(model_explorer, reports, model)
         typer.echo(f"Model Explorer node data: {', '.join(map(str, written))}", err=True)
@@ -551,11 +553,11 @@ def recommend(
       optimize recommend --target gpu             (the decision tree alone)
       optimize recommend out/study.json --target gpu --max-accuracy-drop 0.01
     """
-    from .advice import advise
-    from .choose import make_goals, raise_if_unmet
-    from .choose import recommend as choose
-    from .report_text import format_recommendation
-    from .results import load_study
+    from optimize.core.results import load_study
+    from optimize.decide.advice import advise
+    from optimize.decide.choose import make_goals, raise_if_unmet
+    from optimize.decide.choose import recommend as choose
+    from optimize.present.report_text import format_recommendation
 
     goals = make_goals(max_accuracy_drop, max_size_bytes, max_latency_ms, objective, max_output_error)
     if study is None:
@@ -588,7 +590,7 @@ def report(
     Example:
       optimize report optimize-out/study.json --target gpu
     """
-    from .report import write_report_for
+    from optimize.present.report import write_report_for
 
     for p in write_report_for(study, output, target).values():
         typer.echo(str(p))
@@ -614,13 +616,13 @@ def debug(
     Example:
       optimize debug m.keras --data d.npz --scheme int8
     """
-    from . import report_text
-    from .debug import debug_model
-    from .pipeline import check_data, open_inputs
+    from optimize.engine.debug import debug_model
+    from optimize.models.inputs import open_inputs
+    from optimize.present import report_text
 
     _progress(as_json)
-    src, ds = open_inputs(model, data, measuring=_measuring(None, label_output, 0), trust=trust_model_code)
-    check_data(src, ds)  # data and labels (--label-output) that fit the model, in one line if not
+    # data and labels (--label-output) that fit the model, in one line if not
+    src, ds = open_inputs(model, data, measuring=_measuring(None, label_output, 0), trust=trust_model_code, check=True)
     report = debug_model(
         model,
         ds,
@@ -656,15 +658,15 @@ def run_recipe(
     Example:
       optimize run mobile-gpu m.keras --data d.npz
     """
-    from .choose import judge_recipe
-    from .recipe import load_recipe
+    from optimize.core.recipe import load_recipe
+    from optimize.decide.choose import judge_recipe
 
     r = load_recipe(recipe)
     cand = _run_and_show(
         r, model, data, output, threads, as_json, delegates, backend=backend, trust_model_code=trust_model_code
     )
     verdicts = judge_recipe(cand, r)
-    from .shown import escape, wrap
+    from optimize.core.shown import escape, wrap
 
     for t, problem in verdicts:
         line = f"{t}: {'meets the recipe goals' if problem is None else 'does not meet the goals: ' + problem}"
@@ -681,8 +683,8 @@ def recipes_list() -> None:
     Example:
       optimize recipes list
     """
-    from .recipe import load_recipe, shipped_recipes
-    from .shown import escape, wrap
+    from optimize.core.recipe import load_recipe, shipped_recipes
+    from optimize.core.shown import escape, wrap
 
     recipes = {name: load_recipe(path) for name, path in shipped_recipes().items()}
     first = max(map(len, recipes), default=4) + 2
@@ -701,7 +703,7 @@ def recipes_show(recipe: str = typer.Argument(..., help="Recipe name or path."))
     Example:
       optimize recipes show mobile-gpu
     """
-    from .recipe import load_recipe
+    from optimize.core.recipe import load_recipe
 
     typer.echo(load_recipe(recipe).to_toml())
 
@@ -714,7 +716,7 @@ def recipes_validate(recipes: list[str] = typer.Argument(..., help="Recipe files
     Example:
       optimize recipes validate recipes/*.toml
     """
-    from .recipe import load_recipe
+    from optimize.core.recipe import load_recipe
 
     bad = 0
     for r in recipes:
@@ -738,13 +740,13 @@ def recipes_techniques() -> None:
     """
     from enum import Enum
 
-    from .registry import techniques
+    from optimize.core.registry import techniques
 
     def shown(value) -> str:  # as a recipe would spell it: "int8", not <Scheme.INT8: 'int8'>
         value = value.value if isinstance(value, Enum) else value
         return json.dumps(value) if isinstance(value, str | bool) or value is None else str(value)
 
-    from .shown import escape, wrap
+    from optimize.core.shown import escape, wrap
 
     for name, t in sorted(techniques().items()):
         typer.echo(wrap(escape(f"{name} ({t.stage.value}): {t.summary}"), hang=4))
@@ -753,6 +755,21 @@ def recipes_techniques() -> None:
             typer.echo(wrap(escape(f"    {fname} = {default}"), hang=8))
             if f.description:
                 typer.echo(wrap(escape(f"        {f.description}"), hang=8))
+
+
+def commands() -> dict:
+    """Every command path (`""` for `optimize` itself, `sweep`, `recipes list`, ...) and its Click command,
+    in the app's order: read from the app, so a list of commands (the tests, the width benchmark) never
+    drifts from it."""
+    import typer.main
+
+    top = typer.main.get_command(app)
+    out = {"": top}
+    for name, cmd in top.commands.items():
+        out[name] = cmd
+        for sub, c in getattr(cmd, "commands", {}).items():
+            out[f"{name} {sub}"] = c
+    return out
 
 
 def _silence_stdout() -> None:
@@ -799,15 +816,15 @@ def _show(text: str, fit: bool = True) -> None:
     """Program-made text on stdout (a report, a recommendation): its lines kept, anything else a name or a
     message from outside could hold (an escape sequence, a bidi override) shown, never obeyed; lines
     wider than the terminal wrapped (`fit=False` for JSON, which is data)."""
-    from .shown import escape_lines, warning_style, wrap
+    from optimize.core.shown import escape_lines, warning_style, wrap
 
     text = escape_lines(text)
     typer.echo(warning_style(wrap(text) if fit else text))
 
 
 def _say(text: str) -> None:
-    """The one way a line reaches stderr from here: user text in it shown, never obeyed (optimize.shown)."""
-    from .shown import escape
+    """The one way a line reaches stderr from here: user text in it shown, never obeyed (optimize.core.shown)."""
+    from optimize.core.shown import escape
 
     typer.echo(escape(text), err=True)
 

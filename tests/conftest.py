@@ -25,7 +25,7 @@ def _isolated_cache(tmp_path_factory):
     """
     import shutil
 
-    from optimize.demo import DEMO_VERSION, cache_dir
+    from optimize.models.demo import DEMO_VERSION, cache_dir
 
     user = cache_dir()
     root = tmp_path_factory.mktemp("optimize-cache")
@@ -63,7 +63,7 @@ def data_npz(tmp_path_factory, digits) -> Path:
 @pytest.fixture(scope="session")
 def keras_model(tmp_path_factory, digits) -> Path:
     """A small tf_keras CNN (Keras 2), trained for a few seconds, saved as .keras."""
-    from optimize import _tf
+    from optimize.models import _tf
 
     keras = _tf.keras()
     keras.utils.set_random_seed(0)
@@ -86,8 +86,8 @@ def keras_model(tmp_path_factory, digits) -> Path:
 
 @pytest.fixture(scope="session")
 def float_tflite(tmp_path_factory, keras_model) -> Path:
-    from optimize import models
-    from optimize.registry import Context, get
+    from optimize.core.registry import Context, get
+    from optimize.models import source as models
 
     src = models.open_model(keras_model)
     folder = tmp_path_factory.mktemp("float")

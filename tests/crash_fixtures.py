@@ -7,7 +7,7 @@ import os
 import signal
 from dataclasses import dataclass
 
-from optimize.data import Dataset
+from optimize.models.data import Dataset
 
 
 @dataclass(frozen=True)

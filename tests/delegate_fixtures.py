@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optimize import _tf
+from optimize.models import _tf
 
 SCHEMES = ("float32", "float16", "dynamic", "int8", "int16x8")
 

@@ -75,7 +75,7 @@ def ray_cluster(num_cpus: int = 2):
     Workers import the test fixtures (tests/ on their path). `ray.cluster_utils.Cluster` stops exactly
     the processes it started.
     """
-    from optimize.ray_executor import loopback_only
+    from optimize.engine.ray_executor import loopback_only
 
     loopback_only()
     paths = [TESTS, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]

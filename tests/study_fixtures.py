@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from optimize.results import (
+from optimize.core.results import (
     Accuracy,
     Candidate,
     DelegateReport,

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 from study_fixtures import candidate, full_study, study
 
-from optimize.choose import make_goals, raise_if_unmet, recommend
-from optimize.errors import GoalsNotMet
-from optimize.guard import DEFAULT_MAX_DROP, DEFAULT_MAX_OUTPUT_ERROR
-from optimize.report_text import format_recommendation, print_study
-from optimize.results import Fidelity, OutputFidelity
-from optimize.shown import warning_style
-from optimize.vocab import Target
+from optimize.core.errors import GoalsNotMet
+from optimize.core.results import Fidelity, OutputFidelity
+from optimize.core.shown import warning_style
+from optimize.core.vocab import Target
+from optimize.decide.choose import make_goals, raise_if_unmet, recommend
+from optimize.decide.guard import DEFAULT_MAX_DROP, DEFAULT_MAX_OUTPUT_ERROR
+from optimize.present.report_text import format_recommendation, print_study
 
 TARGETS = [str(t) for t in Target]
 
@@ -256,7 +256,7 @@ def test_step_free_float32_is_never_a_recipe():
 
 
 def test_report_says_the_same_in_markdown_and_html():
-    from optimize.report import render_html, render_markdown
+    from optimize.present.report import render_html, render_markdown
 
     s = broken_int8_study()
     rec = recommend(s, "mcu")

@@ -24,6 +24,28 @@ def test_dir_lists_the_lazily_loaded_api():
     assert "annotations" not in names
 
 
+#: `dir(optimize)` in a fresh interpreter before the round-4 layout (issue 25): the packages moved, the public
+#: names did not.
+PUBLIC_BEFORE_LAYOUT = [
+    "Candidate", "Goals", "OptimizeError", "Recipe", "Study", "_LAZY", "__all__", "__builtins__", "__cached__",
+    "__dir__", "__doc__", "__file__", "__getattr__", "__loader__", "__name__", "__package__", "__path__",
+    "__spec__", "__version__", "advise", "check_delegates", "debug_model", "evaluate", "load_recipe",
+    "load_study", "recommend", "run", "sweep",
+]  # fmt: skip
+
+
+def test_dir_is_what_it_was_before_the_layout():
+    out = subprocess.run(
+        [sys.executable, "-c", "import optimize; print(repr(dir(optimize)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert ast.literal_eval(out.stdout.strip()) == PUBLIC_BEFORE_LAYOUT
+    for name in optimize.__all__:  # and each public name resolves (a package must never shadow one: `run`)
+        assert not isinstance(getattr(optimize, name), type(optimize)), name
+
+
 @pytest.mark.slow
 def test_the_module_docstring_examples_run(tmp_path, keras_model, data_npz, monkeypatch):
     """Every `>>>` line of optimize's docstring, on the fixture model and data under the names it uses."""
@@ -37,7 +59,7 @@ def test_the_module_docstring_examples_run(tmp_path, keras_model, data_npz, monk
 
 
 def test_records_print_short_and_readable():
-    from optimize.choose import recommend
+    from optimize.decide.choose import recommend
 
     study = full_study()
     rec = recommend(study, "gpu")
@@ -53,7 +75,7 @@ def test_records_print_short_and_readable():
 
 
 def _main_guard(source: str) -> bool:
-    from optimize.executors import _is_main_guard
+    from optimize.engine.executors import _is_main_guard
 
     return _is_main_guard(ast.parse(textwrap.dedent(source)).body[0])
 
@@ -93,12 +115,12 @@ def test_a_script_without_a_main_guard_finishes(tmp_path, float_tflite):
 
 
 def test_unguarded_main_is_false_under_pytest_and_in_a_guard(tmp_path):
-    from optimize.executors import unguarded_main
+    from optimize.engine.executors import unguarded_main
 
     assert not unguarded_main()  # called from a test function, not a script's top level
     script = tmp_path / "guarded.py"
     script.write_text(
-        "from optimize.executors import unguarded_main\n"
+        "from optimize.engine.executors import unguarded_main\n"
         "print('top', unguarded_main())\n"
         "def main():\n    print('guarded', unguarded_main())\n"
         "if __name__ == '__main__':\n    main()\n"

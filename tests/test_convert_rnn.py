@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import optimize
-from optimize.recipe import build
+from optimize.core.recipe import build
 
 T, F = 12, 2
 
@@ -21,7 +21,7 @@ def _series(n: int = 96, seed: int = 0):
 
 
 def _build(kind: str):
-    from optimize import _tf
+    from optimize.models import _tf
 
     keras = _tf.keras()
     keras.utils.set_random_seed(0)
@@ -65,9 +65,10 @@ def test_recurrent_and_sequence_models_convert(rnn_models, kind, tmp_path):
 def test_the_float32_baseline_matches_keras_on_a_stateful_lstm(rnn_models):
     """The fused LSTM keeps its state in variable tensors: without a reset between samples, one sample's
     state leaks into the next. Measured from a clean state, the .tflite matches Keras sample by sample."""
-    from optimize import models, runtime
-    from optimize.data import load_data
-    from optimize.pipeline import Workspace
+    from optimize.engine.pipeline import Workspace
+    from optimize.models import runtime
+    from optimize.models import source as models
+    from optimize.models.data import load_data
 
     model, data, keras_out = rnn_models["lstm"]
     ds = load_data(data)
@@ -88,7 +89,7 @@ def test_the_float32_baseline_matches_keras_on_a_stateful_lstm(rnn_models):
 
 
 def test_converter_failures_are_one_line_with_the_full_text_kept():
-    from optimize.techniques.convert import _converter_error
+    from optimize.transforms.convert import _converter_error
 
     text = (
         "loc(callsite(fused[...])): error: 'tf.TensorListReserve' op requires element_shape to be static during "

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optimize.data import from_arrays, load_data
-from optimize.errors import DataError
+from optimize.core.errors import DataError
+from optimize.models.data import from_arrays, load_data
 
 
 def test_x_y_is_split_80_20(tmp_path):

@@ -17,11 +17,11 @@ from delegate_fixtures import (
 )
 from pydantic import ValidationError
 
+from optimize.core.errors import ModelError, OptimizeError
 from optimize.delegates import DELEGATES, SOURCE_CONFLICTS, TargetParams, check_delegates, format_report
 from optimize.delegates.conflicts import NNAPI_FLOAT16
-from optimize.delegates.flatbuffer import read_model
 from optimize.delegates.rules import Reason
-from optimize.errors import ModelError, OptimizeError
+from optimize.models.tflite import read_model
 
 RULES = ("gpu", "nnapi", "hexagon", "coreml")
 

@@ -65,8 +65,9 @@ def test_shared_machinery_rows_name_real_functions():
     names = [(m.group(1), m.group(2)) for m in SHARED.finditer(shared)]
     names += [(m.group(3), m.group(4)) for m in SHARED.finditer(shared) if m.group(3)]
     assert len(names) >= 10
-    for module, attr in names:
-        assert hasattr(importlib.import_module(f"optimize.delegates.{module}"), attr), f"{module}.{attr}"
+    for module, attr in names:  # the delegates' own machinery, or the reader they share (optimize.models)
+        package = "optimize.models" if module == "validate" else "optimize.delegates"
+        assert hasattr(importlib.import_module(f"{package}.{module}"), attr), f"{module}.{attr}"
 
 
 def test_every_row_cites_upstream_lines():

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from delegate_fixtures import op, tensor, tiny
 
-from optimize import runtime
 from optimize.delegates import TargetParams, check_delegates, format_report, rules_for
 from optimize.delegates.engine import boundary
-from optimize.delegates.flatbuffer import read_model
 from optimize.delegates.graph import NodeView
 from optimize.delegates.overlay import LOST, RED, node_data
 from optimize.delegates.rules import Reason
+from optimize.models import runtime
+from optimize.models.tflite import read_model
 
 F32 = "float32"
 
@@ -337,8 +337,8 @@ def test_the_sweep_table_marks_a_build_failure():
     the Markdown/HTML report says the whole model stays on the CPU."""
     from types import SimpleNamespace
 
-    from optimize.report import _cell_text
-    from optimize.report_text import _delegate_cell
+    from optimize.present.report import _cell_text
+    from optimize.present.report_text import _delegate_cell
 
     gpu = check_delegates(_fc_int4(), ["gpu"])["gpu"]
     assert _delegate_cell(SimpleNamespace(delegates={"gpu": gpu}), "gpu") == "[red]0/1![/red]"

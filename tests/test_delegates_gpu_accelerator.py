@@ -173,9 +173,9 @@ def test_int4_weights_where_ml_drift_and_the_classic_delegate_part(icd):
 def test_sweep_observes_every_candidate(keras_model, data_npz, tmp_path):
     """sweep --observe gpu: each candidate carries the observed column, shown beside the predicted one."""
     import optimize
+    from optimize.core.recipe import build
     from optimize.delegates.observe import OBSERVED
-    from optimize.recipe import build
-    from optimize.report_text import _columns
+    from optimize.present.report_text import _columns
 
     recipes = [build("float16", [{"technique": "convert", "scheme": "float16"}])]
     study = optimize.sweep(

@@ -4,9 +4,9 @@ greedy-epoch logic and GetFirstNLargestPartitions, worked out by hand."""
 from __future__ import annotations
 
 from optimize.delegates.dynamic import first_dynamic_tensor
-from optimize.delegates.flatbuffer import Op, Subgraph, Tensor
 from optimize.delegates.graph import largest, partition
 from optimize.delegates.xnnpack import replaced_nodes
+from optimize.models.flatbuffer import Op, Subgraph, Tensor
 
 
 def graph(ops: list[tuple[str, tuple[int, ...], tuple[int, ...]]], n_tensors: int, const=(), dtypes=None):

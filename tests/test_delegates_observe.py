@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from delegate_fixtures import op, tensor, tiny
 
+from optimize.core.errors import OptimizeError
 from optimize.delegates import check_delegates, format_report
 from optimize.delegates import observe as obs
-from optimize.errors import OptimizeError
 
 # The accelerator's own words (ai-edge-litert 2.3.0, ML Drift on lavapipe), as captured on this machine.
 PARTIAL = [
@@ -78,6 +78,6 @@ def test_only_the_gpu_can_be_observed():
 
 def test_the_probe_model_is_valid():
     """The one-op model the device check compiles is a model the interpreter runs."""
-    from optimize import runtime
+    from optimize.models import runtime
 
     runtime.load(obs._tiny_model(), xnnpack=False).interpreter.invoke()

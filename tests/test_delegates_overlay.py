@@ -15,8 +15,8 @@ import pytest
 from delegate_fixtures import load_t, op, save_t, tensor, tiny
 
 from optimize.delegates import check_delegates
-from optimize.delegates.flatbuffer import read_model
 from optimize.delegates.overlay import DELEGATED, GREEN, RED, graph_id, node_data, overlay_paths, write_overlays
+from optimize.models.tflite import read_model
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from delegate_fixtures import convert
 
-from optimize import _tf
 from optimize.delegates import DELEGATES, check_delegates, format_report
-from optimize.delegates.flatbuffer import read_model
+from optimize.models import _tf
+from optimize.models.tflite import read_model
 
 pytestmark = pytest.mark.slow
 

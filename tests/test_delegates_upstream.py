@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from delegate_fixtures import op, tensor, tiny
 
-from optimize import runtime
 from optimize.delegates import TargetParams, check_delegates, rules_for
 from optimize.delegates.dynamic import analyse
-from optimize.delegates.flatbuffer import Op, Subgraph, Tensor, read_model
 from optimize.delegates.graph import partition
 from optimize.delegates.rules import Reason
+from optimize.models import runtime
+from optimize.models.flatbuffer import Op, Subgraph, Tensor
+from optimize.models.tflite import read_model
 
 RULES = ("gpu", "nnapi", "hexagon", "coreml")
 I32 = "int32"

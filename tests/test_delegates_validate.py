@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from delegate_fixtures import load_t, op, save_t, tensor, tiny
 
-from optimize import runtime
+from optimize.core.errors import ModelError
 from optimize.delegates import check_delegates
-from optimize.delegates.flatbuffer import read_model
-from optimize.errors import ModelError
+from optimize.models import runtime
+from optimize.models.tflite import read_model
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ MODEL_CASES = {
 @pytest.mark.parametrize("case", sorted(MODEL_CASES))
 def test_what_the_runtime_copies_unchecked_is_refused_by_every_reader(base, case):
     """One validator for compat, the normaliser and the model reader (issue 18, item 3)."""
-    from optimize.normalize import normalize
+    from optimize.models.normalize import normalize
 
     change, message = MODEL_CASES[case]
     m = load_t(base)

@@ -72,8 +72,8 @@ def test_options_in_the_recipes_readme_exist():
 
 
 def test_recipe_keys_and_goals_tables_match_the_records():
-    from optimize.recipe import Recipe
-    from optimize.results import Goals
+    from optimize.core.recipe import Recipe
+    from optimize.core.results import Goals
 
     keys = _table(RECIPES, "| key | type | meaning |")
     fields = set(Recipe.model_fields) - {"source"}  # set by the loader: where the recipe came from
@@ -86,7 +86,7 @@ def test_recipe_keys_and_goals_tables_match_the_records():
 
 
 def test_technique_params_table_matches_the_registry():
-    from optimize.registry import techniques
+    from optimize.core.registry import techniques
 
     table = _table(RECIPES, "| technique | stage | params (default) |")
     assert set(table) == set(techniques()), set(table) ^ set(techniques())
@@ -111,8 +111,8 @@ BAD_RECIPES = {
 
 def test_every_quoted_recipe_error_is_what_the_code_prints(tmp_path):
     """Each `error:` line of recipes/README.md is produced, word for word, by the mistake it shows."""
-    from optimize.errors import RecipeError
-    from optimize.recipe import load_recipe
+    from optimize.core.errors import RecipeError
+    from optimize.core.recipe import load_recipe
 
     quoted = [line for line in RECIPES.splitlines() if line.startswith("error: bad.toml:")]
     printed = []
@@ -163,7 +163,7 @@ def test_one_size_unit_on_screen_and_in_the_report():
     """Decimal kB and MB (what README says), through report.fmt_bytes, on the terminal and in report.md."""
     from study_fixtures import full_study
 
-    from optimize import report, report_text
+    from optimize.present import report, report_text
 
     assert "decimal kB and MB" in README
     assert report_text.fmt_bytes is report.fmt_bytes

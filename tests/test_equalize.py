@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optimize import equalize, ranges, rescue, rounding, runtime
-from optimize.flatedit import Graph
-from optimize.recipe import build, chain, with_rescue
+from optimize.core.recipe import build, chain, with_rescue
+from optimize.measure import tensors
+from optimize.models import runtime
+from optimize.transforms.tflite import equalize, flatedit, ranges, rescue, rounding
+from optimize.transforms.tflite.flatedit import Graph
 
 TOL = 1e-5
 
@@ -17,7 +19,7 @@ TOL = 1e-5
 def mixed_tflite(tmp_path_factory) -> bytes:
     """An untrained seeded net with every pair kind: conv -> depthwise (ReLU), 1x1 conv with ReLU6 (a clip
     not crossed), global average pool -> dense, dense -> dense, and a flatten between conv and dense."""
-    from optimize import _tf
+    from optimize.models import _tf
 
     tf, k = _tf.tf(), _tf.keras()
     k.utils.set_random_seed(1)
@@ -72,8 +74,8 @@ def test_equalization_keeps_the_float_function(mixed_tflite, how):
         made = equalize.equalize(mixed_tflite)
     else:
         g = Graph.load(mixed_tflite)
-        idx = sorted({g.inputs(k)[0] for k, n in enumerate(g.names) if n in equalize.LINEAR})
-        seen = rounding.channel_extremes(mixed_tflite, [xs[i : i + 1] for i in range(8)], idx)
+        idx = sorted({g.inputs(k)[0] for k, n in enumerate(g.names) if n in flatedit.LINEAR})
+        seen = tensors.channel_extremes(mixed_tflite, [xs[i : i + 1] for i in range(8)], idx)
         act = {g.tensor_name(i): np.maximum(-lo, hi) for i, (lo, hi) in seen.items()}
         made = equalize.smooth(mixed_tflite, act, 0.5)
     assert made.pairs and made.max_scale > 1.01  # it really moved something
@@ -97,9 +99,9 @@ def test_equalization_balances_a_rescaled_model_and_keeps_it_exact(float_tflite)
 
 def test_fake_quant_matches_litert_quantizer_weights(float_tflite, tmp_path, digits):
     """The rounding the corrections anticipate is the quantizer's own, weight for weight."""
-    from optimize.data import from_arrays
-    from optimize.delegates.flatbuffer import read_model
-    from optimize.registry import Context
+    from optimize.core.registry import Context
+    from optimize.models.data import from_arrays
+    from optimize.models.tflite import read_model
 
     content = float_tflite.read_bytes()
     ctx = Context(workdir=tmp_path, data=from_arrays(**digits))
@@ -121,8 +123,8 @@ def _int8_error(content: bytes, reference: bytes, ctx, xs, gran="tensor") -> flo
 
 
 def test_bias_correction_removes_the_int8_weights_mean_shift(float_tflite, tmp_path, digits):
-    from optimize.data import from_arrays
-    from optimize.registry import Context
+    from optimize.core.registry import Context
+    from optimize.models.data import from_arrays
 
     content = float_tflite.read_bytes()
     samples = [digits["x_train"][i : i + 1] for i in range(64)]
@@ -146,9 +148,9 @@ def test_bias_correction_removes_the_int8_weights_mean_shift(float_tflite, tmp_p
 
 
 def test_learned_rounding_is_kept_by_the_quantizer_and_beats_nearest(float_tflite, tmp_path, digits):
-    from optimize.data import from_arrays
-    from optimize.delegates.flatbuffer import read_model
-    from optimize.registry import Context
+    from optimize.core.registry import Context
+    from optimize.models.data import from_arrays
+    from optimize.models.tflite import read_model
 
     content = float_tflite.read_bytes()
     samples = [digits["x_train"][i : i + 1] for i in range(64)]
@@ -180,8 +182,8 @@ def test_ranges_choose_per_tensor():
 def test_the_rescue_recovers_what_plain_int8_breaks(float_tflite, tmp_path, digits):
     """Seeded: channels made 300x larger by an exact rescale break int8 (per-channel weights, per-tensor
     activations); equalization and bias correction bring it back to within a point of float, all 8-bit."""
-    from optimize.data import from_arrays
-    from optimize.registry import Context
+    from optimize.core.registry import Context
+    from optimize.models.data import from_arrays
 
     content = rescaled(float_tflite.read_bytes())
     ctx = Context(workdir=tmp_path, data=from_arrays(**digits))
@@ -292,8 +294,8 @@ def test_prune_cluster_equalize_int8_runs_and_keeps_its_clusters(keras_model, da
 def test_data_hungry_transforms_without_data_say_so_in_one_line(mixed_tflite, tmp_path):
     """absorb=true, smoothing and bias correction need calibration samples: without data, one DataError naming
     the technique and the fix (absorb used to be skipped without a word)."""
-    from optimize.errors import DataError
-    from optimize.registry import Context, get
+    from optimize.core.errors import DataError
+    from optimize.core.registry import Context, get
 
     model = tmp_path / "m.tflite"
     model.write_bytes(mixed_tflite)

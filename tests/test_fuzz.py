@@ -1,7 +1,7 @@
 """Property-based fuzzing (issue 18, item 8): random mutations of small valid files never raise anything but
 the project's own error type, never crash the process, never hang.
 
-Three readers: the flatbuffer validator (`delegates.flatbuffer.read_model`, shared by compat and every
+Three readers: the flatbuffer validator (`models.tflite.read_model`, shared by compat and every
 other reader), the .tflite normaliser, and the .npz data reader. Mutations are byte flips, truncations
 and, for the flatbuffer, edits of the fields a crafted file aims at (tensor, buffer, opcode and subgraph
 indices, signature maps, shapes, quantization). Every mutant the validator accepts is then loaded,
@@ -25,7 +25,7 @@ from delegate_fixtures import load_t, op, save_t, tensor, tiny
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optimize.errors import OptimizeError
+from optimize.core.errors import OptimizeError
 
 FUZZ = settings(
     derandomize=True,
@@ -137,7 +137,7 @@ def _no_hang(seconds: int = 10):
 
 
 def _read(data: bytes):
-    from optimize.delegates.flatbuffer import read_model
+    from optimize.models.tflite import read_model
 
     try:
         with _no_hang():
@@ -155,7 +155,7 @@ def test_the_flatbuffer_validator_raises_only_model_errors(data):
 @FUZZ
 @given(tflite_mutants())
 def test_the_normaliser_raises_only_model_errors(data):
-    from optimize.normalize import normalize
+    from optimize.models.normalize import normalize
 
     try:
         with _no_hang():
@@ -241,7 +241,7 @@ def npz_mutants(draw) -> bytes:
 @FUZZ
 @given(npz_mutants())
 def test_the_data_reader_raises_only_data_errors(tmp_path_factory, data):
-    from optimize.data import load_data
+    from optimize.models.data import load_data
 
     p = tmp_path_factory.mktemp("npz") / "d.npz"
     p.write_bytes(data)

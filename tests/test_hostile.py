@@ -44,8 +44,8 @@ def test_recipe_fields_of_the_wrong_type_or_unsafe_names(cli, tmp_path, head, ex
 
 
 def test_recipe_names_are_file_name_tokens():
-    from optimize.errors import RecipeError
-    from optimize.recipe import build
+    from optimize.core.errors import RecipeError
+    from optimize.core.recipe import build
 
     assert build("int8-int8io.v2", [{"technique": "convert"}]).name == "int8-int8io.v2"
     for bad in ("a/b", "..", "x y", "", ".x", "a\\b"):
@@ -73,8 +73,8 @@ def test_bad_options_are_refused_before_any_work(cli, tmp_path, args, expected):
 
 
 def test_qat_must_end_in_an_8bit_conversion():
-    from optimize.errors import RecipeError
-    from optimize.recipe import chain
+    from optimize.core.errors import RecipeError
+    from optimize.core.recipe import chain
 
     with pytest.raises(RecipeError, match="QAT then float16"):
         chain({"technique": "qat"}, "float16")
@@ -101,9 +101,9 @@ def test_fifos_devices_and_huge_files_are_refused_without_reading(cli, tmp_path,
 
 
 def test_input_size_is_bounded(tmp_path, monkeypatch):
-    from optimize import paths
-    from optimize.errors import ModelError
-    from optimize.models import open_model
+    from optimize.core import paths
+    from optimize.core.errors import ModelError
+    from optimize.models.source import open_model
 
     big = tmp_path / "big.tflite"
     big.write_bytes(b"\0" * 2048)
@@ -136,8 +136,8 @@ def test_a_full_stdout_is_one_line_not_a_traceback():
 
 
 def test_a_shared_recipe_cannot_write_anywhere(tmp_path):
-    from optimize.errors import RecipeError
-    from optimize.recipe import load_recipe
+    from optimize.core.errors import RecipeError
+    from optimize.core.recipe import load_recipe
 
     for bad in ("/etc/x", "../../x", "out/../../x"):
         r = tmp_path / "r.toml"
@@ -151,8 +151,8 @@ def test_a_full_disk_leaves_no_half_written_artifact(tmp_path, monkeypatch, kera
     import os
 
     import optimize
-    from optimize.errors import OptimizeError
-    from optimize.recipe import build
+    from optimize.core.errors import OptimizeError
+    from optimize.core.recipe import build
 
     real = os.fdopen
 
@@ -178,8 +178,8 @@ def test_a_full_disk_leaves_no_half_written_artifact(tmp_path, monkeypatch, kera
 def test_the_writer_never_follows_a_symlink_planted_in_the_output(tmp_path):
     """Writes outside -o (class 1): a link at the final name or at a temporary's name is replaced, never
     followed; a symlinked folder inside the root is refused."""
-    from optimize.errors import OptimizeError
-    from optimize.paths import copy_atomic, write_atomic
+    from optimize.core.errors import OptimizeError
+    from optimize.core.paths import copy_atomic, write_atomic
 
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"victim")
@@ -205,8 +205,8 @@ def test_the_reader_refuses_fifos_devices_and_links_to_them_without_blocking(tmp
     import os
     import signal
 
-    from optimize.errors import OptimizeError
-    from optimize.paths import read_bounded
+    from optimize.core.errors import OptimizeError
+    from optimize.core.paths import read_bounded
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -236,8 +236,8 @@ def test_a_folder_input_is_walked_without_following_links_or_reading_fifos(tmp_p
     hashes or loads it."""
     import os
 
-    from optimize.errors import ModelError
-    from optimize.paths import check_tree
+    from optimize.core.errors import ModelError
+    from optimize.core.paths import check_tree
 
     def fresh(name):
         d = tmp_path / name
@@ -268,8 +268,8 @@ def test_deep_json_and_zip_bombs_are_refused_before_parsing(tmp_path):
     """Tracebacks (class 5): 200,000-deep JSON raised RecursionError; a zip-bombed member, MemoryError."""
     import zipfile
 
-    from optimize.bounded import loads_json, read_member
-    from optimize.errors import ModelError
+    from optimize.core.bounded import loads_json, read_member
+    from optimize.core.errors import ModelError
 
     with pytest.raises(ModelError, match="nested too deeply: more than 128 levels"):
         loads_json(b"[" * 200_000 + b"]" * 200_000, "config.json", ModelError)
@@ -285,8 +285,8 @@ def test_deep_json_and_zip_bombs_are_refused_before_parsing(tmp_path):
     with zipfile.ZipFile(npz, "w", zipfile.ZIP_DEFLATED) as z, z.open("x.npy", "w") as f:
         np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (1 << 24,)})
         f.write(b"\0" * (64 << 20))
-    from optimize.data import load_data
-    from optimize.errors import DataError
+    from optimize.core.errors import DataError
+    from optimize.models.data import load_data
 
     with pytest.raises(DataError, match="a zip bomb"):
         load_data(npz)
@@ -308,8 +308,8 @@ def test_deep_json_and_zip_bombs_are_refused_before_parsing(tmp_path):
     ids=["deep-array", "deep-table", "deep-dotted-key", "lr-inf", "lr-nan", "goal-inf", "nul", "escape", "ansi"],
 )
 def test_hostile_recipes_are_one_line(tmp_path, text, message):
-    from optimize.errors import RecipeError
-    from optimize.recipe import load_recipe
+    from optimize.core.errors import RecipeError
+    from optimize.core.recipe import load_recipe
 
     r = tmp_path / "r.toml"
     r.write_text(text + ('\n[[steps]]\ntechnique = "convert"\n' if "steps" not in text else "\n"))
@@ -321,8 +321,8 @@ def test_hostile_recipes_are_one_line(tmp_path, text, message):
 def test_recipe_files_are_bounded_and_regular(tmp_path):
     import os
 
-    from optimize.errors import RecipeError
-    from optimize.recipe import load_recipe
+    from optimize.core.errors import RecipeError
+    from optimize.core.recipe import load_recipe
 
     fifo = tmp_path / "r.toml"
     os.mkfifo(fifo)
@@ -360,8 +360,8 @@ def test_hostile_keras_files_are_one_line_before_any_work(tmp_path, keras_model,
     import zipfile
 
     import optimize
-    from optimize.errors import ModelError
-    from optimize.recipe import build
+    from optimize.core.errors import ModelError
+    from optimize.core.recipe import build
 
     config = json.loads(zipfile.ZipFile(keras_model).read("config.json"))
     foreign = json.loads(json.dumps(config))
@@ -391,8 +391,8 @@ def test_hostile_savedmodels_are_one_line_without_hanging(tmp_path, keras_model)
     import shutil
     import signal
 
-    from optimize import models
-    from optimize.errors import ModelError
+    from optimize.core.errors import ModelError
+    from optimize.models import source as models
 
     base = tmp_path / "sm"
     models.export_saved_model(models.load_keras2(models.open_model(keras_model)), base)
@@ -440,8 +440,8 @@ def test_hostile_savedmodels_are_one_line_without_hanging(tmp_path, keras_model)
 )
 def test_data_that_is_not_real_numbers_is_refused_by_name(arrays, message):
     """Crashes and tracebacks (classes 3 and 5): complex data with NaN reached calibration (SIGSEGV)."""
-    from optimize.data import from_arrays
-    from optimize.errors import DataError
+    from optimize.core.errors import DataError
+    from optimize.models.data import from_arrays
 
     with pytest.raises(DataError, match=re.escape(message)):
         from_arrays(**arrays)
@@ -451,8 +451,8 @@ def test_data_beyond_the_input_type_and_labels_that_do_not_fit_are_refused_up_fr
     """float64 1e300 is infinite as float32 (it crashed calibration); labels of the wrong width or out of
     range are one line before anything is written (prune wrote into -o first)."""
     import optimize
-    from optimize.errors import DataError
-    from optimize.recipe import build
+    from optimize.core.errors import DataError
+    from optimize.core.recipe import build
 
     x, y = digits["x_train"][:40], digits["y_train"][:40]
     big = x.astype(np.float64)
@@ -489,7 +489,7 @@ def test_a_signature_pointing_at_a_missing_subgraph_is_one_line(cli, tmp_path, f
 def test_a_symlink_planted_in_the_output_is_replaced_not_followed(tmp_path, float_tflite):
     """Writes outside -o (class 1), through the pipeline: the artifact lands as a regular file."""
     import optimize
-    from optimize.recipe import build
+    from optimize.core.recipe import build
 
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"victim")
@@ -509,7 +509,7 @@ def test_cache_entries_that_are_links_fifos_or_devices_are_rebuilt_without_hangi
     import os
     import signal
 
-    from optimize.storage import LocalStore
+    from optimize.engine.storage import LocalStore
 
     store = LocalStore(tmp_path / "cache")
     assert store.create("v4/entries/ab/k.json", b"{}") and not store.create("v4/entries/ab/k.json", b"x")
@@ -582,7 +582,7 @@ def test_workers_die_with_their_parent(tmp_path):
 
     script = (
         "import os, sys, time\n"
-        "from optimize.executors import _die_with_parent\n"
+        "from optimize.engine.executors import _die_with_parent\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"
         "    _die_with_parent()\n"
@@ -629,10 +629,10 @@ def test_a_reader_that_closes_the_pipe_early_is_not_an_error(args):
 
 def test_terminal_text_is_shown_not_obeyed(cli, tmp_path, float_tflite):
     """Terminal injection (class 2): names with newlines forged `error:` lines; escape sequences acted."""
-    from optimize.shown import escape
+    from optimize.core.shown import escape
 
     assert escape("a\nerror: x\x1b[2J\u202e\udcff\tü") == "a\\nerror: x\\x1b[2J\\u202e\\xff\tü"
-    from optimize.report_text import esc
+    from optimize.present.report_text import esc
 
     assert esc("n\nerror: [b]x\x1b[2J") == "n\\nerror: \\[b]x\\x1b[2J"  # tables: neither markup nor terminal codes
     bad = tmp_path / "m\nerror: FORGED\x1b[2J.tflite"
@@ -644,7 +644,7 @@ def test_terminal_text_is_shown_not_obeyed(cli, tmp_path, float_tflite):
 def test_log_lines_show_names_from_outside_escaped(capsys):
     import logging
 
-    from optimize.progress import configure
+    from optimize.present.progress import configure
 
     log = logging.getLogger("optimize")
     saved = (list(log.handlers), log.propagate, log.level)

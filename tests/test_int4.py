@@ -8,23 +8,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import optimize.data
-import optimize.techniques.litert_quantize  # noqa: F401  (registers the technique)
-from optimize import registry, runtime, verify, weights
-from optimize.advice import advise
+import optimize.models.data
+import optimize.transforms.tflite.quantize  # noqa: F401  (registers the technique)
+from optimize.core import registry
+from optimize.core.errors import RecipeError, TechniqueFailed
+from optimize.core.recipe import build
+from optimize.core.registry import Context
+from optimize.core.results import Goals
+from optimize.decide.advice import advise
 from optimize.delegates import check_delegates
-from optimize.delegates.flatbuffer import read_model
-from optimize.errors import RecipeError, TechniqueFailed
-from optimize.recipe import build
-from optimize.registry import Context
-from optimize.results import Goals
+from optimize.measure import verify
+from optimize.models import runtime, weights
+from optimize.models.tflite import read_model
 
 
 @pytest.fixture(scope="module")
 def dense(tmp_path_factory) -> dict[str, Path]:
     """A seeded MLP (48 -> 256 -> 256 -> 10: its Dense matrices hold 99% of the weights; 48 inputs are not a
     whole number of 32-blocks) and a small CNN, as Keras files and float32 .tflite."""
-    from optimize import _tf
+    from optimize.models import _tf
 
     tf, k = _tf.tf(), _tf.keras()
     k.utils.set_random_seed(0)
@@ -46,7 +48,7 @@ def dense(tmp_path_factory) -> dict[str, Path]:
 def run(model: Path, tmp_path: Path, **raw) -> Path:
     tech = registry.get("quantize")
     x = np.random.default_rng(0).uniform(0, 1, (8, 48)).astype(np.float32)
-    ctx = Context(workdir=tmp_path, data=optimize.data.from_arrays(x=x))
+    ctx = Context(workdir=tmp_path, data=optimize.models.data.from_arrays(x=x))
     return tech.fn(model, tech.parse(raw), ctx)
 
 
@@ -104,7 +106,7 @@ def test_block_size_belongs_to_int4(dense, tmp_path):
 def test_the_converter_backend_leaves_int4_to_litert_quantizer():
     r = build("int4", [{"technique": "convert", "scheme": "int4"}]).with_backend("converter")
     assert [(s.technique, str(s.params.scheme)) for s in r.steps] == [("convert", "float32"), ("quantize", "int4")]
-    from optimize.techniques.convert import ConvertParams, configure
+    from optimize.transforms.convert import ConvertParams, configure
 
     with pytest.raises(TechniqueFailed, match="makes no int4 weights"):
         configure(object(), ConvertParams(scheme="int4"), None)
@@ -112,8 +114,8 @@ def test_the_converter_backend_leaves_int4_to_litert_quantizer():
 
 def test_dense_share_decides_the_default_sweep(dense):
     """The default sweep tries int4 only where Dense/MatMul matrices of >= 1,024 elements hold most weights."""
-    from optimize import models
-    from optimize.sweeps import plan
+    from optimize.engine.plan import plan
+    from optimize.models import source as models
 
     assert weights.tflite_share(dense["mlp"].read_bytes()) > 0.95
     assert weights.tflite_share(dense["cnn"].read_bytes()) < 0.5

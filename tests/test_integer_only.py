@@ -11,9 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optimize import _tf, sweeps, verify
-from optimize.delegates.flatbuffer import read_model
-from optimize.recipe import build
+from optimize.core.recipe import build
+from optimize.engine import sweeps
+from optimize.measure import verify
+from optimize.models import _tf
+from optimize.models.tflite import read_model
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +69,7 @@ def test_a_prelu_models_int8_int8io_has_no_float_op(prelu, model, step, backend,
 
 
 def test_integer_only_targets_never_get_float_compute(prelu):
-    from optimize.choose import recommend
+    from optimize.decide.choose import recommend
 
     study, _ = _sweep(prelu, "prelu.tflite", "quantize")
     for target in ("hexagon", "mcu", "edgetpu", "nnapi"):
@@ -78,8 +80,8 @@ def test_integer_only_targets_never_get_float_compute(prelu):
 
 
 def test_verification_fails_an_integer_only_candidate_with_float_compute(prelu, tmp_path):
-    from optimize.data import load_data
-    from optimize.registry import Context, get
+    from optimize.core.registry import Context, get
+    from optimize.models.data import load_data
 
     tech = get("quantize")
     params = tech.params(scheme="int8", io="int8")

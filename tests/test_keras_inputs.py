@@ -15,8 +15,9 @@ import re
 import numpy as np
 import pytest
 
-from optimize import _tf, sweeps
-from optimize.recipe import build
+from optimize.core.recipe import build
+from optimize.engine import plan, sweeps
+from optimize.models import _tf
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +65,11 @@ def test_a_keras3_model_that_cannot_be_rebuilt_lists_what_was_dropped(tmp_path, 
     out = k.layers.Dense(10)(k.layers.Flatten()(inp * 2.0))  # a Keras 3 op outside any layer
     k.Model(inp, out).save(tmp_path / "op3.keras")
     np.savez(tmp_path / "d.npz", **{k_: v[:100] for k_, v in digits.items()})
-    src = __import__("optimize.models", fromlist=["open_model"]).open_model(tmp_path / "op3.keras")
+    src = __import__("optimize.models.source", fromlist=["open_model"]).open_model(tmp_path / "op3.keras")
     dropped: list = []
-    from optimize.data import load_data
+    from optimize.models.data import load_data
 
-    planned = sweeps.plan(src, load_data(tmp_path / "d.npz"), None, None, dropped=dropped)
+    planned = plan.plan(src, load_data(tmp_path / "d.npz"), None, None, dropped=dropped)
     assert [r.name for r in planned] == ["float32", "float16", "dynamic", "int8", "int8-int8io", "int16x8"]
     (d,) = dropped
     assert d.recipes == ["prune-int8", "cluster-int8", "prune-cluster-int8", "qat-int8"]
@@ -116,8 +117,8 @@ def test_a_two_output_keras2_model_with_per_output_labels_prunes(two_outputs):
 
 def test_label_output_picks_the_output_and_a_wrong_name_is_one_line(two_outputs, cli):
     import optimize
-    from optimize.errors import DataError
-    from optimize.pipeline import MeasureOptions
+    from optimize.core.errors import DataError
+    from optimize.models.inputs import MeasureOptions
 
     recipe = build("f32", [{"technique": "convert", "scheme": "float32"}])
     odd = optimize.run(

@@ -10,10 +10,10 @@ import statistics
 
 from study_fixtures import candidate, study
 
-from optimize import noise, timing
-from optimize.choose import make_goals, pareto_front, recommend
-from optimize.noise import compare_latency, speed
-from optimize.results import Latency
+from optimize.core.results import Latency
+from optimize.decide.choose import make_goals, pareto_front, recommend
+from optimize.measure import noise, timing
+from optimize.measure.noise import compare_latency, speed
 
 
 def timed(c, medians: list[float], session: str | None = None):
@@ -161,7 +161,7 @@ def test_time_rounds_leaves_out_a_model_that_fails_to_run():
 
 def test_time_task_records_rounds_and_intervals(float_tflite, tmp_path):
     """The real seam: every candidate of a timing task timed together, each with its interval."""
-    from optimize.work import TimingTask, time_task
+    from optimize.engine.work import TimingTask, time_task
 
     for name in ("a", "b"):
         shutil.copy(float_tflite, tmp_path / f"{name}.tflite")

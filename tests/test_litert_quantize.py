@@ -7,17 +7,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import optimize.data
-import optimize.techniques.litert_quantize  # noqa: F401  (registers the technique)
-from optimize import registry, runtime
-from optimize.errors import DataError, ModelError, RecipeError, TechniqueFailed
-from optimize.registry import Context
+import optimize.models.data
+import optimize.transforms.tflite.quantize  # noqa: F401  (registers the technique)
+from optimize.core import registry
+from optimize.core.errors import DataError, ModelError, RecipeError, TechniqueFailed
+from optimize.core.registry import Context
+from optimize.models import runtime
 
 
 @pytest.fixture(scope="module")
 def float_model(tmp_path_factory) -> Path:
     """A seeded conv net (weights big enough that quantizing them shows in the file size), as float32 .tflite."""
-    from optimize import _tf
+    from optimize.models import _tf
 
     tf, k = _tf.tf(), _tf.keras()
     k.utils.set_random_seed(0)
@@ -45,7 +46,7 @@ def x() -> np.ndarray:
 
 @pytest.fixture
 def ctx(tmp_path, x) -> Context:
-    return Context(workdir=tmp_path, data=optimize.data.from_arrays(x=x, y=np.arange(len(x)) % 10))
+    return Context(workdir=tmp_path, data=optimize.models.data.from_arrays(x=x, y=np.arange(len(x)) % 10))
 
 
 def run(model: Path, ctx: Context, **raw) -> Path:
@@ -100,7 +101,7 @@ def test_dynamic_needs_no_data(float_model, tmp_path):
 
 
 def test_data_of_the_wrong_shape(float_model, tmp_path):
-    bad = Context(workdir=tmp_path, data=optimize.data.from_arrays(x=np.zeros((10, 4, 4, 1), np.float32)))
+    bad = Context(workdir=tmp_path, data=optimize.models.data.from_arrays(x=np.zeros((10, 4, 4, 1), np.float32)))
     with pytest.raises(DataError, match="shape"):
         run(float_model, bad, scheme="int8")
 

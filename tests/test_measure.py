@@ -7,18 +7,18 @@ import numpy as np
 import pytest
 
 import optimize
-from optimize import tasks
-from optimize.data import from_arrays, load_data
-from optimize.errors import DataError
-from optimize.recipe import build
-from optimize.tasks import Head
-from optimize.vocab import Task
+from optimize.core.errors import DataError
+from optimize.core.recipe import build
+from optimize.core.vocab import Task
+from optimize.models import tasks
+from optimize.models.data import from_arrays, load_data
+from optimize.models.tasks import Head
 
 
 @pytest.fixture(scope="module")
 def two_input(tmp_path_factory, digits):
     """image + features -> logits (10 classes) and score (a value): a functional tf_keras model."""
-    from optimize import _tf
+    from optimize.models import _tf
 
     keras = _tf.keras()
     keras.utils.set_random_seed(0)
@@ -55,7 +55,7 @@ def test_two_inputs_two_outputs_are_fed_and_scored_by_name(two_input, tmp_path):
 
 
 def test_label_output_picks_the_regression_head(two_input, tmp_path):
-    from optimize.pipeline import MeasureOptions
+    from optimize.models.inputs import MeasureOptions
 
     model, data = two_input
     recipe = build("f16", [{"technique": "convert", "scheme": "float16"}])
@@ -134,7 +134,7 @@ def test_calibration_samples_are_seeded_and_spread():
 
 
 def test_coverage_says_how_much_of_the_test_data_calibration_misses():
-    from optimize.data import coverage
+    from optimize.models.data import coverage
 
     ds = from_arrays(
         x_train=np.linspace(0, 1, 100, dtype=np.float32)[:, None], x_test=np.array([[0.5], [2.0]], np.float32)
@@ -187,7 +187,7 @@ def test_mask_iou():
 @pytest.fixture(scope="module")
 def sigmoid_model(tmp_path_factory, digits):
     """A face / not-face style net: one sigmoid unit, 0/1 labels (here: digit >= 5)."""
-    from optimize import _tf
+    from optimize.models import _tf
 
     keras = _tf.keras()
     keras.utils.set_random_seed(0)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
-from optimize import models
-from optimize.errors import ModelError
+from optimize.core.errors import ModelError
+from optimize.models import source as models
 
 
 def test_kinds(keras_model, float_tflite, tmp_path):
@@ -24,7 +25,7 @@ def test_kinds(keras_model, float_tflite, tmp_path):
 
 @pytest.fixture(scope="module")
 def keras3_model(tmp_path_factory):
-    from optimize import _tf
+    from optimize.models import _tf
 
     k3 = _tf.keras3()
     m = k3.Sequential([k3.layers.Input((8, 8, 1)), k3.layers.Flatten(), k3.layers.Dense(10)])
@@ -61,3 +62,36 @@ def test_missing_and_plain_directory(tmp_path):
         models.open_model(tmp_path / "nope.keras")
     with pytest.raises(ModelError, match="not a SavedModel"):
         models.open_model(tmp_path)
+
+
+def _counting(fn, counts, key):
+    def wrapped(*a, **k):
+        counts[key] += 1
+        return fn(*a, **k)
+
+    return wrapped
+
+
+def test_a_tflite_is_read_parsed_and_validated_once_when_a_sweep_opens_it(
+    float_tflite, data_npz, tmp_path, monkeypatch
+):
+    """Issue 25: opening a sweep (recognise, normalise, describe, plan, check the data against the model)
+    reads the file once and parses and validates its flatbuffer once; every later step gets what was read."""
+    from collections import Counter
+
+    from optimize.engine.runs import open_run
+    from optimize.models import source, tflite
+
+    counts: Counter = Counter()
+    monkeypatch.setattr(tflite, "_parse", _counting(tflite._parse, counts, "parse"))
+    monkeypatch.setattr(tflite, "validate", _counting(tflite.validate, counts, "validate"))
+    real_read = source.read_bounded
+    monkeypatch.setattr(
+        source,
+        "read_bounded",
+        lambda p, *a, **k: (counts.update(["read"]) if Path(p) == float_tflite else None) or real_read(p, *a, **k),
+    )
+    tflite._PARSED.clear()
+    run = open_run(float_tflite, data_npz, tmp_path / "out", cache=False)
+    assert [r.name for r in run.recipes][:1] == ["float32"]
+    assert counts == {"read": 1, "parse": 1, "validate": 1}, counts

@@ -16,10 +16,10 @@ import pytest
 from delegate_fixtures import _schema, load_t, save_t
 from tests_support import one_line_error
 
-from optimize import _tf, runtime
-from optimize.delegates.flatbuffer import read_model
-from optimize.errors import ModelError
-from optimize.normalize import normalize
+from optimize.core.errors import ModelError
+from optimize.models import _tf, runtime
+from optimize.models.normalize import normalize
+from optimize.models.tflite import read_model
 
 
 def _keras(filters: int = 16, units: int = 80):
@@ -125,7 +125,7 @@ def test_float16_feeding_a_non_constant_path_is_refused_in_one_line(float16_mode
 def test_a_scheme_that_touches_no_weight_is_a_failed_candidate(tmp_path):
     """Every weight under 1,024 elements: dynamic range keeps them all float, so 'dynamic' is refused."""
     import optimize
-    from optimize.recipe import build
+    from optimize.core.recipe import build
 
     model = tmp_path / "small.tflite"
     model.write_bytes(_convert(_keras(filters=4, units=3), float16=False))
@@ -139,7 +139,7 @@ def test_a_scheme_that_touches_no_weight_is_a_failed_candidate(tmp_path):
 
 def test_verified_candidates_carry_their_composition(tmp_path):
     import optimize
-    from optimize.recipe import build
+    from optimize.core.recipe import build
 
     model = tmp_path / "f32.tflite"
     model.write_bytes(_convert(_keras(), float16=False))
@@ -177,7 +177,7 @@ def onnx_like_if(tmp_path_factory) -> Path:
 
 
 def test_an_if_with_repeated_tensor_names_takes_every_scheme_it_can(onnx_like_if, tmp_path):
-    from optimize import sweeps
+    from optimize.engine import sweeps
 
     before = {t.name for sg in read_model((onnx_like_if / "branchy.tflite").read_bytes()).subgraphs for t in sg.tensors}
     assert "arg0" in before

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optimize import registry, single, sweeps
-from optimize.errors import DataError, ModelError
-from optimize.recipe import build
-from optimize.results import load_study
+from optimize.core import registry
+from optimize.core.errors import DataError, ModelError
+from optimize.core.recipe import build
+from optimize.core.results import load_study
+from optimize.engine import single, sweeps
 
 
 def test_int8_run_is_measured_against_float(keras_model, data_npz, tmp_path):
@@ -76,7 +77,7 @@ def test_keras_only_recipe_gets_an_implicit_float32_conversion(keras_model, data
 
 def test_failed_technique_is_a_failed_candidate(keras_model, data_npz, tmp_path, monkeypatch):
     tech = registry.get("cluster")
-    from optimize.errors import TechniqueFailed
+    from optimize.core.errors import TechniqueFailed
 
     def broken(model, params, ctx):
         raise TechniqueFailed("cluster: nothing to cluster here")
@@ -137,7 +138,7 @@ def test_litert_backend_rewrites_ptq_steps():
 
 def test_cli_and_api_use_the_same_backend_default():
     """One default: a recipe written with a converter step runs the same whether the CLI or run() takes it."""
-    from optimize.vocab import DEFAULT_BACKEND
+    from optimize.core.vocab import DEFAULT_BACKEND
 
     r = build("int8", [{"technique": "convert", "scheme": "int8"}])
     assert r.backend == "auto" and r.with_backend().made_by == DEFAULT_BACKEND["int8"]
@@ -160,8 +161,8 @@ def test_demo_sweep_meets_the_size_and_accuracy_targets(tmp_path):
 @pytest.mark.slow
 def test_real_architecture_skips_layers_tfmot_cannot_wrap(tmp_path):
     """MobileNetV3Small has Rescaling and TFOpLambda layers: pruning wraps the rest and lists them."""
-    from optimize import _tf
-    from optimize.data import from_arrays
+    from optimize.models import _tf
+    from optimize.models.data import from_arrays
 
     keras = _tf.keras()
     keras.utils.set_random_seed(0)

@@ -30,7 +30,7 @@ def _label_boxes(st, axis: str):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from optimize import plots
+    from optimize.present import plots
 
     points = plots._points(st, axis)
     fig = Figure(figsize=plots.FIGSIZE, layout="constrained")
@@ -63,8 +63,8 @@ def test_candidates_at_one_point_share_a_label():
 
 
 def test_each_plot_has_one_caption_and_no_title():
-    from optimize.plots import captions, scatter_svg
-    from optimize.report import render_html, render_markdown
+    from optimize.present.plots import captions, scatter_svg
+    from optimize.present.report import render_html, render_markdown
 
     st = full_study()
     CAPTIONS = captions(st)
@@ -80,8 +80,8 @@ def test_each_plot_has_one_caption_and_no_title():
 def test_a_study_without_labels_plots_the_output_error():
     """No labels: the plots show each candidate's relative output error (the baseline at 0), axis inverted
     so better is up, and the caption says so; nothing is left unplotted."""
-    from optimize.plots import captions, quality, scatter_svg, unplotted
-    from optimize.results import Fidelity, OutputFidelity
+    from optimize.core.results import Fidelity, OutputFidelity
+    from optimize.present.plots import captions, quality, scatter_svg, unplotted
 
     def unlabelled(c, rel):
         fid = Fidelity(
@@ -109,7 +109,7 @@ def test_a_study_without_labels_plots_the_output_error():
 def test_a_partly_scored_study_plots_the_scored_and_names_the_rest():
     """Labels reach some candidates only (a zoo model's float16 reused without a score, say): the plot shows
     the scored ones, and the rest are listed as unplotted, never a crash."""
-    from optimize.plots import scatter_svg, unplotted
+    from optimize.present.plots import scatter_svg, unplotted
 
     unscored = candidate("float16", "float16", size=78_000)
     unscored = unscored.model_copy(update={"metrics": unscored.metrics.model_copy(update={"accuracy_delta": None})})

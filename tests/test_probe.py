@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from tests_support import one_line_error
 
-from optimize import _tf, probe, runtime
-from optimize.data import load_data
-from optimize.recipe import build
+from optimize.core.recipe import build
+from optimize.measure import memory, probe
+from optimize.models import _tf, runtime
+from optimize.models.data import load_data
 
 
 def _divide_by_input(tmp_path_factory) -> bytes:
@@ -47,7 +48,7 @@ def div_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def div_sweep(div_model, tmp_path_factory):
-    from optimize import sweeps
+    from optimize.engine import sweeps
 
     model, data, _ = div_model
     recipes = [build("int8", [{"technique": "quantize", "scheme": "int8"}])]
@@ -71,7 +72,7 @@ def test_int8_failing_on_silence_is_a_failed_candidate_naming_the_op(div_sweep):
 
 
 def test_a_failed_probe_is_never_recommended(div_sweep):
-    from optimize.choose import recommend
+    from optimize.decide.choose import recommend
 
     study, _ = div_sweep
     for target in ("cpu", "mcu"):
@@ -83,7 +84,7 @@ def test_a_failed_probe_is_never_recommended(div_sweep):
 
 
 def test_evaluate_on_silence_is_one_line_naming_the_node(div_model, div_sweep, tmp_path, cli):
-    from optimize.registry import Context, get
+    from optimize.core.registry import Context, get
 
     model, data, silence = div_model
     tech = get("quantize")
@@ -92,9 +93,9 @@ def test_evaluate_on_silence_is_one_line_naming_the_node(div_model, div_sweep, t
     r = cli("evaluate", str(tmp_path / "q.tflite"), "--data", str(silence))
     line = one_line_error(r, "q.tflite fails to invoke on test sample 0 of silence.npz", "DIV node")
     assert "zero_point" in line
-    peak = runtime.peak_memory_bytes(tmp_path / "q.tflite", 1, np.zeros((1, 64), np.float32))
+    peak = memory.peak_memory_bytes(tmp_path / "q.tflite", 1, np.zeros((1, 64), np.float32))
     assert isinstance(peak, str) and "DIV" in peak  # the memory probe says why, never just nothing
-    assert isinstance(runtime.peak_memory_bytes(tmp_path / "q.tflite", 1, load_data(data).x_test[:1]), int)
+    assert isinstance(memory.peak_memory_bytes(tmp_path / "q.tflite", 1, load_data(data).x_test[:1]), int)
 
 
 def test_inputs_the_float_model_fails_on_are_not_held_against_the_candidate(tmp_path):
@@ -129,7 +130,7 @@ def test_runtime_errors_are_read_into_node_op_and_message():
 def test_a_deterministic_failure_is_cached_and_served_again(div_model, tmp_path):
     """The failed int8 (probe), like every failure of the technique's own, is remembered: an unchanged
     re-run produces nothing, the failure comes back from the cache with its reason and probe."""
-    from optimize import sweeps
+    from optimize.engine import sweeps
 
     model, data, _ = div_model
     recipes = [build("int8", [{"technique": "quantize", "scheme": "int8"}])]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from optimize.errors import RecipeError
-from optimize.recipe import build, load_recipe, shipped_recipes
+from optimize.core.errors import RecipeError
+from optimize.core.recipe import build, load_recipe, shipped_recipes
 
 
 def write(tmp_path, text: str):

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 import optimize
+from optimize.core.recipe import shipped_recipes
+from optimize.core.vocab import TARGET_DELEGATE
 from optimize.delegates import DELEGATES
-from optimize.recipe import shipped_recipes
-from optimize.vocab import TARGET_DELEGATE
 
 pytestmark = pytest.mark.slow
 

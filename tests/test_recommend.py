@@ -9,12 +9,12 @@ import tomllib
 import pytest
 from study_fixtures import candidate, empty_study, full_study, report, reports, study
 
-from optimize.advice import Advice, advise
-from optimize.choose import make_goals, pareto_front, raise_if_unmet, recommend
-from optimize.errors import GoalsNotMet, OptimizeError, StudyError
-from optimize.report_text import format_recommendation
-from optimize.results import Goals, Step
-from optimize.vocab import Target
+from optimize.core.errors import GoalsNotMet, OptimizeError, StudyError
+from optimize.core.results import Goals, Step
+from optimize.core.vocab import Target
+from optimize.decide.advice import Advice, advise
+from optimize.decide.choose import make_goals, pareto_front, raise_if_unmet, recommend
+from optimize.present.report_text import format_recommendation
 
 ONE_POINT = Goals(max_accuracy_drop=0.01)
 TWO_POINTS = Goals(max_accuracy_drop=0.02)
@@ -242,7 +242,7 @@ def test_latency_objective_never_recommends_slower_quantized_models():
     rec = recommend(full_study(), "cpu", Goals(objective="latency"))
     assert rec.chosen == "int8_io"
     # int8_io and int8 (0.55, 0.6 ms) are the same within the noise: the smaller first; float16's 1.1 ms is
-    # float32's 1.0 within the 15% margin (optimize.noise), so it ranks with float32, smaller first
+    # float32's 1.0 within the 15% margin (optimize.measure.noise), so it ranks with float32, smaller first
     assert rec.ranked == ["int8_io", "int8", "float16", "float32", "pruned"]
     why = reasons(rec)
     for name in ("dynamic", "int16x8"):
@@ -437,6 +437,6 @@ def test_partial_report_names_first_reason():
 
 
 def test_recommend_imports_no_tensorflow_or_numpy():
-    code = "import sys, optimize.choose, optimize.advice; bad = [m for m in ('tensorflow', 'numpy', 'matplotlib') if m in sys.modules]; sys.exit(', '.join(bad) or 0)"
+    code = "import sys, optimize.decide.choose, optimize.decide.advice; bad = [m for m in ('tensorflow', 'numpy', 'matplotlib') if m in sys.modules]; sys.exit(', '.join(bad) or 0)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from optimize import registry
-from optimize.errors import RecipeError
-from optimize.recipe import load_recipe, shipped_recipes
+from optimize.core import registry
+from optimize.core.errors import RecipeError
+from optimize.core.recipe import load_recipe, shipped_recipes
 
 
 def test_every_technique_has_docs_params_and_a_recipe():
@@ -37,6 +37,6 @@ def test_importing_optimize_does_not_import_tensorflow():
     import subprocess
     import sys
 
-    code = "import sys, optimize, optimize.cli, optimize.recipe, optimize.results; optimize.recipe.build('x', [{'technique': 'prune'}]); print('tensorflow' in sys.modules)"
+    code = "import sys, optimize, optimize.cli, optimize.core.recipe, optimize.core.results; optimize.core.recipe.build('x', [{'technique': 'prune'}]); print('tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from study_fixtures import candidate, empty_study, full_study, report, study
 
-from optimize.choose import recommend
-from optimize.report import render_html, render_markdown, write_report
-from optimize.results import Goals
+from optimize.core.results import Goals
+from optimize.decide.choose import recommend
+from optimize.present.report import render_html, render_markdown, write_report
 
 CHROMIUM = shutil.which("chromium")
 needs_chromium = pytest.mark.skipif(
@@ -183,7 +183,7 @@ def test_html_renders_in_headless_chromium(tmp_path, gpu_rec):
 @pytest.mark.parametrize("width", [80, 110, 160])
 def test_sweep_table_fits_the_terminal(width, capsys):
     """Every line of the sweep table, its legend and the next steps fits the terminal; names stay whole."""
-    from optimize.report_text import print_study
+    from optimize.present.report_text import print_study
 
     st = full_study()
     print_study(st, Path("out"), width=width)
@@ -195,7 +195,7 @@ def test_sweep_table_fits_the_terminal(width, capsys):
 
 
 def test_wide_table_shows_every_column(capsys):
-    from optimize.report_text import print_study
+    from optimize.present.report_text import print_study
 
     print_study(full_study(), None, width=300, wide=True)
     out = capsys.readouterr().out

@@ -8,8 +8,8 @@ import re
 
 from study_fixtures import candidate, full_study, report, reports, study
 
-from optimize.report_text import candidates_tables, debug_lines, print_candidates, print_study, verdict_glyph
-from optimize.results import DebugReport, DelegateReport, Fidelity, LayerError, OutputFidelity
+from optimize.core.results import DebugReport, DelegateReport, Fidelity, LayerError, OutputFidelity
+from optimize.present.report_text import candidates_tables, debug_lines, print_candidates, print_study, verdict_glyph
 
 
 def _plain(capsys) -> str:
@@ -116,7 +116,7 @@ def test_wide_shows_every_column_in_tables_that_fit(capsys):
 
 def test_quantize_table_fills_x_and_names_the_file(tmp_path, capsys):
     c = candidate("int8", "int8").model_copy(update={"artifact": "m.tflite"})
-    from optimize.results import Composition
+    from optimize.core.results import Composition
 
     c = c.model_copy(
         update={"composition": Composition(weight_bytes={"int8": 250}, float32_equivalent_bytes=1000, float_ops=0)}

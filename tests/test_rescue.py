@@ -7,21 +7,22 @@ import json
 import numpy as np
 import pytest
 
-from optimize import debug, litert
-from optimize.delegates.flatbuffer import read_model
-from optimize.recipe import build
-from optimize.registry import Context, get
+from optimize.core.recipe import build
+from optimize.core.registry import Context, get
+from optimize.measure import layer_error as debug
+from optimize.models.tflite import read_model
+from optimize.transforms.tflite import session as litert
 
 
 @pytest.fixture(scope="module")
 def session(float_tflite, digits, tmp_path_factory):
-    from optimize.data import from_arrays
+    from optimize.models.data import from_arrays
 
     ds = from_arrays(**digits)
     content = float_tflite.read_bytes()
     params = get("quantize").parse({"scheme": "int8"})
     ctx = Context(workdir=tmp_path_factory.mktemp("session"), data=ds)
-    from optimize.techniques.litert_quantize import _calibration_data, _inspect
+    from optimize.transforms.tflite.quantize import _calibration_data, _inspect
 
     signature, inputs = _inspect(content, float_tflite)
     cal = _calibration_data(params, ctx, signature, inputs, float_tflite)
@@ -102,7 +103,7 @@ def test_selective_search_is_bounded_and_recorded(keras_model, data_npz, tmp_pat
 
 
 def test_selective_needs_one_budget():
-    from optimize.errors import RecipeError
+    from optimize.core.errors import RecipeError
 
     with pytest.raises(RecipeError, match="give one budget"):
         build("x", [{"technique": "selective", "max_accuracy_drop": 0.01, "max_error_increase": 0.1}])
@@ -117,7 +118,7 @@ def test_output_error_is_relative_to_the_output_range():
 def test_the_report_shows_where_int8_loses_accuracy(keras_model, data_npz, tmp_path):
     """A selective candidate carries its per-layer analysis and search; the HTML report draws both."""
     import optimize
-    from optimize.report import write_report
+    from optimize.present.report import write_report
 
     steps = [{"technique": "selective", "max_output_error": 1e-9, "max_evals": 6, "eval_samples": 50}]
     study = optimize.sweep(
@@ -140,7 +141,7 @@ def test_the_report_shows_where_int8_loses_accuracy(keras_model, data_npz, tmp_p
 def rescaled_keras(keras_model, tmp_path_factory):
     """The conftest CNN with its conv's output channels made up to 300x larger (the Dense rows after the
     flatten divided to match): the float function is the same, plain int8 is not."""
-    from optimize import _tf
+    from optimize.models import _tf
 
     model = _tf.keras().models.load_model(keras_model)
     conv, dense = model.layers[0], model.layers[3]
@@ -159,7 +160,7 @@ def test_selective_rescues_at_8_bits_before_raising_any_op(rescaled_keras, data_
     """The rescue order: equalization gets the rescaled model back within budget, so no op is raised and
     every weight stays int8; the old order (rescue = false) has to raise ops for the same budget."""
     import optimize
-    from optimize.report import render_markdown
+    from optimize.present.report import render_markdown
 
     steps = [{"technique": "convert"}, {"technique": "selective", "max_accuracy_drop": 0.01, "max_evals": 8}]
     recipes = [

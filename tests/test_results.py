@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from optimize.errors import StudyError
-from optimize.results import Candidate, Environment, Metrics, Size, Step, Study, load_study, write_atomic
+from optimize.core.errors import StudyError
+from optimize.core.results import Candidate, Environment, Metrics, Size, Step, Study, load_study, write_atomic
 
 
 def make_study() -> Study:

@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from optimize.storage import LocalStore, local_path, open_store
+from optimize.core.paths import local_path
+from optimize.engine.storage import LocalStore, open_store
 
 
 def concurrent_creates(store, key: str, n: int = 16) -> list[bool]:
@@ -67,7 +68,7 @@ def test_a_bad_model_in_a_zoo_names_it_and_writes_nothing(tmp_path, cli):
 
 def test_mlflow_alone_means_a_local_store_and_a_uri_is_kept():
     from optimize.cli import optional_values
-    from optimize.tracking import resolve
+    from optimize.present.tracking import resolve
 
     assert optional_values(["zoo", "z.toml", "--mlflow"]) == ["zoo", "z.toml", "--mlflow", "./mlruns"]
     assert optional_values(["zoo", "--mlflow", "--executor", "ray"])[:3] == ["zoo", "--mlflow", "./mlruns"]

@@ -7,7 +7,9 @@ they stay true as the code grows.
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +73,53 @@ def test_module_level_imports_have_no_cycle():
             visit(m, [m])
 
 
+def _lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """import-linter's layers contract (pyproject.toml) over the package under `root`."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from importlinter.cli import lint_imports_command as m; m()",
+            "--config",
+            str(root / "pyproject.toml"),
+            "--no-cache",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_packages_import_only_from_the_layers_below():
+    """core < models < measure|delegates < transforms|decide < present < engine < cli, imports inside
+    functions included (pyproject.toml's contract): a lower package never reaches a higher one."""
+    r = _lint_imports(PACKAGE.parent)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "1 kept, 0 broken" in r.stdout
+
+
+def test_the_layer_check_fails_on_an_upward_import(tmp_path):
+    """The contract is not vacuous: the same tree with one upward import (core -> engine, inside a function,
+    the way a circle used to be dodged) is refused, naming both ends."""
+    shutil.copytree(PACKAGE, tmp_path / "optimize", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PACKAGE.parent / "pyproject.toml", tmp_path)
+    vocab = tmp_path / "optimize" / "core" / "vocab.py"
+    vocab.write_text(vocab.read_text() + "\n\ndef _late():\n    from optimize.engine import sweeps  # noqa\n")
+    r = _lint_imports(tmp_path)
+    assert r.returncode != 0 and "BROKEN" in r.stdout
+    assert "optimize.core.vocab" in r.stdout and "optimize.engine.sweeps" in r.stdout
+
+
+def test_few_modules_at_the_top():
+    """The pipeline shows in the tree: packages by responsibility, only the public API and the CLI at the top."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert top == ["__init__.py", "cli.py"], top
+    packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert packages == ["core", "decide", "delegates", "engine", "measure", "models", "present", "transforms"]
+
+
 def test_every_module_imports_alone_without_tensorflow():
     """Each module, imported first in a clean interpreter state, loads (no hidden order dependence)
     and does not pay for TensorFlow."""
@@ -112,7 +161,7 @@ def _str_collections(tree: ast.AST):
 
 def test_scheme_delegate_target_and_io_names_are_defined_once():
     """vocab.py is the one place that lists scheme, delegate, target and I/O names together."""
-    from optimize.vocab import IO, Delegate, Scheme, Target, names
+    from optimize.core.vocab import IO, Delegate, Scheme, Target, names
 
     rules = {
         "delegate names": (set(names(Delegate)), lambda v: True),
@@ -130,7 +179,7 @@ def test_scheme_delegate_target_and_io_names_are_defined_once():
                 hit = values & vocab
                 if len(hit) >= 3 and extra(hit):
                     found.append(f"{path.relative_to(PACKAGE)}:{line} lists {what} {sorted(hit)}")
-    assert not found, "use optimize.vocab instead:\n" + "\n".join(found)
+    assert not found, "use optimize.core.vocab instead:\n" + "\n".join(found)
 
 
 def test_no_function_is_too_complex():

@@ -14,7 +14,7 @@ from tests_support import one_line_error
 @pytest.fixture(scope="module")
 def lambda_files(tmp_path_factory):
     """A Sequential model whose Lambda layer writes a marker file when it is called (as loading does)."""
-    from optimize import _tf
+    from optimize.models import _tf
 
     keras = _tf.keras()
     folder = tmp_path_factory.mktemp("lambda")
@@ -52,7 +52,7 @@ def test_a_recipe_cannot_smuggle_the_model_in(cli, lambda_files, tmp_path):
 
 def test_trusting_the_model_loads_it(lambda_files, tmp_path):
     import optimize
-    from optimize.recipe import build
+    from optimize.core.recipe import build
 
     model, data, marker = lambda_files
     cand = optimize.run(
@@ -69,7 +69,7 @@ def test_trusting_the_model_loads_it(lambda_files, tmp_path):
 
 
 def test_code_layers_finds_marshalled_functions_anywhere():
-    from optimize.models import code_layers
+    from optimize.models.source import code_layers
 
     config = {
         "class_name": "Functional",
@@ -104,7 +104,7 @@ def test_bogus_keras_files_are_one_line_up_front(cli, tmp_path, keras_model):
 def test_corrupt_savedmodels_are_one_line_up_front(cli, tmp_path, keras_model):
     import shutil
 
-    from optimize import models
+    from optimize.models import source as models
 
     sm = models.export_saved_model(models.load_keras2(models.open_model(keras_model)), tmp_path / "sm")
     garbage = tmp_path / "garbage"

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optimize import _tf, runtime
-from optimize.errors import ModelError
+from optimize.core.errors import ModelError
+from optimize.models import _tf, runtime
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def framed(tmp_path_factory):
 
 
 def test_a_minus_one_minus_one_input_tflite_sweeps(framed, tmp_path):
-    from optimize import sweeps
+    from optimize.engine import sweeps
 
     model, data = framed
     with pytest.raises(ModelError, match=r"input audio \[-1, -1\] has free dimensions"):

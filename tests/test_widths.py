@@ -14,6 +14,8 @@ import pytest
 from conftest import run_cli
 from study_fixtures import full_study
 
+from optimize.cli import commands
+
 WIDTH = 80
 ENV = {"COLUMNS": str(WIDTH), "NO_COLOR": "1", "TERM": "dumb"}
 
@@ -22,22 +24,7 @@ def too_wide(text: str) -> list[str]:
     return [line for line in text.splitlines() if len(line) > WIDTH]
 
 
-def _commands() -> dict[str, object]:
-    """Every command path (`optimize`, `optimize sweep`, `optimize recipes list`, ...) and its Click command."""
-    import typer.main
-
-    from optimize.cli import app
-
-    top = typer.main.get_command(app)
-    out = {"": top}
-    for name, cmd in top.commands.items():
-        out[name] = cmd
-        for sub, c in getattr(cmd, "commands", {}).items():
-            out[f"{name} {sub}"] = c
-    return out
-
-
-COMMANDS = sorted(_commands())
+COMMANDS = sorted(commands())
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -50,7 +37,7 @@ def test_help_fits_80_columns_and_names_every_option_whole(command):
     assert r.exit_code == 0, r.output
     assert not too_wide(r.output), "\n".join(too_wide(r.output))
     assert "…" not in r.output, r.output
-    for param in _commands()[command].params:
+    for param in commands()[command].params:
         for opt in (*param.opts, *param.secondary_opts):
             if opt.startswith("-"):
                 assert opt in r.output.split() or f"{opt}," in r.output, f"{command}: {opt} not shown whole"
@@ -137,7 +124,7 @@ def test_recipes_show_fits_and_loads_back(workdir):
     """A long description is folded as a TOML multi-line string: it fits and still loads as the recipe."""
     import tomllib
 
-    from optimize.recipe import load_recipe, shipped_recipes
+    from optimize.core.recipe import load_recipe, shipped_recipes
 
     for name, path in shipped_recipes().items():
         text = load_recipe(path).to_toml()

@@ -8,9 +8,9 @@ import os
 import pytest
 from crash_fixtures import CrashingData
 
-from optimize import sweeps
-from optimize.data import load_data
-from optimize.recipe import build
+from optimize.core.recipe import build
+from optimize.engine import sweeps
+from optimize.models.data import load_data
 
 RECIPES = [
     build("float32", [{"technique": "convert"}]),
@@ -33,8 +33,8 @@ def test_a_crashing_worker_fails_only_its_candidate(keras_model, data_npz, tmp_p
 def test_a_record_the_parent_cannot_read_back_fails_only_its_candidate(keras_model, data_npz, tmp_path, monkeypatch):
     """A worker's record that does not validate in the parent (a value the JSON round trip cannot carry) is a
     failed candidate saying so, never the end of the sweep; and it is not cached."""
-    from optimize.cache import cacheable
-    from optimize.results import Candidate
+    from optimize.core.results import Candidate
+    from optimize.engine.cache import cacheable
 
     real = Candidate.model_validate_json.__func__
 
@@ -118,8 +118,8 @@ def test_forged_records_and_stale_temp_folders_are_never_served(keras_model, dat
 
 
 def test_environment_failures_are_not_cached_but_technique_failures_are(tmp_path):
-    from optimize.cache import cacheable, result_cache
-    from optimize.results import Candidate
+    from optimize.core.results import Candidate
+    from optimize.engine.cache import cacheable, result_cache
 
     r = build("int8", [{"technique": "convert", "scheme": "int8"}])
     assert not cacheable(Candidate.failed(r, OSError(28, "No space left on device")))
@@ -128,7 +128,7 @@ def test_environment_failures_are_not_cached_but_technique_failures_are(tmp_path
         Candidate.failed(r, "worker process killed by SIGKILL", kind="WorkerCrashed", detail="SIGKILL")
     )
     assert cacheable(Candidate.failed(r, "worker process killed by SIGSEGV", kind="WorkerCrashed", detail="SIGSEGV"))
-    from optimize.errors import TechniqueFailed
+    from optimize.core.errors import TechniqueFailed
 
     failed = Candidate.failed(r, TechniqueFailed("conversion to int8 failed: op X"))
     assert cacheable(failed) and failed.error_kind == "TechniqueFailed"
@@ -138,9 +138,9 @@ def test_environment_failures_are_not_cached_but_technique_failures_are(tmp_path
 
 
 def test_a_cache_that_cannot_be_written_warns_once_and_carries_on(tmp_path, caplog):
-    from optimize.cache import result_cache
-    from optimize.errors import TechniqueFailed
-    from optimize.results import Candidate
+    from optimize.core.errors import TechniqueFailed
+    from optimize.core.results import Candidate
+    from optimize.engine.cache import result_cache
 
     (tmp_path / "c").write_bytes(b"")  # a file where the cache folder should be: every write fails
     store = result_cache(str(tmp_path / "c"))
@@ -154,7 +154,7 @@ def test_a_cache_that_cannot_be_written_warns_once_and_carries_on(tmp_path, capl
 
 
 def test_a_sweep_where_nothing_worked_exits_1(keras_model, data_npz, tmp_path):
-    from optimize.errors import NothingWorked
+    from optimize.core.errors import NothingWorked
 
     ds = load_data(data_npz)
     crashing = CrashingData(**{f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)})
@@ -183,7 +183,7 @@ def test_targeted_sweep_adds_the_targets_own_recipe(keras_model, data_npz, tmp_p
 def test_bad_data_leaves_no_output_folder(keras_model, tmp_path):
     import numpy as np
 
-    from optimize.errors import DataError
+    from optimize.core.errors import DataError
 
     bad = tmp_path / "bad.npz"
     np.savez(bad, x=np.zeros((4, 28, 28), np.float32))
@@ -220,7 +220,7 @@ def _demo_files(folder):
 
 @pytest.mark.parametrize("which", [0, 1])
 def test_a_truncated_demo_file_is_not_taken_as_the_demo(tmp_path, which):
-    from optimize.demo import _intact
+    from optimize.models.demo import _intact
 
     files = _demo_files(tmp_path / "demo")
     assert _intact(*files)
@@ -233,8 +233,8 @@ def test_a_truncated_demo_file_is_not_taken_as_the_demo(tmp_path, which):
 def test_a_truncated_cached_demo_is_rebuilt(tmp_path, monkeypatch):
     import numpy as np
 
-    from optimize import _tf
-    from optimize.demo import DEMO_VERSION, demo
+    from optimize.models import _tf
+    from optimize.models.demo import DEMO_VERSION, demo
 
     monkeypatch.setenv("OPTIMIZE_CACHE", str(tmp_path))
     model, data = _demo_files(tmp_path / f"demo-v{DEMO_VERSION}")

@@ -33,7 +33,7 @@ def cluster():
 @pytest.fixture(scope="module")
 def regressor(tmp_path_factory):
     """A tiny tf_keras regression MLP and its data (the zoo's third model: another task, another shape)."""
-    from optimize import _tf
+    from optimize.models import _tf
 
     keras = _tf.keras()
     keras.utils.set_random_seed(1)
@@ -88,9 +88,9 @@ def test_zoo_on_ray_shares_its_cache_through_s3_and_logs_every_candidate_to_mlfl
 ):
     from mlflow.tracking import MlflowClient
 
-    from optimize import tracking
-    from optimize.results import load_study
-    from optimize.zoo import run_zoo
+    from optimize.core.results import load_study
+    from optimize.engine.zoo import run_zoo
+    from optimize.present import tracking
 
     cache = f"{s3}/zoo-cache"
     mlruns = tmp_path / "mlruns"
@@ -152,9 +152,9 @@ def test_zoo_on_ray_shares_its_cache_through_s3_and_logs_every_candidate_to_mlfl
 def test_a_crash_on_ray_fails_only_its_candidate_and_is_cached_as_the_techniques(
     keras_model, data_npz, cluster, s3, tmp_path
 ):
-    from optimize import sweeps
-    from optimize.data import load_data
-    from optimize.recipe import build
+    from optimize.core.recipe import build
+    from optimize.engine import sweeps
+    from optimize.models.data import load_data
 
     ds = load_data(data_npz)
     crashing = CrashingData(**{f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)})
@@ -176,7 +176,7 @@ def test_a_crash_on_ray_fails_only_its_candidate_and_is_cached_as_the_techniques
 def test_concurrent_writers_on_s3_leave_one_complete_object(s3):
     from test_storage import concurrent_creates
 
-    from optimize.storage import FsspecStore, open_store
+    from optimize.engine.storage import FsspecStore, open_store
 
     store = open_store(f"{s3}/race")
     assert isinstance(store, FsspecStore) and store.conditional

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import OptimizeError
-from ..results import DelegateReport
-from ..vocab import Delegate
-from .target import TargetParams
+from optimize.core.errors import OptimizeError
+from optimize.core.results import DelegateReport
+from optimize.core.vocab import Delegate
+from optimize.delegates.target import TargetParams
 
 DELEGATES: tuple[Delegate, ...] = tuple(Delegate)
 
@@ -27,7 +27,7 @@ __all__ = ["DELEGATES", "SOURCE_CONFLICTS", "TargetParams", "check_delegates", "
 
 def __getattr__(name: str):
     if name == "SOURCE_CONFLICTS":  # data for reports and the recommender, loaded on first use
-        from .conflicts import SOURCE_CONFLICTS
+        from optimize.delegates.conflicts import SOURCE_CONFLICTS
 
         return SOURCE_CONFLICTS
     raise AttributeError(name)
@@ -35,7 +35,7 @@ def __getattr__(name: str):
 
 def rules_for(name: str):
     """The `DelegateRules` object of a rules-checked delegate (gpu, nnapi, hexagon, coreml)."""
-    from . import coreml, gpu, hexagon, nnapi
+    from optimize.delegates import coreml, gpu, hexagon, nnapi
 
     return {Delegate.GPU: gpu, Delegate.NNAPI: nnapi, Delegate.HEXAGON: hexagon, Delegate.COREML: coreml}[name].RULES
 
@@ -62,14 +62,14 @@ def check_delegates(
 
     `loaded`: an interpreter already built for this model with the default XNNPACK delegate
     (`runtime.load(model, xnnpack=True)`); the XNNPACK column then reads it instead of loading again.
-    `parsed`: the model already read with `flatbuffer.read_model` (validated), so it is not read twice.
+    `parsed`: the model already read with `optimize.models.tflite.read_model` (validated), so it is not read twice.
     `observe`: delegates to also observe in the runtime where this machine can ("gpu": LiteRT's GPU
     accelerator, reported under "gpu-observed"; left out when no device exists, see `observe.UNAVAILABLE`).
     Raises ModelError for a file that is not a readable, structurally valid TFLite model, OptimizeError
     for an unknown delegate.
     """
-    from .engine import ModelFacts, run_rules
-    from .flatbuffer import read_model
+    from optimize.delegates.engine import ModelFacts, run_rules
+    from optimize.models.tflite import read_model
 
     names = _names(delegates)
     target = target or TargetParams()
@@ -77,13 +77,13 @@ def check_delegates(
     out: dict[str, DelegateReport] = {}
     for name in names:
         if name == Delegate.XNNPACK:
-            from . import xnnpack
+            from optimize.delegates import xnnpack
 
             versions = {op.index: op.version for op in facts.model.main.ops}
             out[name] = xnnpack.check(model, threads=threads, versions=versions, loaded=loaded)
         else:
             out[name] = run_rules(facts, rules_for(name), target)
-    from .observe import OBSERVED, check, observe_gpu
+    from optimize.delegates.observe import OBSERVED, check, observe_gpu
 
     for name in check(observe):
         report = observe_gpu(model)
@@ -108,7 +108,7 @@ def _veto_lines(r: DelegateReport) -> list[str]:
 def format_report(reports: dict[str, DelegateReport], max_nodes: int = 25) -> str:
     """Plain text for the terminal: one block per delegate, CPU nodes with reasons, hints."""
     lines: list[str] = []
-    from .observe import OBSERVED
+    from optimize.delegates.observe import OBSERVED
 
     labels = {key: f"{d} (observed)" for d, key in OBSERVED.items()}
     for name, r in reports.items():

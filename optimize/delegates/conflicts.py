@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..vocab import Delegate, Scheme
+from optimize.core.vocab import Delegate, Scheme
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..vocab import Delegate, Scheme
-from .graph import NodeView
-from .rules import Boundary, Finding, ModuleRules, Policy, Reason, Verdict, reject
-from .target import TargetParams
+from optimize.core.vocab import Delegate, Scheme
+from optimize.delegates.graph import NodeView
+from optimize.delegates.rules import Boundary, Finding, ModuleRules, Policy, Reason, Verdict, reject
+from optimize.delegates.target import TargetParams
 
 SOURCE = "tflite/delegates/coreml/coreml_delegate.mm (IsNodeSupportedByDelegate), builders/*.cc @ LiteRT f67457790c9c"
 

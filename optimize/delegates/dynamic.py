@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .flatbuffer import Op, Subgraph, Tensor
+from optimize.models.flatbuffer import Op, Subgraph, Tensor
 
 # Output shape depends on the *value* of these inputs (position): not constant or persistent -> dynamic.
 SHAPE_INPUTS: dict[str, tuple[int, ...]] = {

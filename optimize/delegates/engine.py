@@ -14,13 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ..results import DelegateReport, NodeVerdict
-from ..vocab import Scheme
-from .dynamic import Dynamics, analyse
-from .flatbuffer import Model, Subgraph
-from .graph import NodeView, Partition, control_edges, largest, partition
-from .rules import Boundary, DelegateRules, Finding, Policy, Reason, Verdict, reject
-from .target import TargetParams
+from optimize.core.results import DelegateReport, NodeVerdict
+from optimize.core.vocab import Scheme
+from optimize.delegates.dynamic import Dynamics, analyse
+from optimize.delegates.graph import NodeView, Partition, control_edges, largest, partition
+from optimize.delegates.rules import Boundary, DelegateRules, Finding, Policy, Reason, Verdict, reject
+from optimize.delegates.target import TargetParams
+from optimize.models.flatbuffer import Model, Subgraph
 
 FP16_DEQUANT = "float16 weights DEQUANTIZE: folded into its consumers only when the whole graph is delegated."
 

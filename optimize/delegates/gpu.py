@@ -13,9 +13,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from ..vocab import Delegate, Scheme
-from .graph import NodeView
-from .rules import (
+from optimize.core.vocab import Delegate, Scheme
+from optimize.delegates.graph import NodeView
+from optimize.delegates.rules import (
     FLOAT,
     QUANT8,
     Boundary,
@@ -36,7 +36,7 @@ from .rules import (
     runtime_const,
     shape_str,
 )
-from .target import TargetParams
+from optimize.delegates.target import TargetParams
 
 SOURCE = (
     "tflite/delegates/gpu/common/model_builder.cc + tflite/tools/versioning/gpu_compatibility.cc "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .flatbuffer import Op, Subgraph, Tensor
+from optimize.models.flatbuffer import Op, Subgraph, Tensor
 
 SOURCE = "tflite/graph_info.cc, tflite/delegates/utils.cc, tflite/core/subgraph.cc @ LiteRT f67457790c9c"
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..vocab import Delegate, Scheme
-from .graph import NodeView
-from .rules import Boundary, Finding, ModuleRules, Policy, Reason, Verdict, reject
-from .target import TargetParams
+from optimize.core.vocab import Delegate, Scheme
+from optimize.delegates.graph import NodeView
+from optimize.delegates.rules import Boundary, Finding, ModuleRules, Policy, Reason, Verdict, reject
+from optimize.delegates.target import TargetParams
 
 SOURCE = "tflite/delegates/hexagon/utils.cc (IsNodeSupportedByHexagon), hexagon_delegate.cc @ LiteRT f67457790c9c"
 

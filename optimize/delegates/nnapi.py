@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..vocab import Delegate, Scheme
-from .conflicts import NNAPI_FLOAT16
-from .graph import NodeView
-from .rules import (
+from optimize.core.vocab import Delegate, Scheme
+from optimize.delegates.conflicts import NNAPI_FLOAT16
+from optimize.delegates.graph import NodeView
+from optimize.delegates.rules import (
     Boundary,
     Finding,
     ModuleRules,
@@ -31,7 +31,7 @@ from .rules import (
     input_type_in,
     reject,
 )
-from .target import NNAPI_FL6, NNAPI_FL7, TargetParams
+from optimize.delegates.target import NNAPI_FL6, NNAPI_FL7, TargetParams
 
 SOURCE = "tflite/delegates/nnapi/nnapi_delegate.cc (NNAPIDelegateKernel::Validate) @ LiteRT f67457790c9c (Aug 2026)"
 

@@ -23,9 +23,9 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from ..results import DelegateReport, NodeVerdict
-from ..vocab import Delegate
-from .rules import Reason
+from optimize.core.results import DelegateReport, NodeVerdict
+from optimize.core.vocab import Delegate
+from optimize.delegates.rules import Reason
 
 #: The report key of an observed column, beside the rules' own ("gpu").
 OBSERVED = {Delegate.GPU: "gpu-observed"}
@@ -66,7 +66,7 @@ _RESTORED = "Restored original execution plan after delegate application failure
 
 def check(names) -> list[str]:
     """The delegates to observe in the runtime: only the GPU (its accelerator) can be. Others: one clear error."""
-    from ..errors import OptimizeError
+    from optimize.core.errors import OptimizeError
 
     names = [n.strip().lower() for n in (names.split(",") if isinstance(names, str) else names or ()) if n.strip()]
     others = [n for n in names if n not in OBSERVED]
@@ -93,7 +93,7 @@ def _run(path: Path, icd: Path, mode: str) -> tuple[dict, list[str]]:
 
 def _tiny_model() -> bytes:
     """x + x on a [1, 8] float32 input: the smallest model the accelerator must take whole."""
-    from ..normalize import _save, _schema
+    from optimize.models.normalize import _save, _schema
 
     s = _schema()
     m = s.ModelT()
@@ -184,7 +184,7 @@ def _cpu_nodes(model, refused: list[tuple[str, str]]) -> list[NodeVerdict]:
 def observe_gpu(model: str | Path | bytes, icd: Path | None = None) -> DelegateReport | None:
     """What the GPU accelerator does with the model on this machine, as a `source: runtime` report; None when
     no device the accelerator accepts exists here (`UNAVAILABLE` says so in one line)."""
-    from .flatbuffer import read_model
+    from optimize.models.tflite import read_model
 
     icd = icd or gpu_device()
     if icd is None:

@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import OptimizeError
-from ..results import DelegateReport, write_atomic
-from .flatbuffer import Model, Subgraph
-from .rules import Reason
+from optimize.core.errors import OptimizeError
+from optimize.core.results import DelegateReport, write_atomic
+from optimize.delegates.rules import Reason
+from optimize.models.flatbuffer import Model, Subgraph
 
 DELEGATED = "delegated"
 GREEN, AMBER, RED = "#81c784", "#ffb74d", "#e57373"
@@ -99,7 +99,7 @@ def overlay_paths(path: Path, delegates: list[str]) -> dict[str, Path]:
 
 def write_overlays(path: Path, reports: dict[str, DelegateReport], model: Model | str | Path | bytes) -> list[Path]:
     """Write one node-data file per delegate, each atomically; everything is serialized before any write."""
-    from .flatbuffer import read_model
+    from optimize.models.tflite import read_model
 
     model = model if isinstance(model, Model) else read_model(model)
     paths = overlay_paths(path, list(reports))

@@ -27,13 +27,13 @@ from enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
-from ..vocab import Delegate
-from .flatbuffer import Tensor
-from .graph import NodeView
+from optimize.core.vocab import Delegate
+from optimize.delegates.graph import NodeView
+from optimize.models.flatbuffer import Tensor
 
 if TYPE_CHECKING:
-    from .flatbuffer import Model, Subgraph
-    from .target import TargetParams
+    from optimize.delegates.target import TargetParams
+    from optimize.models.flatbuffer import Model, Subgraph
 
 
 class Reason(StrEnum):

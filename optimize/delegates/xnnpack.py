@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ModelError
-from ..results import DelegateReport, NodeVerdict
-from .engine import verdict
-from .rules import Reason
+from optimize.core.errors import ModelError
+from optimize.core.results import DelegateReport, NodeVerdict
+from optimize.delegates.engine import verdict
+from optimize.delegates.rules import Reason
 
 SOURCE = "runtime: ai-edge-litert interpreter with the default XNNPACK delegate (primary subgraph)"
 NAME = "xnnpack"
@@ -63,7 +63,7 @@ def check(
 ) -> DelegateReport:
     """Load the model with XNNPACK (or read `loaded`, an interpreter built that way) and report which nodes
     it replaced. `versions`: node index -> op version."""
-    from .. import runtime
+    from optimize.models import runtime
 
     versions = versions or {}
     try:

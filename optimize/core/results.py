@@ -1,0 +1,724 @@
+"""Typed result records shared by every part of optimize: one candidate record, one study document.
+
+These are pure pydantic models (no TensorFlow). A study is what `sweep` writes as `study.json`, what
+the recommender ranks, what the report draws and what the notebooks load.
+Units are in the field names; fractions are 0..1.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
+
+from optimize.core.bounded import loads_json
+from optimize.core.errors import StudyError, from_validation
+from optimize.core.paths import read_bounded, write_atomic
+from optimize.core.registry import Params
+from optimize.core.vocab import Backend, Delegate, Objective, Precision, Scheme, Task
+
+SCHEMA_VERSION = 1
+#: Fewer samples than this make a fidelity or accuracy figure rough: it is flagged wherever it is used.
+FEW_SAMPLES = 32
+
+
+class Record(BaseModel):
+    """Base for every record: frozen, and unknown fields are errors (hand-edited nonsense is caught).
+
+    Its repr is short enough to read at a prompt: fields left at their default are left out, nested
+    records, lists and dicts are summarised (`[11 Candidate]`), long text is cut. The whole record is
+    `model_dump_json(indent=2)`; the terminal rendering is in `optimize.present.report_text`.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={_brief(v, 1)}' for k, v in self._set_fields())})"
+
+    __str__ = __repr__
+
+    def _set_fields(self):
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if field.is_required() or value != field.default:
+                yield name, value
+
+
+def _brief(value, depth: int) -> str:
+    """One field's value in a record's repr: nested records one level deep, collections counted."""
+    from enum import Enum
+
+    if isinstance(value, Record):
+        return _brief_record(value, depth)
+    if isinstance(value, Enum):
+        return repr(value.value)
+    if isinstance(value, list | tuple | dict):
+        return _brief_collection(value)
+    if isinstance(value, str) and len(value) > 60:
+        return repr(value[:57] + "...")
+    return f"{value:.6g}" if isinstance(value, float) else repr(value)
+
+
+def _brief_record(value: Record, depth: int) -> str:
+    if depth <= 0:
+        return f"{type(value).__name__}(...)"
+    parts: list[str] = []
+    for k, v in value._set_fields():
+        part = f"{k}={_brief(v, depth - 1)}"
+        if parts and sum(len(p) + 2 for p in parts) + len(part) > 100:
+            parts.append("...")
+            break
+        parts.append(part)
+    return f"{type(value).__name__}({', '.join(parts)})"
+
+
+def _brief_collection(value: list | tuple | dict) -> str:
+    """Short plain collections as they are; others as a count and kind (`[11 Candidate]`), dicts with keys."""
+    items = list(value.values() if isinstance(value, dict) else value)
+    text = repr(value) if all(isinstance(v, str | int | float | bool) for v in items) else ""
+    if text and len(text) <= 80:
+        return text
+    kinds = sorted({type(v).__name__ for v in items})
+    what = f"{len(items)} {kinds[0]}" if len(kinds) == 1 else f"{len(items)} items"
+    if isinstance(value, dict):
+        keys = ", ".join(map(str, list(value)[:6])) + (", ..." if len(value) > 6 else "")
+        return "{" + f"{what}: {keys}" + "}"
+    return f"[{what}]"
+
+
+class Size(Record):
+    bytes: int = Field(description="Raw .tflite file size.")
+    gzip_bytes: int = Field(description="Size after gzip -9: what a download or app bundle costs.")
+
+
+class Latency(Record):
+    """Host-CPU latency in the LiteRT interpreter. Not a device figure: it says where it came from."""
+
+    runtime: str = Field(description="Interpreter and version, e.g. 'ai-edge-litert 2.3.0 (host CPU)'.")
+    threads: int
+    xnnpack: bool = Field(description="Whether the default XNNPACK delegate was applied.")
+    warmup_runs: int
+    runs: int
+    init_ms: float = Field(description="Interpreter construction + allocate_tensors.")
+    first_ms: float = Field(description="First invoke (includes lazy kernel preparation).")
+    mean_ms: float
+    std_ms: float
+    p50_ms: float
+    p25_ms: float | None = Field(None, description="Lower quartile of single runs.")
+    p75_ms: float | None = None
+    p90_ms: float
+    min_ms: float
+    rounds: int | None = Field(
+        None,
+        description="Timing rounds: each round times every candidate of the study in turn (round-robin), so "
+        "machine drift hits all alike. None: the runs were timed one after another (an older record).",
+    )
+    round_p50s_ms: list[float] = Field(default_factory=list, description="The median of each round, in order.")
+    p50_low_ms: float | None = Field(
+        None,
+        description="Interval for p50 over the rounds (about 95%): two candidates differ only when theirs separate.",
+    )
+    p50_high_ms: float | None = None
+    session: str | None = Field(
+        None,
+        description="The timing session: candidates timed in the same rounds share it and are compared round by "
+        "round (the ratio of their round medians), which cancels drift between rounds.",
+    )
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """Where p50 lies: the interval over rounds, else the quartiles of single runs, else p50 alone."""
+        if self.p50_low_ms is not None and self.p50_high_ms is not None:
+            return self.p50_low_ms, self.p50_high_ms
+        if self.p25_ms is not None and self.p75_ms is not None:
+            return self.p25_ms, self.p75_ms
+        return self.p50_ms, self.p50_ms
+
+
+class Memory(Record):
+    """Peak resident memory of a fresh process that loads, allocates and runs the model once."""
+
+    peak_rss_bytes: int = Field(description="Peak RSS growth over the bare runtime import.")
+    method: str = Field(default="child process: VmHWM after one run minus VmRSS after importing the runtime")
+
+
+class OutputFidelity(Record):
+    """Per-output difference from the float reference, as TFLite's inference_diff reports it."""
+
+    name: str
+    mean_abs_diff: float
+    std_abs_diff: float
+    max_abs_diff: float
+    relative_error: float | None = Field(None, description="mean |diff| over the reference output's range (0..1).")
+    iou: float | None = Field(None, description="For mask outputs: IoU of the two masks thresholded at 0.5.")
+    nonfinite_samples: int = Field(
+        0, description="Samples where this output is NaN/inf and the reference's is not (left out of the figures)."
+    )
+
+
+class Fidelity(Record):
+    reference: str = Field(description="Artifact the outputs were compared with (the float32 baseline).")
+    samples: int
+    outputs: list[OutputFidelity]
+    top1_agreement: float | None = Field(
+        None, description="Fraction of samples whose argmax matches (class outputs only)."
+    )
+
+    @property
+    def few_samples(self) -> bool:
+        """Compared on fewer than FEW_SAMPLES samples: a rough figure, and said so wherever it is shown."""
+        return self.samples < FEW_SAMPLES
+
+    @property
+    def relative_error(self) -> float | None:
+        """The worst output's relative error: what a label-free goal is judged on."""
+        errs = [o.relative_error for o in self.outputs if o.relative_error is not None]
+        return max(errs) if errs else None
+
+
+class Accuracy(Record):
+    """The task's own figures on labelled data, for the output the labels belong to."""
+
+    samples: int
+    task: Task = Task.CLASSIFICATION
+    output: str | None = Field(None, description="The output the labels belong to.")
+    top1: float | None = Field(None, description="Classification: top-1; binary/multi-label: accuracy at 0.5.")
+    topk: float | None = None
+    k: int | None = None
+    auc: float | None = Field(None, description="Binary: area under the ROC curve.")
+    mae: float | None = Field(None, description="Regression: mean absolute error, in the target's units.")
+    rmse: float | None = Field(None, description="Regression: root mean squared error, in the target's units.")
+
+
+class Metrics(Record):
+    size: Size
+    accuracy: Accuracy | None = None
+    accuracy_delta: float | None = Field(
+        None, description="Classification/binary: top-1 minus the float baseline's (negative is worse)."
+    )
+    error_ratio: float | None = Field(None, description="Regression: MAE over the float baseline's MAE (1.0 = same).")
+    fidelity: Fidelity | None = None
+    latency: Latency | None = None
+    memory: Memory | None = None
+    memory_error: str | None = Field(None, description="Why peak memory could not be measured, when it could not.")
+
+
+class ProbeFailure(Record):
+    """One probe input a candidate fails on while its float model handles it."""
+
+    input: str = Field(description="The probe input: 'all-zero input', 'calibrated maximum (0.98)', ...")
+    kind: Literal["invoke", "non-finite"] = Field(description="It failed to invoke, or gave NaN/inf outputs.")
+    node: int | None = Field(None, description="The node the runtime named (its index in the main subgraph).")
+    op: str | None = Field(None, description="The op the runtime named (DIV, ...).")
+    message: str = Field("", description="The kernel's own message, or which outputs were not finite.")
+
+    @property
+    def line(self) -> str:
+        """`fails on all-zero input: DIV node 6 (div.cc:262 data[i] != zero_point was not true)`."""
+        if self.kind == "non-finite":
+            return f"gives non-finite outputs on {self.input} ({self.message})"
+        where = f"{self.op} node {self.node}" if self.op is not None and self.node is not None else ""
+        detail = f"{where} ({self.message})" if where and self.message else where or self.message
+        return f"fails on {self.input}: {detail}" if detail else f"fails on {self.input}"
+
+
+class Probe(Record):
+    """The robustness probe (optimize.measure.probe): the candidate run on edge inputs its float model handles."""
+
+    inputs: list[str] = Field(description="The probe inputs tried, in order.")
+    reference: str | None = Field(None, description="The float model the outcomes were compared with.")
+    failures: list[ProbeFailure] = Field(default_factory=list, description="Inputs it fails on where float does not.")
+    reference_failures: list[str] = Field(
+        default_factory=list, description="Inputs the float model itself fails on (not held against the candidate)."
+    )
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def line(self) -> str:
+        """The first failure in one line, with how many more; `passed` when there is none."""
+        if not self.failures:
+            return f"passed ({len(self.inputs)} inputs)"
+        more = len(self.failures) - 1
+        rest = f" (and {more} more: {', '.join(f.input for f in self.failures[1:4])})" if more else ""
+        return self.failures[0].line + rest
+
+
+class NodeVerdict(Record):
+    """One operator that a delegate does not take, with the delegate's own reason."""
+
+    subgraph: int = 0
+    index: int
+    op: str
+    version: int
+    reason: str
+    code: str | None = Field(None, description="The reason as a code (optimize.delegates.rules.Reason).")
+
+
+class DelegateReport(Record):
+    """What one delegate would do with one model."""
+
+    delegate: Delegate
+    source: Literal["rules", "runtime", "rules+runtime"] = Field(
+        description="'rules': predicted from the delegate's acceptance rules; 'runtime': observed."
+    )
+    rules_version: str = Field("", description="Which source the rules follow (file and release).")
+    params: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    nodes_total: int
+    nodes_delegated: int
+    partitions: int
+    verdict: Literal["full", "partial", "none"]
+    cpu_nodes: list[NodeVerdict] = Field(default_factory=list)
+    hints: list[str] = Field(default_factory=list)
+    vetoed: str | None = Field(None, description="Why the whole model stays on the CPU, if it does.")
+    veto_code: str | None = Field(None, description="The veto as a code (optimize.delegates.rules.Reason).")
+
+
+class Composition(Record):
+    """What an artifact holds, read back from its flatbuffer (optimize.measure.verify)."""
+
+    weight_bytes: dict[str, int] = Field(description="Constant weight bytes by dtype (float32, float16, int8, ...).")
+    float32_equivalent_bytes: int = Field(description="The same weights stored as float32.")
+    float_ops: int = Field(description="Ops that still compute in float with float weights.")
+    float_op_types: list[str] = Field(default_factory=list)
+    float_compute_ops: list[str] = Field(
+        default_factory=list,
+        description="Op types that compute on float tensors (any weights; QUANTIZE/DEQUANTIZE aside): what an "
+        "integer-only target (microcontroller, Edge TPU, Hexagon, NNAPI's int path) cannot run.",
+    )
+    sparsity: float | None = Field(None, description="Share of zeros across the big weight tensors.")
+    distinct_values: int | None = Field(
+        None, description="Distinct values in the median big weight tensor (per output channel when quantized)."
+    )
+    largest_weight: int = Field(0, description="Elements of the largest weight tensor.")
+
+    @property
+    def shrink(self) -> float:
+        """Weight bytes over their float32 equivalent: 0.5 is float16, 0.25 is int8."""
+        return sum(self.weight_bytes.values()) / self.float32_equivalent_bytes if self.float32_equivalent_bytes else 1.0
+
+
+class LayerError(Record):
+    """One quantized op's output compared with the float model's same tensor, on the same samples.
+
+    The statistics TFLite's QuantizationDebugger reports per layer. `rmse_over_scale` near 0.289 is pure
+    rounding (uniform noise of one step); well above ~0.7 points at clipping or a bad range.
+    """
+
+    op_index: int = Field(description="Index of the op in the quantized model's main subgraph.")
+    op: str
+    tensor: str = Field(description="The op's output tensor (its name is how recipes and overrides address it).")
+    dtype: str = Field(description="The output's quantized type (int8, int16).")
+    rmse: float
+    rmse_over_scale: float | None = Field(None, description="RMSE in quantization steps of the output.")
+    mean_abs_error: float
+    max_abs_error: float
+    relative_rmse: float = Field(description="RMSE over the float output's range (0..1 scale).")
+    error_added: float = Field(
+        description="relative_rmse minus the largest relative_rmse among the op's quantized inputs: what this op adds."
+    )
+    weight_share: float = Field(description="Fraction of the model's weight bytes held by this op.")
+    output_error_without: float | None = Field(
+        None, description="Model output error with everything quantized except this op (None: not tried)."
+    )
+
+
+class DebugReport(Record):
+    """Where a quantized model loses accuracy: every quantized op ranked, worst first."""
+
+    scheme: Scheme
+    samples: int
+    method: str = Field(description="How the tensors were compared (which library facility).")
+    output_error: float = Field(description="Mean |quantized - float| over the float output range, all outputs.")
+    layers: list[LayerError] = Field(description="Ranked: most harmful first.")
+    kept_float: list[str] = Field(
+        default_factory=list, description="Ops the quantizer left in float (unsupported), by op and tensor."
+    )
+    seconds: float = 0.0
+
+
+class SearchStep(Record):
+    """One move of a selective-quantization search: an op taken up to a higher precision, and the result."""
+
+    op: str
+    tensor: str
+    precision: Precision = Field(description="int8: an earlier move undone.")
+    metric: float = Field(description="The budget's metric after this move (drop, error increase or output error).")
+    size_bytes: int
+    qdq_ops: int = Field(description="QUANTIZE and DEQUANTIZE ops in the model after this move (float-island cost).")
+    kept: bool = Field(description="Whether the move was kept (it helped) or undone.")
+
+
+class LayerChange(Record):
+    """One layer's int8 error before and after a rescue step."""
+
+    tensor: str = Field(description="The op's output tensor.")
+    op: str
+    before: float = Field(description="Error before the step (relative RMSE vs float, or the layer's output error).")
+    after: float
+
+
+class RescueStep(Record):
+    """One accuracy-rescue step that keeps 8 bits: a function-preserving transform, a weight correction or an
+    activation-range choice, tried before any op is raised to int16 or float (optimize.transforms.tflite.rescue)."""
+
+    transform: str = Field(description="equalize, smooth, bias_correction, adaround or calibration:<method>.")
+    detail: str = Field("", description="What it did, in a line.")
+    metric: float | None = Field(None, description="The search budget's metric after it (None outside a search).")
+    kept: bool = Field(True, description="Whether the step was kept (it helped) or undone.")
+    layers: list[LayerChange] = Field(default_factory=list, description="Per-layer error before and after.")
+
+
+class Goals(Record):
+    """What a user will accept. Accuracy drop is a fraction: 0.01 is one point of top-1. Finite numbers only."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    max_accuracy_drop: float | None = Field(None, ge=0, le=1, description="Classification: top-1 points, as 0..1.")
+    max_error_increase: float | None = Field(
+        None, ge=0, le=1000, description="Regression: at most this much worse MAE (0.05 = 5% worse)."
+    )
+    max_output_error: float | None = Field(
+        None, gt=0, le=1, description="No labels needed: mean |diff| from float32 over the output range."
+    )
+    min_agreement: float | None = Field(None, ge=0, le=1, description="No labels needed: top-1 agreement.")
+    max_size_bytes: int | None = Field(None, gt=0)
+    max_latency_ms: float | None = Field(None, gt=0)
+    objective: Objective = Objective.SIZE
+
+
+class Step(Record):
+    """One resolved pipeline step: a technique name and its own frozen params, defaults filled in.
+
+    Raw params (a dict from TOML, the CLI or a study file) are parsed by the technique on the way in,
+    so a step is typed from the recipe to `study.json` and back.
+    """
+
+    technique: str
+    params: SerializeAsAny[Params]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed(cls, data):
+        if not isinstance(data, dict):
+            return data
+        if "params" not in data:  # a flat TOML [[steps]] table: technique = "...", then its params
+            data = {"technique": data.get("technique"), "params": {k: v for k, v in data.items() if k != "technique"}}
+        name = data.get("technique")
+        if not isinstance(name, str):
+            raise ValueError(f"technique must be a technique's name, got {name!r}")
+        from optimize.core import registry
+        from optimize.core.errors import RecipeError
+
+        try:
+            params = registry.get(name).parse(data.get("params"))
+        except RecipeError as e:
+            raise ValueError(str(e)) from None  # located by the caller: "step 2: ..."
+        return {**data, "params": params}
+
+    @classmethod
+    def of(cls, technique: str, **params) -> Step:
+        """A step from a technique name and raw params: `Step.of("convert", scheme="int8")`."""
+        return cls(technique=technique, params=params)
+
+    def flat(self) -> dict:
+        """`{"technique": ..., **params}`: the shape of a TOML [[steps]] table."""
+        return {"technique": self.technique, **self.params.model_dump(mode="json")}
+
+
+class Candidate(Record):
+    """One optimized variant (or the float baseline): what was done, what it produced, what it measured."""
+
+    name: str
+    steps: list[Step]
+    recipe_hash: str
+    scheme: Scheme = Field(description="Numeric scheme of the final artifact: float32, float16, ...")
+    backend: Backend | None = Field(None, description="What made the .tflite: 'converter' or 'litert'.")
+    artifact: str | None = Field(None, description="Path of the .tflite, relative to the study file.")
+    metrics: Metrics | None = None
+    delegates: dict[str, DelegateReport] = Field(default_factory=dict)
+    skipped_layers: list[str] = Field(
+        default_factory=list, description="Layers a Keras technique could not wrap and left as they were."
+    )
+    notes: list[str] = Field(default_factory=list)
+    composition: Composition | None = Field(None, description="What the artifact holds, read back from it.")
+    debug: DebugReport | None = Field(None, description="Per-layer error analysis, when the candidate asked for it.")
+    search: list[SearchStep] = Field(
+        default_factory=list, description="A selective-quantization search's moves, in order."
+    )
+    rescue: list[RescueStep] = Field(
+        default_factory=list,
+        description="Accuracy-rescue steps that keep 8 bits (equalization, bias correction, learned rounding, "
+        "ranges), in order.",
+    )
+    probe: Probe | None = Field(None, description="The robustness probe on edge inputs (None: not run).")
+    seconds: float = Field(0.0, description="Wall time to produce and measure this candidate.")
+    cached: bool = False
+    node: str | None = Field(
+        None, description="The machine (and cluster node) that timed this candidate: compare latencies within one."
+    )
+    error: str | None = Field(None, description="Why this candidate failed, in one line; the rest of the study stands.")
+    error_kind: str | None = Field(
+        None, description="The failure's class (TechniqueFailed, OSError, WorkerCrashed, ...): what the cache keys on."
+    )
+    error_detail: str | None = Field(None, description="The failure's full text (converter logs, ...), when longer.")
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.metrics is not None
+
+    @property
+    def io(self) -> str:
+        """The I/O type of the artifact: the last step that sets `io`, else float."""
+        io = "float"
+        for s in self.steps:
+            io = getattr(s.params, "io", None) or io
+        return str(io)
+
+    @property
+    def p50_ms(self) -> float | None:
+        """Host-CPU p50 latency, when measured."""
+        return self.metrics.latency.p50_ms if self.metrics and self.metrics.latency else None
+
+    @property
+    def accuracy_score(self) -> float | None:
+        """Higher is better: the delta to the baseline when known, else top-1, else -MAE."""
+        m = self.metrics
+        if m is None:
+            return None
+        if m.accuracy_delta is not None:
+            return m.accuracy_delta
+        if m.error_ratio is not None:
+            return 1 - m.error_ratio  # regression: 0 at float32's error, -0.1 at 10% worse
+        if m.accuracy is not None and m.accuracy.top1 is not None:
+            return m.accuracy.top1
+        if m.accuracy is not None and m.accuracy.mae is not None:
+            return -m.accuracy.mae
+        return None
+
+    def uses(self, *techniques: str) -> bool:
+        return any(s.technique in techniques for s in self.steps)
+
+    @classmethod
+    def failed(
+        cls,
+        recipe,
+        error: BaseException | str,
+        *,
+        kind: str | None = None,
+        detail: str | None = None,
+        seconds: float = 0.0,
+    ) -> Candidate:
+        """The record of a recipe that produced nothing: the one place a failed candidate is built."""
+        if isinstance(error, BaseException):
+            kind = kind or type(error).__name__
+            text = error_line(error)
+            full = str(error).strip()
+            detail = detail or (full if full and full != text else None)
+        else:
+            text = error
+        return cls(
+            name=recipe.name,
+            steps=list(recipe.steps),
+            recipe_hash=recipe.hash,
+            scheme=recipe.scheme,
+            backend=recipe.made_by,
+            error=text,
+            error_kind=kind,
+            error_detail=detail,
+            seconds=seconds,
+        )
+
+
+def labelled(cands: list[Candidate]) -> bool:
+    """Whether any working candidate was scored against labels: the one test of "has this study labels?"
+    (the guard, the table's columns, the legend and the plots' axis all ask it)."""
+    return any(c.ok and c.metrics.accuracy is not None for c in cands)
+
+
+def error_line(e: BaseException) -> str:
+    """One line for a failure: the message of our own errors, else the class, the first line and where."""
+    import traceback
+
+    from optimize.core.errors import OptimizeError, TechniqueFailed
+
+    if isinstance(e, (TechniqueFailed, OptimizeError)):
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    last = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    where = f" (at {Path(last.filename).name}:{last.lineno})" if last else ""
+    msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+    return f"{e.__class__.__name__}: {msg}{where}"
+
+
+class Dropped(Record):
+    """Default recipes a sweep left out for this model, and why (never silently)."""
+
+    recipes: list[str]
+    reason: str
+
+
+class Environment(Record):
+    python: str
+    platform: str
+    host: str
+    cpu_count: int
+    versions: dict[str, str]
+    threads: int
+
+
+class Study(Record):
+    """One baseline plus candidates: the single JSON document every part of optimize reads."""
+
+    schema_version: int = SCHEMA_VERSION
+    created: str
+    model: str = Field(description="Model path or 'demo'.")
+    model_fingerprint: str
+    data: str | None = None
+    task: Task | None = Field(None, description="What the labelled output is: classification, regression, ...")
+    calibration_outside: dict[str, float] = Field(
+        default_factory=dict,
+        description="Per input: the share of test values outside the range the calibration samples cover.",
+    )
+    baseline: str = Field("float32", description="Name of the baseline candidate.")
+    environment: Environment
+    executor: str = Field("local", description="What produced the candidates: 'local' (this machine) or 'ray'.")
+    candidates: list[Candidate]
+    dropped: list[Dropped] = Field(default_factory=list, description="Default recipes left out, with the reason.")
+
+    @property
+    def float_reference(self) -> Candidate | None:
+        """The float32 candidate latency is compared with: the baseline, else the fastest ok float32 one."""
+        base = next((c for c in self.candidates if c.name == self.baseline and c.ok), None)
+        if base is not None and base.p50_ms is not None:
+            return base
+        floats = [c for c in self.candidates if c.ok and c.scheme == "float32" and c.p50_ms is not None]
+        return min(floats, key=lambda c: c.p50_ms) if floats else None
+
+    @property
+    def float_ms(self) -> float | None:
+        """The float reference latency: the baseline's, else the fastest ok float32 candidate's."""
+        base = next((c for c in self.candidates if c.name == self.baseline and c.ok), None)
+        if base is not None and base.p50_ms is not None:
+            return base.p50_ms
+        floats = [c.p50_ms for c in self.candidates if c.ok and c.scheme == "float32" and c.p50_ms is not None]
+        return min(floats) if floats else None
+
+    def candidate(self, name: str) -> Candidate:
+        for c in self.candidates:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        return write_atomic(Path(path), self.to_json().encode())
+
+
+MAX_STUDY_BYTES = 256 * 2**20  # a study of thousands of candidates is a few MiB
+FRACTIONS = {"top1", "topk", "top1_agreement", "relative_error", "iou", "sparsity", "auc", "coverage"}
+PLAUSIBLE = (  # (how a numeric field's name ends, its unit, the largest value a real study can hold)
+    ("bytes", "bytes", 2**48),
+    ("_ms", "ms", 1e9),
+    ("seconds", "seconds", 1e9),
+    ("samples", "samples", 2**40),
+)
+
+
+def _numbers(value, where: str = ""):
+    """Every number in a dumped record, with its dotted path."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _numbers(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from _numbers(v, f"{where}.{i}")
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield where, value
+
+
+def _implausible(where: str, v: float) -> str | None:
+    """Why one number cannot come from a real measurement, or None."""
+    if v != v or v in (float("inf"), float("-inf")):
+        return f"{where} is {v}"
+    leaf = where.rsplit(".", 1)[-1]
+    parent = where.rsplit(".", 2)[-2] if where.count(".") >= 1 else ""
+    if leaf in FRACTIONS or parent == "calibration_outside":
+        return None if 0 <= v <= 1 else f"{where} is {v:g}, outside 0..1 (fractions are 0..1, not percent)"
+    if leaf == "accuracy_delta":
+        return None if -1 <= v <= 1 else f"{where} is {v:g}, outside -1..1 (a difference of two fractions)"
+    for end, unit, top in PLAUSIBLE:
+        if (leaf.endswith(end) or parent.endswith(end)) and not 0 <= v <= top:
+            return f"{where} is {v:g} {unit}, outside 0..{top:g}"
+    return None
+
+
+def check_plausible(study: Study) -> str | None:
+    """What makes a study impossible as a measurement (NaN, negative sizes, a top-1 of 57, no baseline)."""
+    names = [c.name for c in study.candidates]
+    if study.baseline not in names:
+        return f"its baseline {study.baseline!r} is not among its candidates"
+    for i, c in enumerate(study.candidates):
+        for where, v in _numbers(c.model_dump(exclude={"steps"})):
+            why = _implausible(where, v)
+            if why:
+                return f"candidate {i} ({c.name}): {why}"
+    for where, v in _numbers(study.model_dump(include={"calibration_outside"})):
+        why = _implausible(where, v)
+        if why:
+            return why
+    return None
+
+
+def load_study(path: str | os.PathLike) -> Study:
+    """Read a study.json, with one clear error for a missing, foreign, hand-broken or impossible file."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "study.json"
+    fix = "Re-run `optimize sweep`, or pass the study.json it wrote."
+    if not p.exists():
+        raise StudyError(f"No study at {p}.", "Run `optimize sweep` first, or pass the study.json it wrote.")
+    data = read_bounded(p, "study", StudyError, limit=MAX_STUDY_BYTES)
+    raw = loads_json(data, str(p), StudyError, fix, noun="a JSON study")
+    if not isinstance(raw, dict) or raw.get("schema_version") != SCHEMA_VERSION:
+        found = raw.get("schema_version") if isinstance(raw, dict) else None
+        raise StudyError(
+            f"{p} has schema_version {found!r}; this optimize reads {SCHEMA_VERSION}.",
+            "Re-run `optimize sweep` with this version.",
+        )
+    try:
+        study = Study.model_validate(raw)
+    except ValidationError as e:
+        raise from_validation(
+            e, Study, where=f"{p} is not a valid study: ", kind=StudyError, fix="Re-run `optimize sweep`."
+        ) from None
+    why = check_plausible(study)
+    if why:
+        raise StudyError(f"{p} is not a real measurement: {why}.", "Re-run `optimize sweep`; do not edit its numbers.")
+    why = check_one_line(study)
+    if why:
+        raise StudyError(f"{p} is not a study optimize wrote: {why}.", fix)
+    return study
+
+
+#: Candidate text printed on one line (names, errors, notes): a sweep writes none with a control character;
+#: a hand-edited one would forge terminal lines (a `[[steps]]` block after "Chosen from measurements").
+ONE_LINE_FIELDS = ("name", "artifact", "error", "error_kind", "notes", "skipped_layers")
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def check_one_line(study: Study) -> str | None:
+    """The first one-line text field of a study holding a control character (newline, escape), or None."""
+    for i, c in enumerate(study.candidates):
+        for key in ONE_LINE_FIELDS:
+            value = getattr(c, key)
+            for text in value if isinstance(value, list) else [value]:
+                if isinstance(text, str) and _CONTROL.search(text):
+                    return f"candidate {i}'s {key} holds the control character {_CONTROL.search(text).group()!r}"
+    return None

@@ -1,0 +1,180 @@
+"""A content-addressed cache of measured candidates: an unchanged sweep re-run reuses artifacts and figures.
+
+The key covers everything a result depends on: the model's fingerprint, the resolved steps, the data's
+fingerprint, the library versions, the measurement settings and the baseline it is compared with.
+Different inputs can never share a key. The cache lives in a folder or at any fsspec URL
+(`optimize.engine.storage`: `s3://bucket/prefix` shares it between machines), as two kinds of object:
+
+    results/v3/artifacts/<sha[:2]>/<sha>.tflite   the artifact, named by its own sha256
+    results/v3/entries/<key[:2]>/<key>.json       the record, its sha256 and the artifact's
+
+Both are published atomically and only if absent, so two machines writing the same key at once leave
+one complete entry. An entry is verified on read: a record or artifact that does not match its digest
+(half-written, hand-edited) is deleted and rebuilt, never served.
+
+What is cached: candidates that worked, and failures that would happen again on the same inputs (a
+technique's own failure, a worker killed by SIGSEGV in a technique). Never failures the environment
+caused: a full disk, memory, a worker killed by SIGKILL, a lost node, a timeout. A cache that cannot be
+written is a warning, never a failed sweep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from optimize.core.paths import default_root
+from optimize.core.results import Candidate, write_atomic
+from optimize.engine.storage import join, open_store
+
+# 3: candidates carry the robustness probe; every deterministic failure is kept.
+# 4: entries and artifacts as separate objects in a store (a folder or any fsspec URL).
+# 5: candidates carry their accuracy-rescue steps (results.RescueStep).
+# 6: latency timed round-robin across a study's candidates, with its rounds and p50 interval.
+CACHE_FORMAT = 6
+MAX_RECORD_BYTES = 64 * 2**20  # a record with its debug tables is a few MiB at most
+MAX_ARTIFACT_BYTES = 2**31  # a flatbuffer cannot be larger
+log = logging.getLogger(__name__)
+
+#: Failure classes the environment causes, not the inputs: never remembered. Every other failure is the
+#: technique's (or the runtime's) answer to these inputs and code, and comes back the same on a re-run: a
+#: converter error, a tfmot ValueError, a candidate failing verification or the robustness probe.
+ENVIRONMENT = frozenset(
+    {
+        "OSError", "IOError", "EnvironmentError", "PermissionError", "FileNotFoundError", "FileExistsError",
+        "IsADirectoryError", "NotADirectoryError", "BlockingIOError", "BrokenPipeError", "ConnectionError",
+        "ConnectionResetError", "ConnectionAbortedError", "ConnectionRefusedError", "InterruptedError",
+        "TimeoutError", "ChildProcessError", "ProcessLookupError", "MemoryError", "KeyboardInterrupt", "SystemExit",
+        "ResourceExhaustedError", "DeadlineExceededError", "UnavailableError", "CancelledError", "AbortedError",
+        "NodeLost",  # a Ray node went away (optimize.engine.ray_executor), retried until it gave up
+        "RecordUnreadable",  # a worker's record did not validate in the parent (work.received): ours, retried
+    }
+)  # fmt: skip
+
+
+def key_for(**parts) -> str:
+    """A stable hash of JSON-able parts (sorted keys)."""
+    blob = json.dumps({"format": CACHE_FORMAT, **parts}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def cacheable(c: Candidate) -> bool:
+    """Worked, or failed in a way the same inputs would fail again."""
+    if c.error is None:
+        return c.ok
+    if c.error_kind == "WorkerCrashed":
+        from optimize.engine.work import CRASH_SIGNALS
+
+        return (c.error_detail or "") in CRASH_SIGNALS
+    return c.error_kind is not None and c.error_kind not in ENVIRONMENT
+
+
+class ResultCache:
+    """Candidates by key in a store (`optimize.engine.storage`), or nothing when `store` is None."""
+
+    def __init__(self, store=None):
+        self.store = store
+        self.warned = False
+        if store is not None:
+            store.clean()
+
+    @property
+    def enabled(self) -> bool:
+        return self.store is not None
+
+    @property
+    def url(self) -> str | None:
+        return self.store.url if self.store is not None else None
+
+    @staticmethod
+    def _entry(key: str) -> str:
+        return f"v{CACHE_FORMAT}/entries/{key[:2]}/{key}.json"
+
+    @staticmethod
+    def _artifact(sha: str) -> str:
+        return f"v{CACHE_FORMAT}/artifacts/{sha[:2]}/{sha}.tflite"
+
+    def get(self, key: str, name: str, out_dir: Path) -> Candidate | None:
+        """The cached candidate renamed to `name`, its artifact copied to out_dir; None on a miss."""
+        if not self.enabled:
+            return None
+        try:
+            raw = self.store.read(self._entry(key), MAX_RECORD_BYTES)
+            if raw is None:
+                return None
+            cand, artifact = self._verified(raw)
+            if artifact is not None:
+                dest = write_atomic(out_dir / f"{name}.tflite", artifact)
+                cand = cand.model_copy(update={"artifact": dest.name})
+        except (ValueError, KeyError, TypeError, OSError, ValidationError) as e:
+            log.warning("  cache entry for %s is corrupt (%s); rebuilding it", name, str(e).splitlines()[0][:80])
+            self._forget(key)
+            return None
+        return cand.model_copy(update={"name": name, "cached": True})
+
+    def _verified(self, raw: bytes) -> tuple[Candidate, bytes | None]:
+        doc = json.loads(raw)
+        record = doc["record"].encode()
+        if _sha256(record) != doc["record_sha256"]:
+            raise ValueError("the record does not match its digest (edited or half-written)")
+        cand = Candidate.model_validate_json(record)
+        if cand.artifact is None:
+            return cand, None
+        sha, size = str(doc["artifact_sha256"]), int(doc["artifact_bytes"])
+        artifact = self.store.read(self._artifact(sha), min(size, MAX_ARTIFACT_BYTES))
+        if artifact is None or _sha256(artifact) != sha:
+            self.store.delete(self._artifact(sha))
+            raise ValueError("the artifact does not match its digest")
+        return cand, artifact
+
+    def _forget(self, key: str) -> None:
+        try:
+            self.store.delete(self._entry(key))
+        except OSError:
+            pass
+
+    def put(self, key: str, cand: Candidate, out_dir: Path) -> None:
+        """Store a candidate if it is worth remembering. A failure to write is a warning, never an error."""
+        if not self.enabled or not cacheable(cand):
+            return
+        try:
+            doc = {"format": CACHE_FORMAT, "key": key, "artifact_sha256": None, "artifact_bytes": None}
+            if cand.artifact:
+                data = (out_dir / cand.artifact).read_bytes()
+                doc["artifact_sha256"], doc["artifact_bytes"] = _sha256(data), len(data)
+                self._put_artifact(doc["artifact_sha256"], data)
+            record = cand.model_copy(update={"cached": False}).model_dump_json()
+            doc["record"], doc["record_sha256"] = record, _sha256(record.encode())
+            self.store.create(self._entry(key), json.dumps(doc).encode())  # False: another writer was first
+        except (OSError, ValueError) as e:  # ValueError: a corrupt object in the way (a link, a FIFO)
+            if not self.warned:
+                why = getattr(e, "strerror", None) or e
+                log.warning("Could not write the result cache (%s); carrying on without it.", why)
+                self.warned = True
+
+    def _put_artifact(self, sha: str, data: bytes) -> None:
+        """Content-addressed: an artifact already there is the same bytes, unless it is corrupt (replaced)."""
+        key = self._artifact(sha)
+        if self.store.create(key, data):
+            return
+        there = self.store.read(key, len(data))
+        if there is None or _sha256(there) != sha:
+            self.store.delete(key)
+            self.store.create(key, data)
+
+
+def result_cache(option: bool | str | None = True) -> ResultCache:
+    """The cache a run uses: True for `$OPTIMIZE_CACHE` (a folder or URL) or ~/.cache/optimize, a folder
+    or URL of its own, or False/None for none. Results live under `<root>/results/`."""
+    if option is False or option is None:
+        return ResultCache(None)
+    root = default_root() if option is True else str(option)
+    return ResultCache(open_store(join(root, "results")))

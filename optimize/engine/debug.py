@@ -1,0 +1,52 @@
+"""`optimize debug`: open the model and its data, convert to float32 where needed, calibrate once, then
+rank every op's int8 error (`optimize.measure.layer_error`)."""
+
+from __future__ import annotations
+
+from optimize.core.results import DebugReport
+from optimize.measure.layer_error import Samples, analyze
+
+
+def debug_model(
+    model,
+    data=None,
+    *,
+    scheme: str = "int8",
+    samples: int = 16,
+    leave_out: int = 3,
+    threads: int = 2,
+    calibration=None,
+    trust_model_code: bool = False,
+) -> DebugReport:
+    """Per-layer error analysis of `model` quantized to `scheme` (int8 or int16x8), on calibration samples.
+
+    `model` is a Keras/SavedModel (converted to float32 first) or a float .tflite.
+    """
+    import tempfile
+    from pathlib import Path
+
+    from optimize.core.errors import DataError
+    from optimize.core.recipe import build
+    from optimize.core.registry import Context, get
+    from optimize.engine.pipeline import Workspace
+    from optimize.models.inputs import open_inputs
+    from optimize.transforms.tflite.quantize import _calibration_data, _inspect
+    from optimize.transforms.tflite.session import Session
+
+    src, ds = open_inputs(model, data, calibration, trust=trust_model_code)
+    if ds is None:
+        raise DataError("debug compares the float and quantized models on real inputs.", "Pass --data DATA.npz.")
+    with tempfile.TemporaryDirectory(prefix="optimize-debug-") as tmp:
+        work = Path(tmp)
+        if src.kind == "tflite":
+            float_path = src.path
+        else:
+            steps = build("float32", [{"technique": "convert"}]).steps
+            float_path = Workspace(src, ds, work, threads).produce(steps).path
+        content = float_path.read_bytes()
+        params = get("quantize").parse({"scheme": scheme})
+        ctx = Context(workdir=work, data=ds, threads=threads)
+        signature, inputs = _inspect(content, float_path)
+        session = Session(content, params, ctx, _calibration_data(params, ctx, signature, inputs, float_path))
+        picked = Samples.from_array(ds.x_cal, samples)
+        return analyze(content, session.quantize, picked, scheme=scheme, leave_out=leave_out, threads=threads)

@@ -1,0 +1,378 @@
+"""Executors: tasks in, candidates out, with crash isolation per task.
+
+Tasks are plain values (`optimize.engine.work.Task`: model, data, recipes, settings) and every executor runs
+them through the one function `work.run_task`; executors differ only in scheduling. The interface a new
+executor implements (the Ray one, `optimize.engine.ray_executor`, is one) is:
+
+    name                "local" or "ray": recorded in study.json
+    submit(task)        queue a task; callable while results() is being iterated
+    results()           yield (task.tag, Candidate) as soon as each is finished, until no task is left
+    time(tasks)         time candidates after production, in rounds, one task per node: yields (tag, candidates)
+    close()             release workers
+
+`SerialExecutor` runs tasks in this process (no isolation: for tests and `jobs=0`). `ProcessExecutor`
+runs them in spawned worker processes: a worker that dies (a segfault in the converter or the runtime on
+a hostile model) fails only the candidate it was on, as a `WorkerCrashed` candidate naming the signal,
+and the rest of its task is queued again on a fresh worker. Both time candidates in this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import sys
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+
+from optimize.core.errors import OptimizeError
+from optimize.core.results import Candidate
+from optimize.engine.work import CRASH_SIGNALS, Task, TimingTask, Workspaces, crashed, received, run_task, time_task
+from optimize.present.progress import Progress
+
+__all__ = ["CRASH_SIGNALS", "ProcessExecutor", "SerialExecutor", "executor", "describe_exit"]
+
+log = logging.getLogger(__name__)
+
+
+def workspace_root(task: Task, worker: str) -> os.PathLike:
+    """Where a local worker keeps its workspaces for a task: inside the task's output folder (removed when
+    the sweep ends)."""
+    return task.out_dir / ".work" / worker
+
+
+class _LocalTiming:
+    """Local executors time in this process, one candidate at a time, after production."""
+
+    name = "local"
+
+    def time(self, tasks: list[TimingTask]) -> Iterator[tuple[str, list[Candidate]]]:
+        for t in tasks:
+            yield t.tag, time_task(t)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, *exc) -> None:
+        if kind is not None and not issubclass(kind, Exception):
+            self.kill()  # Ctrl-C, SIGTERM: stop now, not after the task at hand
+        else:
+            self.close()
+
+    def close(self) -> None:
+        pass
+
+    def kill(self) -> None:
+        self.close()
+
+
+class SerialExecutor(_LocalTiming):
+    """Runs tasks in this process, in order. No crash isolation."""
+
+    def __init__(self, progress: Progress | None = None):
+        self.progress = progress or Progress()
+        self.workspaces = Workspaces()
+        self.queue: deque[Task] = deque()
+
+    def submit(self, task: Task) -> None:
+        self.queue.append(task)
+
+    def results(self) -> Iterator[tuple[str, Candidate]]:
+        while self.queue:
+            task = self.queue.popleft()
+            ws = self.workspaces.get(task, workspace_root(task, "serial"))
+            for cand in run_task(ws, task, self.progress):
+                yield task.tag, cand
+
+
+def _send(conn, message) -> None:
+    """A worker's one way to its parent. The parent gone (the pipe broken before the kernel's parent-death
+    signal lands): the worker ends quietly, with no traceback."""
+    try:
+        conn.send(message)
+    except (OSError, EOFError):
+        os._exit(0)
+
+
+class _PipeProgress(Progress):
+    def __init__(self, conn):
+        self.conn = conn
+
+    def phase(self, text: str) -> None:
+        _send(self.conn, ("phase", text))
+
+    def begin(self, name: str) -> None:
+        _send(self.conn, ("start", name))
+
+
+class _PipeHandler(logging.Handler):
+    def __init__(self, conn):
+        super().__init__(logging.INFO)
+        self.conn = conn
+
+    def emit(self, record: logging.LogRecord) -> None:
+        _send(self.conn, ("log", (record.levelno, record.getMessage())))
+
+
+def _die_with_parent() -> None:
+    """A worker never outlives the process that started it (issue 18: after `kill -9` of a sweep its
+    workers worked on for 20 s and more): the kernel kills it when its parent dies (PR_SET_PDEATHSIG),
+    and a parent already gone by then is noticed at once. Ctrl-C is the parent's to handle: the terminal
+    sends it to the whole process group, and a worker's KeyboardInterrupt would print a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pipe's EOF ends the worker at its next task
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _worker_main(conn, index: int) -> None:
+    """A worker: its workspaces kept across the tasks it is given; events go back over the pipe."""
+    _die_with_parent()
+    root = logging.getLogger("optimize")
+    root.handlers[:] = [_PipeHandler(conn)]
+    root.setLevel(logging.INFO)
+    root.propagate = False
+    workspaces = Workspaces()
+    progress = _PipeProgress(conn)
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            return
+        if task is None:
+            return
+        try:
+            ws = workspaces.get(task, workspace_root(task, f"w{index}"))
+            for cand in run_task(ws, task, progress):
+                _send(conn, ("done", cand.model_dump_json()))
+        except OptimizeError as e:
+            _send(conn, ("user_error", (type(e).__name__, e.problem, e.fix)))
+            return
+        _send(conn, ("idle", None))
+
+
+def describe_exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+@dataclass
+class _Worker:
+    proc: mp.Process
+    conn: object
+    task: Task | None = None
+    current: str | None = None
+    done: set = field(default_factory=set)
+
+
+@contextmanager
+def _quiet_tracker():
+    """While a worker (and the semaphore tracker, started with the first one) is spawned: workers stopped on
+    Ctrl-C or SIGTERM leave their semaphores to the tracker, which frees them and warns; the freeing is what
+    matters, the warning is noise on an interrupted run's last line. The caller's environment is restored,
+    so an API user's later subprocesses do not inherit the filter."""
+    before = os.environ.get("PYTHONWARNINGS")
+    filters = [f for f in (before or "").split(",") if f]
+    quiet = "ignore::UserWarning:multiprocessing.resource_tracker"
+    os.environ["PYTHONWARNINGS"] = ",".join([*filters, quiet]) if quiet not in filters else before
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONWARNINGS", None)
+        else:
+            os.environ["PYTHONWARNINGS"] = before
+
+
+class ProcessExecutor(_LocalTiming):
+    """Runs tasks in at most `jobs` spawned worker processes; a crash fails only its candidate."""
+
+    def __init__(self, jobs: int = 1, progress: Progress | None = None):
+        self.jobs, self.progress = max(1, jobs), progress or Progress()
+        self.ctx = mp.get_context("spawn")
+        self.queue: deque[Task] = deque()
+        self.workers: list[_Worker] = []
+        self.spawned = 0
+
+    def submit(self, task: Task) -> None:
+        self.queue.append(task)
+
+    def _spawn(self) -> _Worker:
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_worker_main, args=(child, self.spawned), daemon=True)
+        self.spawned += 1
+        with _quiet_tracker():
+            proc.start()
+        child.close()
+        w = _Worker(proc, parent)
+        self.workers.append(w)
+        return w
+
+    def _dispatch(self) -> None:
+        idle = [w for w in self.workers if w.task is None]
+        while self.queue and (idle or len(self.workers) < self.jobs):
+            w = idle.pop() if idle else self._spawn()
+            w.task, w.current, w.done = self.queue.popleft(), None, set()
+            w.conn.send(w.task)
+
+    def _crashed(self, w: _Worker) -> tuple[str, Candidate] | None:
+        """The candidate a dead worker was on, failed; the rest of its task goes back to the queue."""
+        w.proc.join(timeout=5)
+        why = describe_exit(w.proc.exitcode)
+        task = w.task
+        self.workers.remove(w)
+        if task is None:
+            return None
+        recipe = next((r for r in task.recipes if r.name == w.current), None) or task.first_open(w.done)
+        log.warning("worker %s while working on %s", why, recipe.name)
+        rest = task.rest(w.done, skip=recipe.name)
+        if rest is not None:
+            self.queue.appendleft(rest)
+        return task.tag, crashed(recipe, why)
+
+    def _event(self, w: _Worker, kind: str, payload) -> tuple[str, Candidate] | None:
+        if kind == "log":
+            log.log(*payload)
+        elif kind == "phase":
+            self.progress.phase(payload)
+        elif kind == "done":
+            recipe = next((r for r in w.task.recipes if r.name == w.current), None) or w.task.first_open(w.done)
+            cand = received(payload, recipe, w.task.out_dir)
+            w.done.add(cand.name)
+            w.current = None
+            tag = w.task.tag
+            w.task = w.task.after(cand)  # what the rest is compared with, should it have to be queued again
+            return tag, cand
+        elif kind == "user_error":
+            from optimize.core import errors
+
+            cls, problem, fix = payload
+            raise getattr(errors, cls, OptimizeError)(problem, fix)
+        elif kind == "idle":
+            w.task = None
+        return None
+
+    def results(self) -> Iterator[tuple[str, Candidate]]:
+        self._dispatch()
+        while any(w.task is not None for w in self.workers) or self.queue:
+            busy = {w.conn: w for w in self.workers if w.task is not None}
+            for conn in wait(list(busy)):
+                w = busy[conn]
+                try:
+                    kind, payload = conn.recv()
+                except (EOFError, OSError):
+                    cand = self._crashed(w)
+                else:
+                    if kind == "start":
+                        w.current = payload
+                        self.progress.begin(payload)
+                        continue
+                    cand = self._event(w, kind, payload)
+                if cand is not None:
+                    yield cand
+            self._dispatch()
+
+    def close(self) -> None:
+        for w in self.workers:
+            try:
+                w.conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        for w in self.workers:
+            w.proc.join(timeout=10)
+            if w.proc.is_alive():
+                w.proc.kill()
+        self.workers.clear()
+
+    def kill(self) -> None:
+        """Stop every worker now (an interrupted run): their half-done work is discarded with the staging."""
+        for w in self.workers:
+            if w.proc.is_alive():
+                w.proc.kill()
+        for w in self.workers:
+            w.proc.join(timeout=5)
+        self.workers.clear()
+
+
+#: The executors `executor(kind=...)` builds.
+EXECUTORS = ("local", "ray")
+
+
+def executor(jobs: int, progress: Progress | None = None, kind: str = "local", address: str | None = None):
+    """kind "local": jobs 0 in this process, otherwise that many crash-isolated worker processes.
+    kind "ray": a task per (model, recipe group) on a Ray cluster (`address`; default: a local Ray
+    started for the run)."""
+    if kind == "ray":
+        from optimize.engine.ray_executor import RayExecutor
+
+        return RayExecutor(address, progress)
+    if jobs and not _spawnable():
+        log.info("the main script cannot be re-imported by worker processes (stdin or -c): running in this process")
+        jobs = 0
+    if jobs and unguarded_main():
+        log.warning(
+            "optimize is called at the top level of %s, which worker processes would run again: running in "
+            'this process, without crash isolation (put the call under `if __name__ == "__main__":` for workers)',
+            os.path.basename(sys.modules["__main__"].__file__),
+        )
+        jobs = 0
+    return SerialExecutor(progress) if jobs == 0 else ProcessExecutor(jobs, progress)
+
+
+def _spawnable() -> bool:
+    """Spawned workers re-import the main script by path; a script read from stdin has none and hangs them."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    return main_file is None or os.path.isfile(main_file)
+
+
+def unguarded_main() -> bool:
+    """Whether this call comes from the main script's top level outside an `if __name__ == "__main__":`
+    block. A spawned worker re-imports that script, so it would run the call again while bootstrapping,
+    fail, and leave the parent waiting (issue 17): such a call runs in this process instead."""
+    import ast
+    import inspect
+
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    frame = inspect.currentframe()
+    while frame is not None and not (
+        frame.f_globals is getattr(main, "__dict__", None) and frame.f_code.co_name == "<module>"
+    ):
+        frame = frame.f_back
+    if frame is None or main_file is None or not os.path.isfile(main_file):
+        return False  # not called from a script's top level (an import, a REPL, pytest, a notebook)
+    line = frame.f_lineno
+    try:
+        tree = ast.parse(open(main_file, "rb").read())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in tree.body:
+        if node.lineno <= line <= (node.end_lineno or node.lineno):
+            return not _is_main_guard(node)
+    return True
+
+
+def _is_main_guard(node) -> bool:
+    """`if __name__ == "__main__":` (either side of the comparison)."""
+    import ast
+
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare) or len(node.test.comparators) != 1:
+        return False
+    sides = [node.test.left, node.test.comparators[0]]
+    names = [s.id for s in sides if isinstance(s, ast.Name)]
+    values = [s.value for s in sides if isinstance(s, ast.Constant)]
+    return isinstance(node.test.ops[0], ast.Eq) and names == ["__name__"] and values == ["__main__"]

@@ -1,0 +1,432 @@
+"""Run one recipe on a model: steps -> artifact -> measured candidate (`sweeps.py` runs many into a study).
+
+Data flows one way: keras steps (prune, cluster, QAT) -> one convert step -> tflite steps (quantize).
+Within a run, every step prefix is produced once and shared (prune -> int8 and prune -> cluster -> int8
+prune once), and every Keras step starts from a fresh load from disk (tfmot mutates what it wraps).
+A candidate that fails records its reason; the rest of the study carries on.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optimize.core import paths, registry
+from optimize.core.errors import DataError, ModelError, OptimizeError, RecipeError, TechniqueFailed
+from optimize.core.recipe import Recipe, build
+from optimize.core.registry import Context, Stage
+from optimize.core.results import Candidate, Composition, Metrics, Probe, Step, write_atomic
+from optimize.core.vocab import Backend
+from optimize.engine.plan import resolve
+from optimize.measure import metrics as measure
+from optimize.measure import probe, verify
+from optimize.models import rebuild
+from optimize.models import source as models
+from optimize.models.data import Dataset
+from optimize.models.inputs import check_data
+from optimize.present.progress import Progress
+
+log = logging.getLogger(__name__)
+
+
+def _key(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class _State:
+    kind: str  # "source" | "keras" | "tflite"
+    path: Path
+    saved_model: Path | None = None
+    notes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    records: dict = field(default_factory=dict)
+    batch1: Path | None = None  # the same model exported with a batch of 1 (recurrent models)
+
+
+KERAS3_ROUTE = (
+    "convert: Keras 3 model exported with a fixed batch of 1 (with a free batch, Keras 3 reads the batch size "
+    "at run time: Flatten and Reshape become SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, which the GPU, NNAPI, "
+    "Hexagon and Core ML delegates refuse)"
+)
+
+
+class Workspace:
+    """Produces artifacts for step lists, sharing every step prefix within one run."""
+
+    def __init__(self, src: models.ModelSource, data: Dataset | None, workdir: Path, threads: int = 2):
+        self.src, self.data, self.workdir, self.threads = src, data, workdir, threads
+        self.memo: dict[str, _State] = {}
+        self._source: _State | None = None
+        self.root = _key(src.fingerprint, data.fingerprint if data else None)
+
+    def _context(self, key: str, state: _State) -> Context:
+        folder = self.workdir / key
+        folder.mkdir(parents=True, exist_ok=True)
+        return Context(
+            workdir=folder,
+            data=self.data,
+            source_kind=self.src.kind,
+            threads=self.threads,
+            notes=list(state.notes),
+            skipped_layers=list(state.skipped),
+            records=dict(state.records),
+        )
+
+    def _keras_model(self, state: _State, notes: list[str] | None = None):
+        if state.kind == "source" and self.src.kind == "keras3":  # tfmot needs tf_keras: an exact rebuild
+            path, note = rebuild.keras2_path(self.src, self.data)
+            if notes is not None:
+                notes.append(note)
+            return models.load_keras2(models.ModelSource(path, "keras2", self.src.fingerprint))
+        if state.kind == "source":
+            return models.load_keras2(self.src)
+        if state.kind == "keras":
+            return models.load_keras2(models.ModelSource(state.path, "keras2", ""))
+        raise RecipeError("A Keras step cannot follow a .tflite step.", "Put prune/cluster/qat before convert.")
+
+    def _saved_model(self, state: _State, key: str) -> Path:
+        if state.saved_model is not None:
+            return state.saved_model
+        if state.kind == "source" and self.src.kind == "savedmodel":
+            state.saved_model = self.src.path
+        elif state.kind == "source" and self.src.kind == "keras3":
+            state.saved_model = models.export_saved_model(
+                models.load_keras3(self.src), self.workdir / key / "saved_model", batch=1
+            )
+            state.notes.append(KERAS3_ROUTE)
+        elif state.kind in ("source", "keras"):
+            state.saved_model = models.export_saved_model(self._keras_model(state), self.workdir / key / "saved_model")
+        else:
+            raise RecipeError(
+                "This model is already a .tflite: it cannot be converted again.",
+                "Use the quantize step (--backend litert) on a float .tflite.",
+            )
+        return state.saved_model
+
+    def source(self) -> _State:
+        """Where every recipe starts: the model as given, or for a .tflite its plain float32 equivalent
+        (optimize.models.normalize: old op codes, no signature, float16 or sparse weights), made once."""
+        if self._source is None:
+            self._source = _State("source", self.src.path)
+            if self.src.kind == "tflite":
+                src = models.opened(self.src)  # normalised when it was opened: not read again
+                if src.facts:
+                    self._source.path = write_atomic(self.workdir / "source.tflite", src.content)
+                    self._source.notes = [f"input normalised: {'; '.join(src.facts)}"]
+        return self._source
+
+    def _fixed_batch_export(self, state: _State, key: str):
+        """A way to export the Keras model at this state with a batch of 1 (None for a plain SavedModel)."""
+        if state.batch1 is not None:
+            return lambda: state.batch1
+        if state.kind == "source" and self.src.kind in ("keras2", "keras3"):
+            load = (
+                (lambda: models.load_keras2(self.src))
+                if self.src.kind == "keras2"
+                else (lambda: models.load_keras3(self.src))
+            )
+        elif state.kind == "keras":
+            load = lambda: self._keras_model(state)  # noqa: E731
+        else:
+            return None
+        return lambda: models.export_saved_model(load(), self.workdir / key / "saved_model_batch1", batch=1)
+
+    def produce(self, steps: Iterable[Step]) -> _State:
+        state = self.source()
+        prefix: list = []
+        for step in steps:
+            prefix.append(step.model_dump())
+            key = _key(self.root, prefix)
+            if key in self.memo:
+                state = self.memo[key]
+                continue
+            tech = registry.get(step.technique)
+            params = step.params
+            log.info("  %s %s", tech.name, _brief(step))
+            if tech.stage is Stage.KERAS:
+                ctx = self._context(key, state)
+                model = tech.fn(self._keras_model(state, ctx.notes), params, ctx)
+                path = self.workdir / key / "model.keras"
+                model.save(path)
+                sm = models.export_saved_model(model, self.workdir / key / "saved_model")
+                state = _State("keras", path, sm, ctx.notes, ctx.skipped_layers, ctx.records)
+                if models.has_recurrent(model):  # the batch-1 route needs the model, and a reload may not restore it
+                    state.batch1 = models.export_saved_model(model, self.workdir / key / "saved_model_batch1", batch=1)
+            elif tech.stage is Stage.CONVERT:
+                sm = self._saved_model(state, _key(self.root, prefix[:-1]))
+                ctx = self._context(key, state)
+                ctx.fixed_batch_export = self._fixed_batch_export(state, key)
+                state = _State("tflite", tech.fn(sm, params, ctx), None, ctx.notes, ctx.skipped_layers, ctx.records)
+            else:
+                if state.kind == "source" and self.src.kind != "tflite":
+                    raise RecipeError(
+                        f"{tech.name} quantizes a .tflite; this recipe has no convert step before it.",
+                        "Add a convert step with scheme float32 first.",
+                    )
+                if state.kind == "keras":
+                    raise RecipeError(f"{tech.name} needs a .tflite; add a convert step before it.")
+                ctx = self._context(key, state)
+                state = _State(
+                    "tflite", tech.fn(state.path, params, ctx), None, ctx.notes, ctx.skipped_layers, ctx.records
+                )
+            self.memo[key] = state
+        if state.kind != "tflite":
+            if state.kind == "source" and self.src.kind == "tflite":
+                return state
+            raise RecipeError("The recipe never converts to .tflite.", "Add a convert step.")
+        return state
+
+
+def _brief(step: Step) -> str:
+    return " ".join(f"{k}={v}" for k, v in step.params.model_dump(mode="json").items() if v not in (None, False))
+
+
+def artifact_path(out_dir: Path, name: str) -> Path:
+    """`<out_dir>/<name>.tflite`, refused if it would land outside the output folder."""
+    return paths.inside(out_dir, f"{name}.tflite")
+
+
+def _copy_out(src: Path, artifact: Path) -> None:
+    """The artifact into the output folder through the one writer (a link planted there is replaced)."""
+    if src.resolve() != artifact:
+        paths.copy_atomic(src, artifact, root=artifact.parent)
+
+
+class NotWhatItSays(TechniqueFailed):
+    """The artifact does not hold what its scheme or technique promises (optimize.measure.verify)."""
+
+
+def _read_back(path: Path):
+    """The artifact parsed (validated) once, and what it holds: the delegate checks reuse the parse."""
+    from optimize.models.tflite import read_model
+
+    parsed = read_model(path.read_bytes())
+    return parsed, verify.compose(parsed)
+
+
+def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Composition, object]:
+    """The recipe's artifact, read back and checked, and its parsed flatbuffer. When LiteRT Quantizer leaves
+    weights float that the converter quantizes (an LSTM), or float compute in an integer-only model (PRELU,
+    LEAKY_RELU), the same scheme is made by the converter instead, and said so."""
+    state = ws.produce(recipe.steps)
+    parsed, composition = _read_back(state.path)
+    problem = verify.check(recipe, composition) if recipe.steps else None
+    if problem and recipe.made_by == Backend.LITERT and ws.src.kind != "tflite" and not recipe.uses("selective"):
+        other = recipe.with_backend(Backend.CONVERTER)
+        if other.steps != recipe.steps:
+            state = ws.produce(other.steps)
+            parsed, composition = _read_back(state.path)
+            if verify.check(other, composition) is None:
+                how = "TFLITE_BUILTINS_INT8" if verify.integer_only(other) else "its own quantizer"
+                note = f"made by the TFLite converter ({how}): LiteRT Quantizer's result failed verification: {problem}"
+                state.notes = [*state.notes, note]
+                return other, state, composition, parsed
+            problem = f"{problem}; the converter leaves them float too"
+    if problem:
+        raise NotWhatItSays(problem)
+    return recipe, state, composition, parsed
+
+
+def _load(artifact: Path, threads: int, data: Dataset | None):
+    """The artifact's interpreter, built once for measuring and the XNNPACK column (None: not loadable);
+    inputs with free dimensions take the data's shape before it is allocated."""
+    from optimize.models import runtime
+    from optimize.models.data import take
+
+    try:
+        return runtime.load(artifact, threads=threads, like=take(data.x_test, slice(0, 1)) if data else None)
+    except ModelError:
+        return None  # measuring says why, in its own words
+
+
+def _measure(ws: Workspace, artifact: Path, state: _State, **kw) -> Metrics:
+    """Every measurement; a model this runtime cannot run (custom ops it lacks) keeps its size only."""
+    try:
+        return measure.evaluate(artifact, ws.data, threads=ws.threads, **kw)
+    except ModelError as e:
+        if "custom op" not in e.problem.lower() and "ops_custom" not in e.problem:
+            raise
+        state.notes = [*state.notes, f"not run: this runtime lacks the model's custom ops ({e.problem[:160]})"]
+        return Metrics(size=measure.size_of(artifact))
+
+
+def make_candidate(
+    ws: Workspace,
+    recipe: Recipe,
+    out_dir: Path,
+    *,
+    measure_it: bool = True,
+    reference: Path | None = None,
+    baseline: Metrics | None = None,
+    delegates: bool = True,
+    runs: int = 50,
+    memory: bool = True,
+    eval_samples: int = measure.DEFAULT_SAMPLES,
+    timing: bool = True,
+    progress: Progress | None = None,
+) -> Candidate:
+    """Produce, verify, copy out, measure and check one candidate. Failures become the candidate's error,
+    and leave no artifact behind."""
+    progress = progress or Progress()
+    t0 = time.perf_counter()
+    artifact = artifact_path(out_dir, recipe.name)
+    try:
+        made, state, composition, parsed = produce_verified(ws, recipe)
+        _copy_out(state.path, artifact)
+        metrics = None
+        loaded = _load(artifact, ws.threads, ws.data) if measure_it or delegates else None
+        probed = _probe_loaded(ws, loaded, state, reference, made, progress)
+        if measure_it:
+            progress.phase(f"{recipe.name}: measuring")
+            metrics = _measure(
+                ws,
+                artifact,
+                state,
+                reference=reference,
+                runs=runs,
+                memory=memory,
+                samples=eval_samples,
+                baseline_accuracy=baseline.accuracy if baseline else None,
+                timing=timing,
+                loaded=loaded,
+            )
+        _refuse_nonfinite(metrics)
+        notes = list(state.notes)
+        if delegates:
+            progress.phase(f"{recipe.name}: checking delegates")
+        reports = check_all_delegates(artifact, ws.threads, notes, loaded=loaded, parsed=parsed) if delegates else {}
+        return Candidate(
+            name=recipe.name,
+            steps=list(made.steps),
+            recipe_hash=made.hash,
+            scheme=made.scheme,
+            backend=state.records.get("backend", made.made_by),
+            artifact=artifact.name,
+            metrics=metrics,
+            delegates=reports,
+            composition=composition,
+            skipped_layers=state.skipped,
+            notes=notes,
+            search=state.records.get("search", []),
+            rescue=state.records.get("rescue", []),
+            debug=state.records.get("debug"),
+            probe=probed,
+            seconds=time.perf_counter() - t0,
+        )
+    except (DataError, RecipeError):
+        raise
+    except OSError as e:
+        artifact.unlink(missing_ok=True)
+        if e.errno in _NO_ROOM:  # the disk, not the technique: the run cannot go on
+            where = e.filename or artifact
+            raise OptimizeError(
+                f"Cannot write {where}: {e.strerror}.", "Free disk space, or write elsewhere with -o."
+            ) from None
+        return _failed(recipe, e, t0)
+    except Exception as e:  # a technique failing on this model is a failed candidate, not a crashed run
+        artifact.unlink(missing_ok=True)
+        return _failed(recipe, e, t0)
+
+
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def _failed(recipe: Recipe, e: BaseException, t0: float) -> Candidate:
+    failed = Candidate.failed(recipe, e, seconds=time.perf_counter() - t0, detail=getattr(e, "detail", None))
+    if isinstance(e, probe.ProbeFailed):
+        failed = failed.model_copy(update={"probe": e.probe})
+    log.warning("  %s failed: %s", recipe.name, failed.error)
+    return failed
+
+
+def _probe_loaded(ws: Workspace, loaded, state: _State, reference, recipe: Recipe, progress: Progress):
+    """The robustness probe on the candidate's interpreter (None when it does not load here); without
+    data, a note on the free input dimensions it ran at."""
+    if loaded is None:
+        return None
+    if ws.data is None:
+        state.notes = [*state.notes, *_free_note(loaded)]
+    progress.phase(f"{recipe.name}: probing edge inputs")
+    return robustness(ws, loaded, reference, recipe)
+
+
+def _refuse_nonfinite(metrics: Metrics | None) -> None:
+    """A candidate that answers NaN/inf on test samples where its float reference does not has failed, as
+    one failing the probe has: said with the output and the count."""
+    fid = metrics.fidelity if metrics else None
+    bad = [o for o in (fid.outputs if fid else []) if o.nonfinite_samples]
+    if bad:
+        o = bad[0]
+        raise TechniqueFailed(
+            f"gives non-finite outputs (NaN/inf) on {o.nonfinite_samples} of {fid.samples} test samples where "
+            f"{fid.reference} does not (output {o.name})"
+        )
+
+
+def _free_note(loaded) -> list[str]:
+    """Without data, a model with free input dimensions runs at 1 along each: say so."""
+    from optimize.models import runtime
+
+    free = runtime.free_dims(loaded.interpreter)
+    return [f"measured without data: {free}; pass --data to measure it at the data's shape"] if free else []
+
+
+def robustness(ws: Workspace, loaded, reference: Path | None, recipe: Recipe) -> Probe:
+    """The robustness probe on the candidate's own interpreter (optimize.measure.probe). Failing it fails the
+    candidate: compared with the float reference, or, with none, whenever the candidate is not the float
+    model itself (the float baseline's own failures are recorded, never held against it)."""
+    from optimize.models import runtime
+
+    report = probe.run(runtime.Runner(loaded), ws.data, reference, ws.threads)
+    if report.failures and (reference is not None or recipe.scheme != "float32"):
+        raise probe.ProbeFailed(report)
+    return report
+
+
+def check_all_delegates(artifact: Path, threads: int, notes: list[str], loaded=None, parsed=None) -> dict:
+    """Delegate reports for one artifact (`loaded`: its interpreter, when measuring built one; `parsed`: its
+    flatbuffer as verification read it). A checker
+    that cannot read the artifact is noted on the candidate (in `notes`), never fatal: the candidate
+    stands without its delegate columns."""
+    from optimize.delegates import check_delegates
+
+    try:
+        return check_delegates(artifact, threads=threads, loaded=loaded, parsed=parsed)
+    except OptimizeError as e:
+        notes.append(f"delegates: not checked ({e.problem})")
+        return {}
+
+
+def prepare(
+    recipe: Recipe, src: models.ModelSource, ds: Dataset | None, backend: Backend | str | None = None
+) -> Recipe:
+    """The recipe as it will run on this model and data: implicit steps filled in, post-training schemes
+    expressed with the backend (`None`: the recipe's own, by default auto), data checked up front."""
+    recipe = resolve(recipe, src).with_backend(backend)
+    if recipe.needs_calibration and ds is None:
+        raise DataError(
+            f"{recipe.name}: {recipe.scheme} needs calibration data.",
+            "Pass --calibration DATA.npz (an .npz with x) or --data DATA.npz.",
+        )
+    check_data(src, ds)
+    return recipe
+
+
+def own_reference(ws: Workspace, recipe: Recipe) -> tuple[Path | None, Metrics | None]:
+    """What a single run is compared with: the float .tflite it started from, or the float32 conversion
+    of the same model (made in the workspace, not the output folder); and that reference's metrics."""
+    if [s.technique for s in recipe.steps] == ["convert"] and recipe.scheme == "float32":
+        return None, None  # the float32 model is its own reference
+    if ws.src.kind == "tflite":
+        source = ws.source().path
+        return source, measure.evaluate(source, ws.data, threads=ws.threads, timing=False)
+    float32 = resolve(build("float32", [{"technique": "convert"}]), ws.src)
+    base = make_candidate(ws, float32, ws.workdir, delegates=False, timing=False)
+    return (ws.workdir / base.artifact, base.metrics) if base.ok else (None, None)

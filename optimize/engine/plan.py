@@ -1,0 +1,176 @@
+"""Which recipes run on a model: the default sweep (or the given recipes plus the float32 baseline), the
+target's own recipe, what is dropped and why, and every recipe resolved for this model (implicit steps
+filled in; what cannot apply refused up front)."""
+
+from __future__ import annotations
+
+import logging
+
+from optimize.core import registry
+from optimize.core.errors import ModelError, RecipeError
+from optimize.core.recipe import Recipe, as_given, build, load_recipe, make_steps, on_tflite
+from optimize.core.registry import Stage
+from optimize.core.results import Dropped
+from optimize.core.vocab import PTQ_SCHEMES, Scheme, Target
+from optimize.models import facts, rebuild
+from optimize.models import source as models
+from optimize.models.data import Dataset
+
+log = logging.getLogger(__name__)
+
+
+#: The default sweep: the float baseline, every post-training scheme and the useful chains.
+DEFAULT_SWEEP: tuple[tuple[str, list[dict]], ...] = (
+    ("float32", [{"technique": "convert", "scheme": "float32"}]),
+    ("float16", [{"technique": "convert", "scheme": "float16"}]),
+    ("dynamic", [{"technique": "convert", "scheme": "dynamic"}]),
+    ("int8", [{"technique": "convert", "scheme": "int8"}]),
+    ("int8-int8io", [{"technique": "convert", "scheme": "int8", "io": "int8"}]),
+    ("int16x8", [{"technique": "convert", "scheme": "int16x8"}]),
+    ("prune-int8", [{"technique": "prune"}, {"technique": "convert", "scheme": "int8"}]),
+    ("cluster-int8", [{"technique": "cluster"}, {"technique": "convert", "scheme": "int8"}]),
+    (
+        "prune-cluster-int8",
+        [
+            {"technique": "prune"},
+            {"technique": "cluster", "preserve_sparsity": True},
+            {"technique": "convert", "scheme": "int8"},
+        ],
+    ),
+    ("qat-int8", [{"technique": "qat"}, {"technique": "convert", "scheme": "int8"}]),
+)
+
+
+#: The shipped recipe made for each target: a targeted sweep always tries it.
+TARGET_RECIPE: dict[Target, str] = {
+    Target.CPU: "fastest-cpu",
+    Target.GPU: "mobile-gpu",
+    Target.NNAPI: "android-npu",
+    Target.HEXAGON: "hexagon-dsp",
+    Target.COREML: "coreml",
+    Target.EDGETPU: "edgetpu-mcu",
+    Target.MCU: "edgetpu-mcu",
+}
+
+
+def default_recipes(include_training: bool = True, backend: str | None = None) -> list[Recipe]:
+    out = []
+    for name, steps in DEFAULT_SWEEP:
+        if not include_training and any(s["technique"] in ("prune", "cluster", "qat") for s in steps):
+            continue
+        out.append(build(name, steps).with_backend(backend))
+    return out
+
+
+TRAINING = ("prune", "cluster", "qat")
+
+
+def _defaults(src: models.ModelSource, ds: Dataset | None, backend, dropped: list[Dropped]) -> list[Recipe]:
+    """The default sweep; int4 (4-bit Dense/MatMul weights) only where those hold most of the weights."""
+    can = facts.for_planning(src, ds)
+    int4 = [build("int4", [{"technique": "quantize", "scheme": "int4"}])] if can.mostly_dense else []
+    if src.kind == "tflite":
+        schemes = [s for s in PTQ_SCHEMES if s != Scheme.INT4]
+        return [as_given("float32")] + [build(s, [{"technique": "quantize", "scheme": s}]) for s in schemes] + int4
+    why = can.training_blocker
+    if why:
+        names = [n for n, steps in DEFAULT_SWEEP if any(s["technique"] in TRAINING for s in steps)]
+        dropped.append(Dropped(recipes=names, reason=why))
+    return default_recipes(why is None, backend) + [r.with_backend(backend) for r in int4]
+
+
+def _is_baseline(r: Recipe) -> bool:
+    return r.scheme == "float32" and len(r.steps) <= 1
+
+
+def _with_baseline(recipes: list[Recipe], src: models.ModelSource) -> list[Recipe]:
+    """Given recipes, plus the float32 baseline first when none of them is one: every candidate is
+    compared with it (fidelity, accuracy delta, latency ratio)."""
+    if any(_is_baseline(r) for r in recipes):
+        return recipes
+    name = "float32" if all(r.name != "float32" for r in recipes) else "float32-baseline"
+    if src.kind == "tflite":
+        return [as_given(name), *recipes]
+    return [build(name, [{"technique": "convert", "scheme": "float32"}]), *recipes]
+
+
+def _with_target_recipe(
+    recipes: list[Recipe], target: Target, src: models.ModelSource, backend, dropped: list[Dropped]
+) -> list[Recipe]:
+    """The target's own shipped recipe added, unless a recipe with the same resolved steps is there already
+    (or it needs a technique this model cannot take: then it is dropped, with the reason)."""
+    extra = load_recipe(TARGET_RECIPE[target]).with_backend(backend)
+    try:
+        extra = resolve(extra, src) if extra.steps else extra
+    except ModelError as e:
+        dropped.append(Dropped(recipes=[extra.name], reason=e.problem))
+        return recipes
+    if any(r.steps and resolve(r, src).hash == extra.hash for r in recipes):
+        return recipes
+    return [*recipes, extra.model_copy(update={"targets": (target,)})]
+
+
+def plan(
+    src: models.ModelSource,
+    ds: Dataset | None,
+    recipes: list[Recipe] | None,
+    backend: str | None,
+    target: Target | None = None,
+    dropped: list[Dropped] | None = None,
+) -> list[Recipe]:
+    """The resolved recipes a sweep will run: the defaults for this kind of model, or the given ones, plus
+    the target's own recipe when a target is named. Default recipes left out are added to `dropped`, with
+    the reason, and logged."""
+    dropped = [] if dropped is None else dropped
+    if recipes is None:
+        recipes = _defaults(src, ds, backend, dropped)
+    else:
+        recipes = _with_baseline([r.with_backend(backend) for r in recipes], src)
+    if target is not None and src.kind != "tflite":
+        recipes = _with_target_recipe(recipes, Target(target), src, backend, dropped)
+    if ds is None:
+        recipes = _without_data(recipes, dropped)
+    for d in dropped:
+        log.warning("Dropped %s: %s", ", ".join(d.recipes), d.reason)
+    names = [r.name for r in recipes]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise RecipeError(f"Two recipes are named {dup!r}.", "Give every recipe in a sweep its own name.")
+    return [resolve(r, src) if r.steps else r for r in recipes]
+
+
+def _without_data(recipes: list[Recipe], dropped: list[Dropped]) -> list[Recipe]:
+    left = [r.name for r in recipes if r.scheme in ("int8", "int16x8")]
+    if left:
+        dropped.append(Dropped(recipes=left, reason="no data: int8 and int16x8 need calibration samples"))
+    return [r for r in recipes if r.scheme not in ("int8", "int16x8")]
+
+
+def with_samples(recipe: Recipe, n: int) -> Recipe:
+    """The recipe with `n` calibration samples on every calibrated step."""
+    if not recipe.steps:
+        return recipe
+    flat = [{**s.flat(), "samples": n} if "samples" in type(s.params).model_fields else s.flat() for s in recipe.steps]
+    return recipe.model_copy(update={"steps": build(recipe.name, flat).steps})
+
+
+def resolve(recipe: Recipe, src: models.ModelSource) -> Recipe:
+    """Fill in what a recipe leaves implicit for this model.
+
+    A Keras or SavedModel model without a convert step gets a float32 conversion; a float .tflite gets
+    its post-training conversions as `quantize` steps (it is converted already). Refused up front: Keras
+    steps on a model tfmot cannot read, and anything but quantization on a .tflite.
+    """
+    stages = [registry.get(s.technique).stage for s in recipe.steps]
+    if Stage.KERAS in stages and src.kind == "keras3":
+        rebuild.keras2_path(src)  # a Keras 3 model rebuilt in tf_keras, or the one line saying why it cannot be
+    elif Stage.KERAS in stages and src.kind == "savedmodel":
+        models.load_keras2(src)  # raises the one-line "needs a Keras 2 (tf_keras) model" error
+    if src.kind == "tflite":
+        return on_tflite(recipe, src.path.name)
+    if Stage.CONVERT in stages:
+        return recipe
+    flat = [s.flat() for s in recipe.steps]
+    at = stages.index(Stage.TFLITE) if Stage.TFLITE in stages else len(flat)
+    flat.insert(at, {"technique": "convert", "scheme": "float32"})
+    return recipe.model_copy(update={"steps": make_steps(flat)})

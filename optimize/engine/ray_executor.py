@@ -1,0 +1,404 @@
+"""The Ray executor: every (model, recipe group) a Ray task, run through the same `work.run_task`.
+
+Same interface as the local executors (`optimize.engine.executors`); only scheduling and data movement differ.
+Each task is a streaming Ray task that yields its candidates as they finish (so a model's other groups
+start the moment its baseline is done). What a task needs travels with it, so any node can run it: the
+model's files (put in the object store once per model and unpacked once per node), the data, the
+reference artifact; each artifact comes back as bytes and is written into the output folder here.
+
+Failures, as the local pool treats them: a worker process that dies fails only the candidate it was on
+(a post-mortem on its node reads what `faulthandler` wrote: SIGSEGV and the like are the technique's,
+deterministic, cached; anything else, like the OOM killer's SIGKILL, is the environment's, never cached),
+and the rest of its task runs again. A node that is lost is the environment's: the rest of the task is
+retried elsewhere (up to `RETRIES` times), never failed for it. Ray's own retries are off: it cannot tell
+a segfault from a lost node.
+
+Latency is timed after production, a model's candidates together in rounds on one node: each node gets one timing task at a
+time holding all of its CPUs, all candidates of a model on the same node, the node recorded on each.
+
+`address` None starts a local Ray for the run, listening on 127.0.0.1 only, and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import io
+import logging
+import os
+import shutil
+import socket
+import tarfile
+import tempfile
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from optimize.core.errors import OptimizeError
+from optimize.core.results import Candidate, write_atomic
+from optimize.engine.work import Task, TimingTask, Workspaces, crashed, received, run_task, time_task
+from optimize.present.progress import Progress
+
+log = logging.getLogger(__name__)
+
+RETRIES = 3  # a task whose node is lost runs again at most this many times
+LOCAL_OBJECT_STORE = 1 << 30  # bytes of object store for a local Ray started for the run
+#: Ray on Linux advertises and binds the machine's address even when told 127.0.0.1; this keeps a local
+#: Ray on the loopback interface (every listener on 127.0.0.1).
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+FATAL = {  # faulthandler's words for each crash signal
+    "Segmentation fault": "SIGSEGV",
+    "Bus error": "SIGBUS",
+    "Illegal instruction": "SIGILL",
+    "Floating-point exception": "SIGFPE",
+    "Aborted": "SIGABRT",
+}
+
+
+def loopback_only() -> None:
+    """Keep a Ray started from this process on 127.0.0.1 (read when Ray is imported, so set it first; a Ray
+    imported already gets the same switch on its constants)."""
+    import sys
+
+    os.environ.update(LOOPBACK_ENV)
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
+        constants.ENABLE_RAY_CLUSTER = False
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise OptimizeError(
+            "--executor ray needs Ray.", 'Install the distributed extra: pip install -e ".[distributed]".'
+        ) from None
+    return ray
+
+
+# ------------------------------------------------------------------------------------- on the nodes
+def _node_root() -> Path:
+    root = Path(tempfile.gettempdir()) / "optimize-ray"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _pack(path: Path) -> bytes:
+    """A model file or SavedModel folder as a tar archive (what travels to the nodes)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(path, arcname=path.name)
+    return buf.getvalue()
+
+
+def _unpack(src, blob: bytes):
+    """The model on this node: unpacked once per node (by fingerprint), atomically."""
+    home = _node_root() / "models" / src.fingerprint
+    if not (home / src.path.name).exists():
+        home.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=home.parent, prefix=".tmp-"))
+        with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+            tar.extractall(tmp, filter="data")
+        try:
+            os.rename(tmp, home)
+        except OSError:  # another worker was first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return replace(src, path=home / src.path.name)
+
+
+_WORKSPACES = Workspaces()
+
+
+def _node_name() -> str:
+    import ray
+
+    return f"{socket.gethostname()}:{ray.get_runtime_context().get_node_id()[:8]}"
+
+
+def produce_on_node(task: Task, blob: bytes, data, reference: bytes | None):
+    """A Ray task: the model unpacked here, the task run by `run_task`; yields its candidates with their
+    artifacts. Crashes are written by faulthandler to a file the driver's post-mortem reads."""
+    import ray
+
+    node_id = ray.get_runtime_context().get_node_id()
+    crash = _node_root() / f"crash-{uuid.uuid4().hex}"
+    yield ("node", node_id, str(crash))
+    out = Path(tempfile.mkdtemp(dir=_node_root(), prefix="out-"))
+    with open(crash, "w") as f:
+        faulthandler.enable(file=f)
+        try:
+            ref = write_atomic(out / ".reference.tflite", reference) if reference is not None else None
+            task = replace(task, src=_unpack(task.src, blob), data=data, out_dir=out, reference=ref)
+            ws = _WORKSPACES.get(task, _node_root() / f"ws-{os.getpid()}")
+            for cand in run_task(ws, task, Progress()):
+                art = (out / cand.artifact).read_bytes() if cand.artifact else None
+                yield ("done", cand.model_dump_json(), art)
+        except OptimizeError as e:
+            yield ("user_error", (type(e).__name__, e.problem, e.fix))
+        finally:
+            faulthandler.enable()  # back to stderr
+            shutil.rmtree(out, ignore_errors=True)
+    crash.unlink(missing_ok=True)
+
+
+def post_mortem(crash_file: str) -> str | None:
+    """The signal a worker on this node died of, from faulthandler's file (None: no crash was written,
+    so it was killed from outside: SIGKILL, the OOM killer)."""
+    try:
+        text = Path(crash_file).read_text(errors="replace")[:4096]
+    except OSError:
+        return None
+    finally:
+        Path(crash_file).unlink(missing_ok=True)
+    return next((sig for words, sig in FATAL.items() if words in text), None)
+
+
+def time_on_node(jobs: list):
+    """A Ray task holding all of a node's CPUs: each model's candidates timed together, in rounds."""
+    import ray
+
+    node = _node_name()
+    for t, ref in jobs:
+        artifacts = ray.get(ref)
+        out = Path(tempfile.mkdtemp(dir=_node_root(), prefix="time-"))
+        try:
+            for name, data in artifacts.items():
+                (out / name).write_bytes(data)
+            cands = time_task(replace(t, out_dir=out), node)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        yield t.tag, [c.model_dump_json() for c in cands]
+
+
+# ------------------------------------------------------------------------------------- the driver
+@dataclass
+class _Running:
+    task: Task
+    tries: int = 0
+    node: str | None = None
+    crash_file: str | None = None
+    done: set = field(default_factory=set)
+
+
+class RayExecutor:
+    """Tasks as Ray tasks on a cluster (`address`) or on a local Ray started for the run."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, progress: Progress | None = None):
+        self.address, self.progress = address, progress or Progress()
+        self.queue: deque[_Running] = deque()
+        self.live: dict = {}
+        self.blobs: dict[str, object] = {}
+        self.datas: dict[str, object] = {}
+        self.ray = None
+        self.owned = False
+
+    # -- connection
+    def _connect(self):
+        if self.ray is not None:
+            return self.ray
+        if self.address is None:
+            loopback_only()
+        ray = _ray()
+        if not ray.is_initialized():
+            quiet = {"log_to_driver": False, "configure_logging": False, "logging_level": logging.WARNING}
+            if self.address is None:
+                ray.init(
+                    address="local",
+                    _node_ip_address="127.0.0.1",
+                    include_dashboard=False,
+                    object_store_memory=LOCAL_OBJECT_STORE,
+                    **quiet,
+                )
+            else:
+                try:
+                    ray.init(address=self.address, **quiet)
+                except (ConnectionError, RuntimeError, ValueError) as e:
+                    raise OptimizeError(
+                        f"Cannot reach the Ray cluster at {self.address}: {str(e).splitlines()[0][:160]}",
+                        "Start it with `ray start --head`, or omit --ray-address for a local Ray.",
+                    ) from None
+            self.owned = True
+        self.ray = ray
+        self._produce = ray.remote(produce_on_node).options(num_returns="streaming", max_retries=0, num_cpus=1)
+        self._post_mortem = ray.remote(post_mortem)
+        self._time = ray.remote(time_on_node)
+        return ray
+
+    def submit(self, task: Task) -> None:
+        self.queue.append(_Running(task))
+
+    def _launch(self, r: _Running) -> None:
+        ray, t = self._connect(), r.task
+        if t.src.fingerprint not in self.blobs:
+            self.blobs[t.src.fingerprint] = ray.put(_pack(t.src.path))
+        fp = t.data.fingerprint if t.data is not None else None
+        if fp not in self.datas:
+            self.datas[fp] = ray.put(t.data)
+        ref = ray.put(t.reference.read_bytes()) if t.reference is not None else None
+        gen = self._produce.remote(replace(t, data=None), self.blobs[t.src.fingerprint], self.datas[fp], ref)
+        r.node, r.crash_file, r.done = None, None, set()
+        self.live[gen] = r
+
+    # -- results
+    def results(self) -> Iterator[tuple[str, Candidate]]:
+        while self.queue or self.live:
+            while self.queue:
+                self._launch(self.queue.popleft())
+            ray = self.ray
+            (gen,), _ = ray.wait(list(self.live), num_returns=1)
+            r = self.live[gen]
+            try:
+                event = ray.get(next(gen))
+            except StopIteration:
+                del self.live[gen]
+                continue
+            except Exception as e:  # noqa: BLE001 - Ray's failures, sorted below
+                del self.live[gen]
+                out = self._failed(r, e)
+                if out is not None:
+                    yield out
+                continue
+            out = self._event(r, event)
+            if out is not None:
+                yield out
+
+    def _event(self, r: _Running, event) -> tuple[str, Candidate] | None:
+        kind = event[0]
+        if kind == "node":
+            r.node, r.crash_file = event[1], event[2]
+            self.progress.begin(r.task.first_open(r.done).name)
+            return None
+        if kind == "user_error":
+            from optimize.core import errors
+
+            cls, problem, fix = event[1]
+            raise getattr(errors, cls, OptimizeError)(problem, fix)
+        cand = received(event[1], r.task.first_open(r.done), r.task.out_dir)
+        if event[2] is not None and cand.ok:
+            write_atomic(r.task.out_dir / cand.artifact, event[2])
+        r.done.add(cand.name)
+        tag = r.task.tag
+        r.task = r.task.after(cand)  # the rest is compared with it, should it have to run again
+        if len(r.done) < len(r.task.recipes):
+            self.progress.begin(r.task.first_open(r.done).name)
+        return tag, cand
+
+    def _failed(self, r: _Running, e: Exception) -> tuple[str, Candidate] | None:
+        """A task that ended early: a crash fails its candidate, a lost node runs the rest again."""
+        ray = self.ray
+        recipe = r.task.first_open(r.done)
+        if isinstance(e, ray.exceptions.RayTaskError):  # not a technique's failure (those are candidates): ours
+            cause = getattr(e, "cause", None) or e
+            if isinstance(cause, OptimizeError):
+                raise cause
+            self._requeue(r.task.rest(r.done, skip=recipe.name))
+            return r.task.tag, Candidate.failed(recipe, cause)
+        if isinstance(e, ray.exceptions.WorkerCrashedError | ray.exceptions.OutOfMemoryError):
+            why = self._why(r, e)
+            if why is not None:
+                log.warning("Ray worker %s while working on %s", why, recipe.name)
+                self._requeue(r.task.rest(r.done, skip=recipe.name))
+                return r.task.tag, crashed(recipe, why)
+        rest = r.task.rest(r.done)
+        if rest is None:
+            return None
+        if r.tries + 1 > RETRIES:
+            log.warning("Ray node lost %d times while working on %s; giving up", r.tries + 1, recipe.name)
+            return r.task.tag, Candidate.failed(
+                recipe,
+                f"the Ray node was lost {r.tries + 1} times while producing this candidate",
+                kind="NodeLost",
+                detail=str(e).splitlines()[0][:300],
+            )
+        log.warning("Ray node lost while working on %s (%s); running it again", recipe.name, type(e).__name__)
+        self._requeue(rest, r.tries + 1)
+        return None
+
+    def _requeue(self, task: Task | None, tries: int = 0) -> None:
+        if task is not None:
+            self.queue.appendleft(_Running(task, tries=tries))
+
+    def _why(self, r: _Running, e: Exception) -> str | None:
+        """How the worker died ("killed by SIGSEGV"), or None when its node is gone (a lost node)."""
+        ray = self.ray
+        if isinstance(e, ray.exceptions.OutOfMemoryError):
+            return "killed by Ray's memory monitor (out of memory)"
+        if r.node is None or not any(n["NodeID"] == r.node and n["Alive"] for n in ray.nodes()):
+            return None
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        strategy = NodeAffinitySchedulingStrategy(r.node, soft=False)
+        try:
+            sig = ray.get(
+                self._post_mortem.options(num_cpus=0, max_retries=0, scheduling_strategy=strategy).remote(r.crash_file),
+                timeout=60,
+            )
+        except Exception:  # noqa: BLE001 - the node went away meanwhile
+            return None
+        return f"killed by {sig}" if sig else "killed by SIGKILL (out of memory?)"
+
+    # -- timing
+    def time(self, tasks: list[TimingTask]) -> Iterator[tuple[str, list[Candidate]]]:
+        """Each model's candidates on one node, timed together in rounds; one timing task per node at a time."""
+        todo = [t for t in tasks if any(c.ok for c in t.cands)]
+        for t in tasks:
+            if t not in todo:
+                yield t.tag, list(t.cands)
+        tries = 0
+        while todo:
+            ray = self._connect()
+            nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= 1]
+            if not nodes:
+                raise OptimizeError(
+                    "The Ray cluster has no node with a CPU left.", "Add a node, or use --executor local."
+                )
+            done = yield from self._time_round(todo, nodes)
+            todo = [t for t in todo if t.tag not in done]
+            tries += 1
+            if todo and tries > RETRIES:
+                raise OptimizeError("Ray nodes kept being lost while timing.", "Check the cluster, then run again.")
+
+    def _time_round(self, todo: list[TimingTask], nodes: list[dict]):
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray = self.ray
+        load = {n["NodeID"]: [] for n in nodes}
+        for t in sorted(todo, key=lambda t: -sum(c.ok for c in t.cands)):  # longest first, to the least loaded
+            least = min(load, key=lambda k: sum(sum(c.ok for c in x.cands) for x in load[k]))
+            load[least].append(t)
+        cpus = {n["NodeID"]: int(n["Resources"]["CPU"]) for n in nodes}
+        gens = []
+        for node, ts in load.items():
+            if ts:
+                jobs = [(replace(t, cands=t.cands), ray.put(_artifacts(t))) for t in ts]
+                strategy = NodeAffinitySchedulingStrategy(node, soft=True)
+                opts = {"num_returns": "streaming", "max_retries": 0, "num_cpus": cpus[node]}
+                gens.append(self._time.options(scheduling_strategy=strategy, **opts).remote(jobs))
+        done = set()
+        for gen in gens:
+            try:
+                for ref in gen:
+                    tag, cands = ray.get(ref)
+                    done.add(tag)
+                    yield tag, [Candidate.model_validate_json(c) for c in cands]
+            except Exception as e:  # noqa: BLE001 - a lost node: its models are timed again elsewhere
+                log.warning("Ray node lost while timing (%s); timing its models again", type(e).__name__)
+        return done
+
+    def close(self) -> None:
+        if self.ray is not None and self.owned:
+            self.ray.shutdown()
+        self.ray = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _artifacts(t: TimingTask) -> dict[str, bytes]:
+    return {c.artifact: (t.out_dir / c.artifact).read_bytes() for c in t.cands if c.ok and c.artifact}

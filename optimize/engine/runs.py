@@ -1,0 +1,233 @@
+"""One model's sweep as a `Run`: the recipes planned (the default sweep, a target's recipe, what is dropped
+and why), the inputs checked, results cached by content, and the study assembled (accuracy rescue included).
+
+`schedule.py` drives runs through an executor; `sweeps.py` is the entry that opens one and runs it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optimize.core import paths, registry
+from optimize.core.recipe import Recipe, build
+from optimize.core.registry import Stage
+from optimize.core.results import Candidate, Dropped, Study
+from optimize.core.vocab import Backend, Target
+from optimize.engine.cache import ResultCache, key_for, result_cache
+from optimize.engine.plan import _is_baseline, plan, resolve, with_samples
+from optimize.engine.work import Settings
+from optimize.measure import metrics as measure
+from optimize.models import _tf
+from optimize.models import source as models
+from optimize.models.data import Dataset, take
+from optimize.models.inputs import MeasureOptions, open_inputs
+from optimize.present.progress import Progress
+
+log = logging.getLogger(__name__)
+COVERAGE_WARNING = 0.05  # warn when more of the test values than this lie outside the calibrated range
+
+
+def _as_baseline(c: Candidate) -> Candidate:
+    """The baseline's accuracy delta is zero by definition (it is what the others are compared with)."""
+    if c.ok and c.metrics.accuracy is not None and c.metrics.accuracy_delta is None:
+        return c.model_copy(update={"metrics": c.metrics.model_copy(update={"accuracy_delta": 0.0})})
+    return c
+
+
+@dataclass
+class Run:
+    """One model's sweep: its inputs, plan and bookkeeping (`optimize.engine.schedule` drives it)."""
+
+    src: models.ModelSource
+    ds: Dataset | None
+    out_dir: Path
+    recipes: list[Recipe]
+    settings: dict
+    cache: ResultCache
+    model: str = "demo"  # as the user named it (study.json's `model`)
+    tag: str = ""  # the run's name among others (a zoo's model name)
+    done: dict[str, Candidate] = field(default_factory=dict)
+    dropped: list[Dropped] = field(default_factory=list)
+    observe: tuple[str, ...] = ()  # delegates observed on this machine's devices, after timing
+    final: Path | None = None  # while it runs, `out_dir` is a staging folder inside this one (schedule)
+
+    @property
+    def baseline(self) -> Recipe | None:
+        return next((r for r in self.recipes if _is_baseline(r)), None)
+
+    @property
+    def task_settings(self) -> Settings:
+        s = self.settings
+        return Settings(s["threads"], s["eval_samples"], s["delegates"])
+
+    def keys(self) -> dict[str, str]:
+        common = {"model": self.src.fingerprint, "data": self.ds.fingerprint if self.ds else None}
+        common["settings"] = self.settings
+        base = self.baseline
+
+        def steps(r: Recipe) -> list:
+            return [s.model_dump(mode="json") for s in r.steps]
+
+        base_key = key_for(steps=steps(base), **common) if base else None
+        return {
+            r.name: key_for(steps=steps(r), baseline=None if r is base else base_key, **common) for r in self.recipes
+        }
+
+    def reuse(self, progress: Progress, on_candidate=None) -> None:
+        """Every recipe not done yet that the cache holds, taken from it."""
+        keys = self.keys()
+        for r in self.recipes:
+            if r.name in self.done:
+                continue
+            hit = self.cache.get(keys[r.name], r.name, self.out_dir)
+            if hit is not None:
+                log.info("  %s: reused from the cache", self.label(r.name))
+                self.done[r.name] = hit
+                progress.advance(self.label(r.name), hit.ok)
+                if on_candidate:
+                    on_candidate(hit)
+
+    def misses(self) -> list[Recipe]:
+        return [r for r in self.recipes if r.name not in self.done]
+
+    def label(self, name: str) -> str:
+        return f"{self.tag}/{name}" if self.tag else name
+
+    @property
+    def sample(self):
+        """One test input, for timing."""
+        return take(self.ds.x_test, slice(0, 1)) if self.ds is not None else None
+
+    def store(self, cands: list[Candidate], on_candidate=None) -> None:
+        """Finished (timed) candidates: cached by content and kept."""
+        keys = self.keys()
+        for c in cands:
+            self.cache.put(keys[c.name], c, self.out_dir)
+            self.done[c.name] = c
+            if on_candidate:
+                on_candidate(c)
+
+    def rescue(self) -> bool:
+        """Add the accuracy-rescue candidate when full int8 breaks accuracy (see `_rescue`)."""
+        extra = _rescue(self)
+        if extra is not None:
+            self.recipes.append(extra)
+        return extra is not None
+
+    def study(self, executor: str = "local") -> Study:
+        """The finished study, saved as out_dir/study.json."""
+        study = _study(self, self.model, self.settings["threads"], executor)
+        if self.observe:  # after timing, so the accelerator's threads never disturb a measurement
+            from optimize.delegates.observe import observe_study
+
+            study = observe_study(study, self.out_dir, Progress())
+        study.save(self.out_dir / "study.json")
+        return study
+
+
+def open_run(
+    model: str | Path | None = None,
+    data: str | Path | Dataset | None = None,
+    output: str | Path = "optimize-out",
+    recipes: list[Recipe] | None = None,
+    threads: int = 2,
+    backend: Backend | str | None = None,
+    delegates: bool = True,
+    runs: int = 50,
+    eval_samples: int = measure.DEFAULT_SAMPLES,
+    cache: bool | str = True,
+    target: Target | str | None = None,
+    measuring: MeasureOptions | None = None,
+    calibration_samples: int | None = None,
+    trust_model_code: bool = False,
+    tag: str = "",
+    observe: tuple[str, ...] = (),
+) -> Run:
+    """One model's sweep, planned and checked (one clear line for bad inputs, before anything is written)."""
+    src, ds = open_inputs(model, data, measuring=measuring, trust=trust_model_code, check=True)  # before any write
+    dropped: list[Dropped] = []
+    planned = plan(src, ds, recipes, backend, target, dropped)
+    if calibration_samples is not None:
+        planned = [with_samples(r, calibration_samples) for r in planned]
+    store = result_cache(cache)
+    out_dir = paths.output_dir(output)
+    settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
+    settings["versions"] = _tf.versions()
+    label = "demo" if model is None else str(model)
+    return Run(src, ds, out_dir, planned, settings, store, model=label, tag=tag, dropped=dropped, observe=observe)
+
+
+def _study(run: Run, model, threads: int, executor: str = "local") -> Study:
+    base = run.baseline
+    if base is not None and base.name in run.done:
+        run.done[base.name] = _as_baseline(run.done[base.name])
+    labelled = next((c.metrics.accuracy for c in run.done.values() if c.ok and c.metrics.accuracy), None)
+    outside = _coverage(run)
+    return Study(
+        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        model=model,
+        model_fingerprint=run.src.fingerprint,
+        data=run.ds.source if run.ds else None,
+        task=labelled.task if labelled else None,
+        calibration_outside=outside,
+        baseline=base.name if base else "float32",
+        environment=_tf.environment(threads),
+        executor=executor,
+        candidates=[run.done[r.name] for r in run.recipes],
+        dropped=run.dropped,
+    )
+
+
+#: When plain int8 loses more than this, a sweep adds the selective (mixed int8) candidate.
+RESCUE_DROP = 0.01  # classification: one point of top-1
+RESCUE_INCREASE = 0.05  # regression: 5% more error
+
+
+def _plain_int8(run: Run) -> Candidate | None:
+    """The sweep's post-training int8 candidate made by LiteRT Quantizer with no Keras step, if it ran."""
+    for r in run.recipes:
+        keras = any(registry.get(s.technique).stage is Stage.KERAS for s in r.steps)
+        made = run.done.get(r.name)
+        if made is not None and r.scheme == "int8" and r.made_by == "litert" and not keras:
+            # the calibrator stood in for LiteRT Quantizer (an LSTM it leaves float): no per-op search there
+            return None if made.backend == Backend.CALIBRATOR else made
+    return None
+
+
+def _rescue(run: Run) -> Recipe | None:
+    """The selective-quantization candidate, when full int8 breaks accuracy and none was planned: it tries
+    the rescue that keeps 8 bits (optimize.transforms.tflite.rescue) before raising any op."""
+    int8 = _plain_int8(run)
+    if int8 is None or not int8.ok or any(s.technique == "selective" for r in run.recipes for s in r.steps):
+        return None
+    m = int8.metrics
+    drop = m.accuracy_delta is not None and m.accuracy_delta < -RESCUE_DROP
+    worse = m.error_ratio is not None and m.error_ratio > 1 + RESCUE_INCREASE
+    if not (drop or worse):
+        return None
+    lost = f"lost {-m.accuracy_delta * 100:.1f} points" if drop else f"made the error x{m.error_ratio:.2f}"
+    log.warning("%s %s: adding mixed-int8 (8-bit rescue first, then ops raised if needed).", int8.name, lost)
+    budget = {"max_accuracy_drop": 0.005} if drop else {"max_error_increase": 0.10}
+    return resolve(build("mixed-int8", [{"technique": "convert"}, {"technique": "selective", **budget}]), run.src)
+
+
+def _coverage(run: Run) -> dict[str, float]:
+    """How much of the test data lies outside the calibrated range, per input; a warning when it is a lot."""
+    from optimize.models.data import coverage
+
+    if run.ds is None or not any(r.needs_calibration for r in run.recipes):
+        return {}
+    samples = max((getattr(s.params, "samples", 0) for r in run.recipes for s in r.steps), default=200) or 200
+    outside = coverage(run.ds, samples)
+    for name, share in outside.items():
+        if share > COVERAGE_WARNING:
+            log.warning(
+                "%.0f%% of the test values of input %s lie outside the calibration samples' range: int8 will clip "
+                "them. Calibrate on data that covers what the model will see (--calibration).",
+                share * 100,
+                name,
+            )
+    return outside

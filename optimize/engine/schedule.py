@@ -1,0 +1,199 @@
+"""Driving sweeps through an executor: one model (`optimize sweep`) or many (`optimize zoo`) at once.
+
+    cache lookup -> produce (each model's baseline group first, its other groups once the baseline is
+    known) -> time (after production, round-robin per node: optimize.measure.timing) -> store -> rescue round -> Study
+
+Every model's tasks share one executor, so a zoo keeps every worker (or every Ray node) busy while each
+model still has its float32 baseline first: the other groups of a model are submitted the moment its
+baseline candidate arrives, compared with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from optimize.core import paths, registry
+from optimize.core.recipe import Recipe
+from optimize.core.registry import Stage
+from optimize.core.results import Candidate, Study
+from optimize.engine.executors import executor
+from optimize.engine.pipeline import _key
+from optimize.engine.runs import Run
+from optimize.engine.work import Task, TimingTask
+from optimize.present.progress import Progress
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Pending:
+    """One run's groups still to submit (they wait for the run's baseline) and what it produced."""
+
+    run: Run
+    waiting: list[list[Recipe]]
+    fresh: list[Candidate] = field(default_factory=list)
+
+    def task(self, group: list[Recipe], baseline_name: str | None = None, ref=None, metrics=None) -> Task:
+        r = self.run
+        return Task(
+            r.src,
+            r.ds,
+            tuple(group),
+            r.out_dir,
+            r.task_settings,
+            reference=ref,
+            baseline=metrics,
+            baseline_name=baseline_name,
+            tag=r.tag,
+        )
+
+    def release(self, ex, baseline: Candidate | None) -> None:
+        """Submit the waiting groups, compared with `baseline` (none if it failed or never came)."""
+        ok = baseline is not None and baseline.ok
+        ref = self.run.out_dir / baseline.artifact if ok else None
+        for g in self.waiting:
+            ex.submit(self.task(g, ref=ref, metrics=baseline.metrics if ok else None))
+        self.waiting = []
+
+
+def _start(ex, run: Run) -> _Pending | None:
+    """Submit a run's first task: the group holding its baseline (or every group, when the baseline is
+    known already, from the cache)."""
+    misses = run.misses()
+    if not misses:
+        return None
+    groups = _groups(misses)
+    base = run.baseline
+    known = run.done.get(base.name) if base else None
+    first = None
+    if base is not None and known is None:
+        first = next((g for g in groups if any(r.name == base.name for r in g)), None)
+    pending = _Pending(run, [g for g in groups if g is not first])
+    if first is not None:
+        ex.submit(pending.task(first, baseline_name=base.name))
+    else:
+        pending.release(ex, known)
+    return pending
+
+
+def produce(ex, runs: list[Run], progress: Progress) -> dict[str, _Pending]:
+    """Every run's missing candidates through one executor; returns what each run produced (untimed)."""
+    pending = {p.run.tag: p for p in (_start(ex, r) for r in runs) if p is not None}
+    if not pending:
+        return {}
+    while True:
+        for tag, cand in ex.results():
+            p = pending[tag]
+            p.fresh.append(cand)
+            progress.advance(p.run.label(cand.name), cand.ok)
+            base = p.run.baseline
+            if p.waiting and base is not None and cand.name == base.name:
+                p.release(ex, cand)
+        stuck = [p for p in pending.values() if p.waiting]
+        if not stuck:
+            return pending
+        for p in stuck:  # the baseline never came: compare with nothing
+            p.release(ex, None)
+
+
+def time_and_store(ex, pending: dict[str, _Pending], on_candidate=None) -> None:
+    """Time what was produced (after production, round-robin, one timing task per node), then cache it."""
+    tasks = []
+    for p in pending.values():
+        r = p.run
+        s = r.settings
+        tasks.append(TimingTask(tuple(p.fresh), r.out_dir, r.sample, s["threads"], s["runs"], r.tag))
+    n = sum(c.ok for p in pending.values() for c in p.fresh)
+    if n:
+        log.info("Timing %d candidate(s) together, round-robin, per node...", n)
+    for tag, cands in ex.time(tasks):
+        pending[tag].run.store(cands, on_candidate)
+
+
+def _round(ex, runs: list[Run], progress: Progress, on_candidate) -> None:
+    for r in runs:
+        r.reuse(progress, on_candidate)
+    pending = produce(ex, runs, progress)
+    if pending:
+        time_and_store(ex, pending, on_candidate)
+
+
+def run_all(
+    runs: list[Run],
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    kind: str = "local",
+    address: str | None = None,
+    on_candidate: Callable[[Candidate], None] | None = None,
+) -> list[Study]:
+    """Run every sweep through one executor (`kind` local or ray); each study saved in its folder."""
+    progress = progress or Progress()
+    names = [r.tag for r in runs]
+    if len(set(names)) != len(names):
+        raise ValueError("every run needs its own tag")
+    progress.start(sum(len(r.recipes) for r in runs))
+    groups = sum(len(_groups(r.recipes)) for r in runs)
+    n_jobs = default_jobs(groups) if jobs is None else jobs
+    if kind == "local":
+        log.info("Producing candidates in %s process(es)...", n_jobs or "this")
+    with _staged(runs):
+        try:
+            with executor(n_jobs, progress, kind, address) as ex:
+                _round(ex, runs, progress, on_candidate)
+                rescued = [r for r in runs if r.rescue()]
+                if rescued:
+                    progress.start(sum(len(r.recipes) for r in runs))
+                    _round(ex, rescued, progress, on_candidate)
+                name = ex.name
+        finally:
+            progress.close()
+        studies = []
+        for r in runs:
+            shutil.rmtree(r.out_dir / ".work", ignore_errors=True)
+            studies.append(r.study(name))
+        for r in runs:
+            paths.publish(r.out_dir, r.final)
+    return studies
+
+
+@contextlib.contextmanager
+def _staged(runs: list[Run]):
+    """Each run writes into a staging folder inside its output folder; what `publish` did not move (an
+    interrupted or failed run) is removed, so -o holds a whole sweep or what it held before (issue 18)."""
+    for r in runs:
+        r.final, r.out_dir = r.out_dir, paths.staging(r.out_dir)
+    try:
+        yield
+    finally:
+        for r in runs:
+            paths.discard(r.out_dir)
+            r.out_dir = r.final
+
+
+def _groups(recipes: list[Recipe]) -> list[list[Recipe]]:
+    """Recipes that start with the same Keras step run together, so shared prefixes run once
+    (prune -> int8 and prune -> cluster -> int8 prune once)."""
+    groups: dict[str, list[Recipe]] = {}
+    for r in recipes:
+        groups.setdefault(group_key(r.steps), []).append(r)
+    return list(groups.values())
+
+
+def group_key(steps) -> str:
+    """Which task a recipe (or candidate) joins: the recipes sharing their first Keras step run together."""
+    keras = [s.model_dump(mode="json") for s in steps if registry.get(s.technique).stage is Stage.KERAS]
+    return _key(keras[:1])
+
+
+def default_jobs(n_groups: int) -> int:
+    """Workers: one per core, at most one per 4 GiB of memory (converting a large model takes ~3.6 GB)."""
+    try:
+        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        mem_gib = 8
+    return max(1, min(os.cpu_count() or 1, int(mem_gib // 4), n_groups))

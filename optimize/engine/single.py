@@ -1,0 +1,85 @@
+"""One recipe on one model, measured: `optimize.run` (and the quantize/prune/cluster/qat/run commands).
+
+The candidate is produced through an executor like any sweep's (`jobs=1`: a crash-isolated worker
+process), so a converter or runtime crash fails the candidate instead of the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from optimize.core import paths
+from optimize.core.recipe import Recipe
+from optimize.core.results import Candidate
+from optimize.core.vocab import Backend
+from optimize.engine.executors import executor
+from optimize.engine.pipeline import prepare
+from optimize.engine.work import Settings, Task
+from optimize.measure import metrics as measure
+from optimize.models.data import Dataset
+from optimize.models.inputs import MeasureOptions, open_inputs
+from optimize.present.progress import Progress
+
+
+def run(
+    recipe: Recipe,
+    model: str | Path | None = None,
+    data: str | Path | Dataset | None = None,
+    output: str | Path | None = None,
+    threads: int = 2,
+    reference: str | Path | None = None,
+    measure_it: bool = True,
+    delegates: bool = True,
+    backend: Backend | str | None = None,
+    calibration: str | Path | Dataset | None = None,
+    jobs: int = 1,
+    progress: Progress | None = None,
+    measuring: MeasureOptions | None = None,
+    trust_model_code: bool = False,
+) -> Candidate:
+    """Run one recipe on a model and measure the result. `reference` defaults to a float32 conversion.
+
+    An output path ending in `.tflite` names the artifact; otherwise it is the folder, and the artifact
+    is `<recipe name>.tflite` inside it. `jobs=1` (the default) produces it in a crash-isolated worker
+    process, so a converter or runtime crash fails the candidate instead of the caller; `jobs=0` works
+    in this process.
+    """
+    src, ds = open_inputs(model or recipe.model, data or recipe.data, calibration, measuring, trust_model_code)
+    recipe = prepare(recipe, src, ds, backend)
+    out_dir = Path(output or recipe.output or "optimize-out")
+    file_name = None
+    if out_dir.suffix == ".tflite":  # the artifact's own name; the candidate keeps the recipe's
+        file_name, out_dir = out_dir.name, out_dir.parent
+        paths.inside(out_dir, file_name)  # a plain file name, checked before any work
+    paths.output_dir(out_dir)
+    work = out_dir / ".work" / "result" if file_name else out_dir
+    settings = Settings(threads, measure.DEFAULT_SAMPLES, delegates, timing=measure_it)
+    compare = measure_it and ds is not None
+    task = Task(
+        src,
+        ds,
+        (recipe,),
+        work,
+        settings,
+        reference=Path(reference) if reference else None,
+        own_reference=compare and reference is None,
+    )
+    try:
+        if file_name:
+            paths.output_dir(work)
+        with executor(jobs, progress) as ex:
+            ex.submit(task)
+            cand = next(iter(ex.results()))[1]
+        return _placed(cand, work, out_dir, file_name)
+    finally:
+        shutil.rmtree(out_dir / ".work", ignore_errors=True)
+
+
+def _placed(cand: Candidate, work: Path, out_dir: Path, file_name: str | None) -> Candidate:
+    """The artifact moved from the work folder to the file name asked for (`-o out/m.tflite`)."""
+    if file_name is None or not cand.artifact:
+        return cand
+    os.replace(work / cand.artifact, paths.inside(out_dir, file_name))
+    return cand.model_copy(update={"artifact": file_name})

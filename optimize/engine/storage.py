@@ -1,0 +1,139 @@
+"""Where shared files live: a local folder or any fsspec URL (`s3://bucket/prefix`, `gs://...`, `file://...`).
+
+A `Store` holds immutable objects under keys relative to its root, with four operations the result
+cache needs: `read` (bounded: at most `limit` bytes, None when absent), `create` (atomic and conditional:
+the object appears whole or not at all, and only if no object has that key, so two machines writing the
+same key at once leave one complete object), `delete`, and `clean` (temporaries left by a crash).
+
+Local folders (plain paths and `file://` URLs) need nothing beyond the standard library: the object is
+written to a temporary file in the store, then published with a hard link (which fails if the key
+exists) or, where links are not supported, a rename. Other URLs go through fsspec (`pip install -e
+".[distributed]"` brings s3fs): S3 publishes with a conditional put (`If-None-Match: *`), so no
+temporary key is needed; other backends write a temporary key, then move it into place when the key is
+free. S3 endpoints and credentials come from the standard AWS environment (`AWS_ENDPOINT_URL`,
+`AWS_ACCESS_KEY_ID`, ...), so MinIO, moto's server and AWS all work.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+from optimize.core.errors import OptimizeError
+from optimize.core.paths import create_new, is_url, local_path, read_below, remove_below
+
+STALE_SECONDS = 3600  # temporaries older than this are left over from a crash: removed
+TMP = "tmp"
+
+
+class StorageError(OptimizeError):
+    """A cache URL that cannot be used (unknown scheme, missing package)."""
+
+
+class LocalStore:
+    """Objects as files under a folder; published by link (or rename), never half-written."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.url = str(root)
+
+    def _path(self, key: str) -> Path:
+        return self.root / key
+
+    def read(self, key: str, limit: int) -> bytes | None:
+        """Bounded, regular files only, no link followed (paths.read_below): ValueError when corrupt."""
+        return read_below(self.root, self._path(key), limit)
+
+    def create(self, key: str, data: bytes) -> bool:
+        """Atomic and conditional, never through a link planted in the store (paths.create_new)."""
+        return create_new(self._path(key), data, self.root, self.root / TMP)
+
+    def delete(self, key: str) -> None:
+        remove_below(self.root, self._path(key))
+
+    def clean(self) -> None:
+        now = time.time()
+        for tmp in (self.root / TMP).glob("*"):
+            try:
+                if now - tmp.stat().st_mtime > STALE_SECONDS:
+                    tmp.unlink()
+            except OSError:
+                continue
+
+
+class FsspecStore:
+    """Objects under an fsspec URL (S3: conditional puts; others: temporary key, then move)."""
+
+    def __init__(self, url: str):
+        try:
+            import fsspec
+        except ImportError:
+            raise StorageError(
+                f"The cache {url} needs fsspec.", 'Install the distributed extra: pip install -e ".[distributed]".'
+            ) from None
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(url)
+        except (ImportError, ValueError) as e:
+            raise StorageError(
+                f"Cannot use the cache {url}: {str(e).splitlines()[0][:160]}",
+                "Use a folder, file://, or s3:// (pip install s3fs); gs:// needs gcsfs.",
+            ) from None
+        self.url = url
+        protocol = self.fs.protocol
+        self.conditional = "s3" in (protocol if isinstance(protocol, tuple) else (protocol,))
+
+    def _path(self, key: str) -> str:
+        return f"{self.root.rstrip('/')}/{key}"
+
+    def read(self, key: str, limit: int) -> bytes | None:
+        try:
+            with self.fs.open(self._path(key), "rb") as f:
+                data = f.read(limit + 1)
+        except FileNotFoundError:
+            return None
+        if len(data) > limit:
+            raise ValueError(f"{key} is larger than any entry ({limit:,} bytes)")
+        return data
+
+    def create(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        if self.conditional:
+            try:
+                self.fs.pipe_file(path, data, mode="create")
+                return True
+            except FileExistsError:
+                return False
+        if self.fs.exists(path):
+            return False
+        tmp = self._path(f"{TMP}/{uuid.uuid4().hex}")
+        self.fs.pipe_file(tmp, data)
+        try:
+            if self.fs.exists(path):
+                return False
+            self.fs.mv(tmp, path)
+            return True
+        finally:
+            if self.fs.exists(tmp):
+                self.fs.rm(tmp)
+
+    def delete(self, key: str) -> None:
+        try:
+            self.fs.rm(self._path(key))
+        except FileNotFoundError:
+            pass
+
+    def clean(self) -> None:
+        pass  # conditional puts leave no temporaries; a failed move removes its own
+
+
+def open_store(location: str | os.PathLike) -> LocalStore | FsspecStore:
+    """The store for a folder or URL."""
+    path = local_path(location)
+    return LocalStore(path) if path is not None else FsspecStore(str(location))
+
+
+def join(root: str, *parts: str) -> str:
+    """A sub-location of a folder or URL."""
+    return "/".join([str(root).rstrip("/"), *parts]) if is_url(str(root)) else str(Path(root, *parts))

@@ -1,0 +1,310 @@
+"""Measure a .tflite in the LiteRT runtime: size (raw, gzip), accuracy, fidelity to a float reference,
+latency and peak memory. Honest figures: host CPU, thread count and XNNPACK recorded with each."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from optimize.core.errors import DataError, ModelError
+from optimize.core.results import Accuracy, Fidelity, Latency, Memory, Metrics, OutputFidelity, Size
+from optimize.measure import timing
+from optimize.measure.memory import peak_memory_bytes
+from optimize.measure.timing import time_invoke
+from optimize.models import runtime, tasks
+from optimize.models.data import Dataset, check_inputs, count, load_data, take
+from optimize.models.source import is_tflite
+from optimize.models.tasks import Head, heads
+
+DEFAULT_SAMPLES = 500
+
+
+def size_of(path: str | Path) -> Size:
+    data = Path(path).read_bytes()
+    return Size(bytes=len(data), gzip_bytes=len(gzip.compress(data, compresslevel=9, mtime=0)))
+
+
+def _check_tflite(path: Path) -> None:
+    if not path.is_file():
+        raise ModelError(f"No model at {path}.", "Pass a .tflite file.")
+    with open(path, "rb") as f:
+        if not is_tflite(f.read(8)):
+            raise ModelError(f"{path} is not a TFLite flatbuffer.", "Pass a .tflite written by a converter.")
+
+
+_REFERENCE_MEMO: dict[tuple, list[np.ndarray]] = {}
+
+
+def _digest(xs) -> str:
+    h = hashlib.sha1()
+    for name, a in sorted(xs.items()) if isinstance(xs, dict) else [("", xs)]:
+        h.update(name.encode() + str(a.shape).encode() + np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _reference_outputs(reference: Path, xs, threads: int) -> list[np.ndarray]:
+    """The float reference's outputs on xs, computed once per sweep (every candidate compares with them)."""
+    st = reference.stat()
+    key = (str(reference.resolve()), st.st_mtime_ns, st.st_size, _digest(xs))
+    if key not in _REFERENCE_MEMO:
+        _REFERENCE_MEMO.clear()
+        loaded = runtime.load(reference, threads=threads, like=take(xs, slice(0, 1)))
+        _REFERENCE_MEMO[key] = runtime.Runner(loaded).predict(xs)
+    return _REFERENCE_MEMO[key]
+
+
+def _dataset(data) -> Dataset | None:
+    if data is None or isinstance(data, Dataset):
+        return data
+    return load_data(data)
+
+
+def label_index(ds: Dataset, runner: runtime.Runner) -> int:
+    """Which output the labels belong to: --label-output by name (the model's output name or the
+    converted model's signature key); else, with labels keyed per output (y:<output>), the first output that
+    has some; else the first."""
+    name = ds.label_output
+    if name is None:
+        keyed = ds.y_test if isinstance(ds.y_test, dict) else {}
+        for order in (ds.outputs, runner.output_names()):
+            found = [i for i, n in enumerate(order) if n in keyed]
+            if found:
+                return found[0]
+        return 0
+    if name in runner.output_names():
+        return runner.output_names().index(name)
+    if name in ds.outputs:
+        return ds.outputs.index(name)
+    raise DataError(
+        f"--label-output {name!r} is not an output of the model ({', '.join(ds.outputs or runner.output_names())}).",
+        "Name one of its outputs.",
+    )
+
+
+def accuracy_on(ds: Dataset, outs: list[np.ndarray], hs: list[Head], runner: runtime.Runner, n: int) -> Accuracy | None:
+    """The task's figures on the labelled output, or None without labels."""
+    i = label_index(ds, runner)
+    name = ds.outputs[i] if i < len(ds.outputs) else runner.output_names()[i]
+    y = ds.labels("test", name if isinstance(ds.y_test, dict) else None)
+    if y is None and isinstance(ds.y_test, dict) and ds.y_test:
+        names = runner.output_names()
+        if not set(ds.y_test) & {*names, *ds.outputs}:
+            raise DataError(
+                f"{ds.source}: labels {', '.join(f'y:{k}' for k in ds.y_test)} name none of the model's outputs "
+                f"({', '.join(names)}).",
+                "Key labels by the model's output names (y:<output>), or give plain y for the first output.",
+            )
+    if y is None:
+        return None
+    y = np.asarray(y)[:n]
+    task = tasks.detect(hs[i], y, ds.task)
+    y = tasks.check_labels(task, hs[i], y, "y_test")
+    return Accuracy(samples=len(y), task=task, output=name, **tasks.scores(task, outs[i], y, hs[i]))
+
+
+def fidelity_of(
+    outs: list[np.ndarray],
+    ref: list[np.ndarray],
+    names: list[str],
+    reference: str,
+    hs: list[Head] | None = None,
+    task: str | None = None,
+) -> Fidelity:
+    """Per output: mean/std/max |diff| from the reference, relative error, IoU for masks; argmax agreement
+    only where outputs are classes."""
+    per = []
+    for j, (name, a, b) in enumerate(zip(names, outs, ref)):
+        head = hs[j] if hs else None
+        per.append(_output_fidelity(name, a, b, head is not None and head.is_mask))
+    agree = None
+    classes = task == tasks.Task.CLASSIFICATION or (task is None and hs and hs[0].activation == "softmax")
+    if outs and classes and outs[0].ndim == 2 and outs[0].shape[1] > 1:
+        agree = float((outs[0].argmax(1) == ref[0].argmax(1)).mean())
+    return Fidelity(reference=reference, samples=len(outs[0]) if outs else 0, outputs=per, top1_agreement=agree)
+
+
+def _finite_rows(a: np.ndarray) -> np.ndarray:
+    return np.isfinite(a.reshape(len(a), -1)).all(axis=1) if a.size else np.ones(len(a), bool)
+
+
+def _output_fidelity(name: str, a: np.ndarray, b: np.ndarray, is_mask: bool) -> OutputFidelity:
+    """One output against the reference, over the samples where both are finite; the samples where only
+    the reference is finite are counted (a quantized model going NaN where float32 does not)."""
+    mine, theirs = _finite_rows(a), _finite_rows(b)
+    both = mine & theirs
+    a, b = a[both], b[both]
+    d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    return OutputFidelity(
+        name=name,
+        mean_abs_diff=float(d.mean()) if d.size else 0.0,
+        std_abs_diff=float(d.std()) if d.size else 0.0,
+        max_abs_diff=float(d.max()) if d.size else 0.0,
+        relative_error=tasks.relative_error(a, b) if d.size else None,
+        iou=tasks.mask_iou(a, b) if is_mask and d.size else None,
+        nonfinite_samples=int((~mine & theirs).sum()),
+    )
+
+
+def compare(acc: Accuracy | None, base: Accuracy | None) -> dict:
+    """The change against the float baseline: points for classes, an error ratio for regression."""
+    if acc is None or base is None:
+        return {}
+    if acc.top1 is not None and base.top1 is not None:
+        return {"accuracy_delta": acc.top1 - base.top1}
+    if acc.mae is not None and base.mae:
+        return {"error_ratio": acc.mae / base.mae}
+    return {}
+
+
+def evaluate(
+    model: str | Path,
+    data: str | Path | Dataset | None = None,
+    reference: str | Path | None = None,
+    threads: int = 2,
+    runs: int = 50,
+    warmup: int = 5,
+    samples: int | None = DEFAULT_SAMPLES,
+    memory: bool = True,
+    baseline_accuracy: Accuracy | None = None,
+    timing: bool = True,
+    loaded: runtime.Loaded | None = None,
+) -> Metrics:
+    """Every measurement of one .tflite. Without data, latency and memory use a zero input.
+
+    `reference` is the float model to compare outputs with (inference_diff-style fidelity).
+    `baseline_accuracy` (the float model's on the same data) fills `accuracy_delta` or `error_ratio`.
+    `timing=False` leaves latency and memory to `add_timing`, so a sweep can time every candidate
+    on a quiet machine after the parallel work is done. `loaded`: the model's interpreter, when the
+    caller has one (`runtime.load(model, threads=threads)`), so it is built once.
+    """
+    path = Path(model)
+    _check_tflite(path)
+    ds = _dataset(data)
+    like = take(ds.x_test, slice(0, 1)) if ds is not None else None
+    runner = runtime.Runner(loaded or runtime.load(path, threads=threads, like=like))
+    acc = fid = xs = None
+    if ds is not None:
+        check_inputs(ds, runner_specs(runner))
+        xs = take(ds.x_test, slice(0, samples)) if samples else ds.x_test
+        outs = _predict(runner, xs, path, ds.source)
+        hs = heads(path, runner)
+        acc = accuracy_on(ds, outs, hs, runner, count(xs))
+        if reference is not None:
+            ref = _reference_outputs(Path(reference), xs, threads)
+            task = acc.task if acc else ds.task
+            fid = fidelity_of(outs, ref, runner.output_names(), Path(reference).name, hs, task)
+    metrics = Metrics(size=size_of(path), accuracy=acc, fidelity=fid, **compare(acc, baseline_accuracy))
+    if timing:
+        sample = take(xs, slice(0, 1)) if xs is not None else None
+        metrics = add_timing(metrics, path, sample, threads=threads, runs=runs, warmup=warmup, memory=memory)
+    return metrics
+
+
+INVOKE_FIX = "If its float model runs on the same input, the quantization broke it: try `optimize debug`."
+
+
+def _predict(runner: runtime.Runner, xs, path: Path, source: str) -> list[np.ndarray]:
+    """runner.predict, with a failure to invoke told in one line: the model, the sample, the node and op."""
+    try:
+        return runner.predict(xs)
+    except runtime.InvokeError as e:
+        where = f"test sample {e.sample} of {Path(source).name}" if e.sample is not None else Path(source).name
+        raise runtime.InvokeError(
+            e.failure, f"{path.name} fails to invoke on {where}: {e.failure}.", INVOKE_FIX, e.sample
+        ) from None
+
+
+def runner_specs(runner: runtime.Runner) -> list:
+    """The runner's inputs as model InputSpecs (name, shape, dtype), to check data against."""
+    from optimize.models.source import InputSpec
+
+    return [
+        InputSpec(n, tuple(int(x) for x in d.get("shape_signature", d["shape"])), np.dtype(d["dtype"]).name)
+        for n, d in zip(runner.input_names, runner.inputs)
+    ]
+
+
+def _latency(loaded: tuple[float, bool], threads: int, t: dict) -> Latency:
+    """A latency record from timing figures and the first load's (init_ms, XNNPACK applied)."""
+    init_ms, xnnpack = loaded
+    return Latency(runtime=runtime.runtime_label(), threads=threads, xnnpack=xnnpack, init_ms=init_ms, **t)
+
+
+def _invoke_problem(model: str | Path, sample, e: runtime.InvokeError) -> runtime.InvokeError:
+    what = "an all-zero input (no data given)" if sample is None else "the sample timed"
+    return runtime.InvokeError(e.failure, f"{Path(model).name} fails to invoke on {what}: {e.failure}.", INVOKE_FIX)
+
+
+def _runner(model: str | Path, threads: int, sample) -> runtime.Runner:
+    return runtime.Runner(runtime.load(model, threads=threads, like=sample))
+
+
+def time_many(
+    models: list[str | Path],
+    sample: np.ndarray | None = None,
+    threads: int = 2,
+    runs: int = 50,
+    warmup: int = 5,
+    rounds: int = timing.ROUNDS,
+) -> list[Latency | ModelError]:
+    """Latency of several .tflite files timed round-robin (optimize.measure.timing), so machine drift hits all
+    alike, each block on a fresh interpreter; a model the runtime cannot load or run gives its ModelError
+    instead (the others are timed)."""
+    out: list[Latency | ModelError | None] = [None] * len(models)
+    first: dict[int, tuple[tuple[float, bool], object]] = {}  # the first load's (init_ms, XNNPACK), the sample
+    for i, model in enumerate(models):
+        try:
+            runner = _runner(model, threads, sample)
+        except ModelError as e:
+            out[i] = e
+            continue
+        first[i] = ((runner.loaded.init_ms, runner.loaded.xnnpack), runner.zeros() if sample is None else sample)
+        del runner  # the interpreter goes; timing builds its own
+    idx = list(first)
+    loaders = [functools.partial(_runner, models[i], threads, sample) for i in idx]
+    stats = timing.time_rounds(loaders, [first[i][1] for i in idx], warmup=warmup, runs=runs, rounds=rounds)
+    for i, t in zip(idx, stats):
+        if isinstance(t, runtime.InvokeError):
+            out[i] = _invoke_problem(models[i], sample, t)
+        elif isinstance(t, ModelError):
+            out[i] = t
+        elif isinstance(t, Exception):
+            raise t
+        else:
+            out[i] = _latency(first[i][0], threads, t)
+    return out
+
+
+def add_timing(
+    metrics: Metrics,
+    model: str | Path,
+    sample: np.ndarray | None = None,
+    threads: int = 2,
+    runs: int = 50,
+    warmup: int = 5,
+    memory: bool = True,
+    sequential: bool = False,
+) -> Metrics:
+    """Latency and peak memory of one .tflite, added to its metrics. `sequential`: the older timing, one
+    block of runs (`time_invoke`), without rounds or an interval (kept for comparison)."""
+    if sequential:
+        runner = runtime.Runner(runtime.load(model, threads=threads, like=sample))
+        try:
+            t = time_invoke(runner, runner.zeros() if sample is None else sample, warmup=warmup, runs=runs)
+        except runtime.InvokeError as e:
+            raise _invoke_problem(model, sample, e) from None
+        latency = _latency((runner.loaded.init_ms, runner.loaded.xnnpack), threads, t)
+    else:
+        latency = time_many([model], sample, threads, runs, warmup)[0]
+        if isinstance(latency, ModelError):
+            raise latency
+    update: dict = {"latency": latency, "memory": None}
+    if memory:
+        peak = peak_memory_bytes(model, threads, sample)
+        update["memory"] = Memory(peak_rss_bytes=peak) if isinstance(peak, int) else None
+        update["memory_error"] = peak if isinstance(peak, str) else None
+    return metrics.model_copy(update=update)

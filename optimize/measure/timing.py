@@ -1,0 +1,152 @@
+"""Latency that machine drift cannot rank: models timed round-robin, with an interval for each p50.
+
+Timing candidates one after another lets whatever the machine does meanwhile (another process, a
+frequency change, a thermal step) land on some candidates and not others: identical int8 files measured
+0.040 and 0.077 ms in one sweep. `time_rounds` runs `ROUNDS` rounds; each round times a short block of
+every model in turn (the order rotated each round), so drift hits all alike, on a fresh interpreter per
+block, so an interpreter's own luck (where its arena lands, how its thread pool settles) is sampled too:
+byte-identical files then time alike (benchmarks/bench_latency_noise.py). Each model's p50 is the median of its round medians, with a distribution-free interval for it
+(order statistics of the round medians, about 95%); `optimize.measure.noise` calls two models different only
+when their intervals separate.
+
+`time_invoke` is the older one-after-another timing of one model, kept for comparison
+(benchmarks/bench_latency_noise.py).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+
+import numpy as np
+
+from optimize.measure.noise import median_interval
+from optimize.models.runtime import Runner
+
+ROUNDS = 15
+#: Untimed runs before each later block (the first block warms up `warmup` times, as recorded).
+REWARM = 2
+
+
+def _block(runner, sample, warmup: int, n: int) -> tuple[float, int, list[float]]:
+    """A fresh interpreter's first invoke (ms), its warm-up (fewer after a first invoke of 100 ms or more;
+    the count run is returned) and `n` timed invokes."""
+    first_ms, warmup = warm_start(runner, sample, warmup)
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        runner.it.invoke()
+        out.append((time.perf_counter() - t0) * 1000)
+    return first_ms, warmup, out
+
+
+def _stats(times: list[float], medians: list[float], first_ms: float, warmup: int) -> dict:
+    xs = sorted(times)
+    lo, hi = median_interval(medians)
+    return {
+        "first_ms": first_ms,
+        "warmup_runs": warmup,
+        "runs": len(xs),
+        "mean_ms": statistics.fmean(xs),
+        "std_ms": statistics.pstdev(xs),
+        "p50_ms": statistics.median(medians),
+        "p25_ms": xs[len(xs) // 4],
+        "p75_ms": xs[min(len(xs) - 1, (3 * len(xs)) // 4)],
+        "p90_ms": xs[min(len(xs) - 1, int(len(xs) * 0.9))],
+        "min_ms": xs[0],
+        "rounds": len(medians),
+        "round_p50s_ms": medians,
+        "p50_low_ms": lo,
+        "p50_high_ms": hi,
+    }
+
+
+def time_rounds(
+    loaders: list[Callable[[], object]],
+    samples: list,
+    warmup: int = 5,
+    runs: int = 50,
+    rounds: int = ROUNDS,
+    budget_s: float = 1.0,
+) -> list[dict | Exception]:
+    """Latency of several models, timed round-robin: `loaders` build a fresh `runtime.Runner` per model.
+
+    In round k the models are timed in turn starting from model k (mod n). Each block builds a fresh
+    interpreter (so where its memory lands and how its thread pool starts are sampled too, not fixed for
+    the whole run), invokes it once, warms it up and times `runs / rounds` invokes (`runs` in all). A
+    slow model's blocks shrink so its timed runs stay within about `budget_s` (one run per round at
+    least; its warm-up is then the first invoke alone), so slow reference kernels (int16x8) do not stall
+    a sweep. Returns, per model, the fields of `results.Latency` that timing yields (p50 = the median of
+    the round medians), or the exception a model raised (it is left out of the later rounds).
+    """
+    n = len(loaders)
+    rounds = max(1, min(rounds, runs))
+    out: list = [None] * n
+    times: list[list[float]] = [[] for _ in range(n)]
+    medians: list[list[float]] = [[] for _ in range(n)]
+    first: list[tuple[float, int]] = [(0.0, warmup)] * n
+    fits = [runs] * n  # timed runs per block that fit the budget, known after round 0
+    for k in range(rounds):
+        size = runs // rounds + (k < runs % rounds)  # `runs` in all, spread over the rounds
+        for i in ((k + j) % n for j in range(n)):
+            if out[i] is not None:
+                continue
+            warm = warmup if k == 0 else min(warmup, REWARM) if fits[i] > 1 else 0  # slow: the first invoke is enough
+            try:
+                first_ms, warm, block = _block(loaders[i](), samples[i], warm, min(size, fits[i]))
+            except Exception as e:  # noqa: BLE001 - the runtime's own error (InvokeError, ModelError), handed back
+                out[i] = e
+                continue
+            if k == 0:
+                first[i] = (first_ms, warm)
+                fits[i] = max(1, int(budget_s * 1000 / rounds / max(statistics.median(block), 1e-6)))
+            times[i] += block
+            medians[i].append(statistics.median(block))
+    session = uuid.uuid4().hex[:12]
+    return [
+        out[i] if out[i] is not None else {**_stats(times[i], medians[i], *first[i]), "session": session}
+        for i in range(n)
+    ]
+
+
+def warm_start(runner: Runner, sample: np.ndarray, warmup: int) -> tuple[float, int]:
+    """The first invoke on `sample` (ms) and the warm-up after it: `warmup` runs, one only after a first
+    invoke of 100 ms or more (slow reference kernels); returns (first_ms, warm-up runs made)."""
+    runner.set_input(sample)
+    t0 = time.perf_counter()
+    runner.invoke()
+    first_ms = (time.perf_counter() - t0) * 1000
+    warmup = warmup if first_ms < 100 else min(warmup, 1)
+    for _ in range(warmup):
+        runner.it.invoke()
+    return first_ms, warmup
+
+
+def time_invoke(runner: Runner, sample: np.ndarray, warmup: int = 5, runs: int = 50, budget_s: float = 1.0) -> dict:
+    """Latency the way benchmark_model reports it: first inference, warm-up, then steady-state stats.
+
+    Timed runs stop at `runs` or once `budget_s` is spent (at least 5), so slow reference kernels
+    (int16x8) do not stall a sweep; the count actually run is recorded.
+    """
+    first_ms, warmup = warm_start(runner, sample, warmup)
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < runs and (len(times) < 5 or time.perf_counter() - start < budget_s):
+        t0 = time.perf_counter()
+        runner.it.invoke()
+        times.append((time.perf_counter() - t0) * 1000)
+    times.sort()
+    return {
+        "first_ms": first_ms,
+        "warmup_runs": warmup,
+        "runs": len(times),
+        "mean_ms": statistics.fmean(times),
+        "std_ms": statistics.pstdev(times),
+        "p25_ms": times[len(times) // 4],
+        "p50_ms": times[len(times) // 2],
+        "p75_ms": times[min(len(times) - 1, (3 * len(times)) // 4)],
+        "p90_ms": times[min(len(times) - 1, int(len(times) * 0.9))],
+        "min_ms": times[0],
+    }

@@ -1,0 +1,401 @@
+"""Datasets: `.npz` files checked against the model's inputs before any work starts; calibration samples.
+
+An `.npz` (numpy.savez) holds, for a model with one input:
+    x and y (split 80/20 into train and test), or x_train / y_train / x_test / y_test, optionally x_cal;
+for a model with several inputs, one array per input, keyed by the model's input name:
+    x:image and x:features (or x_train:image, x_test:image, x_cal:image, ...);
+and labels per output when there are several: y:<output name> (plain `y` belongs to the first output, or
+to the one named by --label-output). Labels are optional: without them accuracy is not measured, but
+calibration and fidelity still work. Every array is checked on load: finite values, one sample per row,
+the same sample count across inputs, and a header that does not lie about its size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from optimize.core.errors import DataError
+from optimize.core.paths import regular_file
+
+SPLITS = ("x", "y", "x_train", "y_train", "x_test", "y_test", "x_cal")
+KNOWN_KEYS = SPLITS  # the plain names; `<split>:<name>` adds an input or output name
+MAX_ARRAY_BYTES = 8 * 2**30  # one array above this is refused before it is read
+#: What zipfile and numpy raise on a corrupt archive or .npy (NotImplementedError: an unknown zip version
+#: or compression; RuntimeError: an encrypted member).
+_UNREADABLE = (ValueError, OSError, EOFError, zipfile.BadZipFile, NotImplementedError, RuntimeError)
+
+#: One input's samples, or several inputs' keyed by name (first axis: samples).
+Inputs = np.ndarray | dict[str, np.ndarray]
+#: Labels for the first output, or several outputs' keyed by name.
+Labels = np.ndarray | dict[str, np.ndarray]
+
+
+def count(x: Inputs) -> int:
+    return len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
+
+
+def take(x: Inputs, idx) -> Inputs:
+    """A subset of samples (a slice or index array), for every input alike."""
+    return {k: v[idx] for k, v in x.items()} if isinstance(x, dict) else x[idx]
+
+
+def as_float(x: Inputs) -> Inputs:
+    return (
+        {k: v.astype(np.float32, copy=False) for k, v in x.items()}
+        if isinstance(x, dict)
+        else x.astype(np.float32, copy=False)
+    )
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Train (for fine-tuning), calibration (for int8 ranges) and test (for accuracy, fidelity) splits."""
+
+    x_train: Inputs | None
+    y_train: Labels | None
+    x_cal: Inputs
+    x_test: Inputs
+    y_test: Labels | None
+    source: str
+    calibration_seed: int = 0
+    task: str | None = None  # --task: what the labels are (None: detected from the output and labels)
+    label_output: str | None = None  # --label-output: which output the labels belong to (None: the first)
+    outputs: tuple[str, ...] = ()  # the source model's output names, in order (to find label_output)
+
+    @property
+    def fingerprint(self) -> str:
+        """Content hash of every array: the cache key part that says 'same data'."""
+        h = hashlib.sha256()
+        for a in (self.x_train, self.y_train, self.x_cal, self.x_test, self.y_test):
+            for name, arr in (sorted(a.items()) if isinstance(a, dict) else [("", a)]) if a is not None else []:
+                h.update(name.encode() + str(arr.shape).encode() + str(arr.dtype).encode())
+                h.update(np.ascontiguousarray(arr).tobytes())
+        h.update(f"{self.calibration_seed}|{self.task}|{self.label_output}".encode())
+        return h.hexdigest()[:16]
+
+    @property
+    def input_names(self) -> list[str] | None:
+        """The input names the data is keyed by, or None for a single unnamed input."""
+        return list(self.x_cal) if isinstance(self.x_cal, dict) else None
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        x = self.x_cal
+        return tuple(next(iter(x.values())).shape[1:]) if isinstance(x, dict) else tuple(x.shape[1:])
+
+    def calibration_index(self, n: int) -> np.ndarray:
+        """Which n calibration samples are used: drawn at random (seeded) across the calibration split.
+
+        Not the first n in file order: a file sorted by class or by time would calibrate on one corner.
+        """
+        total = count(self.x_cal)
+        if n >= total:
+            return np.arange(total)
+        return np.sort(np.random.default_rng(self.calibration_seed).choice(total, n, replace=False))
+
+    def calibration(self, n: int) -> Inputs:
+        """The n calibration samples (`calibration_index`), as float32."""
+        return as_float(take(self.x_cal, self.calibration_index(n)))
+
+    def require_training(self, technique: str) -> None:
+        if self.x_train is None or self.y_train is None:
+            raise DataError(
+                f"{technique} fine-tunes the model and needs labelled training data.",
+                "Pass an .npz with x/y or x_train/y_train.",
+            )
+
+    def labels(self, split: str, output: str | None) -> np.ndarray | None:
+        """The labels of `split` ("train"/"test") for one output (None: the first, or the only one)."""
+        y = self.y_train if split == "train" else self.y_test
+        if not isinstance(y, dict):
+            return y
+        if output is not None and output in y:
+            return y[output]
+        return None if output is not None else next(iter(y.values()))
+
+    def check_input(self, shape: tuple, dtype: str = "float32", name: str = "input") -> None:
+        """Raise one clear DataError when samples of any split do not fit one model input (batch dim
+        ignored): shape, a numeric type, and values the input's type can hold (float64 1e300 is infinite
+        as float32)."""
+        splits = [("x_cal", self.x_cal), ("x_train", self.x_train), ("x_test", self.x_test)]
+        for split, x in splits:
+            if x is None:
+                continue
+            if isinstance(x, dict):
+                if name not in x:
+                    raise DataError(
+                        f"{self.source} has no array for the model's input {name!r} (it has {', '.join(x)}).",
+                        f"Add x:{name} (and x_train:{name}/x_test:{name} if you split).",
+                    )
+                x = x[name]
+            _check_shape(x, shape, name)
+            _check_range(x, dtype, f"{self.source}: {split}" + (f":{name}" if isinstance(self.x_cal, dict) else ""))
+
+
+def _check_shape(x: np.ndarray, shape: tuple, name: str) -> None:
+    want = tuple(int(d) if d is not None and d != -1 else -1 for d in shape[1:])
+    got = tuple(x.shape[1:])
+    if len(want) != len(got) or any(w not in (-1, g) for w, g in zip(want, got)):
+        raise DataError(
+            f"Data samples have shape {list(got)} but the model's {name} takes {list(want)} (batch excluded).",
+            "Reshape the arrays in the .npz to match the model input.",
+        )
+    if not np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_:
+        raise DataError(f"Data for {name} has dtype {x.dtype}; the model takes numbers.", "Store x as float32.")
+
+
+def _check_range(x: np.ndarray, dtype: str, what: str) -> None:
+    """Values the model's input type holds: no float beyond its range (it would become inf), no integer
+    outside an integer input's range (it would wrap)."""
+    try:
+        target = np.dtype(dtype)
+    except TypeError:
+        return
+    if x.size == 0 or x.dtype == target:
+        return
+    if np.issubdtype(target, np.floating) and np.issubdtype(x.dtype, np.floating):
+        top = float(np.max(np.abs(x)))
+        if top > float(np.finfo(target).max):
+            raise DataError(
+                f"{what} holds values up to {top:.3g}, beyond {target.name} (the model's input type): "
+                "they would become infinite.",
+                "Scale or clip the data to the range the model was trained on.",
+            )
+    elif np.issubdtype(target, np.integer) and np.issubdtype(x.dtype, np.number):
+        info = np.iinfo(target)
+        lo, hi = float(np.min(x)), float(np.max(x))
+        if lo < info.min or hi > info.max:
+            raise DataError(
+                f"{what} holds values {lo:g}..{hi:g}, outside {target.name} (the model's input type).",
+                f"Store values within {info.min}..{info.max}.",
+            )
+
+
+def check_inputs(ds: Dataset, specs: list) -> None:
+    """The data against every model input (`specs`: name, shape, dtype), one clear line at the first misfit."""
+    names = ds.input_names
+    if names is None and len(specs) > 1:
+        raise DataError(
+            f"The model has {len(specs)} inputs ({', '.join(s.name for s in specs)}); the data has one array x.",
+            "Key one array per input: x:" + ", x:".join(s.name for s in specs) + " (numpy.savez(..., **{...})).",
+        )
+    if names is not None:
+        extra = sorted(set(names) - {s.name for s in specs})
+        if extra:
+            raise DataError(
+                f"{ds.source} has x:{extra[0]}, but the model's inputs are {', '.join(s.name for s in specs)}.",
+                "Name each x:<input> after the model's input.",
+            )
+    for s in specs:
+        ds.check_input(s.shape, s.dtype, s.name if names is not None else s.name)
+
+
+# ---------------------------------------------------------------------------------------------- loading
+def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path) -> np.ndarray:
+    """One .npy member, its size and compression ratio checked (a zip bomb is refused before a byte is
+    decompressed) and its header against its real size before anything is allocated."""
+    from optimize.core.bounded import check_member
+
+    name = info.filename.removesuffix(".npy")
+    check_member(info, MAX_ARRAY_BYTES, str(path), DataError)
+    try:
+        with z.open(info) as f:
+            version = np.lib.format.read_magic(f)
+            header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = header(f)
+    except _UNREADABLE as e:
+        raise DataError(
+            f"{path}: array {name!r} is not a readable .npy ({e}).", "Save arrays with numpy.savez."
+        ) from None
+    if dtype.hasobject:
+        raise DataError(f"{path}: array {name!r} holds Python objects.", "Store numbers (float32, int64).")
+    claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if claimed > max(info.file_size, 0) + 4096 or claimed > MAX_ARRAY_BYTES:
+        raise DataError(
+            f"{path}: array {name!r} claims {claimed:,} bytes ({shape}) but the file holds {info.file_size:,}.",
+            "The .npz is corrupt or forged: save it again with numpy.savez.",
+        )
+    try:
+        with z.open(info) as f:
+            return np.lib.format.read_array(f, allow_pickle=False)
+    except _UNREADABLE as e:
+        raise DataError(
+            f"{path}: array {name!r} is not a readable .npy ({e}).", "Save arrays with numpy.savez."
+        ) from None
+
+
+def _read_npz(p: Path) -> dict[str, np.ndarray]:
+    regular_file(p, "data", DataError)
+    try:
+        with zipfile.ZipFile(p) as z:
+            return {info.filename.removesuffix(".npy"): _read_member(z, info, p) for info in z.infolist()}
+    except _UNREADABLE as e:
+        raise DataError(
+            f"{p} is not a readable .npz file ({e.__class__.__name__}).", "Save arrays with numpy.savez."
+        ) from None
+
+
+def _group(arrays: dict[str, np.ndarray], p) -> dict[str, Inputs]:
+    """`x:image` and `x:features` -> {"x": {"image": ..., "features": ...}}; plain keys stay arrays."""
+    out: dict[str, Inputs] = {}
+    for key, arr in arrays.items():
+        split, _, name = key.partition(":")
+        if split not in SPLITS:
+            raise DataError(
+                f"{p} has unknown array {key!r}.",
+                f"Use {', '.join(SPLITS)}, or <split>:<input name> for models with several inputs.",
+            )
+        if not name:
+            if isinstance(out.get(split), dict):
+                raise DataError(f"{p} has both {split} and {split}:<name> arrays.", f"Key every {split} by name.")
+            out[split] = arr
+        else:
+            if isinstance(out.get(split), np.ndarray):
+                raise DataError(f"{p} has both {split} and {split}:{name}.", f"Key every {split} by name.")
+            out.setdefault(split, {})[name] = arr
+    return out
+
+
+def load_data(path: str | Path, calibration_seed: int = 0) -> Dataset:
+    """Read an .npz dataset; one clear error for anything that is not one."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"No data file at {p}.", "Pass an .npz with arrays x and y (or x_train/y_train/x_test/y_test).")
+    return from_arrays(source=str(p), calibration_seed=calibration_seed, **_group(_read_npz(p), p))
+
+
+# ---------------------------------------------------------------------------------------------- checking
+#: Array kinds that are not real numbers, by numpy's kind code: refused by name.
+NOT_NUMBERS = {
+    "c": "complex numbers",
+    "O": "Python objects",
+    "U": "text",
+    "S": "bytes",
+    "V": "structured records",
+    "M": "dates",
+    "m": "time spans",
+}
+
+
+def _check_array(a: np.ndarray, what: str, source: str) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype.kind in NOT_NUMBERS:
+        raise DataError(
+            f"{source}: {what} holds {NOT_NUMBERS[a.dtype.kind]} (dtype {a.dtype}); optimize takes real numbers.",
+            "Store floats or integers (labels: integer class ids or real values).",
+        )
+    if a.ndim == 0:
+        raise DataError(f"{source}: {what} is a scalar.", "Give one sample per row (the first axis is the sample).")
+    if len(a) == 0:
+        raise DataError(f"{source}: {what} has no samples.", f"Give {what} at least one sample, or leave it out.")
+    if np.issubdtype(a.dtype, np.floating):
+        nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
+        if nan or inf:
+            bad = f"{nan} NaN" if nan else f"{inf} infinite"
+            raise DataError(f"{source}: {what} contains {bad} values.", "Clean or impute them before optimizing.")
+    return a
+
+
+def _checked(x: Inputs | None, what: str, source: str) -> Inputs | None:
+    """Every array of one split checked, and the inputs' sample counts equal."""
+    if x is None:
+        return None
+    if not isinstance(x, dict):
+        return _check_array(x, what, source)
+    x = {k: _check_array(v, f"{what}:{k}", source) for k, v in x.items()}
+    counts = {k: len(v) for k, v in x.items()}
+    if len(set(counts.values())) > 1:
+        (a, na), (b, nb) = sorted(counts.items(), key=lambda kv: kv[1])[:: len(counts) - 1]
+        raise DataError(
+            f"{source}: {what}:{a} has {na} samples but {what}:{b} has {nb}.", "Give every input the same samples."
+        )
+    return x
+
+
+def _split(x: Inputs, y: Labels | None, test_fraction: float = 0.2):
+    """80/20 into train and test; with fewer than 5 samples every split holds them all."""
+    n = count(x)
+    if n < 5:
+        return x, y, x, y
+    n_test = max(1, int(n * test_fraction))
+
+    def cut(a, sl):
+        return None if a is None else take(a, sl)
+
+    return (
+        cut(x, slice(None, -n_test)),
+        cut(y, slice(None, -n_test)),
+        cut(x, slice(-n_test, None)),
+        cut(y, slice(-n_test, None)),
+    )
+
+
+def _same_count(xs: Inputs | None, ys: Labels | None, name: str, source: str) -> None:
+    if xs is None or ys is None:
+        return
+    for label, y in ys.items() if isinstance(ys, dict) else [("", ys)]:
+        if count(xs) != len(y):
+            tag = f"y_{name}:{label}" if label else f"y_{name}"
+            raise DataError(
+                f"{source}: x_{name} has {count(xs)} samples but {tag} has {len(y)}.", "Give one label per sample."
+            )
+
+
+def from_arrays(
+    x=None,
+    y=None,
+    x_train=None,
+    y_train=None,
+    x_test=None,
+    y_test=None,
+    x_cal=None,
+    source="arrays",
+    calibration_seed: int = 0,
+) -> Dataset:
+    """Build a Dataset from arrays (or dicts of them keyed by input/output name), splitting x/y 80/20
+    into train/test when no split is given."""
+    parts = {
+        k: _checked(v, k, source)
+        for k, v in dict(x=x, y=y, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, x_cal=x_cal).items()
+    }
+    x, y, x_train, y_train, x_test, y_test, x_cal = (
+        parts[k] for k in ("x", "y", "x_train", "y_train", "x_test", "y_test", "x_cal")
+    )
+    if x is not None:
+        if x_train is not None or x_test is not None:
+            raise DataError(f"{source} has both x and x_train/x_test.", "Give either x/y or an explicit split.")
+        _same_count(x, y, "", source)
+        x_train, y_train, x_test, y_test = _split(x, y)
+    if x_test is None and x_train is None and x_cal is None:
+        raise DataError(f"{source} has no x, x_train, x_test or x_cal array.", "Add the model inputs as array x.")
+    _same_count(x_train, y_train, "train", source)
+    _same_count(x_test, y_test, "test", source)
+    x_cal = x_cal if x_cal is not None else (x_train if x_train is not None else x_test)
+    x_test = x_test if x_test is not None else x_cal
+    if count(x_cal) == 0:
+        raise DataError(f"{source} has no samples.", "Add at least one sample.")
+    return Dataset(x_train, y_train, x_cal, x_test, y_test, source, calibration_seed)
+
+
+def combine(data: Dataset | None, calibration: Dataset | None) -> Dataset | None:
+    """Test/train data from one file and calibration samples from another; either alone serves both."""
+    if calibration is None:
+        return data
+    if data is None:
+        return calibration
+    return replace(data, x_cal=calibration.x_cal, source=f"{data.source} (calibration: {calibration.source})")
+
+
+def coverage(ds: Dataset, n: int) -> dict[str, float]:
+    """Per input: the share of test values outside the range the calibration samples cover.
+
+    A large share means int8 will clip test inputs (a trend beyond the training range, unnormalised data).
+    """
+    cal, test = as_float(take(ds.x_cal, ds.calibration_index(n))), as_float(ds.x_test)
+    pairs = [(k, cal[k], test[k]) for k in cal] if isinstance(cal, dict) else [("x", cal, test)]
+    return {k: float(((t < c.min()) | (t > c.max())).mean()) for k, c, t in pairs}

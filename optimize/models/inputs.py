@@ -1,0 +1,112 @@
+"""The front door of every command: the model opened once (read, validated and, for a .tflite, normalised)
+and the data read and checked against it, before any work starts: one clear line when they do not fit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from optimize.core.errors import DataError, ModelError
+from optimize.core.vocab import Task
+from optimize.models import source as models
+from optimize.models.data import Dataset, check_inputs, combine, load_data
+from optimize.models.normalize import not_float
+
+
+def check_data(src: models.ModelSource, data: Dataset | None) -> None:
+    """Check the model and data before any work starts (one clear line if they do not fit): a .tflite must
+    be a float model once normalised, and the data must fit the model's inputs."""
+    loaded = models.check_loads(src)  # a Keras file that does not load: one line now, not a failed candidate
+    if src.kind == "tflite":
+        why = not_float(models.opened(src).content)
+        if why:
+            raise ModelError(
+                f"{src.path.name} cannot be optimized: {why}.",
+                "Pass the float32 model it was made from; `optimize evaluate` and `optimize compat` measure it as it is.",
+            )
+    if data is None:
+        return
+    check_inputs(data, models.input_specs(src))
+    _check_label_names(data)
+    _check_labels_fit(data, models.output_heads(src, loaded))
+
+
+def _check_labels_fit(data: Dataset, named: list) -> None:
+    """Every split's labels fit the output they belong to and its task (class ids in range, 0/1, as many
+    values per sample as the output has), checked before any work: one line, nothing written."""
+    from optimize.models import tasks
+
+    if not named:
+        return
+    by_name = dict(named)
+    by_name.update({f"output_{i}": head for i, (_, head) in enumerate(named)})  # a converted model's keys
+    plain = data.label_output if data.label_output in by_name else named[0][0]
+    for split, y in (("train", data.y_train), ("test", data.y_test)):
+        for label, ys in (y.items() if isinstance(y, dict) else [(None, y)]) if y is not None else []:
+            head = by_name.get(label or plain)
+            if head is not None:
+                where = f"y_{split}" + (f":{label}" if label else "")
+                tasks.check_labels(tasks.detect(head, ys, data.task), head, ys, where)
+
+
+def _check_label_names(data: Dataset) -> None:
+    """Labels keyed per output (y:<output>) and --label-output must name the model's outputs."""
+    outputs = list(data.outputs)
+    keyed = [k for y in (data.y_train, data.y_test) if isinstance(y, dict) for k in y]
+    wrong = [k for k in dict.fromkeys(keyed) if outputs and k not in outputs]
+    signature_keys = [f"output_{i}" for i in range(len(outputs))]  # what a converted model calls them
+    if data.label_output is not None and outputs and data.label_output not in outputs + signature_keys:
+        wrong.insert(0, data.label_output)
+    if wrong:
+        raise DataError(
+            f"{wrong[0]!r} is not an output of the model (it has {', '.join(outputs)}).",
+            "Key labels as y:<output name> and pass --label-output with one of those names.",
+        )
+
+
+def open_inputs(
+    model: str | Path | None,
+    data: str | Path | Dataset | None,
+    calibration: str | Path | Dataset | None = None,
+    measuring: MeasureOptions | None = None,
+    trust: bool = False,
+    check: bool = False,
+):
+    """The model source and dataset; the built-in demo (and its data) when no model is given.
+
+    `calibration` supplies the calibration samples (its x); `data` the rest. Either alone serves both.
+    The model is opened first, so a bad model file is named before missing or bad data. `measuring`
+    says what the labels are and how calibration samples are drawn. `check`: the model and data are also
+    checked against each other (`check_data`), for the commands that are about to work on them.
+    """
+    if model is None or str(model) == "demo":
+        from optimize.models.demo import demo
+
+        model_path, data_path = demo()
+        model = model_path
+        data = data if data is not None else data_path
+    src = models.open_model(model, trust)  # the one read of the model: recognised, opened, described
+    ds = combine(_dataset(data), _dataset(calibration))
+    if ds is not None:
+        kept = {"task": ds.task, "label_output": ds.label_output, "calibration_seed": ds.calibration_seed}
+        m = measuring or MeasureOptions(**kept)  # a Dataset passed in keeps its own settings
+        ds = replace(ds, outputs=models.output_names(src), **m.model_dump())
+    if check:
+        check_data(src, ds)
+    return src, ds
+
+
+class MeasureOptions(BaseModel):
+    """How a run reads its data: what the labels are, which output they belong to, calibration sampling."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task: Task | None = Field(None, description="classification, binary, multilabel, regression or other.")
+    label_output: str | None = Field(None, description="The output the labels belong to (default: the first).")
+    calibration_seed: int = Field(0, description="Seeds the random choice of calibration samples.")
+
+
+def _dataset(data: str | Path | Dataset | None) -> Dataset | None:
+    return data if isinstance(data, Dataset) or data is None else load_data(data)

@@ -1,0 +1,195 @@
+"""Keras 3 models rebuilt in tf_keras, so pruning, clustering and QAT (tfmot, Keras 2 only) apply to them.
+
+A Keras 3 model made of standard layers is rebuilt layer by layer: each layer from its own config (the
+dtype policy read as its name, nested objects in the Keras 2 form, keys tf_keras does not take dropped,
+initializers left at tf_keras's defaults), the graph traced again through Keras 3's own walk of its nodes
+with the new layers, the weights copied.
+The rebuild is used only when it is exact: both models run on the same samples and every output must
+match (max |diff| <= 1e-5 + 1e-4 x |output|). Anything else (a Keras 3 op that is not a layer, a layer
+tf_keras lacks, outputs that differ) is a ModelError saying why, which a sweep lists as the reason its
+Keras-stage techniques were dropped.
+
+    keras2_path(src, data=None) -> Path        the rebuilt tf_keras model, saved once per process
+"""
+
+from __future__ import annotations
+
+import inspect
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from optimize.core.errors import ModelError
+from optimize.models import _tf
+
+ATOL, RTOL = 1e-5, 1e-4
+SAMPLES = 8
+#: Keyword arguments every tf_keras layer takes besides its own (base Layer kwargs).
+BASE_KWARGS = {"name", "dtype", "trainable", "dynamic", "input_dim", "input_shape", "batch_input_shape", "batch_size"}
+FIX = "Save it with tf_keras (Keras 2), or use the post-training schemes (they take Keras 3 as it is)."
+
+
+def _legacy(value):
+    """Keras 3's serialised objects ({module, class_name, config, registered_name}) in the Keras 2 form."""
+    if isinstance(value, dict) and "class_name" in value and "config" in value:
+        if value["class_name"] in ("DTypePolicy", "FloatDTypePolicy"):
+            return value["config"].get("name", "float32")
+        return {"class_name": value["class_name"], "config": _legacy(value["config"])}
+    if isinstance(value, dict):
+        return {k: _legacy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_legacy(v) for v in value]
+    return value
+
+
+def _accepted(cls) -> set[str]:
+    """Every keyword a tf_keras layer class takes, its bases' included (subclasses pass **kwargs up)."""
+    names = set(BASE_KWARGS)
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            names |= {p for p, v in inspect.signature(init).parameters.items() if v.kind is v.POSITIONAL_OR_KEYWORD}
+    return names - {"self"}
+
+
+def _twin(layer3):
+    """The tf_keras layer that computes what a Keras 3 layer computes, from its config."""
+    keras2 = _tf.keras()
+    name = type(layer3).__name__
+    cls = getattr(keras2.layers, name, None)
+    if not isinstance(layer3, _tf.keras3().layers.Layer):
+        raise ModelError(f"it applies the Keras 3 operation {layer3.name!r} ({name}) outside any layer", FIX)
+    if cls is None:
+        raise ModelError(f"its layer {layer3.name!r} ({name}) has no tf_keras counterpart", FIX)
+    # initializers only shape new weights, and every weight is copied: tf_keras's defaults serve
+    config = {k: v for k, v in _legacy(layer3.get_config()).items() if not k.endswith("_initializer")}
+    keep = _accepted(cls)
+    dropped = {k: v for k, v in config.items() if k not in keep}
+    odd = {k: v for k, v in dropped.items() if v not in (None, False, 0, {}, [])}
+    if odd:
+        raise ModelError(f"layer {layer3.name!r} ({name}) uses Keras 3 settings tf_keras lacks: {sorted(odd)}", FIX)
+    try:
+        return cls.from_config({k: v for k, v in config.items() if k in keep})
+    except (TypeError, ValueError, KeyError) as e:
+        raise ModelError(f"layer {layer3.name!r} ({name}) does not rebuild in tf_keras: {_first(e)}", FIX) from None
+
+
+def _first(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+
+
+def rebuild(model3):
+    """The Keras 3 model's tf_keras twin (weights copied), or a ModelError naming what stands in the way."""
+    keras2 = _tf.keras()
+    graph = getattr(model3, "_functional", None) or model3
+    if not hasattr(graph, "_run_through_graph") or not getattr(model3, "inputs", None):
+        raise ModelError(f"{type(model3).__name__} is not a functional or sequential model with known inputs", FIX)
+    twins: dict[int, object] = {}
+
+    def twin(op):
+        if id(op) not in twins:
+            twins[id(op)] = _twin(op)
+        return twins[id(op)]
+
+    inputs = [
+        keras2.Input(
+            shape=tuple(x.shape[1:]), batch_size=x.shape[0], dtype=x.dtype, name=x.name.split(":")[0].split("/")[0]
+        )
+        for x in model3.inputs
+    ]
+    try:
+        outputs = graph._run_through_graph(inputs, operation_fn=twin)
+        model2 = keras2.Model(inputs if len(inputs) > 1 else inputs[0], outputs, name=model3.name)
+    except ModelError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure to trace is a model this route cannot take
+        raise ModelError(f"it does not trace in tf_keras: {_first(e)}", FIX) from None
+    _copy_weights(model3, twins)
+    return model2
+
+
+def _copy_weights(model3, twins: dict[int, object]) -> None:
+    for layer in _layers(model3):
+        dst = twins.get(id(layer))
+        if dst is None:
+            continue
+        weights = layer.get_weights()
+        if len(weights) != len(dst.get_weights()):
+            raise ModelError(
+                f"layer {layer.name!r} holds {len(weights)} weights in Keras 3, {len(dst.get_weights())} in tf_keras",
+                FIX,
+            )
+        dst.set_weights(weights)
+
+
+def _layers(model) -> list:
+    graph = getattr(model, "_functional", None) or model
+    return list(getattr(graph, "operations", None) or getattr(graph, "layers", []))
+
+
+def _samples(model3, data) -> list[np.ndarray]:
+    """Inputs to compare the two models on: the data's test samples, else seeded normal values."""
+    if data is not None:
+        from optimize.models.data import as_float, take
+
+        xs = as_float(take(data.x_test, slice(0, SAMPLES)))
+        names = [x.name for x in model3.inputs]
+        return [xs[n] for n in names] if isinstance(xs, dict) else [xs]
+    rng = np.random.default_rng(0)
+    return [rng.normal(size=(SAMPLES, *[d or 1 for d in x.shape[1:]])).astype(np.float32) for x in model3.inputs]
+
+
+def _outputs(model, xs: list[np.ndarray]) -> list[np.ndarray]:
+    out = model(xs if len(xs) > 1 else xs[0], training=False)
+    out = list(out.values()) if isinstance(out, dict) else out
+    return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+
+
+def check_exact(model3, model2, data=None) -> float:
+    """The largest |difference| between the two models' outputs on the same samples; a ModelError when they
+    do not match (the rebuild is not the same function)."""
+    xs = _samples(model3, data)
+    a, b = _outputs(model3, xs), _outputs(model2, xs)
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+        raise ModelError("its tf_keras rebuild has different outputs", FIX)
+    worst = max(float(np.max(np.abs(x - y))) if x.size else 0.0 for x, y in zip(a, b))
+    if not all(np.allclose(x, y, rtol=RTOL, atol=ATOL) for x, y in zip(a, b)):
+        raise ModelError(f"its tf_keras rebuild computes something else (outputs differ by up to {worst:.3g})", FIX)
+    return worst
+
+
+_MEMO: dict[str, tuple[Path | None, str]] = {}
+
+
+def keras2_path(src, data=None) -> tuple[Path, str]:
+    """(the Keras 3 model rebuilt in tf_keras and saved as .keras, a note saying so), made once per process.
+    A model that cannot be rebuilt exactly is a ModelError: "Keras 3 model <name>: pruning, ... need ...".
+    """
+    key = src.fingerprint
+    if key not in _MEMO:
+        _MEMO[key] = _make(src, data)
+    path, why = _MEMO[key]
+    if path is None:
+        raise ModelError(
+            f"Pruning, clustering and QAT need a Keras 2 (tf_keras) model; {src.path.name} is Keras 3 and cannot be "
+            f"rebuilt in tf_keras exactly: {why}.",
+            FIX,
+        )
+    return path, why
+
+
+def _make(src, data) -> tuple[Path | None, str]:
+    from optimize.models.source import load_keras3
+
+    model3 = load_keras3(src)
+    try:
+        model2 = rebuild(model3)
+        worst = check_exact(model3, model2, data)
+    except ModelError as e:
+        return None, e.problem
+    folder = Path(tempfile.mkdtemp(prefix="optimize-keras2-"))
+    path = folder / f"{src.name}.keras"
+    model2.save(path)
+    n = len(model2.layers)
+    return path, f"Keras 3 model rebuilt in tf_keras ({n} layers, config and weights; outputs match to {worst:.1g})"

@@ -1,0 +1,497 @@
+"""Model inputs: recognise Keras 2, Keras 3, SavedModel and .tflite; load them fresh; export for conversion.
+
+Every failure to recognise a model is one ModelError line naming what was expected. Keras stage
+techniques get a fresh load each time (tfmot mutates the model it is given).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import zipfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from optimize.core.bounded import loads_json, member_json
+from optimize.core.errors import ModelError
+from optimize.core.paths import check_tree, open_regular, read_bounded, regular_file
+from optimize.models import _tf
+
+Kind = Literal["keras2", "keras3", "savedmodel", "tflite"]
+EXPECTED = "Pass a Keras .keras/.h5 file, a SavedModel directory, or a .tflite file."
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model, opened once: where it is, what kind, its fingerprint, and (after `opened`) what every later
+    step asks of it: for a .tflite its normalised float32 bytes and what normalising changed; for every
+    kind its inputs and outputs. It is a plain value: it travels with each task to any worker or node."""
+
+    path: Path
+    kind: Kind
+    fingerprint: str
+    trusted: bool = False  # the user vouched for Python code in the file (--trust-model-code)
+    content: bytes | None = field(default=None, repr=False, compare=False)  # .tflite: normalised bytes
+    facts: tuple[str, ...] = ()  # what normalising changed (empty: the file is plain float32 already)
+    inputs: tuple[InputSpec, ...] | None = field(default=None, compare=False)
+    outputs: tuple[str, ...] | None = field(default=None, compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.path.stem if self.path.is_file() else self.path.name
+
+
+def _fingerprint(path: Path, files: list[Path] | None = None) -> str:
+    """A content hash of the model file, or of every regular file of a folder (`check_tree`'s list: no
+    FIFO, no device, no link outside, bounded in size), read through the one bounded reader."""
+    h = hashlib.sha256()
+    if files is None:
+        files = check_tree(path, "SavedModel", ModelError) if path.is_dir() else [path]
+    for f in files:
+        h.update(os.fsencode(f.relative_to(path) if path.is_dir() else f.name))  # any name, UTF-8 or not
+        with open_regular(f, "model", ModelError) as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def _digest(name: str, content: bytes) -> str:
+    """A model file's fingerprint from its name and bytes (what `_fingerprint` computes for one file)."""
+    h = hashlib.sha256(os.fsencode(name))
+    h.update(content)
+    return h.hexdigest()[:16]
+
+
+KERAS_JSON = "a readable Keras model config"
+MAX_KERAS_JSON = 64 * 2**20  # config.json and metadata.json: a large functional model's config is ~1 MiB
+
+
+def _keras_json(path: Path, z: zipfile.ZipFile, name: str):
+    """One JSON member of a .keras archive: size and compression ratio checked before reading, nesting
+    before parsing (a zip bomb or a 200,000-deep config is one line, not MemoryError or RecursionError)."""
+    return member_json(z, name, MAX_KERAS_JSON, str(path), ModelError, "Save the model again with Keras.", KERAS_JSON)
+
+
+def _keras_major(path: Path) -> int | None:
+    """Which Keras wrote a .keras/.h5 file (2 = tf_keras, 3 = Keras 3), or None if it is neither."""
+    with open_regular(path, "model", ModelError) as f:
+        head = f.read(8)
+    if head.startswith(b"PK"):
+        try:
+            with zipfile.ZipFile(path) as z:
+                meta = _keras_json(path, z, "metadata.json")
+            if not isinstance(meta, dict):
+                raise ModelError(f"{path}: its metadata.json is not a Keras metadata object.", EXPECTED)
+            return int(str(meta.get("keras_version", "0")).split(".")[0])
+        except (zipfile.BadZipFile, KeyError, ValueError, UnicodeDecodeError, NotImplementedError, RuntimeError):
+            return None
+    if head.startswith(b"\x89HDF"):
+        import h5py
+
+        try:
+            with h5py.File(path, "r") as f:
+                v = f.attrs.get("keras_version")
+        except OSError:
+            return None
+        v = v.decode() if isinstance(v, bytes) else v
+        return int(str(v).split(".")[0]) if v else None
+    return None
+
+
+def is_tflite(data: bytes) -> bool:
+    """A TFLite flatbuffer carries the file identifier 'TFL3' at bytes 4..8."""
+    return len(data) >= 8 and data[4:8] == b"TFL3"
+
+
+def open_model(path: str | Path, trust: bool = False) -> ModelSource:
+    """Recognise a model file or directory without loading it (cheap, TF-free except for .h5 probing).
+
+    A Keras file must carry a readable model config, and none with Python code in it (Lambda layers,
+    marshalled functions) unless `trust`: loading a legacy .h5 runs that code.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ModelError(f"No model at {p}.", EXPECTED)
+    if p.is_dir():
+        if (p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file():
+            files = check_tree(p, "SavedModel", ModelError)  # no FIFO, device or link outside; bounded size
+            _check_fingerprint(p)
+            specs = _savedmodel_inputs(p)  # a corrupt graph or missing variables: one line now, not later
+            return ModelSource(p, "savedmodel", _fingerprint(p, files), inputs=tuple(specs), outputs=())
+        raise ModelError(f"{p} is a directory but not a SavedModel (no saved_model.pb).", EXPECTED)
+    regular_file(p, "model", ModelError)  # not a FIFO, a device, or larger than a flatbuffer can be
+    with open_regular(p, "model", ModelError) as f:
+        head = f.read(16)
+    if is_tflite(head):
+        from optimize.models import runtime
+        from optimize.models.tflite import read_model
+
+        content = read_bounded(p, "model", ModelError)  # the one read of the file
+        read_model(content, str(p))  # the structural validation every reader shares, named by the file
+        try:  # a truncated or corrupt flatbuffer fails here, with the runtime's reason
+            runtime.describe(content)
+        except ModelError as e:
+            raise ModelError(f"{p}: {e.problem}", e.fix) from None
+        return _opened_tflite(ModelSource(p, "tflite", _digest(p.name, content)), content)
+    if p.suffix == ".tflite":
+        raise ModelError(
+            f"{p} is not a TFLite flatbuffer (no 'TFL3' identifier).", "Pass a .tflite written by a converter."
+        )
+    major = _keras_major(p)
+    if major not in (2, 3):
+        raise ModelError(f"{p} is not a model optimize can read.", EXPECTED)
+    src = ModelSource(p, "keras2" if major == 2 else "keras3", _fingerprint(p), trust)
+    config = _keras_config(src)
+    if not (isinstance(config, dict) and isinstance(config.get("config"), dict) and config.get("class_name")):
+        raise ModelError(f"{p} has no readable Keras model config.", "Save the model again with Keras.")
+    check_trust(src, config, trust)
+    check_modules(src, config, trust)
+    return _opened_keras(src, config)
+
+
+def _check_fingerprint(p: Path) -> None:
+    """A fingerprint.pb that does not parse: TensorFlow logs a traceback and carries on; we say so once."""
+    fp = p / "fingerprint.pb"
+    if fp.exists() and not _tf.fingerprint_readable(read_bounded(fp, "SavedModel", ModelError, limit=2**20)):
+        raise ModelError(
+            f"{p}: its fingerprint.pb is not a SavedModel fingerprint (corrupt or replaced).",
+            "Export the SavedModel again, or delete fingerprint.pb.",
+        )
+
+
+def output_heads(src: ModelSource, model=None) -> list:
+    """(output name, tasks.Head) per output, in order, to check labels before any work: a Keras model's
+    (loaded, `model`) or a .tflite's (normalised, described without allocating). [] for a SavedModel
+    (its outputs are known once converted)."""
+    if src.kind in ("keras2", "keras3") and model is not None:
+        from optimize.models.tasks import _head
+
+        names = list(getattr(model, "output_names", None) or [])
+        return [(n, _head(model, i)) for i, n in enumerate(names)]
+    if src.kind != "tflite":
+        return []
+    from optimize.models import runtime
+    from optimize.models.tasks import heads
+
+    content = opened(src).content
+    _, _, _, names, outs = runtime.io_details(runtime.describe(content))
+    return list(zip(names, heads(content, outputs=outs)))
+
+
+def check_loads(src: ModelSource):
+    """Load a Keras model once before any work (issue 18): whatever makes it fail to load (garbage weights,
+    unknown activations, shapes Keras refuses) is one line and exit 2 now, not a failed candidate later."""
+    if src.kind == "keras2":
+        return load_keras2(src)
+    if src.kind == "keras3":
+        return load_keras3(src)
+    return None
+
+
+def load_keras2(src: ModelSource):
+    """A fresh tf_keras model from disk. Keras 3 files get a clear line: tfmot needs Keras 2."""
+    if src.kind != "keras2":
+        if src.kind == "tflite":
+            raise ModelError(
+                f"{src.path.name} is already a .tflite: pruning, clustering and QAT need the Keras 2 model.",
+                "Pass the tf_keras .keras/.h5 model, or quantize the .tflite with optimize quantize.",
+            )
+        raise ModelError(
+            f"Pruning, clustering and QAT need a Keras 2 (tf_keras) model; {src.path.name} is {src.kind}.",
+            "Save it with tf_keras (pip install tf-keras), or use a post-training scheme: optimize quantize.",
+        )
+    keras = _tf.keras()
+    tfmot = _tf.tfmot()
+    try:
+        with tfmot.quantization.keras.quantize_scope():
+            return keras.models.load_model(src.path, compile=False, safe_mode=not src.trusted)
+    except Exception as e:  # corrupt or partial file
+        raise ModelError(
+            f"Cannot load {src.path.name} with tf_keras: {str(e).splitlines()[0][:200]}", EXPECTED
+        ) from None
+
+
+def load_keras3(src: ModelSource):
+    keras3 = _tf.keras3()
+    try:
+        return keras3.saving.load_model(src.path, compile=False, safe_mode=not src.trusted)
+    except Exception as e:
+        raise ModelError(
+            f"Cannot load {src.path.name} with Keras 3: {str(e).splitlines()[0][:200]}", EXPECTED
+        ) from None
+
+
+def export_saved_model(model, out: Path, batch: int | None = None) -> Path:
+    """Export a Keras 2 or Keras 3 model as an inference-only SavedModel (its serving endpoint only).
+
+    `model.export()` writes just the serving function; `tf.saved_model.save` on a Keras model also
+    traces every layer's training and loss functions, which made each MobileNetV2 conversion ~7x slower.
+    `batch` fixes the batch dimension (the route for recurrent layers, whose TensorList shapes must be
+    static); the signature keeps the model's input names either way.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.redirect_stdout(io.StringIO()):
+        if batch is None:
+            model.export(str(out))
+        else:
+            _export_fixed(model, out, batch)
+    return out
+
+
+def _export_fixed(model, out: Path, batch: int) -> None:
+    tf = _tf.tf()
+    keras = _tf.keras() if isinstance(model, _tf.keras().Model) else _tf.keras3()
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    specs = [tf.TensorSpec([batch, *t.shape[1:]], t.dtype, name=t.name.split(":")[0]) for t in model.inputs]
+    if len(specs) == 1:
+        archive.add_endpoint("serve", lambda x: model(x), input_signature=specs)
+    else:
+        archive.add_endpoint("serve", lambda *xs: model(list(xs)), input_signature=specs)
+    archive.write_out(str(out))
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: its name (the signature key of the converted model), shape (batch first, -1
+    unknown) and dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+
+def _keras_config(src: ModelSource) -> dict | None:
+    try:
+        with open_regular(src.path, "model", ModelError) as f:
+            zipped = f.read(2) == b"PK"
+        if zipped:
+            with zipfile.ZipFile(src.path) as z:
+                config = _keras_json(src.path, z, "config.json")
+        else:
+            import h5py
+
+            with h5py.File(src.path, "r") as f:
+                raw = f.attrs.get("model_config")
+            config = loads_json(raw, str(src.path), ModelError, "Save the model again with Keras.", KERAS_JSON)
+        return config if isinstance(config, dict) else None
+    except (KeyError, TypeError, ValueError, OSError, zipfile.BadZipFile, NotImplementedError, RuntimeError):
+        return None
+
+
+def _shape_of(layer_config: dict) -> tuple | None:
+    shape = layer_config.get("batch_input_shape") or layer_config.get("batch_shape")
+    return tuple(-1 if d is None else int(d) for d in shape) if shape else None
+
+
+def _config_inputs(config: dict | None) -> list[InputSpec] | None:
+    """Every input from a Keras file's stored config (no TensorFlow, no weights loaded), in order."""
+    try:
+        body = config["config"]
+        layers = {layer["config"]["name"]: layer for layer in body["layers"]}
+        order = [entry[0] if isinstance(entry, list) else entry for entry in body.get("input_layers") or []]
+        if not order:  # Sequential: the first layer is (or describes) the input
+            first = body["layers"][0]
+            shape = _shape_of(first["config"])
+            return [InputSpec(first["config"]["name"], shape)] if shape else None
+        order = [o[0] if isinstance(o, list) else o for o in order]
+        specs = [
+            InputSpec(n, _shape_of(layers[n]["config"]), layers[n]["config"].get("dtype") or "float32") for n in order
+        ]
+        return specs if all(s.shape for s in specs) else None
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def _tflite_io(content: bytes) -> tuple[tuple[InputSpec, ...], tuple[str, ...]]:
+    """Inputs and outputs of a normalised .tflite as the techniques will see them: read from an interpreter
+    built but not allocated, so custom ops that keep it from running here do not matter."""
+    from optimize.models import runtime
+
+    it = runtime.describe(content)
+    key = runtime.signature_key(it)
+    if key is not None:
+        items = list(it.get_signature_runner(key).get_input_details().items())
+        outputs = tuple(it.get_signature_list()[key]["outputs"])
+    else:
+        items = [(d["name"], d) for d in it.get_input_details()]
+        outputs = tuple(d["name"] for d in it.get_output_details())
+    inputs = tuple(
+        InputSpec(name, tuple(int(x) for x in d.get("shape_signature", d["shape"])), np.dtype(d["dtype"]).name)
+        for name, d in items
+    )
+    return inputs, outputs
+
+
+def opened(src: ModelSource) -> ModelSource:
+    """The source with what every later step needs read once: a .tflite normalised (its bytes and facts)
+    and described; a Keras file's inputs and outputs from its config; a SavedModel's signature (read when
+    it was recognised)."""
+    if src.kind == "tflite" and src.content is None:
+        return _opened_tflite(src, read_bounded(src.path, "model", ModelError))
+    if src.kind in ("keras2", "keras3") and src.outputs is None:
+        return _opened_keras(src, _keras_config(src))
+    return src
+
+
+def _opened_keras(src: ModelSource, config: dict | None) -> ModelSource:
+    """A Keras source with its inputs and outputs read from its stored config (None where it does not say)."""
+    specs = _config_inputs(config)
+    return replace(src, inputs=tuple(specs) if specs is not None else None, outputs=_config_outputs(config))
+
+
+def _opened_tflite(src: ModelSource, content: bytes) -> ModelSource:
+    """A .tflite source with its normalised bytes, what normalising changed, and its inputs and outputs."""
+    from optimize.models.normalize import normalize
+
+    n = normalize(content)
+    inputs, outputs = _tflite_io(n.content)
+    return replace(src, content=n.content, facts=tuple(n.facts), inputs=inputs, outputs=outputs)
+
+
+def _savedmodel_inputs(path: Path) -> list[InputSpec]:
+    tf = _tf.tf()
+    try:
+        loaded = tf.saved_model.load(str(path))
+    except Exception as e:  # noqa: BLE001 - any failure to read it is a corrupt SavedModel
+        raise ModelError(f"{path} is not a readable SavedModel ({str(e).splitlines()[0][:160]}).", EXPECTED) from None
+    sig = loaded.signatures.get("serving_default")
+    if sig is None:
+        raise ModelError(f"{path} has no serving_default signature.", "Export the SavedModel with a signature.")
+    return [
+        InputSpec(name, tuple(-1 if d is None else int(d) for d in spec.shape.as_list()), spec.dtype.name)
+        for name, spec in sig.structured_input_signature[1].items()
+    ]
+
+
+def input_specs(src: ModelSource) -> list[InputSpec]:
+    """Every model input, in the order the model takes them, to check data before any work."""
+    if src.inputs is not None:
+        return list(src.inputs)
+    if src.kind == "tflite":
+        return list(opened(src).inputs)
+    if src.kind == "savedmodel":
+        return _savedmodel_inputs(src.path)
+    if src.outputs is None:  # a Keras source not opened yet: its config may say
+        src = opened(src)
+        if src.inputs is not None:
+            return list(src.inputs)
+    model = load_keras2(src) if src.kind == "keras2" else load_keras3(src)
+    return [InputSpec(t.name.split(":")[0], tuple(-1 if d is None else int(d) for d in t.shape)) for t in model.inputs]
+
+
+def input_shape(src: ModelSource) -> tuple:
+    """The first input's shape (batch first, -1 for unknown)."""
+    return input_specs(src)[0].shape
+
+
+def output_names(src: ModelSource) -> tuple[str, ...]:
+    """The model's outputs in order: a Keras model's output layer names, else the signature's keys.
+
+    A converted model names its outputs output_0, output_1, ... in the same order, so labels keyed by a
+    Keras output name find their output in any artifact made from it.
+    """
+    if src.outputs is not None:
+        return src.outputs
+    if src.kind in ("keras2", "keras3", "tflite"):
+        return opened(src).outputs
+    return ()
+
+
+def _config_outputs(config: dict | None) -> tuple[str, ...]:
+    """A Keras config's output layer names, in order (() where it does not say)."""
+    try:
+        body = config["config"]
+        outs = body.get("output_layers")
+        if outs:
+            flat = outs if isinstance(outs[0], list) else [outs]
+            return tuple(o[0] for o in flat)
+        return (body["layers"][-1]["config"]["name"],)
+    except (KeyError, IndexError, TypeError):
+        return ()
+
+
+RECURRENT = frozenset({"LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"})
+
+
+def has_recurrent(model) -> bool:
+    """Whether a Keras model holds a recurrent layer (also inside a tfmot wrapper)."""
+    return any(type(getattr(layer, "layer", layer)).__name__ in RECURRENT for layer in model.layers)
+
+
+# ---------------------------------------------------------------------------------------------- trust
+#: Config keys whose values are Python code that deserialising would run (marshalled bytecode).
+CODE_KEYS = ("function", "output_shape")
+CODE_TYPES = ("lambda", "raw")
+
+
+def code_layers(config) -> list[str]:
+    """Layers in a Keras config that carry Python code deserialising would run: Lambda layers, and any
+    layer with a marshalled function (`function_type: lambda`). Nested models are searched too."""
+    found: list[str] = []
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            cfg = node.get("config") if isinstance(node.get("config"), dict) else {}
+            marshalled = any(cfg.get(f"{k}_type") in CODE_TYPES and cfg.get(k) for k in CODE_KEYS)
+            if node.get("class_name") == "Lambda" or marshalled:
+                found.append(f"{cfg.get('name', '?')} ({node.get('class_name', '?')})")
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(config)
+    return found
+
+
+def check_trust(src: ModelSource, config: dict | None, trust: bool) -> None:
+    """Refuse a model file whose config carries Python code, unless the user trusts it."""
+    if trust or config is None:
+        return
+    layers = code_layers(config)
+    if layers:
+        raise ModelError(
+            f"{src.path.name} holds Python code that loading it would run: {', '.join(layers[:3])}"
+            + (f" and {len(layers) - 3} more" if len(layers) > 3 else "")
+            + ".",
+            "Pass --trust-model-code if you trust where the file came from, or rebuild it without Lambda layers.",
+        )
+
+
+#: Where a Keras config's classes may come from. Anything else ("os", "subprocess", a package of the
+#: file's choosing) would be imported by deserialising it: refused, like Python code, unless trusted.
+KERAS_MODULES = ("keras", "tf_keras", "tensorflow", "tensorflow_model_optimization", "builtins")
+
+
+def foreign_modules(config) -> list[str]:
+    """Every `module` a Keras config names outside KERAS_MODULES (nested configs too), in order."""
+    found: list[str] = []
+    stack = [config]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            module = node.get("module")
+            if module is not None and (not isinstance(module, str) or module.split(".")[0] not in KERAS_MODULES):
+                found.append(str(module)[:80])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return list(dict.fromkeys(found))
+
+
+def check_modules(src: ModelSource, config: dict | None, trust: bool) -> None:
+    """Refuse a Keras config whose classes come from modules other than Keras's own, unless trusted."""
+    foreign = [] if trust or config is None else foreign_modules(config)
+    if foreign:
+        raise ModelError(
+            f"{src.path.name} names classes from {', '.join(repr(m) for m in foreign[:3])}: loading it would "
+            "import that code.",
+            "Pass --trust-model-code if you trust where the file came from, or save it again with Keras.",
+        )

@@ -1,0 +1,81 @@
+"""A .tflite read for everything downstream: parsed (`flatbuffer.py`), then validated (`validate.py`).
+
+`read_model` is what every reader calls; `checked` is the gate before a flatbuffer reaches native code
+(the runtime, the normaliser, the quantizers), remembered per content so a model is validated once.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections import OrderedDict
+from pathlib import Path
+
+from optimize.core.errors import ModelError
+from optimize.models.flatbuffer import Model, _parse, _schema, _source
+from optimize.models.validate import validate
+
+
+def read_model(model: str | Path | bytes, where: str | None = None) -> Model:
+    """Parse a .tflite file or its bytes and validate its structure (`validate.py`): anything unreadable
+    or inconsistent is one ModelError with a fix, before any rule, reader, normaliser, quantizer or
+    interpreter looks at it. `where` names bytes in messages (a path names itself).
+
+    Remembered per content (bytes: length and CRC; a file: its identity, size and mtime) for the last few
+    models, so the model a run opened is parsed and validated once, however many steps ask for it."""
+    key = _key(model)
+    if key is not None and key in _PARSED:
+        _PARSED.move_to_end(key)
+        return _PARSED[key]
+    parsed = _read(model, where)
+    if key is not None:
+        _PARSED[key] = parsed
+        while len(_PARSED) > KEEP:
+            _PARSED.popitem(last=False)
+    return parsed
+
+
+#: How many parsed models are remembered (a run's source, its normalised form, the artifact at hand).
+KEEP = 4
+_PARSED: OrderedDict[tuple, Model] = OrderedDict()
+
+
+def _key(model) -> tuple | None:
+    if isinstance(model, bytes | bytearray | memoryview):
+        return ("bytes", len(model), zlib.crc32(model))
+    try:
+        st = os.stat(model)
+    except (OSError, ValueError):
+        return None  # _read says what is wrong with it
+    return ("file", os.fspath(model), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _read(model: str | Path | bytes, where: str | None) -> Model:
+    buf, where = _source(model, where)
+    s = _schema()
+    if len(buf) < 8 or not s.Model.ModelBufferHasIdentifier(buf, 0):
+        raise ModelError(
+            f"{where} is not a TFLite flatbuffer (no 'TFL3' identifier).",
+            "Pass a .tflite file written by the TFLite/LiteRT converter.",
+        )
+    try:
+        parsed = _parse(buf)
+    except ModelError:
+        raise
+    except Exception as e:  # truncated or corrupt: offsets point outside the file
+        raise ModelError(
+            f"{where} is truncated or corrupt ({e.__class__.__name__} while reading the flatbuffer).",
+            "Re-export the model; check the file copied completely.",
+        ) from None
+    if not parsed.subgraphs or not parsed.main.ops:
+        raise ModelError(f"{where} has an empty graph (no operators).", "Export a model that computes something.")
+    validate(parsed, where)
+    return parsed
+
+
+def checked(model, where: str | None = None):
+    """`model` (a path or bytes) once the structural validation every reader shares has passed: what the
+    runtime, the normaliser and the quantizers call before a flatbuffer reaches native code (validated once
+    per content, `read_model`)."""
+    read_model(model, where)
+    return model

@@ -1,0 +1,389 @@
+"""A study as a report: Markdown beside SVG plots, and one self-contained HTML page.
+
+The page holds the candidates table, the plots (size vs accuracy, latency vs accuracy, the Pareto
+front highlighted, the chosen candidate marked), the delegate matrix as a coloured grid whose cells
+carry the fallback reasons, and, given a recommendation, the decision path, the choice, every
+rejection and the facts. Everything taken from the study is HTML-escaped; the page loads nothing
+from outside (plots are inline SVG, styles inline). Pure Python apart from matplotlib, imported lazily.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from optimize.core.results import Candidate, DelegateReport, Study, write_atomic
+from optimize.core.vocab import Delegate
+from optimize.decide.choose import Recommendation, pareto_front
+from optimize.delegates.observe import OBSERVED
+
+DELEGATE_COLUMNS = tuple(Delegate)
+PLOT_TITLES = {"size_vs_accuracy": "Size vs accuracy", "latency_vs_accuracy": "Latency vs accuracy"}
+HOST_NOTE = "Latency is host-CPU latency in the LiteRT interpreter, not a device figure."
+
+
+# ------------------------------------------------------------------------------------ formatting
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return ""
+    return f"{n / 1e6:.2f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
+def _accuracy(c: Candidate) -> str:
+    m = c.metrics
+    if m is None or m.accuracy is None:
+        return ""
+    a = m.accuracy
+    value = f"top-1 {a.top1 * 100:.2f}%" if a.top1 is not None else (f"MAE {a.mae:.4g}" if a.mae is not None else "")
+    if m.accuracy_delta is not None:
+        value += f" ({m.accuracy_delta * 100:+.2f} pt)"
+    return value.strip()
+
+
+def _fidelity(c: Candidate) -> str:
+    f = c.metrics.fidelity if c.metrics else None
+    if f is None:
+        return ""
+    parts = []
+    if f.top1_agreement is not None:
+        parts.append(f"agree {f.top1_agreement * 100:.1f}%")
+    if f.outputs:
+        parts.append(f"max |Δ| {max(o.max_abs_diff for o in f.outputs):.3g}")
+    return ", ".join(parts)
+
+
+def _latency(c: Candidate) -> str:
+    lat = c.metrics.latency if c.metrics else None
+    if lat is None:
+        return ""
+    return f"{lat.p50_ms:.3g} ms ({lat.threads} thr{', XNNPACK' if lat.xnnpack else ', no XNNPACK'})"
+
+
+def _status(c: Candidate, rec: Recommendation | None, front: set[str]) -> str:
+    if c.error:
+        return "failed"
+    if rec is not None and c.name == rec.chosen:
+        return "chosen"
+    reason = next((r.reason for r in rec.rejected if r.candidate == c.name), None) if rec else None
+    if reason:
+        return f"rejected: {reason}"
+    return "Pareto front" if c.name in front else ""
+
+
+def _rows(study: Study, rec: Recommendation | None) -> list[tuple[str, ...]]:
+    """One tuple of display strings per candidate, shared by the Markdown and HTML tables."""
+    front = set(rec.pareto if rec else pareto_front(study.candidates))
+    rows = []
+    for c in study.candidates:
+        size = c.metrics.size if c.metrics else None
+        scheme = c.scheme if c.io == "float" else f"{c.scheme} ({c.io} I/O)"
+        rows.append(
+            (
+                c.name,
+                scheme,
+                c.backend or "",
+                fmt_bytes(size.bytes) if size else "",
+                fmt_bytes(size.gzip_bytes) if size else "",
+                _accuracy(c),
+                _fidelity(c),
+                _latency(c),
+                _status(c, rec, front),
+                c.error or "",
+            )
+        )
+    return rows
+
+
+HEADERS = (
+    "Candidate",
+    "Scheme",
+    "Backend",
+    "Size",
+    "Gzip",
+    "Accuracy (Δ vs baseline)",
+    "Fidelity",
+    "Latency p50",
+    "Status",
+    "Error",
+)
+
+
+def _cell_text(r: DelegateReport) -> str:
+    built = " (build fails: the whole model on the CPU)" if r.veto_code == "build-failure" else ""
+    parts = f"{r.partitions} partition{'s' if r.partitions != 1 else ''}"
+    return f"{r.verdict}{built}: {r.nodes_delegated}/{r.nodes_total} nodes, {parts}"
+
+
+def _reasons(r: DelegateReport) -> list[str]:
+    """Why nodes stay on the CPU: the veto, each CPU node with its reason, then the hints."""
+    out = [f"vetoed: {r.vetoed}"] if r.vetoed else []
+    out += [f"#{n.index} {n.op} v{n.version}: {n.reason}" for n in r.cpu_nodes]
+    out += [f"hint: {h}" for h in r.hints]
+    return out
+
+
+# -------------------------------------------------------------------------------------- Markdown
+def _md(text: str) -> str:
+    """One Markdown table cell or list item: no pipes, newlines or raw HTML tags from the study."""
+    text = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _md_candidates(study: Study, rec: Recommendation | None) -> list[str]:
+    lines = ["## Candidates", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(_md(x) for x in row) + " |" for row in _rows(study, rec)]
+    return lines + (["", "The study has no candidates."] if not study.candidates else [])
+
+
+def delegate_columns(study: Study) -> tuple[str, ...]:
+    """The delegate columns, plus the GPU observed in the runtime when the sweep observed it (--observe gpu)."""
+    observed = tuple(k for k in OBSERVED.values() if any(k in c.delegates for c in study.candidates))
+    return DELEGATE_COLUMNS + observed
+
+
+def _md_matrix(study: Study) -> list[str]:
+    columns = delegate_columns(study)
+    lines = ["## Delegate matrix", "", "| Candidate | " + " | ".join(columns) + " |"]
+    lines.append("|---|" + "---|" * len(columns))
+    for c in study.candidates:
+        cells = []
+        for d in columns:
+            r = c.delegates.get(d)
+            why = "; ".join(_reasons(r)) if r else ""
+            cells.append("-" if r is None else _md(f"{_cell_text(r)} ({r.source})" + (f": {why}" if why else "")))
+        lines.append(f"| {_md(c.name)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _md_names(names: list[str]) -> str:
+    return ", ".join(_md(n) for n in names) or "none"
+
+
+def _md_answer(rec: Recommendation) -> list[str]:
+    """The choice (or why there is none), why, the default guard's warnings and what to try."""
+    if rec.chosen:
+        keep = f": keep the float32 file ({_md(rec.keep_float32)})" if rec.keep_float32 else ""
+        lines = [f"**Chosen: {_md(rec.chosen)}**{keep}"]
+    else:
+        lines = [f"**{_md(rec.headline or 'No candidate meets the goals.')}**"]
+    lines += [""] + [f"Why: {_md(w)}" for w in rec.why] if rec.why else []
+    lines += [""] + [f"- **WARNING:** {_md(w)}" for w in rec.warnings] if rec.warnings else []
+    lines += ["", "What to try:", ""] + [f"- {_md(t)}" for t in rec.to_try] if rec.to_try else []
+    return lines
+
+
+def _md_recommendation(rec: Recommendation) -> list[str]:
+    lines = [f"## Recommendation for {rec.target}", "", *_md_answer(rec)]
+    lines += ["", "Decision path (rule of thumb):", ""]
+    lines += [f"{i}. {_md(q.question)} {_md(q.answer)} → {_md(q.decided)}" for i, q in enumerate(rec.advice.path, 1)]
+    if rec.chosen_recipe_toml:
+        fence = "~~~~" if "```" in rec.chosen_recipe_toml else "```"
+        lines += ["", "Recipe:", "", fence + "toml", rec.chosen_recipe_toml.rstrip(), fence]
+    lines += ["", f"Ranked: {_md_names(rec.ranked)}.", "", f"Pareto front: {_md_names(rec.pareto)}."]
+    if rec.rejected:
+        lines += ["", "Rejected:", ""] + [f"- {_md(r.candidate)}: {_md(r.reason)}" for r in rec.rejected]
+    if rec.facts:
+        lines += ["", "Good to know:", ""] + [f"- {_md(f)}" for f in rec.facts]
+    return lines
+
+
+def _md_environment(study: Study) -> list[str]:
+    env = study.environment
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(env.versions.items()))
+    where = f"{_md(env.host)}, {_md(env.platform)}, Python {_md(env.python)}"
+    return ["## Environment", "", f"{where}, {env.cpu_count} CPUs, {env.threads} threads; {_md(versions)}."]
+
+
+def _md_rescue(study: Study) -> list[str]:
+    """Each candidate's accuracy-rescue steps: the transform, whether it was kept, the layers it moved."""
+    lines = [
+        "## Accuracy rescue at 8 bits",
+        "",
+        "| Candidate | Step | Kept | What it did | Layers: int8 error before -> after |",
+    ]
+    lines.append("|---|---|---|---|---|")
+    for c in study.candidates:
+        for r in c.rescue:
+            moved = "; ".join(f"{_md(lc.op)} {lc.before:.4f} -> {lc.after:.4f}" for lc in r.layers[:3]) or "-"
+            kept = "yes" if r.kept else "no"
+            lines.append(f"| {_md(c.name)} | {_md(r.transform)} | {kept} | {_md(r.detail)} | {moved} |")
+    return lines
+
+
+def render_markdown(study: Study, rec: Recommendation | None = None, images: dict[str, str] | None = None) -> str:
+    """The report as Markdown. `images` maps plot keys to relative file paths (write_report writes them).
+    Everything that comes from a study is escaped (names, reasons, facts)."""
+    head = f"Study created {_md(study.created)}; data: {_md(study.data or 'none')}; baseline: {_md(study.baseline)}."
+    sections = [[f"# Optimization report: {_md(study.model)}", "", head, "", f"_{HOST_NOTE}_"]]
+    sections.append(_md_candidates(study, rec))
+    if images:
+        from optimize.present.plots import captions
+
+        said = captions(study)
+        figures = [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})\n\n_{_md(said.get(k, k))}_" for k, v in images.items()]
+        sections.append(["## Plots", "", "\n\n".join(figures)])
+    sections.append(_md_matrix(study))
+    if any(c.rescue for c in study.candidates):
+        sections.append(_md_rescue(study))
+    if rec is not None:
+        sections.append(_md_recommendation(rec))
+    sections.append(_md_environment(study))
+    return "\n\n".join("\n".join(sec) for sec in sections) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ HTML
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em;color:#212121;max-width:1400px}
+table{border-collapse:collapse;margin:1em 0;font-size:14px}
+th,td{border:1px solid #cfd8dc;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#eceff1}
+tr.chosen td{background:#fff8e1;font-weight:600}
+tr.failed td{color:#b71c1c}
+td.full{background:#c8e6c9} td.partial{background:#ffe0b2} td.none{background:#ffcdd2} td.missing{background:#f5f5f5;color:#9e9e9e}
+th.target{outline:3px solid #1565c0}
+td.num{text-align:right;white-space:nowrap}
+figure{display:inline-block;margin:0 1em 1em 0} figure svg{width:560px;height:auto}
+.note{color:#546e7a;font-size:13px} details{font-size:12px} code,pre{background:#f5f5f5}
+"""
+
+
+def make_plots(study: Study, rec: Recommendation | None = None) -> dict[str, str]:
+    """The study's plots as SVG text, keyed by name (matplotlib is imported here, not before)."""
+    from optimize.present.plots import study_plots
+
+    pareto = rec.pareto if rec else pareto_front(study.candidates)
+    return study_plots(study, pareto=pareto, chosen=rec.chosen if rec else None, goals=rec.goals if rec else None)
+
+
+def _matrix(study: Study) -> list[dict]:
+    """Per candidate, per delegate: verdict, text, source and reasons (None where not checked)."""
+    rows = []
+    for c in study.candidates:
+        cells = []
+        for d in delegate_columns(study):
+            r = c.delegates.get(d)
+            if r is None:
+                cells.append(None)
+                continue
+            summary = f"{len(r.cpu_nodes)} op(s) on CPU" if r.cpu_nodes else "why"
+            cells.append(
+                {
+                    "verdict": r.verdict,
+                    "text": _cell_text(r),
+                    "source": r.source,
+                    "reasons": _reasons(r),
+                    "summary": summary,
+                }
+            )
+        rows.append({"name": c.name, "cells": cells})
+    return rows
+
+
+def _debug_sections(study: Study, charts: bool) -> list[dict]:
+    """One section per candidate that carries a per-layer analysis (a selective search, a debug run)."""
+    from optimize.present.plots import layer_chart
+
+    out = []
+    for c in study.candidates:
+        if c.debug is None:
+            continue
+        chart = layer_chart(c.debug, c.name) if charts else None
+        out.append(
+            {"name": c.name, "report": c.debug, "layers": c.debug.layers[:25], "search": c.search, "chart": chart}
+        )
+    return out
+
+
+def _goals_text(rec: Recommendation | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None) if rec else ""
+
+
+def _html_rows(study: Study, rec: Recommendation | None) -> list[dict]:
+    def cls(c: Candidate) -> str:
+        return "chosen" if rec and c.name == rec.chosen else ("failed" if c.error else "")
+
+    return [
+        {"name": c.name, "cls": cls(c), "cells": r} for c, r in zip(study.candidates, _rows(study, rec), strict=True)
+    ]
+
+
+def _captions(study: Study) -> dict[str, str]:
+    from optimize.present.plots import captions
+
+    return captions(study)
+
+
+def _unplotted(study: Study) -> list[str]:
+    from optimize.present.plots import unplotted
+
+    return unplotted(study)
+
+
+def _template():
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    env = Environment(
+        loader=PackageLoader("optimize.present", "templates"), autoescape=select_autoescape(["html", "j2"])
+    )
+    return env.get_template("report.html.j2")
+
+
+def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str, str] | None = None) -> str:
+    """The report as one self-contained HTML page (inline CSS and SVG; nothing loaded from outside),
+    rendered from templates/report.html.j2 with every study string escaped."""
+    from markupsafe import Markup
+
+    from optimize.core.vocab import TARGET_DELEGATE
+
+    charts = plots is None or bool(plots)
+    plots = make_plots(study, rec) if plots is None else plots
+    debug = [{**d, "chart": Markup(d["chart"]) if d["chart"] else None} for d in _debug_sections(study, charts)]
+    env = study.environment
+    return _template().render(
+        study=study,
+        rec=rec,
+        css=Markup(CSS),
+        host_note=HOST_NOTE,
+        goals=_goals_text(rec),
+        headers=HEADERS,
+        rows=_html_rows(study, rec),
+        plots={k: Markup(v) for k, v in plots.items()},  # our own SVG, made by matplotlib from escaped text
+        plot_titles=_captions(study),
+        unplotted=_unplotted(study),
+        debug=debug,
+        rescued=[c for c in study.candidates if c.rescue],
+        delegates=delegate_columns(study),
+        target_col=TARGET_DELEGATE[rec.target] if rec else None,
+        matrix=_matrix(study),
+        env=env,
+        versions=", ".join(f"{k} {v}" for k, v in sorted(env.versions.items())),
+    )
+
+
+def write_report(study: Study, out_dir: Path, recommendation: Recommendation | None = None) -> dict[str, Path]:
+    """Write report.md (with its SVG plots beside it) and a self-contained report.html, atomically.
+
+    Returns {"markdown": path, "html": path, <plot name>: path, ...}.
+    """
+    from optimize.core.paths import output_dir
+
+    out_dir = output_dir(out_dir)
+    plots = make_plots(study, recommendation)
+    paths: dict[str, Path] = {}
+    for key, svg in plots.items():
+        paths[key] = write_atomic(out_dir / f"{key}.svg", svg.encode())
+    images = {k: f"{k}.svg" for k in plots}
+    paths["markdown"] = write_atomic(out_dir / "report.md", render_markdown(study, recommendation, images).encode())
+    paths["html"] = write_atomic(out_dir / "report.html", render_html(study, recommendation, plots).encode())
+    return paths
+
+
+def write_report_for(study_path: Path, out_dir: Path | None = None, target: str | None = None) -> dict[str, Path]:
+    """Load a study, recommend for `target` if given, and write its report (beside the study by default)."""
+    from optimize.core.results import load_study
+    from optimize.decide.choose import recommend
+
+    study_path = Path(study_path)
+    st = load_study(study_path)
+    rec = recommend(st, target) if target else None
+    folder = out_dir or (study_path if study_path.is_dir() else study_path.parent)
+    return write_report(st, folder, rec)

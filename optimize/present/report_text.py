@@ -1,0 +1,578 @@
+"""Terminal rendering of candidates, studies, metrics, advice and recommendations. Pure presentation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from optimize.core.results import FEW_SAMPLES, Candidate, Metrics, Study, labelled
+from optimize.core.vocab import Delegate, Target
+from optimize.decide.advice import describe
+from optimize.delegates.observe import OBSERVED
+from optimize.present.report import fmt_bytes
+
+
+def esc(text: str) -> str:
+    """Study text (names, errors, notes, tensor names) printed as it is: never read as rich markup, and
+    never obeyed by the terminal (a newline or escape sequence in it is shown: optimize.core.shown)."""
+    from rich.markup import escape
+
+    from optimize.core.shown import escape as shown
+
+    return escape(shown(text))
+
+
+DELEGATE_COLS = tuple(Delegate)
+OBSERVED_GPU = OBSERVED[Delegate.GPU]
+
+
+def _console(width: int | None = None):
+    """A console at the terminal's width (COLUMNS, else 80 when not a terminal), or the width asked."""
+    from rich.console import Console
+
+    return Console(width=width, soft_wrap=False)
+
+
+def _kb(n: int | None) -> str:
+    return "-" if n is None else fmt_bytes(n)
+
+
+def _pct(x: float | None, signed: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{x * 100:+.2f}" if signed else f"{x * 100:.2f}%"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a is not None and b else "-"
+
+
+_COLOR = {"full": "green", "partial": "yellow", "none": "red"}
+_LETTER = {d: ("C" if d is Delegate.COREML else str(d)[0].upper()) for d in Delegate}  # G N H C X
+
+
+def _delegate_cell(c: Candidate, name: str) -> str:
+    r = c.delegates.get(name)
+    if r is None:
+        return "-"
+    color = _COLOR[r.verdict]
+    built = "!" if r.veto_code == "build-failure" else ""  # the delegate would fail building its graph
+    cell = f"[{color}]{r.nodes_delegated}/{r.nodes_total}{built}[/{color}]"
+    return cell + (f" p{r.partitions}" if r.partitions > 1 else "")
+
+
+def verdict_glyph(c: Candidate, delegate: str) -> str:
+    """One character per delegate that reads without colour: its letter in capitals when it takes the
+    whole model, in small letters when part of it, `-` for none, `!` when it would fail while building
+    its graph (everything on the CPU), `.` when not checked."""
+    r = c.delegates.get(delegate)
+    if r is None:
+        return "."
+    if r.veto_code == "build-failure":
+        return "!"
+    letter = _LETTER.get(delegate, str(delegate)[0].upper())
+    return {"full": letter, "partial": letter.lower()}.get(r.verdict, "-")
+
+
+def _delegates_compact(c: Candidate) -> str:
+    """All delegates in one cell, a glyph each (verdict_glyph), coloured as well where colour shows."""
+    cells = []
+    for d in DELEGATE_COLS:
+        r = c.delegates.get(d)
+        glyph = verdict_glyph(c, d)
+        cells.append(glyph if r is None else f"[{_COLOR[r.verdict]}]{glyph}[/{_COLOR[r.verdict]}]")
+    return "".join(cells)
+
+
+@dataclass(frozen=True)
+class _Base:
+    """What each row is compared with: the baseline's size, latency and error."""
+
+    size: object = None
+    p50: float | None = None
+    mae: float | None = None
+
+    @classmethod
+    def of(cls, baseline: Candidate | None) -> _Base:
+        if baseline is None or not baseline.ok:
+            return cls()
+        m = baseline.metrics
+        return cls(m.size, baseline.p50_ms, m.accuracy.mae if m.accuracy else None)
+
+
+def _accuracy(c: Candidate, base: _Base) -> str:
+    a = c.metrics.accuracy
+    if a is None:
+        return "-"
+    return _pct(a.top1) if a.top1 is not None else (f"MAE {a.mae:.4g}" if a.mae is not None else "-")
+
+
+def _delta(c: Candidate, base: _Base) -> str:
+    """Classification: the top-1 change in points; regression: the error as a multiple of float32's."""
+    m = c.metrics
+    if m.error_ratio is not None:
+        return f"x{m.error_ratio:.2f}"
+    if m.accuracy is not None and m.accuracy.mae is not None:
+        return f"x{m.accuracy.mae / base.mae:.2f}" if base.mae else "-"
+    return _pct(m.accuracy_delta, signed=True)
+
+
+def _few(c: Candidate) -> str:
+    f = c.metrics.fidelity
+    return "*" if f is not None and f.few_samples else ""  # a rough figure: the legend says so
+
+
+def _agree(c: Candidate, base: _Base) -> str:
+    f = c.metrics.fidelity
+    return _pct(f.top1_agreement) + _few(c) if f and f.top1_agreement is not None else "-"
+
+
+def _rel_err(c: Candidate, base: _Base) -> str:
+    """The worst output's relative error against the float reference (what a label-free goal is judged on)."""
+    f = c.metrics.fidelity
+    err = f.relative_error if f is not None else None
+    return "-" if err is None else f"{err * 100:.2f}%{_few(c)}"
+
+
+def _size_x(c: Candidate, base: _Base) -> str:
+    """Size over the baseline's; without a baseline (one quantize run), weight bytes over their float32."""
+    if base.size is not None:
+        return _ratio(c.metrics.size.bytes, base.size.bytes)
+    comp = c.composition
+    return f"w{comp.shrink:.2f}" if comp is not None and comp.float32_equivalent_bytes else "-"
+
+
+@dataclass(frozen=True)
+class _Col:
+    header: str
+    cell: Callable[[Candidate, _Base], str]
+    drop: int  # 0: always shown; higher numbers are dropped first when the terminal is narrow
+    name: str = ""  # how the note on dropped columns names it (default: the header)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.header
+
+
+def _sparse(c: Candidate) -> bool:
+    return any(s.technique in ("prune", "cluster") for s in c.steps)
+
+
+def _study_has(cands: list[Candidate]) -> dict[str, bool]:
+    """What the columns depend on: labels, class outputs, pruned/clustered candidates, peak memory."""
+    ok = [c for c in cands if c.ok]
+    return {
+        "labels": labelled(ok) or not ok,
+        "classes": any(c.metrics.fidelity and c.metrics.fidelity.top1_agreement is not None for c in ok),
+        "sparse": any(map(_sparse, cands)),
+        "memory": any(c.metrics.memory for c in ok),
+    }
+
+
+def table_columns(cands: list[Candidate], every: bool = False) -> list[_Col]:
+    """The columns this study needs (`every`: all of them), each with its drop order when the terminal is
+    narrow (highest goes first). Chosen by what matters here: the gzip size is never dropped when a
+    pruned or clustered candidate exists (its whole benefit is there); without labels the fidelity to
+    float32 takes the accuracy columns' place and is never dropped. The candidate name is never cut."""
+    has = {k: v or every for k, v in _study_has(cands).items()}
+    fidelity = 4 if has["labels"] else 0  # without labels, fidelity is the only word on quality: kept
+    cols = [
+        _Col("candidate", lambda c, b: esc(c.name), 0),
+        _Col("size", lambda c, b: _kb(c.metrics.size.bytes), 0),
+        _Col("x", _size_x, 3, "size x"),
+        _Col("gzip", lambda c, b: _kb(c.metrics.size.gzip_bytes), 0 if has["sparse"] else 5),
+        _Col("x", lambda c, b: _ratio(c.metrics.size.gzip_bytes, b.size.gzip_bytes if b.size else None), 7, "gzip x"),
+    ]
+    cols += [_Col("acc", _accuracy, 2), _Col("Δ", _delta, 0)] if has["labels"] else []
+    cols += [_Col("rel err", _rel_err, fidelity)] + ([_Col("agree", _agree, fidelity or 1)] if has["classes"] else [])
+    cols += [
+        _Col("p50 ms", lambda c, b: "-" if c.p50_ms is None else f"{c.p50_ms:.3f}", 0),
+        _Col("x", lambda c, b: _ratio(c.p50_ms, b.p50), 6, "p50 x"),
+    ]
+    if has["memory"]:
+        cols.append(_Col("mem", lambda c, b: _kb(c.metrics.memory.peak_rss_bytes) if c.metrics.memory else "-", 3))
+    return cols
+
+
+def _plain(text: str) -> int:
+    import re
+
+    return len(re.sub(r"\[/?[a-z ]+\]", "", text).replace("\\[", "["))
+
+
+def _need(columns: list[_Col], cells: list[list[str]], idx: list[int]) -> int:
+    """Columns the table takes with these columns (rich: 3 characters per column + 1)."""
+    return sum(max(_plain(columns[i].header), *(_plain(r[i]) for r in cells)) + 3 for i in idx) + 1
+
+
+def _fit(columns: list[_Col], cells: list[list[str]], width: int, skip: set[int] = frozenset()) -> list[int]:
+    """Indices of the columns kept so the table fits `width` (those in `skip` are not shown anyway)."""
+    keep = [i for i in range(len(columns)) if i not in skip]
+    for level in sorted({c.drop for c in columns if c.drop}, reverse=True):
+        if _need(columns, cells, keep) <= width:
+            break
+        keep = [i for i in keep if columns[i].drop != level]
+    return keep
+
+
+def _columns(cands: list[Candidate], width: int | None, wide: bool) -> list[_Col]:
+    """The columns to offer: the delegates as five columns when there is room, else one compact cell."""
+    columns = table_columns(cands, every=wide)
+    if not any(c.delegates for c in cands):
+        return columns
+    # The GPU observed in the runtime (sweep --observe gpu), beside the rules' prediction.
+    seen = [_Col("gpu seen", lambda c, b: _delegate_cell(c, OBSERVED_GPU), 0)] if _observed(cands) else []
+    if wide or width is None or width >= 150:
+        return columns + [_Col(d, lambda c, b, d=d: _delegate_cell(c, d), 0) for d in DELEGATE_COLS] + seen
+    return columns + [_Col("GNHCX", lambda c, b: _delegates_compact(c), 0)] + seen
+
+
+def _observed(cands: list[Candidate]) -> bool:
+    return any(OBSERVED_GPU in c.delegates for c in cands)
+
+
+def _cells(cands: list[Candidate], columns: list[_Col], base: _Base) -> list[list[str]]:
+    rows = []
+    for c in cands:
+        if c.ok:
+            rows.append([col.cell(c, base) for col in columns])
+        else:
+            rows.append([esc(c.name), "[red]failed[/red]"] + [""] * (len(columns) - 2))
+    return rows
+
+
+def _table(cands: list[Candidate], columns: list[_Col], cells: list[list[str]], keep: list[int], title: str):
+    from rich.table import Table
+
+    t = Table(title=title or None, show_lines=False)
+    longest = max((len(esc(c.name)) for c in cands), default=9)
+    for i in keep:
+        if i == 0:  # names are never cut
+            t.add_column(columns[i].header, no_wrap=True, min_width=max(longest, 9))
+        else:
+            t.add_column(columns[i].header, justify="right", no_wrap=True)
+    for row in cells:
+        t.add_row(*(row[i] for i in keep))
+    return t
+
+
+def _chunks(columns: list[_Col], cells: list[list[str]], width: int) -> list[list[int]]:
+    """Every column, in as many tables as it takes to fit `width`, each starting with the candidate."""
+    groups: list[list[int]] = [[0]]
+    for i in range(1, len(columns)):
+        if len(groups[-1]) > 1 and _need(columns, cells, [*groups[-1], i]) > width:
+            groups.append([0])
+        groups[-1].append(i)
+    return groups
+
+
+def _unmeasured(cands: list[Candidate], cells: list[list[str]]) -> set[int]:
+    """Columns where no candidate that worked has a figure (no data, no baseline): not shown at all."""
+    rows = [r for r, c in zip(cells, cands, strict=True) if c.ok]
+    return {i for i in range(1, len(cells[0]) if cells else 0) if rows and all(r[i] == "-" for r in rows)}
+
+
+def candidates_tables(
+    cands: list[Candidate],
+    baseline: Candidate | None = None,
+    title: str = "",
+    width: int | None = None,
+    wide: bool = False,
+) -> tuple[list, list[str]]:
+    """The candidates as rich Tables that fit `width` columns, and the names of the columns left out.
+    With `wide` every column is shown, in as many tables as it takes to fit."""
+    columns = _columns(cands, width, wide)
+    cells = _cells(cands, columns, _Base.of(baseline))
+    if width is None:
+        return [_table(cands, columns, cells, list(range(len(columns))), title)], []
+    if wide:
+        groups = _chunks(columns, cells, width)
+        return [_table(cands, columns, cells, g, title if i == 0 else "") for i, g in enumerate(groups)], []
+    empty = _unmeasured(cands, cells)
+    keep = [i for i in _fit(columns, cells, width, skip=empty) if i not in empty]
+    dropped = [columns[i].label for i in range(len(columns)) if i not in keep and i not in empty]
+    return [_table(cands, columns, cells, keep, title)], dropped
+
+
+def candidates_table(cands: list[Candidate], baseline=None, title: str = "", width: int | None = None, wide=False):
+    """The candidates as one rich Table: fitted to `width` columns, or every column with `wide`."""
+    return candidates_tables(cands, baseline, title, width=None if wide else width)[0][0]
+
+
+def _print_tables(con, cands: list[Candidate], baseline: Candidate | None, title: str, wide: bool) -> None:
+    tables, dropped = candidates_tables(cands, baseline, title, width=con.width, wide=wide)
+    for t in tables:
+        con.print(t)
+    if dropped:
+        con.print(f"Left out at {con.width} columns: {', '.join(dropped)}; --wide shows every column.")
+
+
+def next_steps(study: Study, folder: Path | None) -> list[str]:
+    """What to do after a sweep: the best candidate per common target (within the default guard, whose
+    warnings are red and start with WARNING), and the commands that go further. Lines are rich markup."""
+    from optimize.decide.choose import recommend
+
+    where = str(Path(folder) / "study.json") if folder else "study.json"
+    lines, warnings, guard = [], [], None
+    for target in (Target.CPU, Target.GPU, Target.COREML, Target.NNAPI, Target.HEXAGON, Target.MCU):
+        rec = recommend(study, target, folder=folder)
+        guard = guard or rec.guard
+        if rec.chosen:
+            keep = " (keep the float32 file)" if rec.keep_float32 else ""
+            lines.append(f"  {target:8} {esc(rec.chosen)}{keep}")
+        elif rec.guard and rec.warnings:
+            lines.append(f"  {target:8} none passes the default guard")
+        warnings += [w for w in rec.warnings if w not in warnings]
+    lines += [f"[red]WARNING: {esc(w)}[/red]" for w in warnings]
+    lines.append(f"Next: optimize recommend {esc(where)} --target T   (why, and what else)")
+    lines.append(f"      optimize report {esc(where)}   (report.md, report.html, plots)")
+    if len(lines) <= 2:
+        return lines
+    within = f"within the default guard ({guard}; no accuracy goal given)" if guard else "no accuracy goal given"
+    return [f"Smallest candidate each target runs fully, {within}:"] + lines
+
+
+def legend(cands: list[Candidate], baseline: Candidate | None) -> list[str]:
+    """What the table's columns mean, in plain words (nothing in the table depends on colour)."""
+    lines = [_latency_legend(cands, baseline), _fidelity_legend(cands)]
+    if any(c.delegates for c in cands):
+        lines.append(
+            "Delegates G N H C X = GPU, NNAPI, Hexagon, Core ML, XNNPACK: capital = runs the whole model, "
+            "small = part of it, - = none, ! = fails while building its graph (all on the CPU), . = not "
+            "checked; as n/total when wide (p = partitions). XNNPACK is observed in the runtime, the others "
+            "predicted from each delegate's rules"
+            + (
+                "; gpu seen: LiteRT's GPU accelerator (ML Drift) observed on this machine, beside the classic "
+                "GPU delegate's predicted column."
+                if _observed(cands)
+                else "."
+            )
+        )
+    return [line for line in lines if line]
+
+
+def _latency_legend(cands: list[Candidate], baseline: Candidate | None) -> str:
+    lat = baseline.metrics.latency if baseline is not None and baseline.ok else None
+    if lat is not None:
+        return (
+            f"Latency: {lat.runtime}, {lat.threads} threads, p50 of {lat.runs} runs after {lat.warmup_runs} "
+            f"warm-up. x = ratio to {baseline.name}."
+        )
+    if any(c.ok and c.composition for c in cands):
+        return "x = weight bytes over the same weights in float32 (w0.25: a quarter)."
+    return ""
+
+
+def _fidelity_legend(cands: list[Candidate]) -> str:
+    """Without labels: what rel err and agree are, on how many samples, and what a star means."""
+    ok = [c for c in cands if c.ok]
+    fid = [c.metrics.fidelity for c in ok if c.metrics.fidelity is not None]
+    if not fid or labelled(ok):
+        return ""
+    counts = sorted({f.samples for f in fid})
+    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    few = f"; * = from fewer than {FEW_SAMPLES} samples, a rough figure" if counts[0] < FEW_SAMPLES else ""
+    agree = ", agree = top-1 agreement with it" if any(f.top1_agreement is not None for f in fid) else ""
+    return f"No labels: rel err = the worst output's mean |difference| from float32 over its range{agree}, on {n} samples{few}."
+
+
+def _print_outcome(con, c: Candidate) -> None:
+    if c.error:
+        con.print(f"[red]{esc(c.name)} failed:[/red] {esc(c.error)}")
+    for note in dict.fromkeys(c.notes):  # each note once (a candidate and its reference may both say it)
+        con.print(f"[dim]{esc(c.name)}: {esc(note)}[/dim]")
+
+
+def print_study(study: Study, folder: Path | None = None, wide: bool = False, width: int | None = None) -> None:
+    """The sweep table (fitted to the terminal), its legend, failures and notes, and what to do next."""
+    con = _console(width)
+    base = next((c for c in study.candidates if c.name == study.baseline), None)
+    title = f"{esc(study.model)}: {len(study.candidates)} candidates"
+    _print_tables(con, study.candidates, base, title, wide)
+    for line in legend(study.candidates, base):
+        con.print(esc(line))
+    for c in study.candidates:
+        _print_outcome(con, c)
+    if folder:
+        written = [c for c in study.candidates if c.artifact and (Path(folder) / c.artifact).is_file()]
+        con.print(f"Wrote {len(written)} artifact(s) and {esc(str(Path(folder) / 'study.json'))}")
+    if any(c.ok for c in study.candidates):
+        for line in next_steps(study, folder):
+            con.print(line)  # rich markup, its names escaped
+
+
+def print_candidates(
+    cands: list[Candidate], folder: Path | None = None, wide: bool = False, width: int | None = None
+) -> None:
+    """One run's candidate (quantize, prune, run, ...): its table, what the columns mean, notes, the file."""
+    con = _console(width)
+    _print_tables(con, cands, None, "", wide)
+    for line in legend(cands, None):
+        con.print(esc(line))
+    for c in cands:
+        _print_outcome(con, c)
+        if c.skipped_layers:
+            con.print(f"{esc(c.name)}: layers left as they were: {esc(', '.join(c.skipped_layers))}")
+        if c.artifact and folder:
+            con.print(f"Wrote {esc(str(Path(folder) / c.artifact))}")
+
+
+def print_metrics(name: str, m: Metrics) -> None:
+    con = _console()
+    con.print(f"[bold]{esc(name)}[/bold]")
+    con.print(f"  size      {m.size.bytes:,} bytes ({m.size.gzip_bytes:,} gzipped)")
+    if m.accuracy:
+        a = m.accuracy
+        if a.top1 is not None:
+            con.print(f"  accuracy  top-1 {_pct(a.top1)}, top-{a.k} {_pct(a.topk)} on {a.samples} samples")
+        else:
+            con.print(f"  accuracy  MAE {a.mae:.5g} on {a.samples} samples")
+    if m.fidelity:
+        for o in m.fidelity.outputs:
+            con.print(
+                f"  fidelity  {o.name}: |diff| mean {o.mean_abs_diff:.4g}, std {o.std_abs_diff:.4g}, "
+                f"max {o.max_abs_diff:.4g} vs {m.fidelity.reference}"
+            )
+        if m.fidelity.top1_agreement is not None:
+            con.print(f"            top-1 agreement {_pct(m.fidelity.top1_agreement)}")
+    if m.latency:
+        lt = m.latency
+        con.print(
+            f"  latency   p50 {lt.p50_ms:.3f} ms, p90 {lt.p90_ms:.3f}, mean {lt.mean_ms:.3f} ± {lt.std_ms:.3f} "
+            f"({lt.runs} runs, {lt.threads} threads, XNNPACK {'on' if lt.xnnpack else 'off'}); "
+            f"init {lt.init_ms:.1f} ms, first {lt.first_ms:.2f} ms [{lt.runtime}]"
+        )
+    if m.memory:
+        con.print(f"  memory    peak {_kb(m.memory.peak_rss_bytes)} ({m.memory.method})")
+
+
+def debug_lines(report, width: int = 80, top: int = 25) -> list[str]:
+    """The per-layer error table as plain lines that fit `width`: one line of figures per op, its output
+    tensor's whole name on the line below (folded, never cut), rows in the report's ranking."""
+    head = f"{'rank':>4}  {'op (#index)':22}  {'added':>8}  {'rel rmse':>8}  {'rmse/scale':>10}  {'weights':>7}  {'if float':>8}"
+    lines = [f"{report.scheme}: output error {report.output_error:.4f} over {report.samples} samples", head]
+    room = max(20, width - 6)
+    for rank, le in enumerate(report.layers[:top], 1):
+        step = "-" if le.rmse_over_scale is None else f"{le.rmse_over_scale:.2f}"
+        float_err = "-" if le.output_error_without is None else f"{le.output_error_without:.4f}"
+        op, name = f"{le.op} #{le.op_index}", esc(le.tensor)
+        if len(op) > 22:  # a long op name goes whole onto the name line
+            op, name = f"#{le.op_index}", f"{le.op}: {name}"
+        lines.append(
+            f"{rank:>4}  {op:22}  {le.error_added:>+8.4f}  {le.relative_rmse:>8.4f}  {step:>10}  "
+            f"{le.weight_share * 100:>6.1f}%  {float_err:>8}"
+        )
+        lines += [f"      {part}" for part in fold(name, room)]
+    return lines
+
+
+def fold(name: str, room: int) -> list[str]:
+    """A long name in pieces of at most `room` characters, each ending after a `;` or `/` where one is
+    near the end (TFLite's fused tensor names join several paths with `;`)."""
+    pieces = []
+    while len(name) > room:
+        cut = max(name.rfind(";", 0, room), name.rfind("/", 0, room)) + 1
+        cut = cut if cut > room * 0.6 else room
+        pieces.append(name[:cut])
+        name = name[cut:]
+    return [*pieces, name] if name or not pieces else pieces
+
+
+def print_debug(report, width: int | None = None) -> None:
+    """The per-layer error table: ranked, with what keeping each op in float buys where measured."""
+    con = _console(width)
+    for line in debug_lines(report, con.width):
+        con.print(line, highlight=False)
+    if len(report.layers) > 25:
+        con.print(f"... and {len(report.layers) - 25} more op(s) (use --json for all)")
+    if report.kept_float:
+        con.print("Left in float by the quantizer (unsupported): " + esc(", ".join(report.kept_float)))
+    con.print(
+        "Ranked: ops measured with only them kept float first (lowest 'if float', the model's output error "
+        "then, first), the rest by 'added' (the relative error the op adds to its inputs'), highest first. "
+        "rmse/scale ~0.29 is pure rounding; above ~0.7 points at clipping or a poor range."
+    )
+
+
+def format_advice(advice) -> str:
+    """The decision tree's answer as terminal text."""
+    lines = [f"Target: {advice.target}", "", "Decision path:"]
+    for i, q in enumerate(advice.path, 1):
+        lines.append(f"  {i}. {q.question} {q.answer} -> {q.decided}")
+    lines += ["", f"Recommended pipeline: {describe(advice.pipeline)}", "", advice.recipe_toml.rstrip()]
+    if advice.alternatives:
+        lines += ["", "Alternatives:"] + [f"  - {a}" for a in advice.alternatives]
+    if advice.facts:
+        lines += ["", "Good to know:"] + [f"  - {f}" for f in advice.facts]
+    return "\n".join(lines) + "\n"
+
+
+def _answer(rec) -> list[str]:
+    """The measured answer: the choice (or why there is none), its recipe or the float32 file to keep, why
+    it differs from the rule of thumb, the default guard's warnings (in words: `WARNING:`), what to try."""
+    lines = [rec.headline or (f"Chosen from measurements: {rec.chosen}" if rec.chosen else "No choice.")]
+    lines += ["", rec.chosen_recipe_toml.rstrip()] if rec.chosen_recipe_toml and not rec.keep_float32 else []
+    lines += [""] + [f"Why: {w}" for w in rec.why] if rec.why else []
+    lines += [""] + [f"WARNING: {w}" for w in rec.warnings] if rec.warnings else []
+    lines += ["", "What to try:"] + [f"  - {t}" for t in rec.to_try] if rec.to_try else []
+    return lines
+
+
+def format_recommendation(rec) -> str:
+    """A recommendation (or bare advice) as terminal text: path, pipeline, choice, ranking, rejections, facts."""
+    from optimize.decide.advice import Advice
+
+    if isinstance(rec, Advice):
+        return format_advice(rec)
+    goals = ", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None)
+    adv = rec.advice
+    lines = [f"Target: {rec.target}    Goals: {goals}"]
+    if rec.guard:
+        lines.append(f"No accuracy goal given: the default guard applies ({rec.guard}).")
+    lines += ["", "Decision path (rule of thumb):"]
+    lines += [f"  {i}. {q.question} {q.answer} -> {q.decided}" for i, q in enumerate(adv.path, 1)]
+    lines.append(f"  Rule-of-thumb pipeline: {describe(adv.pipeline)}")
+    lines += ["", *_answer(rec)]
+    if len(rec.ranked) > 1:
+        lines += ["", "Also eligible, in order: " + ", ".join(rec.ranked[1:])]
+    lines += ["", "Pareto front (size, latency, accuracy): " + (", ".join(rec.pareto) or "none")]
+    if rec.rejected:
+        lines += ["", "Rejected:"] + [f"  - {r.candidate}: {r.reason}" for r in rec.rejected]
+    if rec.alternatives:
+        lines += ["", "Alternatives:"] + [f"  - {a}" for a in rec.alternatives]
+    if rec.facts:
+        lines += ["", "Good to know:"] + [f"  - {f}" for f in rec.facts]
+    return "\n".join(lines) + "\n"
+
+
+def print_zoo(result, folder: Path | None = None, width: int | None = None) -> None:
+    """The zoo table: per model and target, the pick with its size, latency and accuracy against the
+    model's float32 baseline; then what failed, one line each."""
+    from rich.table import Table
+
+    con = _console(width)
+    table = Table(title=f"zoo: {len(result.models)} models ({esc(result.executor)})", title_justify="left")
+    for col, just in (("model", "left"), ("target", "left"), ("pick", "left"), ("size x", "right")):
+        table.add_column(col, justify=just, overflow="fold")
+    for col in ("p50 x", "acc Δ", "failed"):
+        table.add_column(col, justify="right")
+    for e in result.models:
+        for i, p in enumerate(e.picks):
+            table.add_row(
+                esc(e.name) if i == 0 else "",
+                str(p.target),
+                esc(p.candidate or f"none ({p.why_none})"),
+                f"{p.size_ratio:.2f}" if p.size_ratio is not None else "-",
+                f"{p.latency_ratio:.2f}" if p.latency_ratio is not None else "-",
+                _pct(p.accuracy_delta, signed=True),
+                f"{len(e.failed)}/{e.candidates}" if i == 0 else "",
+            )
+    con.print(table)
+    for e in result.models:
+        for name, why in e.failed.items():
+            con.print(f"{esc(e.name)}/{esc(name)}: {esc(why[:160])}", highlight=False)
+        if len(e.timing_nodes) > 1:
+            con.print(f"{esc(e.name)}: latencies from {len(e.timing_nodes)} machines: {esc(', '.join(e.timing_nodes))}")
+    if folder:
+        con.print(f"Wrote {len(result.models)} studies and {Path(folder) / 'zoo.json'}")

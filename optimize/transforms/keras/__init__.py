@@ -1,0 +1,1 @@
+"""Keras-stage techniques (tfmot, tf_keras): pruning, clustering and quantization-aware training."""

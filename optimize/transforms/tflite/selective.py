@@ -1,0 +1,465 @@
+"""selective: full int8, then the ops that break it moved up (kept float, or 16-bit activations) until an
+accuracy budget is met. A bounded, seeded, greedy search over LiteRT Quantizer per-op configs.
+
+1. Calibrate once (optimize.transforms.tflite.session.Session); quantize everything to int8; measure the budget's metric on a
+   validation split of the training data (never the test split the candidate is reported on).
+   When it misses the budget, first the rescue that keeps 8 bits (optimize.transforms.tflite.rescue: equalize, bias
+   correction, auto activation ranges, learned rounding; each kept only if it helps, one evaluation each).
+2. Rank the quantized ops by the error each adds (optimize.measure.layer_error), preferring ops next to an island
+   already raised (each island costs QUANTIZE/DEQUANTIZE pairs and can split delegate partitions).
+3. Take the worst op up: try float and int16 activations (or the one `up` names), keep the better if it
+   helps; repeat until the metric is within budget, the evaluation cap is spent or no op is left.
+Every move is recorded on the candidate (`search`), and the decision in its notes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from optimize.core.errors import DataError, TechniqueFailed
+from optimize.core.registry import Context, SchemeParams, Stage, technique
+from optimize.core.results import SearchStep, write_atomic
+from optimize.core.vocab import IO, Scheme
+from optimize.measure import layer_error as debug
+from optimize.measure import timing
+from optimize.models import runtime, tasks
+from optimize.models.data import as_float, count, take
+from optimize.transforms.tflite import rescue
+from optimize.transforms.tflite import session as litert
+
+#: Budgets used when a recipe names none: what "int8 hurts" means in peers.md and issue 10.
+DEFAULT_DROP = 0.005  # classification: at most half a point of top-1
+DEFAULT_INCREASE = 0.10  # regression: error at most 1.10x float32
+DEFAULT_OUTPUT_ERROR = 0.01  # no labels: mean |diff| at most 1% of the output's range
+
+
+class SelectiveParams(SchemeParams):
+    scheme: Scheme = Field(Scheme.INT8, description="The precision everything starts from (int8).")
+    io: IO = Field(IO.FLOAT, description="Model input/output type: float, or int8/uint8 for integer pipelines.")
+    samples: int = Field(200, ge=1, le=10000, description="Calibration samples.")
+    max_accuracy_drop: float | None = Field(
+        None, ge=0, le=1, description="Budget for classification: top-1 drop vs float32 (0.005 = half a point)."
+    )
+    max_error_increase: float | None = Field(
+        None, ge=0, description="Budget for regression: relative MAE increase vs float32 (0.1 = 10% worse)."
+    )
+    max_output_error: float | None = Field(
+        None, gt=0, le=1, description="Budget without labels: mean |diff| from float32 over the output range."
+    )
+    up: Literal["auto", "float", "int16"] = Field(
+        "auto", description="How an op moves up: kept float, int16 activations, or auto (whichever helps more)."
+    )
+    max_evals: int = Field(25, ge=1, le=200, description="Cap on model evaluations (the search is bounded).")
+    eval_samples: int = Field(500, ge=10, le=100000, description="Validation samples per evaluation.")
+    seed: int = Field(0, description="Seeds the choice of validation samples.")
+    granularity: Literal["channel", "tensor"] = Field("channel", description="Weight scales per channel or tensor.")
+    calibration: Literal["minmax", "moving_average", "percentile", "mse", "auto"] = Field(
+        "minmax", description="Activation ranges (see quantize); the rescue may try auto."
+    )
+    rescue: bool = Field(
+        True,
+        description="First try what keeps 8 bits (equalize, bias correction, auto ranges, learned rounding), "
+        "keeping each that helps, before raising any op to int16 or float.",
+    )
+
+    @model_validator(mode="after")
+    def _one_budget(self):
+        if self.scheme != Scheme.INT8:
+            raise ValueError(f"selective starts from int8, not {self.scheme}")
+        given = [b for b in (self.max_accuracy_drop, self.max_error_increase, self.max_output_error) if b is not None]
+        if len(given) > 1:
+            raise ValueError("give one budget: max_accuracy_drop, max_error_increase or max_output_error")
+        return self
+
+
+@dataclass
+class _Budget:
+    """The metric a search drives down: the drop, the relative error increase or the output error."""
+
+    kind: Literal["drop", "increase", "output"]
+    limit: float
+    xs: np.ndarray
+    y: np.ndarray | None
+    reference: list[np.ndarray]
+    base: float
+    float_ms: float = 0.0  # the float32 model's p50 here: islands that make the model slower lose ties
+    task: object = None  # tasks.Task of the labelled output
+    head: object = None  # tasks.Head of the labelled output
+    output: int = 0  # which output the labels belong to
+
+    def describe(self, value: float) -> str:
+        if self.kind == "drop":
+            return f"{value * 100:.2f} pt lost"
+        if self.kind == "increase":
+            return f"error x{1 + value:.2f}"
+        return f"output error {value:.4f}"
+
+    def meets(self, value: float) -> bool:
+        return value <= self.limit + 1e-12
+
+    @property
+    def noise(self) -> float:
+        """The smallest change of the metric that is not noise: one sample for accuracy, else ~0."""
+        return 0.5 / count(self.xs) if self.kind == "drop" else 1e-9
+
+
+def _score(budget: _Budget, outs: list[np.ndarray]) -> float:
+    """Top-1 (classes, yes/no) or MAE (values) of the labelled output."""
+    figures = tasks.scores(budget.task, outs[budget.output], budget.y, budget.head)
+    return figures["mae"] if budget.kind == "increase" else figures["top1"]
+
+
+def _p50(content: bytes, sample, threads: int) -> float:
+    """A quick p50 latency (ms) of one model on this machine: enough to rank islands, not to report."""
+    runner = runtime.Runner(runtime.load(content, threads=threads))
+    return timing.time_invoke(runner, sample, warmup=3, runs=20, budget_s=0.3)["p50_ms"]
+
+
+def _predict(content: bytes, xs, threads: int) -> list[np.ndarray]:
+    return runtime.Runner(runtime.load(content, threads=threads)).predict(xs)
+
+
+def _budget(float_model: bytes, params: SelectiveParams, ctx: Context) -> _Budget:
+    """Validation data (a seeded subset of the training split) and the metric the budget is about."""
+    from optimize.measure.metrics import label_index
+    from optimize.models.tasks import heads
+
+    ds = ctx.data
+    labelled = ds.x_train is not None and ds.y_train is not None
+    xs_all = ds.x_train if labelled else ds.x_cal
+    rng = np.random.default_rng(params.seed)
+    pick = np.sort(rng.choice(count(xs_all), min(params.eval_samples, count(xs_all)), replace=False))
+    xs = as_float(take(xs_all, pick))
+    runner = runtime.Runner(runtime.load(float_model, threads=ctx.threads))
+    reference = runner.predict(xs)
+    if not labelled or params.max_output_error is not None:
+        limit = params.max_output_error or DEFAULT_OUTPUT_ERROR
+        return _Budget("output", limit, xs, None, reference, 0.0)
+    i = label_index(ds, runner)
+    head = heads(float_model, runner)[i]
+    y = np.asarray(ds.labels("train", ds.outputs[i] if i < len(ds.outputs) else None))[pick]
+    task = tasks.detect(head, y, ds.task)
+    y = tasks.check_labels(task, head, y, "y_train")
+    regression = task is tasks.Task.REGRESSION or params.max_error_increase is not None
+    kind = "increase" if regression else "drop"
+    limit = (
+        _limit(params.max_error_increase, DEFAULT_INCREASE)
+        if regression
+        else _limit(params.max_accuracy_drop, DEFAULT_DROP)
+    )
+    budget = _Budget(kind, limit, xs, y, reference, 0.0, task=task, head=head, output=i)
+    budget.base = _score(budget, reference)
+    return budget
+
+
+def _limit(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+#: Ops that pass their input's quantization through (same scale in and out): raised together with the op
+#: that feeds them, so an island does not requantize back to int8 right after it.
+PASS_THROUGH = frozenset(
+    {
+        "RESHAPE",
+        "SQUEEZE",
+        "EXPAND_DIMS",
+        "MAX_POOL_2D",
+        "STRIDED_SLICE",
+        "SLICE",
+        "TRANSPOSE",
+        "GATHER",
+        "SPACE_TO_DEPTH",
+        "DEPTH_TO_SPACE",
+        "PAD",
+        "SPLIT",
+        "PACK",
+        "UNPACK",
+    }
+)
+
+
+@dataclass(frozen=True)
+class _Move:
+    """An island: one op and the pass-through ops right after it, raised together."""
+
+    op: str
+    tensors: tuple[str, ...]
+
+    @property
+    def head(self) -> str:
+        return self.tensors[0]
+
+
+def _moves(content: bytes) -> list[_Move]:
+    """Every island worth raising in a quantized model, in graph order."""
+    from optimize.models.tflite import read_model
+
+    sg = read_model(content).main
+    consumers: dict[int, list] = {}
+    for op in sg.ops:
+        for i in op.inputs:
+            consumers.setdefault(i, []).append(op)
+    moves = []
+    for op in sg.ops:
+        if op.name in ("QUANTIZE", "DEQUANTIZE") or op.name in PASS_THROUGH or not op.outputs or op.outputs[0] < 0:
+            continue
+        out = sg.tensors[op.outputs[0]]
+        if out.dtype not in debug.QUANT_DTYPES:
+            continue
+        island, t = [out.name], op.outputs[0]
+        while len(consumers.get(t, [])) == 1 and consumers[t][0].name in PASS_THROUGH:
+            nxt = consumers[t][0]
+            t = nxt.outputs[0]
+            island.append(sg.tensors[t].name)
+        moves.append(_Move(op.name, tuple(island)))
+    return moves
+
+
+@dataclass
+class _Result:
+    value: float  # the budget's metric (lower is better)
+    proxy: float  # output error vs float32 (smooth: ranks moves where the metric is too coarse)
+    content: bytes
+
+
+@dataclass
+class _Search:
+    """The search's state: evaluations spent, the ops raised so far, the moves recorded."""
+
+    session: litert.Session
+    budget: _Budget
+    params: SelectiveParams
+    threads: int
+    evals: int = 0
+    overrides: dict[str, str] = field(default_factory=dict)
+    steps: list[SearchStep] = field(default_factory=list)
+    report: object = None  # the DebugReport the search ranked by (results.DebugReport)
+
+    @property
+    def left(self) -> int:
+        return self.params.max_evals - self.evals
+
+    def evaluate(self, overrides: dict[str, str]) -> _Result:
+        self.evals += 1
+        content = self.session.quantize(overrides)
+        outs = _predict(content, self.budget.xs, self.threads)
+        b = self.budget
+        proxy = debug.output_error(list(zip(_per_sample(b.reference), _per_sample(outs), strict=True)))
+        if b.kind == "output":
+            value = proxy
+        elif b.kind == "drop":
+            value = b.base - _score(b, outs)
+        else:
+            value = _score(b, outs) / b.base - 1 if b.base > 0 else 0.0
+        return _Result(value, proxy, content)
+
+    def raised(self, move: _Move, way: str) -> dict[str, str]:
+        return {**self.overrides, **dict.fromkeys(move.tensors, way)}
+
+    def sensitivity(self, moves: list[_Move]) -> list[tuple[float, _Move]]:
+        """Leave-one-out: the output error with everything int8 except each island (kept float)."""
+        scored = []
+        for move in moves:
+            if self.left <= 1:
+                break
+            try:
+                scored.append((self.evaluate(self.raised(move, "float")).proxy, move))
+            except TechniqueFailed:
+                continue
+        return sorted(scored, key=lambda sm: sm[0])
+
+    def better(self, new: _Result, cur: _Result) -> bool:
+        """A real improvement: the metric beyond its noise floor, or the output error by a tenth at no cost."""
+        floor = self.budget.noise
+        return new.value < cur.value - floor or (new.value <= cur.value + floor and new.proxy < 0.9 * cur.proxy)
+
+    def try_move(self, move: _Move, cur: _Result) -> _Result:
+        """Raise one island (float and/or int16); keep the best option if it really helps."""
+        ways = ("int16", "float") if self.params.up == "auto" else (self.params.up,)
+        options: list[tuple[_Result, str]] = []
+        for way in ways:
+            if self.left <= 0:
+                break
+            try:
+                options.append((self.evaluate(self.raised(move, way)), way))
+            except TechniqueFailed:
+                continue  # this precision is not possible for this op: try the other
+        good = [(r, w) for r, w in options if self.better(r, cur)]
+        best = min(good, key=lambda rw: self.cost(rw[0])) if good else None
+        for r, w in options:
+            self.steps.append(_step(move, w, r, kept=best is not None and r is best[0]))
+        if best is None:
+            return cur
+        self.overrides = self.raised(move, best[1])
+        return best[0]
+
+    def cost(self, r: _Result) -> tuple:
+        """Which of two helpful options to keep: one no slower than float32 on this CPU first (int16 ops
+        run on reference kernels), then the better metric, then the smaller model."""
+        slow = _p50(r.content, take(self.budget.xs, slice(0, 1)), self.threads) > self.budget.float_ms * 1.1
+        return (slow, round(r.value, 9), r.proxy, len(r.content))
+
+    def drop_unneeded(self, raised: list[_Move], cur: _Result) -> _Result:
+        """Once the budget holds, take islands back down (float ones first: they cost the most bytes) while
+        it still holds: to int8, else (from float) to int16 weights-int8. A move a later one made
+        unnecessary is undone."""
+        order = sorted(raised, key=lambda m: self.overrides.get(m.head) != "float")
+        for move in order:
+            downs = ["int8"] + (["int16"] if self.overrides.get(move.head) == "float" else [])
+            for down in downs:
+                if self.left <= 0:
+                    return cur
+                trial = {k: v for k, v in self.overrides.items() if k not in move.tensors}
+                if down == "int16":
+                    trial.update(dict.fromkeys(move.tensors, "int16"))
+                try:
+                    r = self.evaluate(trial)
+                except TechniqueFailed:
+                    continue
+                ok = self.budget.meets(r.value) and not self.cost(r)[0]  # holds, and no slower than float32
+                self.steps.append(_step(move, down, r, kept=ok))
+                if ok:
+                    self.overrides, cur = trial, r
+                    break
+        return cur
+
+
+def _per_sample(outs: list[np.ndarray]) -> list[list[np.ndarray]]:
+    return [[o[i] for o in outs] for i in range(len(outs[0]))]
+
+
+def _step(move: _Move, way: str, r: _Result, kept: bool) -> SearchStep:
+    from optimize.models.tflite import read_model
+
+    ops = [op.name for op in read_model(r.content).main.ops]
+    return SearchStep(
+        op=move.op,
+        tensor=move.head,
+        precision=way,
+        metric=r.value,
+        size_bytes=len(r.content),
+        qdq_ops=ops.count("QUANTIZE") + ops.count("DEQUANTIZE"),
+        kept=kept,
+    )
+
+
+@technique("selective", stage=Stage.TFLITE, params=SelectiveParams)
+def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
+    """int8 with the ops that break it kept float or at 16-bit activations, until an accuracy budget is met.
+
+    A greedy, seeded search capped at `max_evals` model evaluations, ranked by per-layer error analysis;
+    every move is recorded on the candidate. Needs calibration data, and labels for an accuracy budget.
+    """
+    from optimize.transforms.tflite.quantize import (
+        QuantizeParams,
+        _calibration_data,
+        _check_loads,
+        _inspect,
+        _left_float,
+        _read_model,
+        _refuse_control_flow,
+    )
+
+    if ctx.data is None:
+        raise DataError("selective needs calibration data.", "Pass --calibration DATA.npz or --data DATA.npz.")
+    content = _read_model(Path(model))
+    signature, inputs = _inspect(content, Path(model))
+    qparams = QuantizeParams(
+        scheme=params.scheme,
+        io=params.io,
+        samples=params.samples,
+        granularity=params.granularity,
+        calibration=params.calibration,
+    )
+    _refuse_control_flow(content, qparams)
+    calibration = _calibration_data(qparams, ctx, signature, inputs, Path(model))
+    session = litert.Session(content, qparams, ctx, calibration)
+    budget = _budget(content, params, ctx)
+    budget.float_ms = _p50(content, take(budget.xs, slice(0, 1)), ctx.threads)
+    search = _Search(session, budget, params, ctx.threads)
+    start = search.evaluate({})
+    left = _left_float(start.content)
+    if left:
+        raise TechniqueFailed(
+            f"selective: LiteRT Quantizer, which the per-op search works through, leaves {', '.join(left)} float; "
+            "the plain int8 candidate (made by the TFLite calibrator) is the int8 model for this one."
+        )
+    first = start.value
+    if params.rescue and not search.budget.meets(start.value):
+        content, qparams, start, steps = rescue.keep_8_bits(search, content, qparams, calibration, ctx, start)
+        ctx.records["rescue"] = [*ctx.records.get("rescue", []), *steps]
+        ctx.notes.append(_rescued(steps, search.budget))
+    final = start if search.budget.meets(start.value) else _climb(search, content, start)
+    _check_loads(final.content, qparams, ctx)
+    out = write_atomic(ctx.workdir / "selective-int8.tflite", final.content)
+    ctx.notes.append(_summary(search, first, final.value, len(final.content), len(content)))
+    ctx.records["search"] = search.steps
+    if search.report is not None:
+        ctx.records["debug"] = search.report
+    return out
+
+
+def _rescued(steps, budget: _Budget) -> str:
+    kept = [s.transform for s in steps if s.kept]
+    tried = ", ".join(
+        f"{s.transform} ({budget.describe(s.metric) if s.metric is not None else 'n/a'}{', kept' if s.kept else ''})"
+        for s in steps
+    )
+    return f"selective: rescue at 8 bits first: tried {tried or 'nothing'}; kept {', '.join(kept) or 'none'}."
+
+
+def _climb(search: _Search, content: bytes, start: _Result) -> _Result:
+    """Rank islands by leave-one-out sensitivity, then raise them in that order while the budget is unmet.
+
+    Half the evaluations at most go to ranking; islands beyond that are pre-ranked by the error their op
+    adds (per-layer analysis on 32 samples).
+    """
+    moves = _moves(start.content)
+    layers, out_err = debug.layer_errors(content, start.content, debug.Samples.from_array(search.budget.xs, 32))
+    if len(moves) > search.params.max_evals // 2:
+        added = {le.tensor: le.error_added for le in layers}
+        moves = sorted(moves, key=lambda m: -max(added.get(t, 0.0) for t in m.tensors))[: search.params.max_evals // 2]
+    cur = start
+    raised: list[_Move] = []
+    ranked = search.sensitivity(moves)
+    search.report = _report(layers, out_err, ranked, content, start.content)
+    for _, move in ranked:
+        if search.budget.meets(cur.value) or search.left <= 0:
+            break
+        new = search.try_move(move, cur)
+        if new is not cur:
+            raised.append(move)
+        cur = new
+    return search.drop_unneeded(raised, cur) if search.budget.meets(cur.value) else cur
+
+
+def _report(layers, out_err: float, ranked, content: bytes, quantized: bytes):
+    """The per-layer analysis the search ranked by, with each island's measured leave-one-out error."""
+    from optimize.core.results import DebugReport
+
+    measured = {move.head: err for err, move in ranked}
+    layers = [le.model_copy(update={"output_error_without": measured.get(le.tensor)}) for le in layers]
+    return DebugReport(
+        scheme="int8",
+        samples=32,
+        method=debug.METHOD + "; ranked by the selective search's own leave-one-out evaluations",
+        output_error=out_err,
+        layers=debug.rank(layers),
+        kept_float=debug.kept_float(content, quantized),
+    )
+
+
+def _summary(search: _Search, first: float, final: float, size: int, float_size: int) -> str:
+    b = search.budget
+    raised = ", ".join(f"{t} ({w})" for t, w in search.overrides.items()) or "none"
+    verdict = "meets" if b.meets(final) else "does not meet"
+    return (
+        f"selective: full int8 {b.describe(first)}; raised {len(search.overrides)} op(s) [{raised}] -> "
+        f"{b.describe(final)} at {size / float_size:.2f}x the float32 size; {verdict} the budget "
+        f"({b.describe(b.limit)}) after {search.evals} evaluation(s) on {count(b.xs)} validation samples."
+    )

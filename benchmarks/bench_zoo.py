@@ -89,7 +89,7 @@ def ray_startup() -> float:
 
 def tasks_of(study) -> tuple[float, list[float]]:
     """(the baseline's seconds, each task's seconds after it): candidates grouped as the scheduler groups them."""
-    from optimize.engine.schedule import group_key
+    from optimize.engine.plan import group_key
 
     base = study.candidate(study.baseline)
     groups: dict[str, float] = {}

@@ -9,8 +9,6 @@ A candidate that fails records its reason; the rest of the study carries on.
 from __future__ import annotations
 
 import errno
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Iterable
@@ -23,7 +21,7 @@ from optimize.core.recipe import Recipe, build
 from optimize.core.registry import Context, Stage
 from optimize.core.results import Candidate, Composition, Metrics, Probe, Step, write_atomic
 from optimize.core.vocab import Backend
-from optimize.engine.plan import resolve
+from optimize.engine.plan import _key, resolve
 from optimize.measure import metrics as measure
 from optimize.measure import probe, verify
 from optimize.models import rebuild
@@ -33,10 +31,6 @@ from optimize.models.inputs import check_data
 from optimize.present.progress import Progress
 
 log = logging.getLogger(__name__)
-
-
-def _key(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 @dataclass

@@ -4,6 +4,8 @@ filled in; what cannot apply refused up front)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 
 from optimize.core import registry
@@ -174,3 +176,22 @@ def resolve(recipe: Recipe, src: models.ModelSource) -> Recipe:
     at = stages.index(Stage.TFLITE) if Stage.TFLITE in stages else len(flat)
     flat.insert(at, {"technique": "convert", "scheme": "float32"})
     return recipe.model_copy(update={"steps": make_steps(flat)})
+
+
+def _groups(recipes: list[Recipe]) -> list[list[Recipe]]:
+    """Recipes that start with the same Keras step run together, so shared prefixes run once
+    (prune -> int8 and prune -> cluster -> int8 prune once)."""
+    groups: dict[str, list[Recipe]] = {}
+    for r in recipes:
+        groups.setdefault(group_key(r.steps), []).append(r)
+    return list(groups.values())
+
+
+def group_key(steps) -> str:
+    """Which task a recipe (or candidate) joins: the recipes sharing their first Keras step run together."""
+    keras = [s.model_dump(mode="json") for s in steps if registry.get(s.technique).stage is Stage.KERAS]
+    return _key(keras[:1])
+
+
+def _key(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]

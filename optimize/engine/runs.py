@@ -17,7 +17,7 @@ from optimize.core.registry import Stage
 from optimize.core.results import Candidate, Dropped, Study
 from optimize.core.vocab import Backend, Target
 from optimize.engine.cache import ResultCache, key_for, result_cache
-from optimize.engine.plan import _is_baseline, plan, resolve, with_samples
+from optimize.engine.plan import _groups, _is_baseline, plan, resolve, with_samples
 from optimize.engine.work import Settings
 from optimize.measure import metrics as measure
 from optimize.models import _tf
@@ -53,6 +53,7 @@ class Run:
     dropped: list[Dropped] = field(default_factory=list)
     observe: tuple[str, ...] = ()  # delegates observed on this machine's devices, after timing
     final: Path | None = None  # while it runs, `out_dir` is a staging folder inside this one (schedule)
+    groups: int = 1  # tasks its planned recipes make (recipes sharing a first Keras step run as one)
 
     @property
     def baseline(self) -> Recipe | None:
@@ -157,7 +158,10 @@ def open_run(
     settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
     settings["versions"] = _tf.versions()
     label = "demo" if model is None else str(model)
-    return Run(src, ds, out_dir, planned, settings, store, model=label, tag=tag, dropped=dropped, observe=observe)
+    return Run(
+        src, ds, out_dir, planned, settings, store, model=label, tag=tag, dropped=dropped, observe=observe,
+        groups=len(_groups(planned)),
+    )  # fmt: skip
 
 
 def _study(run: Run, model, threads: int, executor: str = "local") -> Study:

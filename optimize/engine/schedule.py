@@ -17,12 +17,11 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from optimize.core import paths, registry
+from optimize.core import paths
 from optimize.core.recipe import Recipe
-from optimize.core.registry import Stage
 from optimize.core.results import Candidate, Study
 from optimize.engine.executors import executor
-from optimize.engine.pipeline import _key
+from optimize.engine.plan import _groups
 from optimize.engine.runs import Run
 from optimize.engine.work import Task, TimingTask
 from optimize.present.progress import Progress
@@ -137,7 +136,7 @@ def run_all(
     if len(set(names)) != len(names):
         raise ValueError("every run needs its own tag")
     progress.start(sum(len(r.recipes) for r in runs))
-    groups = sum(len(_groups(r.recipes)) for r in runs)
+    groups = sum(r.groups for r in runs)
     n_jobs = default_jobs(groups) if jobs is None else jobs
     if kind == "local":
         log.info("Producing candidates in %s process(es)...", n_jobs or "this")
@@ -173,21 +172,6 @@ def _staged(runs: list[Run]):
         for r in runs:
             paths.discard(r.out_dir)
             r.out_dir = r.final
-
-
-def _groups(recipes: list[Recipe]) -> list[list[Recipe]]:
-    """Recipes that start with the same Keras step run together, so shared prefixes run once
-    (prune -> int8 and prune -> cluster -> int8 prune once)."""
-    groups: dict[str, list[Recipe]] = {}
-    for r in recipes:
-        groups.setdefault(group_key(r.steps), []).append(r)
-    return list(groups.values())
-
-
-def group_key(steps) -> str:
-    """Which task a recipe (or candidate) joins: the recipes sharing their first Keras step run together."""
-    keras = [s.model_dump(mode="json") for s in steps if registry.get(s.technique).stage is Stage.KERAS]
-    return _key(keras[:1])
 
 
 def default_jobs(n_groups: int) -> int:

@@ -31,6 +31,7 @@ OUTPUT_TFLITE = typer.Option(None, "--output", "-o", help="Output .tflite file o
 KERAS_MODEL = typer.Argument(..., help="Keras 2 (tf_keras) .keras/.h5 model.")
 TRAINING_DATA = typer.Option(..., "--data", "-d", help=".npz with labelled training data (x/y).")
 JSON = typer.Option(False, "--json", help="Print the result record as JSON instead of a table.")
+VERBOSE = typer.Option(False, "--verbose", "-v", help="Also print where the time went, phase by phase.")
 DELEGATES = typer.Option(True, "--delegates/--no-delegates", help="Check each result against the delegates.")
 OBSERVE = typer.Option(
     "",
@@ -123,6 +124,7 @@ def _run_and_show(
     calibration=None,
     measuring=None,
     trust_model_code: bool = False,
+    verbose: bool = False,
 ):
     """Run one recipe, print its candidate (table or JSON), exit 1 if it failed; return the candidate."""
     from optimize.engine import single
@@ -146,6 +148,8 @@ def _run_and_show(
     else:
         where = Path(output or recipe.output or "optimize-out")
         report_text.print_candidates([cand], where.parent if where.suffix == ".tflite" else where)
+        if verbose:
+            _show("\n".join(report_text.phase_lines([cand])))
     if cand.error:
         raise typer.Exit(1)
     return cand
@@ -201,6 +205,7 @@ def sweep(
     delegates: bool = DELEGATES,
     observe: str = OBSERVE,
     as_json: bool = JSON,
+    verbose: bool = VERBOSE,
 ) -> None:
     """The float32 baseline and every scheme and chain, measured.
 
@@ -245,6 +250,8 @@ def sweep(
         _print_json(study)
     else:
         report_text.print_study(study, output, wide=wide)
+        if verbose:
+            _show("\n".join(report_text.phase_lines(study.candidates, study)))
         if rec is not None:
             _show(format_recommendation(rec))
     sweeps.refuse_if_nothing_worked(study)
@@ -328,6 +335,7 @@ def quantize(
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
+    verbose: bool = VERBOSE,
 ) -> None:
     """Post-training quantization, measured against the float32 model.
 
@@ -348,8 +356,9 @@ def quantize(
     recipe = build(str(scheme), with_rescue(step, rescue, ranges))
     measuring = _measuring(task, label_output, calibration_seed)
     _run_and_show(
-        recipe, model, data, output, threads, as_json, delegates, backend, calibration, measuring, trust_model_code
-    )
+        recipe, model, data, output, threads, as_json, delegates, backend, calibration, measuring, trust_model_code,
+        verbose=verbose,
+    )  # fmt: skip
 
 
 @app.command()
@@ -367,6 +376,7 @@ def prune(
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
+    verbose: bool = VERBOSE,
 ) -> None:
     """Magnitude pruning (tfmot), fine-tuned, then converted.
 
@@ -380,8 +390,9 @@ def prune(
     recipe = _chain({**first, "epochs": epochs}, "prune", then)
     measuring = _measuring(None, label_output, 0)
     _run_and_show(
-        recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code
-    )
+        recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code,
+        verbose=verbose,
+    )  # fmt: skip
 
 
 @app.command()
@@ -399,6 +410,7 @@ def cluster(
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
+    verbose: bool = VERBOSE,
 ) -> None:
     """Weight clustering (tfmot), fine-tuned, then converted.
 
@@ -410,8 +422,9 @@ def cluster(
     recipe = _chain({**first, "epochs": epochs}, "cluster", then)
     measuring = _measuring(None, label_output, 0)
     _run_and_show(
-        recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code
-    )
+        recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code,
+        verbose=verbose,
+    )  # fmt: skip
 
 
 @app.command()
@@ -427,6 +440,7 @@ def qat(
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
+    verbose: bool = VERBOSE,
 ) -> None:
     """Quantization-aware training (tfmot), then int8 conversion.
 
@@ -437,8 +451,9 @@ def qat(
     recipe = _chain({"technique": "qat", "epochs": epochs, "preserve": preserve}, "qat", then)
     measuring = _measuring(None, label_output, 0)
     _run_and_show(
-        recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code
-    )
+        recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code,
+        verbose=verbose,
+    )  # fmt: skip
 
 
 @app.command()
@@ -649,6 +664,7 @@ def run_recipe(
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
+    verbose: bool = VERBOSE,
 ) -> None:
     """Run a recipe: its steps measured, checked and judged.
 
@@ -663,8 +679,9 @@ def run_recipe(
 
     r = load_recipe(recipe)
     cand = _run_and_show(
-        r, model, data, output, threads, as_json, delegates, backend=backend, trust_model_code=trust_model_code
-    )
+        r, model, data, output, threads, as_json, delegates, backend=backend, trust_model_code=trust_model_code,
+        verbose=verbose,
+    )  # fmt: skip
     verdicts = judge_recipe(cand, r)
     from optimize.core.shown import escape, wrap
 

@@ -169,9 +169,11 @@ def test_time_task_records_rounds_and_intervals(float_tflite, tmp_path):
     new = time_task(TimingTask(cands, tmp_path, None, threads=1, runs=18))
     for c in new:
         lat = c.metrics.latency
-        assert lat.rounds == timing.ROUNDS and len(lat.round_p50s_ms) == timing.ROUNDS and lat.runs == 18
+        assert timing.MIN_ROUNDS <= lat.rounds <= timing.ROUNDS and len(lat.round_p50s_ms) == lat.rounds
+        assert lat.runs == sum(18 // timing.ROUNDS + (k < 18 % timing.ROUNDS) for k in range(lat.rounds))
         assert lat.p50_low_ms <= lat.p50_ms <= lat.p50_high_ms
         assert c.node is not None
+        assert new[0].metrics.latency.rounds == lat.rounds and new[0].metrics.latency.session == lat.session
     old = time_task(TimingTask(cands, tmp_path, None, threads=1, runs=18, interleave=False))
     assert all(c.metrics.latency.rounds is None and c.metrics.latency.runs == 18 for c in old)
 
@@ -189,3 +191,67 @@ def test_a_slow_candidate_never_rides_a_chain_of_same_within_the_noise():
     rec = recommend(s, "cpu", make_goals(objective="latency"))
     assert rec.ranked == ["b", "a", "c"]
     assert speed(s.candidate("c"), s.candidate("b")) == "same" and speed(s.candidate("c"), s.candidate("a")) == "slower"
+
+
+def test_timing_stops_once_more_rounds_could_not_change_a_decision():
+    """Issue 27: rounds stop early when every comparison is decided or every interval is tight, never
+    before MIN_ROUNDS; a pair sitting on the noise margin keeps timing to the cap (ROUNDS)."""
+    rng = random.Random(0)
+
+    def rounds(p50s: list[float], noise_frac: float, n: int) -> list[list[float]]:
+        return [[p * (1 + rng.uniform(-noise_frac, noise_frac)) for _ in range(n)] for p in p50s]
+
+    n = timing.MIN_ROUNDS
+    assert timing.settled(rounds([1.0, 2.0, 0.5], 0.04, n))  # clearly apart: decided
+    assert timing.settled(rounds([1.0, 1.01], 0.01, n))  # the same within the margin, round after round
+    assert timing.settled(rounds([1.0], 0.01, n))  # alone, and tight
+    assert not timing.settled([[1.0 + 0.3 * (k % 2) for k in range(n)]])  # alone, and not tight
+    # each model's interval is tight, but their ratio straddles the 15% margin: keep timing
+    assert not timing.settled([[1.0] * n, [1.0 + (0.16 if k % 2 else 0.13) for k in range(n)]])
+    # one round's ratio beyond the margin among ratios within it: not decided yet
+    assert not timing.settled([[1.0] * n, [1.05] * (n - 1) + [1.30]])
+    assert not timing.settled([[1.0] * (n - 1) + [0.0], [1.0] * n])  # a zero median: no ratio, undecided
+
+
+def test_time_rounds_stops_when_settled_and_not_before_min_rounds(monkeypatch):
+    log: list[str] = []
+    loads: list[str] = []
+    monkeypatch.setattr(timing, "model_settled", lambda mine, others: True)
+    out = timing.time_rounds(loaders("ab", log, loads), [None, None], warmup=0, runs=30, rounds=15)
+    assert all(r["rounds"] == timing.MIN_ROUNDS for r in out)
+    monkeypatch.setattr(timing, "model_settled", lambda mine, others: False)
+    out = timing.time_rounds(loaders("ab", log, loads), [None, None], warmup=0, runs=30, rounds=15)
+    assert all(r["rounds"] == 15 and r["runs"] == 30 for r in out)
+    out = timing.time_rounds(loaders("ab", log, loads), [None, None], warmup=0, runs=30, rounds=15, settle=False)
+    assert all(r["rounds"] == 15 for r in out)
+
+
+def test_a_settled_model_leaves_the_rounds_and_the_others_go_on(monkeypatch):
+    """A model whose comparisons are decided is not timed again; the rest keep their rounds, and the two
+    records are still compared round by round, over the rounds both have."""
+    asked: list[int] = []
+
+    def first_only(mine, others):
+        asked.append(len(mine))
+        return len(asked) == 1  # the first model asked at MIN_ROUNDS settles, no other ever does
+
+    monkeypatch.setattr(timing, "model_settled", first_only)
+    log: list[str] = []
+    loads: list[str] = []
+    a, b = timing.time_rounds(loaders("ab", log, loads), [None, None], warmup=0, runs=30, rounds=15)
+    assert a["rounds"] == timing.MIN_ROUNDS and b["rounds"] == 15
+    assert loads.count("a") == timing.MIN_ROUNDS and loads.count("b") == 15
+    la = Latency(runtime="x", threads=1, xnnpack=True, init_ms=0, **a)
+    lb = Latency(runtime="x", threads=1, xnnpack=True, init_ms=0, **b)
+    assert noise.paired(la, lb)
+    _, lo, hi = noise.ratio_interval(la, lb)
+    assert lo <= hi
+
+
+def test_a_slow_model_keeps_its_interpreter_across_rounds(monkeypatch):
+    """A model slow enough to be timed on reference kernels (first invoke >= SLOW_MS) is loaded once."""
+    monkeypatch.setattr(timing, "SLOW_MS", 0.0)  # every fake model counts as slow
+    log: list[str] = []
+    loads: list[str] = []
+    out = timing.time_rounds(loaders("ab", log, loads), [None, None], warmup=0, runs=6, rounds=3, settle=False)
+    assert loads == ["a", "b"] and all(r["rounds"] == 3 for r in out)

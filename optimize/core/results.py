@@ -127,6 +127,9 @@ class Latency(Record):
         description="The timing session: candidates timed in the same rounds share it and are compared round by "
         "round (the ratio of their round medians), which cancels drift between rounds.",
     )
+    seconds: float | None = Field(
+        None, description="Wall time spent timing this model: its blocks, each interpreter's build included."
+    )
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -431,6 +434,25 @@ class Step(Record):
         return {"technique": self.technique, **self.params.model_dump(mode="json")}
 
 
+#: The phases a candidate's time is split into, in the order they run: fine-tuning (prune, cluster, QAT),
+#: conversion, quantization, the accuracy and failure rescues (equalization, bias correction, learned rounding,
+#: the selective search), reading the artifact back and copying it out, building its interpreter, the
+#: robustness probe, accuracy and fidelity, the delegate checks, latency (its own timing blocks) and peak memory.
+PHASES = (
+    "train",
+    "convert",
+    "quantize",
+    "rescue",
+    "verify",
+    "load",
+    "probe",
+    "accuracy",
+    "delegates",
+    "latency",
+    "memory",
+)
+
+
 class Candidate(Record):
     """One optimized variant (or the float baseline): what was done, what it produced, what it measured."""
 
@@ -458,6 +480,11 @@ class Candidate(Record):
     )
     probe: Probe | None = Field(None, description="The robustness probe on edge inputs (None: not run).")
     seconds: float = Field(0.0, description="Wall time to produce and measure this candidate.")
+    phases: dict[str, float] = Field(
+        default_factory=dict,
+        description="Where `seconds` went, per phase (PHASES, in that order; phases that did not run are left "
+        "out): what each step and each measurement of this candidate cost.",
+    )
     cached: bool = False
     node: str | None = Field(
         None, description="The machine (and cluster node) that timed this candidate: compare latencies within one."
@@ -589,6 +616,14 @@ class Study(Record):
     executor: str = Field("local", description="What produced the candidates: 'local' (this machine) or 'ray'.")
     candidates: list[Candidate]
     dropped: list[Dropped] = Field(default_factory=list, description="Default recipes left out, with the reason.")
+    open_seconds: float | None = Field(
+        None, description="Opening the model and data, checking them against each other and planning the sweep."
+    )
+    seconds: float | None = Field(
+        None,
+        description="Wall time of the sweep, from opening the model to the finished study (parallel work "
+        "overlaps: the candidates' own `seconds` can add up to more).",
+    )
 
     @property
     def float_reference(self) -> Candidate | None:

@@ -8,10 +8,11 @@ A candidate that fails records its reason; the rest of the study carries on.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,18 +20,38 @@ from optimize.core import paths, registry
 from optimize.core.errors import DataError, ModelError, OptimizeError, RecipeError, TechniqueFailed
 from optimize.core.recipe import Recipe, build
 from optimize.core.registry import Context, Stage
-from optimize.core.results import Candidate, Composition, Metrics, Probe, Step, write_atomic
+from optimize.core.results import PHASES, Candidate, Composition, Metrics, Probe, Step, write_atomic
 from optimize.core.vocab import Backend
 from optimize.engine.plan import _key, resolve
 from optimize.measure import metrics as measure
 from optimize.measure import probe, verify
 from optimize.models import rebuild
 from optimize.models import source as models
-from optimize.models.data import Dataset
+from optimize.models.data import Dataset, take
 from optimize.models.inputs import check_data
 from optimize.present.progress import Progress
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def timed(phases: dict[str, float] | None, name: str) -> Iterator[None]:
+    """Add the time the block takes to `phases[name]` (results.PHASES), whether it ends well or not."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        if phases is not None:
+            phases[name] = phases.get(name, 0.0) + time.perf_counter() - t0
+
+
+def _phase(tech) -> str:
+    """The phase a technique's step counts in: fine-tuning, conversion, quantization, or a rescue."""
+    if tech.stage is Stage.KERAS:
+        return "train"
+    if tech.stage is Stage.CONVERT:
+        return "convert"
+    return "quantize" if tech.name == "quantize" else "rescue"
 
 
 @dataclass
@@ -58,7 +79,15 @@ class Workspace:
         self.src, self.data, self.workdir, self.threads = src, data, workdir, threads
         self.memo: dict[str, _State] = {}
         self._source: _State | None = None
+        self.phases: dict[str, float] | None = None  # where produce's time goes (set by make_candidate)
         self.root = _key(src.fingerprint, data.fingerprint if data else None)
+
+    def seed(self, steps: Iterable[Step], path: Path) -> None:
+        """What `steps` make is at `path` already (another worker made it: the sweep's float32 baseline),
+        so a recipe that starts with them goes on from there instead of converting again."""
+        key = _key(self.root, [s.model_dump() for s in steps])
+        if key not in self.memo:
+            self.memo[key] = _State("tflite", Path(path))
 
     def _context(self, key: str, state: _State) -> Context:
         folder = self.workdir / key
@@ -142,39 +171,42 @@ class Workspace:
                 state = self.memo[key]
                 continue
             tech = registry.get(step.technique)
-            params = step.params
             log.info("  %s %s", tech.name, _brief(step))
-            if tech.stage is Stage.KERAS:
-                ctx = self._context(key, state)
-                model = tech.fn(self._keras_model(state, ctx.notes), params, ctx)
-                path = self.workdir / key / "model.keras"
-                model.save(path)
-                sm = models.export_saved_model(model, self.workdir / key / "saved_model")
-                state = _State("keras", path, sm, ctx.notes, ctx.skipped_layers, ctx.records)
-                if models.has_recurrent(model):  # the batch-1 route needs the model, and a reload may not restore it
-                    state.batch1 = models.export_saved_model(model, self.workdir / key / "saved_model_batch1", batch=1)
-            elif tech.stage is Stage.CONVERT:
-                sm = self._saved_model(state, _key(self.root, prefix[:-1]))
-                ctx = self._context(key, state)
-                ctx.fixed_batch_export = self._fixed_batch_export(state, key)
-                state = _State("tflite", tech.fn(sm, params, ctx), None, ctx.notes, ctx.skipped_layers, ctx.records)
-            else:
-                if state.kind == "source" and self.src.kind != "tflite":
-                    raise RecipeError(
-                        f"{tech.name} quantizes a .tflite; this recipe has no convert step before it.",
-                        "Add a convert step with scheme float32 first.",
-                    )
-                if state.kind == "keras":
-                    raise RecipeError(f"{tech.name} needs a .tflite; add a convert step before it.")
-                ctx = self._context(key, state)
-                state = _State(
-                    "tflite", tech.fn(state.path, params, ctx), None, ctx.notes, ctx.skipped_layers, ctx.records
-                )
+            with timed(self.phases, _phase(tech)):
+                state = self._step(tech, step.params, state, key, prefix)
             self.memo[key] = state
         if state.kind != "tflite":
             if state.kind == "source" and self.src.kind == "tflite":
                 return state
             raise RecipeError("The recipe never converts to .tflite.", "Add a convert step.")
+        return state
+
+    def _step(self, tech, params, state: _State, key: str, prefix: list) -> _State:
+        """One step that no earlier recipe of this workspace made: its technique run on `state`."""
+        if tech.stage is Stage.KERAS:
+            ctx = self._context(key, state)
+            model = tech.fn(self._keras_model(state, ctx.notes), params, ctx)
+            path = self.workdir / key / "model.keras"
+            model.save(path)
+            sm = models.export_saved_model(model, self.workdir / key / "saved_model")
+            state = _State("keras", path, sm, ctx.notes, ctx.skipped_layers, ctx.records)
+            if models.has_recurrent(model):  # the batch-1 route needs the model, and a reload may not restore it
+                state.batch1 = models.export_saved_model(model, self.workdir / key / "saved_model_batch1", batch=1)
+        elif tech.stage is Stage.CONVERT:
+            sm = self._saved_model(state, _key(self.root, prefix[:-1]))
+            ctx = self._context(key, state)
+            ctx.fixed_batch_export = self._fixed_batch_export(state, key)
+            state = _State("tflite", tech.fn(sm, params, ctx), None, ctx.notes, ctx.skipped_layers, ctx.records)
+        else:
+            if state.kind == "source" and self.src.kind != "tflite":
+                raise RecipeError(
+                    f"{tech.name} quantizes a .tflite; this recipe has no convert step before it.",
+                    "Add a convert step with scheme float32 first.",
+                )
+            if state.kind == "keras":
+                raise RecipeError(f"{tech.name} needs a .tflite; add a convert step before it.")
+            ctx = self._context(key, state)
+            state = _State("tflite", tech.fn(state.path, params, ctx), None, ctx.notes, ctx.skipped_layers, ctx.records)
         return state
 
 
@@ -210,14 +242,17 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
     weights float that the converter quantizes (an LSTM), or float compute in an integer-only model (PRELU,
     LEAKY_RELU), the same scheme is made by the converter instead, and said so."""
     state = ws.produce(recipe.steps)
-    parsed, composition = _read_back(state.path)
-    problem = verify.check(recipe, composition) if recipe.steps else None
+    with timed(ws.phases, "verify"):
+        parsed, composition = _read_back(state.path)
+        problem = verify.check(recipe, composition) if recipe.steps else None
     if problem and recipe.made_by == Backend.LITERT and ws.src.kind != "tflite" and not recipe.uses("selective"):
         other = recipe.with_backend(Backend.CONVERTER)
         if other.steps != recipe.steps:
             state = ws.produce(other.steps)
-            parsed, composition = _read_back(state.path)
-            if verify.check(other, composition) is None:
+            with timed(ws.phases, "verify"):
+                parsed, composition = _read_back(state.path)
+                other_problem = verify.check(other, composition)
+            if other_problem is None:
                 how = "TFLITE_BUILTINS_INT8" if verify.integer_only(other) else "its own quantizer"
                 note = f"made by the TFLite converter ({how}): LiteRT Quantizer's result failed verification: {problem}"
                 state.notes = [*state.notes, note]
@@ -240,10 +275,22 @@ def _load(artifact: Path, threads: int, data: Dataset | None):
         return None  # measuring says why, in its own words
 
 
-def _measure(ws: Workspace, artifact: Path, state: _State, **kw) -> Metrics:
-    """Every measurement; a model this runtime cannot run (custom ops it lacks) keeps its size only."""
+def _measure(ws: Workspace, artifact: Path, state: _State, phases: dict, timing: tuple | None, **kw) -> Metrics:
+    """Every measurement, each in its phase (`timing`: (runs, memory) to time it here too, as single runs
+    do; sweeps time candidates together afterwards). A model this runtime cannot run (custom ops it
+    lacks) keeps its size only."""
     try:
-        return measure.evaluate(artifact, ws.data, threads=ws.threads, **kw)
+        with timed(phases, "accuracy"):  # and fidelity
+            metrics = measure.evaluate(artifact, ws.data, threads=ws.threads, timing=False, **kw)
+        if timing is not None:
+            runs, memory = timing
+            sample = take(ws.data.x_test, slice(0, 1)) if ws.data is not None else None
+            with timed(phases, "latency"):
+                metrics = measure.add_timing(metrics, artifact, sample, threads=ws.threads, runs=runs, memory=False)
+            if memory:
+                with timed(phases, "memory"):
+                    metrics = measure.add_memory(metrics, artifact, ws.threads, sample)
+        return metrics
     except ModelError as e:
         if "custom op" not in e.problem.lower() and "ops_custom" not in e.problem:
             raise
@@ -271,31 +318,38 @@ def make_candidate(
     progress = progress or Progress()
     t0 = time.perf_counter()
     artifact = artifact_path(out_dir, recipe.name)
+    phases: dict[str, float] = {}
+    ws.phases = phases
     try:
         made, state, composition, parsed = produce_verified(ws, recipe)
-        _copy_out(state.path, artifact)
+        with timed(phases, "verify"):
+            _copy_out(state.path, artifact)
         metrics = None
-        loaded = _load(artifact, ws.threads, ws.data) if measure_it or delegates else None
-        probed = _probe_loaded(ws, loaded, state, reference, made, progress)
+        with timed(phases, "load"):
+            loaded = _load(artifact, ws.threads, ws.data) if measure_it or delegates else None
+        with timed(phases, "probe"):
+            probed = _probe_loaded(ws, loaded, state, reference, made, progress)
         if measure_it:
             progress.phase(f"{recipe.name}: measuring")
             metrics = _measure(
                 ws,
                 artifact,
                 state,
+                phases,
+                (runs, memory) if timing else None,
                 reference=reference,
-                runs=runs,
-                memory=memory,
                 samples=eval_samples,
                 baseline_accuracy=baseline.accuracy if baseline else None,
-                timing=timing,
                 loaded=loaded,
             )
         _refuse_nonfinite(metrics)
         notes = list(state.notes)
         if delegates:
             progress.phase(f"{recipe.name}: checking delegates")
-        reports = check_all_delegates(artifact, ws.threads, notes, loaded=loaded, parsed=parsed) if delegates else {}
+        with timed(phases, "delegates"):
+            reports = (
+                check_all_delegates(artifact, ws.threads, notes, loaded=loaded, parsed=parsed) if delegates else {}
+            )
         return Candidate(
             name=recipe.name,
             steps=list(made.steps),
@@ -313,6 +367,7 @@ def make_candidate(
             debug=state.records.get("debug"),
             probe=probed,
             seconds=time.perf_counter() - t0,
+            phases=_ordered(phases),
         )
     except (DataError, RecipeError):
         raise
@@ -323,17 +378,24 @@ def make_candidate(
             raise OptimizeError(
                 f"Cannot write {where}: {e.strerror}.", "Free disk space, or write elsewhere with -o."
             ) from None
-        return _failed(recipe, e, t0)
+        return _failed(recipe, e, t0, phases)
     except Exception as e:  # a technique failing on this model is a failed candidate, not a crashed run
         artifact.unlink(missing_ok=True)
-        return _failed(recipe, e, t0)
+        return _failed(recipe, e, t0, phases)
 
 
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
-def _failed(recipe: Recipe, e: BaseException, t0: float) -> Candidate:
+def _ordered(phases: dict[str, float]) -> dict[str, float]:
+    """Phases in the order they run (results.PHASES), rounded to the millisecond."""
+    return {p: round(phases[p], 3) for p in PHASES if p in phases}
+
+
+def _failed(recipe: Recipe, e: BaseException, t0: float, phases: dict[str, float] | None = None) -> Candidate:
     failed = Candidate.failed(recipe, e, seconds=time.perf_counter() - t0, detail=getattr(e, "detail", None))
+    if phases:
+        failed = failed.model_copy(update={"phases": _ordered(phases)})
     if isinstance(e, probe.ProbeFailed):
         failed = failed.model_copy(update={"probe": e.probe})
     log.warning("  %s failed: %s", recipe.name, failed.error)

@@ -195,3 +195,24 @@ def group_key(steps) -> str:
 
 def _key(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def from_baseline(r: Recipe, base: Recipe) -> bool:
+    """The recipe begins with the baseline's own steps and only quantizes the .tflite they made from there
+    (float16, dynamic, int8, int16x8 by LiteRT Quantizer, a selective search): it can start from the
+    baseline's artifact in any worker, with nothing converted again."""
+    n = len(base.steps)
+    rest = r.steps[n:]
+    return (
+        list(r.steps[:n]) == list(base.steps)
+        and bool(rest)
+        and all(registry.get(s.technique).stage is Stage.TFLITE for s in rest)
+    )
+
+
+def tasks(recipes: list[Recipe]) -> int:
+    """How many tasks a sweep of `recipes` can keep busy at once: one per group sharing a first Keras step,
+    plus each recipe that starts from the baseline's artifact on its own (`from_baseline`)."""
+    base = next((r for r in recipes if _is_baseline(r)), None)
+    alone = sum(1 for r in recipes if base is not None and r is not base and from_baseline(r, base))
+    return len(_groups(recipes)) + alone

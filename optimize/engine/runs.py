@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from optimize.core.registry import Stage
 from optimize.core.results import Candidate, Dropped, Study
 from optimize.core.vocab import Backend, Target
 from optimize.engine.cache import ResultCache, key_for, result_cache
-from optimize.engine.plan import _groups, _is_baseline, plan, resolve, with_samples
+from optimize.engine.plan import _is_baseline, plan, resolve, tasks, with_samples
 from optimize.engine.work import Settings
 from optimize.measure import metrics as measure
 from optimize.models import _tf
@@ -53,7 +54,9 @@ class Run:
     dropped: list[Dropped] = field(default_factory=list)
     observe: tuple[str, ...] = ()  # delegates observed on this machine's devices, after timing
     final: Path | None = None  # while it runs, `out_dir` is a staging folder inside this one (schedule)
-    groups: int = 1  # tasks its planned recipes make (recipes sharing a first Keras step run as one)
+    groups: int = 1  # tasks its planned recipes can keep busy at once (plan.tasks)
+    started: float = field(default_factory=time.perf_counter)  # when it was opened (perf_counter)
+    open_seconds: float = 0.0  # opening and checking the model and data, planning
 
     @property
     def baseline(self) -> Recipe | None:
@@ -148,6 +151,7 @@ def open_run(
     observe: tuple[str, ...] = (),
 ) -> Run:
     """One model's sweep, planned and checked (one clear line for bad inputs, before anything is written)."""
+    started = time.perf_counter()
     src, ds = open_inputs(model, data, measuring=measuring, trust=trust_model_code, check=True)  # before any write
     dropped: list[Dropped] = []
     planned = plan(src, ds, recipes, backend, target, dropped)
@@ -160,7 +164,7 @@ def open_run(
     label = "demo" if model is None else str(model)
     return Run(
         src, ds, out_dir, planned, settings, store, model=label, tag=tag, dropped=dropped, observe=observe,
-        groups=len(_groups(planned)),
+        groups=tasks(planned), started=started, open_seconds=time.perf_counter() - started,
     )  # fmt: skip
 
 
@@ -182,6 +186,8 @@ def _study(run: Run, model, threads: int, executor: str = "local") -> Study:
         executor=executor,
         candidates=[run.done[r.name] for r in run.recipes],
         dropped=run.dropped,
+        open_seconds=round(run.open_seconds, 3),
+        seconds=round(time.perf_counter() - run.started, 3),
     )
 
 

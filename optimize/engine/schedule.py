@@ -5,7 +5,10 @@
 
 Every model's tasks share one executor, so a zoo keeps every worker (or every Ray node) busy while each
 model still has its float32 baseline first: the other groups of a model are submitted the moment its
-baseline candidate arrives, compared with it.
+baseline candidate arrives, compared with it. A recipe that only quantizes what the baseline made (float16,
+dynamic, int8, ... by LiteRT Quantizer) is a task of its own, started from the baseline's artifact, so the
+workers the baseline leaves idle produce those in parallel while nothing is converted twice; timing comes
+after all production, alone on the machine.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from optimize.core import paths
 from optimize.core.recipe import Recipe
 from optimize.core.results import Candidate, Study
 from optimize.engine.executors import executor
-from optimize.engine.plan import _groups
+from optimize.engine.plan import _groups, from_baseline
 from optimize.engine.runs import Run
 from optimize.engine.work import Task, TimingTask
 from optimize.present.progress import Progress
@@ -37,7 +40,7 @@ class _Pending:
     waiting: list[list[Recipe]]
     fresh: list[Candidate] = field(default_factory=list)
 
-    def task(self, group: list[Recipe], baseline_name: str | None = None, ref=None, metrics=None) -> Task:
+    def task(self, group: list[Recipe], baseline_name: str | None = None, ref=None, metrics=None, start=None) -> Task:
         r = self.run
         return Task(
             r.src,
@@ -49,14 +52,17 @@ class _Pending:
             baseline=metrics,
             baseline_name=baseline_name,
             tag=r.tag,
+            start=start,
         )
 
     def release(self, ex, baseline: Candidate | None) -> None:
         """Submit the waiting groups, compared with `baseline` (none if it failed or never came)."""
         ok = baseline is not None and baseline.ok
         ref = self.run.out_dir / baseline.artifact if ok else None
+        base = self.run.baseline
+        start = (tuple(base.steps), ref) if ok and base is not None and base.steps else None
         for g in self.waiting:
-            ex.submit(self.task(g, ref=ref, metrics=baseline.metrics if ok else None))
+            ex.submit(self.task(g, ref=ref, metrics=baseline.metrics if ok else None, start=start))
         self.waiting = []
 
 
@@ -74,6 +80,9 @@ def _start(ex, run: Run) -> _Pending | None:
         first = next((g for g in groups if any(r.name == base.name for r in g)), None)
     pending = _Pending(run, [g for g in groups if g is not first])
     if first is not None:
+        alone = [r for r in first if r.name != base.name and from_baseline(r, base)]
+        pending.waiting += [[r] for r in alone]  # after the baseline, each its own task: idle workers take them
+        first = [r for r in first if r.name == base.name or not from_baseline(r, base)]
         ex.submit(pending.task(first, baseline_name=base.name))
     else:
         pending.release(ex, known)

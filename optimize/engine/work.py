@@ -22,7 +22,7 @@ from pathlib import Path
 
 from optimize.core.errors import ModelError
 from optimize.core.recipe import Recipe
-from optimize.core.results import Candidate, Memory, Metrics
+from optimize.core.results import PHASES, Candidate, Memory, Metrics
 from optimize.engine.pipeline import Workspace, make_candidate, own_reference
 from optimize.measure import memory
 from optimize.measure import metrics as measure
@@ -56,6 +56,7 @@ class Task:
     baseline: Metrics | None = None
     baseline_name: str | None = None  # a recipe of this task whose result is the reference for those after it
     own_reference: bool = False  # compare with a float32 conversion made for this task (single runs)
+    start: tuple | None = None  # (steps, artifact): what those steps made, for recipes that begin with them
     tag: str = ""  # which run (model) the task belongs to; executors hand it back with each candidate
 
     def after(self, cand: Candidate) -> Task:
@@ -104,6 +105,8 @@ class Workspaces:
 def run_task(ws: Workspace, task: Task, progress: Progress) -> Iterator[Candidate]:
     """Produce, measure and check each recipe of a task in order; the one loop every executor runs."""
     s = task.settings
+    if task.start is not None:
+        ws.seed(*task.start)
     if task.own_reference and task.recipes:
         ref, base = own_reference(ws, task.recipes[0])
         task = replace(task, reference=ref, baseline=base)
@@ -201,6 +204,13 @@ def _time_together(cands: list[Candidate], t: TimingTask) -> dict[str, Candidate
     return out
 
 
+def _spent(c: Candidate, phase: str, seconds: float) -> Candidate:
+    """The candidate with `seconds` more in `phase` and in its total (timing and memory come after production)."""
+    phases = {**c.phases, phase: round(c.phases.get(phase, 0.0) + seconds, 3)}
+    ordered = {p: phases[p] for p in PHASES if p in phases}
+    return c.model_copy(update={"phases": ordered, "seconds": c.seconds + seconds})
+
+
 def time_task(t: TimingTask, node: str | None = None) -> list[Candidate]:
     """Latency of every working candidate, timed together in rounds, then every peak memory from one probe
     process; each timed candidate records the node (`node`, default this host)."""
@@ -209,10 +219,16 @@ def time_task(t: TimingTask, node: str | None = None) -> list[Candidate]:
     timed = _time_together(ok, t) if t.interleave else {c.name: _time_one(c, t) for c in ok}
     runnable = [c for c in timed.values() if c.metrics.latency is not None]
     paths = [t.out_dir / c.artifact for c in runnable]
-    peaks = memory.peak_memory_many(paths, t.threads, t.sample) if runnable else []
+    peaks, probe_s = memory.peak_memory_timed(paths, t.threads, t.sample) if runnable else ([], 0.0)
     for c, peak in zip(runnable, peaks):
         got = {"memory": Memory(peak_rss_bytes=peak)} if isinstance(peak, int) else {"memory_error": peak}
-        timed[c.name] = c.model_copy(update={"metrics": c.metrics.model_copy(update=got)})
+        timed[c.name] = _spent(
+            c.model_copy(update={"metrics": c.metrics.model_copy(update=got)}), "memory", probe_s / len(runnable)
+        )
+    for name, c in timed.items():
+        lat = c.metrics.latency
+        if lat is not None and lat.seconds is not None:
+            timed[name] = _spent(c, "latency", lat.seconds)
     out = []
     for c in t.cands:
         done = timed.get(c.name, c)

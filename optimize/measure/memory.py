@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -26,13 +27,25 @@ def peak_memory_bytes(model: str | Path, threads: int = 2, sample=None) -> int |
 
 
 def peak_memory_many(models: list[str | Path], threads: int = 2, sample=None) -> list[int | str]:
-    """Peak RSS growth per model, from one child process that forks a fresh grandchild per model.
+    """Peak RSS growth per model (`peak_memory_timed` without the time it took)."""
+    return peak_memory_timed(models, threads, sample)[0]
+
+
+def peak_memory_timed(models: list[str | Path], threads: int = 2, sample=None) -> tuple[list[int | str], float]:
+    """Peak RSS growth per model, from one child process that forks a fresh grandchild per model, and the
+    wall seconds the probe took in all.
 
     A separate process is the only honest way to get a peak (ru_maxrss never goes down in ours);
     forking per model from one runtime-importing process costs milliseconds instead of a Python start.
     Each model runs once on `sample` (the sample latency is timed on; zeros without one). A model that
     cannot be measured gets the reason as a string in place of its peak: never silently nothing.
     """
+    t0 = time.perf_counter()
+    peaks = _peaks(models, threads, sample)
+    return peaks, time.perf_counter() - t0
+
+
+def _peaks(models: list[str | Path], threads: int, sample) -> list[int | str]:
     with tempfile.TemporaryDirectory(prefix="optimize-mem-") as tmp:
         args = [sys.executable, "-m", "optimize.measure.memory", str(threads)]
         if sample is not None:

@@ -250,10 +250,12 @@ def time_many(
     runs: int = 50,
     warmup: int = 5,
     rounds: int = timing.ROUNDS,
+    settle: bool = True,
 ) -> list[Latency | ModelError]:
     """Latency of several .tflite files timed round-robin (optimize.measure.timing), so machine drift hits all
     alike, each block on a fresh interpreter; a model the runtime cannot load or run gives its ModelError
-    instead (the others are timed)."""
+    instead (the others are timed). `settle`: stop once more rounds could not change a comparison (a sweep);
+    otherwise every round and all `runs` (a model measured on its own, as asked)."""
     out: list[Latency | ModelError | None] = [None] * len(models)
     first: dict[int, tuple[tuple[float, bool], object]] = {}  # the first load's (init_ms, XNNPACK), the sample
     for i, model in enumerate(models):
@@ -266,7 +268,8 @@ def time_many(
         del runner  # the interpreter goes; timing builds its own
     idx = list(first)
     loaders = [functools.partial(_runner, models[i], threads, sample) for i in idx]
-    stats = timing.time_rounds(loaders, [first[i][1] for i in idx], warmup=warmup, runs=runs, rounds=rounds)
+    samples = [first[i][1] for i in idx]
+    stats = timing.time_rounds(loaders, samples, warmup=warmup, runs=runs, rounds=rounds, settle=settle)
     for i, t in zip(idx, stats):
         if isinstance(t, runtime.InvokeError):
             out[i] = _invoke_problem(models[i], sample, t)
@@ -299,12 +302,19 @@ def add_timing(
             raise _invoke_problem(model, sample, e) from None
         latency = _latency((runner.loaded.init_ms, runner.loaded.xnnpack), threads, t)
     else:
-        latency = time_many([model], sample, threads, runs, warmup)[0]
+        latency = time_many([model], sample, threads, runs, warmup, settle=False)[0]
         if isinstance(latency, ModelError):
             raise latency
-    update: dict = {"latency": latency, "memory": None}
-    if memory:
-        peak = peak_memory_bytes(model, threads, sample)
-        update["memory"] = Memory(peak_rss_bytes=peak) if isinstance(peak, int) else None
-        update["memory_error"] = peak if isinstance(peak, str) else None
-    return metrics.model_copy(update=update)
+    metrics = metrics.model_copy(update={"latency": latency, "memory": None})
+    return add_memory(metrics, model, threads, sample) if memory else metrics
+
+
+def add_memory(metrics: Metrics, model: str | Path, threads: int = 2, sample=None) -> Metrics:
+    """Peak memory of one .tflite (optimize.measure.memory), added to its metrics, or why it was not measured."""
+    peak = peak_memory_bytes(model, threads, sample)
+    return metrics.model_copy(
+        update={
+            "memory": Memory(peak_rss_bytes=peak) if isinstance(peak, int) else None,
+            "memory_error": peak if isinstance(peak, str) else None,
+        }
+    )

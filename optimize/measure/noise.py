@@ -41,14 +41,18 @@ def median_interval(values: list[float], level: float = 0.95) -> tuple[float, fl
 
 
 def paired(a: Latency, b: Latency) -> bool:
-    """Timed in the same rounds (one session, as many rounds each): comparable round by round."""
-    return a.session is not None and a.session == b.session and len(a.round_p50s_ms) == len(b.round_p50s_ms) > 1
+    """Timed in the same rounds (one session, two rounds or more in common): comparable round by round. A
+    model whose comparisons were decided leaves the rounds early (optimize.measure.timing), so two records of
+    one session are compared over the rounds both have."""
+    return a.session is not None and a.session == b.session and min(len(a.round_p50s_ms), len(b.round_p50s_ms)) > 1
 
 
 def ratio_interval(a: Latency, b: Latency) -> tuple[float, float, float]:
-    """(median, low, high) of a's round medians over b's, round by round, the interval the median's
-    (about 95%, as `median_interval`); `paired` records only."""
-    ratios = sorted(x / y for x, y in zip(a.round_p50s_ms, b.round_p50s_ms, strict=True) if y > 0)
+    """(median, low, high) of a's round medians over b's, round by round over the rounds both have, the
+    interval the median's (about 95%, as `median_interval`); `paired` records only."""
+    common = min(len(a.round_p50s_ms), len(b.round_p50s_ms))
+    pairs = zip(a.round_p50s_ms[:common], b.round_p50s_ms[:common], strict=True)
+    ratios = sorted(x / y for x, y in pairs if y > 0)
     if not ratios:
         return 1.0, 0.0, math.inf
     lo, hi = median_interval(ratios)

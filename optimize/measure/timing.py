@@ -26,14 +26,23 @@ from optimize.measure.noise import median_interval
 from optimize.models.runtime import Runner
 
 ROUNDS = 15
+#: Rounds before timing may stop early: with 6 round medians the ~95% interval is their whole range.
+MIN_ROUNDS = 6
+#: A p50 interval this narrow (relative to p50) needs no more rounds.
+TIGHT = 0.05
+#: A model whose first invoke takes this long (reference kernels: int16x8) keeps one interpreter across its
+#: rounds: where its arena lands is noise far below its run time, and rebuilding and warming it up again
+#: each round would cost seconds.
+SLOW_MS = 100.0
 #: Untimed runs before each later block (the first block warms up `warmup` times, as recorded).
 REWARM = 2
 
 
-def _block(runner, sample, warmup: int, n: int) -> tuple[float, int, list[float]]:
+def _block(runner, sample, warmup: int, n: int, fresh: bool = True) -> tuple[float, int, list[float]]:
     """A fresh interpreter's first invoke (ms), its warm-up (fewer after a first invoke of 100 ms or more;
-    the count run is returned) and `n` timed invokes."""
-    first_ms, warmup = warm_start(runner, sample, warmup)
+    the count run is returned) and `n` timed invokes; `fresh=False`: an interpreter timed before, `n` timed
+    invokes only."""
+    first_ms, warmup = warm_start(runner, sample, warmup) if fresh else (0.0, 0)
     out = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -70,8 +79,16 @@ def time_rounds(
     runs: int = 50,
     rounds: int = ROUNDS,
     budget_s: float = 1.0,
+    settle: bool = True,
 ) -> list[dict | Exception]:
     """Latency of several models, timed round-robin: `loaders` build a fresh `runtime.Runner` per model.
+
+    With `settle`, a model leaves the rounds (from `MIN_ROUNDS` on) once more rounds could not change a
+    decision (`model_settled`): its comparison with every other model is decided (the interval of their
+    round-by-round ratio wholly beyond the noise margin, or wholly within it), or, timed alone, its p50
+    interval is within `TIGHT` of its p50; the others go on. A pair near the margin keeps timing to the cap,
+    as before, however tight each model's own interval is: it is the ratio that decides. Comparisons use
+    the rounds both models have (`noise.paired`).
 
     In round k the models are timed in turn starting from model k (mod n). Each block builds a fresh
     interpreter (so where its memory lands and how its thread pool starts are sampled too, not fixed for
@@ -88,27 +105,71 @@ def time_rounds(
     medians: list[list[float]] = [[] for _ in range(n)]
     first: list[tuple[float, int]] = [(0.0, warmup)] * n
     fits = [runs] * n  # timed runs per block that fit the budget, known after round 0
+    spent = [0.0] * n  # wall seconds in each model's blocks
+    kept: list = [None] * n  # a slow model's interpreter, timed again each round (SLOW_MS)
+    done = [False] * n  # timed enough: its comparisons with every other model are decided
     for k in range(rounds):
         size = runs // rounds + (k < runs % rounds)  # `runs` in all, spread over the rounds
         for i in ((k + j) % n for j in range(n)):
-            if out[i] is not None:
+            if out[i] is not None or done[i]:
                 continue
             warm = warmup if k == 0 else min(warmup, REWARM) if fits[i] > 1 else 0  # slow: the first invoke is enough
+            t0 = time.perf_counter()
             try:
-                first_ms, warm, block = _block(loaders[i](), samples[i], warm, min(size, fits[i]))
+                runner = kept[i] or loaders[i]()
+                first_ms, warm, block = _block(runner, samples[i], warm, min(size, fits[i]), fresh=kept[i] is None)
             except Exception as e:  # noqa: BLE001 - the runtime's own error (InvokeError, ModelError), handed back
                 out[i] = e
                 continue
+            finally:
+                spent[i] += time.perf_counter() - t0
             if k == 0:
                 first[i] = (first_ms, warm)
                 fits[i] = max(1, int(budget_s * 1000 / rounds / max(statistics.median(block), 1e-6)))
+                kept[i] = runner if first_ms >= SLOW_MS else None
             times[i] += block
             medians[i].append(statistics.median(block))
+        if settle and k + 1 >= MIN_ROUNDS:
+            alive = [i for i in range(n) if out[i] is None and not done[i]]
+            others = [i for i in range(n) if out[i] is None]
+            for i in alive:
+                done[i] = model_settled(medians[i], [medians[j] for j in others if j != i])
+            if all(done[i] for i in alive):
+                break
     session = uuid.uuid4().hex[:12]
     return [
-        out[i] if out[i] is not None else {**_stats(times[i], medians[i], *first[i]), "session": session}
+        out[i]
+        if out[i] is not None
+        else {**_stats(times[i], medians[i], *first[i]), "session": session, "seconds": spent[i]}
         for i in range(n)
     ]
+
+
+def settled(medians: list[list[float]]) -> bool:
+    """Whether more rounds could change what the round medians say about any model (`model_settled`)."""
+    return all(model_settled(m, medians[:i] + medians[i + 1 :]) for i, m in enumerate(medians))
+
+
+def model_settled(mine: list[float], others: list[list[float]]) -> bool:
+    """Whether more rounds of one model could change a comparison: each pair with another model is decided
+    round by round over the rounds both have, slower or faster beyond `noise.MARGIN`, or the same within it
+    (the decision `noise.compare_latency` makes on the finished records); a model timed alone, once its own
+    interval is within `TIGHT` of its p50."""
+    from optimize.measure.noise import MARGIN
+
+    if not others:
+        lo, hi = median_interval(mine)
+        return hi - lo <= TIGHT * statistics.median(mine)
+
+    def decided(a: list[float], b: list[float]) -> bool:
+        common = min(len(a), len(b))
+        ratios = [x / y for x, y in zip(a[:common], b[:common]) if y > 0]
+        if common < MIN_ROUNDS or len(ratios) < common:
+            return False
+        lo, hi = median_interval(ratios)
+        return hi < 1 / (1 + MARGIN) or lo > 1 + MARGIN or (lo >= 1 / (1 + MARGIN) and hi <= 1 + MARGIN)
+
+    return all(decided(mine, b) for b in others)
 
 
 def warm_start(runner: Runner, sample: np.ndarray, warmup: int) -> tuple[float, int]:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import zlib
 from collections import OrderedDict
 from pathlib import Path
@@ -41,13 +42,33 @@ _PARSED: OrderedDict[tuple, Model] = OrderedDict()
 
 
 def _key(model) -> tuple | None:
+    """What a model is remembered by: its content (length and CRC), so a file and the same bytes held in
+    memory (a copy written out, say) are parsed once. A file's content key is kept per identity, size and
+    mtime, so asking again costs a stat, not a read."""
     if isinstance(model, bytes | bytearray | memoryview):
-        return ("bytes", len(model), zlib.crc32(model))
+        return ("content", len(model), zlib.crc32(model))
     try:
         st = os.stat(model)
     except (OSError, ValueError):
         return None  # _read says what is wrong with it
-    return ("file", os.fspath(model), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if not stat.S_ISREG(st.st_mode) or st.st_size >= 1 << 31:
+        return None  # not remembered: _read refuses it (a FIFO, a device, larger than a flatbuffer can be)
+    where = (os.fspath(model), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if where not in _FILES:
+        try:
+            with open(model, "rb") as f:
+                data = f.read(st.st_size + 1)
+        except OSError:
+            return None
+        if len(data) != st.st_size:
+            return None  # changing under us: not remembered
+        if len(_FILES) > 256:
+            _FILES.clear()
+        _FILES[where] = ("content", len(data), zlib.crc32(data))
+    return _FILES[where]
+
+
+_FILES: dict[tuple, tuple] = {}
 
 
 def _read(model: str | Path | bytes, where: str | None) -> Model:

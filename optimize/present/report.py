@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from optimize.core.results import Candidate, DelegateReport, Study, write_atomic
+from optimize.core.results import PHASES, Candidate, DelegateReport, Study, write_atomic
 from optimize.core.vocab import Delegate
 from optimize.decide.choose import Recommendation, pareto_front
 from optimize.delegates.observe import OBSERVED
@@ -209,6 +209,38 @@ def _md_rescue(study: Study) -> list[str]:
     return lines
 
 
+def phase_table(study: Study) -> tuple[list[str], list[list[str]]]:
+    """Where the time went: (headers, rows) of seconds per candidate and phase (results.PHASES, the phases
+    any candidate spent time in), a total row last; no rows when no candidate recorded phases."""
+    spent = [c for c in study.candidates if c.phases]
+    used = [p for p in PHASES if any(p in c.phases for c in spent)]
+    rows = [
+        [c.name + (" (cached)" if c.cached else ""), f"{c.seconds:.2f}"] + [f"{c.phases.get(p, 0.0):.2f}" for p in used]
+        for c in spent
+    ]
+    if rows:
+        rows.append(
+            ["all", f"{sum(c.seconds for c in spent):.2f}"]
+            + [f"{sum(c.phases.get(p, 0.0) for c in spent):.2f}" for p in used]
+        )
+    return ["candidate", "total"] + used, rows
+
+
+def _md_phases(study: Study) -> list[str]:
+    headers, rows = phase_table(study)
+    wall = (
+        f"The sweep took {study.seconds:.1f} s of wall time (opening the model and data and planning: "
+        f"{study.open_seconds or 0:.1f} s); candidates produced in parallel overlap."
+        if study.seconds is not None
+        else ""
+    )
+    lines = ["## Where the time went", "", f"Seconds per candidate and phase. {wall}".strip(), ""]
+    lines.append("| " + " | ".join(headers) + " |")
+    lines.append("|" + "---|" * len(headers))
+    lines += ["| " + " | ".join(_md(x) for x in r) + " |" for r in rows]
+    return lines
+
+
 def render_markdown(study: Study, rec: Recommendation | None = None, images: dict[str, str] | None = None) -> str:
     """The report as Markdown. `images` maps plot keys to relative file paths (write_report writes them).
     Everything that comes from a study is escaped (names, reasons, facts)."""
@@ -226,6 +258,8 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
         sections.append(_md_rescue(study))
     if rec is not None:
         sections.append(_md_recommendation(rec))
+    if phase_table(study)[1]:
+        sections.append(_md_phases(study))
     sections.append(_md_environment(study))
     return "\n\n".join("\n".join(sec) for sec in sections) + "\n"
 
@@ -354,6 +388,7 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
         delegates=delegate_columns(study),
         target_col=TARGET_DELEGATE[rec.target] if rec else None,
         matrix=_matrix(study),
+        phases=phase_table(study),
         env=env,
         versions=", ".join(f"{k} {v}" for k, v in sorted(env.versions.items())),
     )

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimize.core.results import FEW_SAMPLES, Candidate, Metrics, Study, labelled
+from optimize.core.results import FEW_SAMPLES, PHASES, Candidate, Metrics, Study, labelled
 from optimize.core.vocab import Delegate, Target
 from optimize.decide.advice import describe
 from optimize.delegates.observe import OBSERVED
@@ -400,6 +400,33 @@ def print_study(study: Study, folder: Path | None = None, wide: bool = False, wi
     if any(c.ok for c in study.candidates):
         for line in next_steps(study, folder):
             con.print(line)  # rich markup, its names escaped
+
+
+def phase_lines(cands: list[Candidate], study: Study | None = None) -> list[str]:
+    """Where the time went (`--verbose`): each phase summed over the candidates, with its share and the
+    candidate that spent most in it, then each candidate's total and its three largest phases. Figures
+    from the cache are the run that made them; a study adds its wall time and the opening of its inputs."""
+    spent = [c for c in cands if c.phases]
+    if not spent:
+        return ["Where the time went: no phase timings recorded (candidates from an older optimize)."]
+    totals = {p: sum(c.phases.get(p, 0.0) for c in spent) for p in PHASES}
+    work = sum(totals.values())
+    head = f"Where the time went: {work:.1f} s of candidate work"
+    if study is not None and study.seconds is not None:
+        head += f" in a {study.seconds:.1f} s sweep (opening and planning {study.open_seconds or 0:.1f} s)"
+    cached = sum(c.cached for c in spent)
+    lines = [head + (f"; {cached} cached candidate(s) show the run that made them" if cached else "") + ":"]
+    lines.append(f"  {'phase':10} {'seconds':>8} {'share':>6}  most in")
+    for p, s in totals.items():
+        if s > 0:
+            top = max(spent, key=lambda c: c.phases.get(p, 0.0))
+            lines.append(f"  {p:10} {s:8.2f} {s / work:6.0%}  {top.name} ({top.phases[p]:.2f})")
+    lines.append("Per candidate (seconds, the three largest phases):")
+    width = min(max(len(c.name) for c in spent), 24)
+    for c in spent:
+        big = sorted(c.phases.items(), key=lambda kv: -kv[1])[:3]
+        lines.append(f"  {c.name:{width}} {c.seconds:7.2f}  " + ", ".join(f"{k} {v:.2f}" for k, v in big))
+    return lines
 
 
 def print_candidates(

@@ -23,7 +23,7 @@ from optimize.core.registry import Stage
 from optimize.core.results import Candidate, Study
 from optimize.engine.executors import executor
 from optimize.engine.pipeline import _key
-from optimize.engine.runs import Run
+from optimize.engine.runs import Run, remove_if_empty
 from optimize.engine.work import Task, TimingTask
 from optimize.present.progress import Progress
 
@@ -173,6 +173,7 @@ def _staged(runs: list[Run]):
         for r in runs:
             paths.discard(r.out_dir)
             r.out_dir = r.final
+            remove_if_empty(r.created)  # an -o this run made and never published into: gone again
 
 
 def _groups(recipes: list[Recipe]) -> list[list[Recipe]]:

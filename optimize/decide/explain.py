@@ -208,7 +208,7 @@ def what_to_make(study: Study, advice, reasons: dict[str, str]) -> tuple[str | N
             return f"{describe(steps)} ({command_for(steps)}).", tried
         c = found[0]
         why = reasons.get(c.name) or (f"failed: {c.error}" if c.error else "rejected")
-        line = f"{c.name}: {why}"
+        line = f"{c.name}: {why.rstrip('.')}"
         if line not in tried:
             tried.append(line)
     return None, tried

@@ -120,8 +120,8 @@ def axes(a: Candidate, b: Candidate, by_labels: bool, baseline: str | None) -> d
 def loss_words(c: Candidate, guard: Guard | None = None) -> str:
     """What a candidate loses against float32, in words: `loses 75.0 points of top-1`, or without labels
     `differs from float32 (output error 12.80% of the range, 40 samples)`; where the guard judges outputs
-    without labels and one of them is what breaks it, that output: `keeps top-1 within 2 points, but
-    differs from float32 (output box off by 25.50% of its range, 120 samples)`."""
+    without labels and one of them is what breaks it, that output: `keeps top-1, but differs from float32
+    (output box off by 25.50% of its range, 120 samples)`."""
     m = c.metrics
     if m is None:
         return "not measured"
@@ -164,8 +164,7 @@ def _outputs_broken(guard: Guard, c: Candidate) -> bool:
 
 
 def _names(outputs: list[str]) -> str:
-    shown = ", ".join(outputs[:3]) + (f" and {len(outputs) - 3} more" if len(outputs) > 3 else "")
-    return shown
+    return ", ".join(outputs[:3]) + (f" and {len(outputs) - 3} more" if len(outputs) > 3 else "")
 
 
 def default_guard(goals: Goals, study: Study) -> Guard | None:

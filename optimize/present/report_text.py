@@ -449,11 +449,13 @@ def print_metrics(name: str, m: Metrics) -> None:
             con.print(f"  accuracy  MAE {a.mae:.5g} on {a.samples} samples")
     if m.fidelity:
         for o in m.fidelity.outputs:
+            rel = f", rel err {_pct(o.relative_error)}" if o.relative_error is not None else ""
+            agree = f", top-1 agreement {_pct(o.top1_agreement)}" if o.top1_agreement is not None else ""
             con.print(
-                f"  fidelity  {o.name}: |diff| mean {o.mean_abs_diff:.4g}, std {o.std_abs_diff:.4g}, "
-                f"max {o.max_abs_diff:.4g} vs {m.fidelity.reference}"
+                f"  fidelity  {esc(o.name)}: |diff| mean {o.mean_abs_diff:.4g}, std {o.std_abs_diff:.4g}, "
+                f"max {o.max_abs_diff:.4g}{rel}{agree} vs {esc(m.fidelity.reference)}"
             )
-        if m.fidelity.top1_agreement is not None:
+        if m.fidelity.top1_agreement is not None and not any(o.top1_agreement is not None for o in m.fidelity.outputs):
             con.print(f"            top-1 agreement {_pct(m.fidelity.top1_agreement)}")
     if m.latency:
         lt = m.latency

@@ -29,7 +29,9 @@ THREADS = typer.Option(
 )
 OUTPUT_TFLITE = typer.Option(None, "--output", "-o", help="Output .tflite file or folder.")
 KERAS_MODEL = typer.Argument(..., help="Keras 2 (tf_keras) .keras/.h5 model.")
-TRAINING_DATA = typer.Option(..., "--data", "-d", help=".npz with labelled training data (x/y).")
+TRAINING_DATA = typer.Option(
+    ..., "--data", "-d", help=".npz with training inputs x (labels y optional: unlabelled outputs learn float32's)."
+)
 JSON = typer.Option(False, "--json", help="Print the result record as JSON instead of a table.")
 VERBOSE = typer.Option(False, "--verbose", "-v", help="Also print where the time went, phase by phase.")
 DELEGATES = typer.Option(True, "--delegates/--no-delegates", help="Check each result against the delegates.")
@@ -353,7 +355,8 @@ def quantize(
     rescue = [
         n for n, on in (("equalize", equalize), ("bias_correction", bias_correction), ("adaround", adaround)) if on
     ]
-    recipe = build(str(scheme), with_rescue(step, rescue, ranges))
+    name = str(scheme) if io == IO.FLOAT else f"{scheme}-{io}io"  # the sweep's name for it: int8-int8io
+    recipe = build(name, with_rescue(step, rescue, ranges))
     measuring = _measuring(task, label_output, calibration_seed)
     _run_and_show(
         recipe, model, data, output, threads, as_json, delegates, backend, calibration, measuring, trust_model_code,

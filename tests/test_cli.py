@@ -137,6 +137,18 @@ def test_quantize_float16_then_evaluate_json(cli, keras_model, data_npz, tmp_pat
     assert m["size"]["bytes"] == out.stat().st_size and m["latency"]["runs"] == 5
 
 
+def test_quantize_with_integer_io_is_named_as_the_sweep_names_it(cli, keras_model, data_npz, tmp_path):
+    """Issue 29: `quantize --io int8` named its row `int8`, where the sweep says `int8-int8io`."""
+    out = tmp_path / "q"
+    r = cli(
+        "quantize", str(keras_model), "-c", str(data_npz), "--io", "int8", "-o", str(out), "--json", "--no-delegates"
+    )
+    assert r.returncode == 0, r.stderr
+    cand = json.loads(r.stdout)
+    assert cand["name"] == "int8-int8io" and cand["artifact"] == "int8-int8io.tflite"
+    assert (out / "int8-int8io.tflite").is_file()
+
+
 def test_advice_without_a_study(cli):
     r = cli("recommend", "--target", "coreml")
     assert r.returncode == 0, r.stderr

@@ -23,7 +23,7 @@ def test_explicit_split_and_calibration_only():
     assert len(d.x_test) == 2
     c = from_arrays(x_cal=np.ones((7, 3)))
     assert c.y_test is None and len(c.calibration(3)) == 3 and c.calibration(3).dtype == np.float32
-    with pytest.raises(DataError, match="needs labelled training data"):
+    with pytest.raises(DataError, match="needs training inputs"):
         c.require_training("prune")
 
 
@@ -60,3 +60,37 @@ def test_shape_and_dtype_checks():
         d.check_input((None, 28, 28, 1))
     with pytest.raises(DataError, match=r"x holds text \(dtype <U1\); optimize takes real numbers"):
         from_arrays(x=np.array([["a", "b"]] * 4))  # refused by name, on load
+
+
+def test_a_sorted_data_set_splits_with_both_classes_in_the_test_part():
+    """Issue 29: faces first, non-faces last; the last 20% held 40 non-faces and top-1 was one class's."""
+    x = np.arange(200, dtype=np.float32)[:, None]
+    y = np.r_[np.ones(160, np.int64), np.zeros(40, np.int64)]
+    d = from_arrays(x=x, y=y)
+    assert d.split.method == "stratified" and d.split.seed == 0 and not d.split.warnings
+    assert d.split.test_classes == {"0": 8, "1": 32} and (d.split.train, d.split.test) == (160, 40)
+    assert np.bincount(d.y_test).tolist() == [8, 32] and np.bincount(d.y_train).tolist() == [32, 128]
+    assert sorted(np.r_[d.x_train[:, 0], d.x_test[:, 0]].tolist()) == x[:, 0].tolist()  # a partition
+    again = from_arrays(x=x, y=y)  # seeded: the same split every run
+    assert np.array_equal(again.x_test, d.x_test)
+    unlabelled = from_arrays(x=x)
+    assert unlabelled.split.method == "shuffled" and unlabelled.x_test[:, 0].tolist() != x[-40:, 0].tolist()
+
+
+def test_a_test_split_of_one_class_or_a_few_per_class_is_warned_about(tmp_path, caplog):
+    import logging
+
+    from optimize.models.data import warn_split
+
+    x = np.arange(200, dtype=np.float32)[:, None]
+    y = np.r_[np.ones(160, np.int64), np.zeros(40, np.int64)]
+    given = from_arrays(x_train=x[:160], y_train=y[:160], x_test=x[160:], y_test=y[160:], source=str(tmp_path / "d"))
+    (w,) = given.split.warnings
+    assert "one class only (class 0, 40 samples)" in w
+    with caplog.at_level(logging.WARNING):
+        warn_split(given)
+        warn_split(given)  # once per data set
+    assert [r.getMessage() for r in caplog.records] == [f"d: {w}."]
+    few = from_arrays(x=np.ones((30, 2)), y=np.repeat(np.arange(10), 3))
+    assert any("fewer than 5 samples of 6 of its 6 classes" in w for w in few.split.warnings), few.split.warnings
+    assert any("no sample of 4 class(es)" in w for w in few.split.warnings)

@@ -572,6 +572,32 @@ def test_a_sweep_interrupted_ends_in_one_line_and_leaves_the_output_as_it_was(tm
     assert [q.name for q in out.iterdir()] == ["keep.txt"]
 
 
+def test_an_interrupted_sweep_or_run_leaves_no_empty_output_folder(tmp_path, float_tflite, data_npz, monkeypatch):
+    """Issue 29: a sweep interrupted (or aborted) whose -o did not exist left it behind as an empty folder;
+    so did a single run. Folders that held something before are left as they were."""
+    import optimize
+    from optimize.core.recipe import build
+    from optimize.engine import schedule, single, sweeps
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(schedule, "_round", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sweeps.sweep(float_tflite, data_npz, tmp_path / "new" / "out", jobs=0, cache=False)
+    assert list(tmp_path.iterdir()) == []  # neither out nor the parent it made
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        sweeps.sweep(float_tflite, data_npz, tmp_path / "mine", jobs=0, cache=False)
+    assert (tmp_path / "mine").is_dir() and list((tmp_path / "mine").iterdir()) == []
+    monkeypatch.setattr(single, "executor", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        optimize.run(
+            build("f16", [{"technique": "quantize", "scheme": "float16"}]), float_tflite, data_npz, tmp_path / "one"
+        )
+    assert not (tmp_path / "one").exists()
+
+
 def test_workers_die_with_their_parent(tmp_path):
     """After `kill -9` of a sweep its workers lived on for 20 s and more (PR_SET_PDEATHSIG now)."""
     import os

@@ -57,6 +57,14 @@ def test_a_keras3_flatten_cnns_float16_is_fully_gpu_delegable(keras3_cnn):
     assert pruned.ok, pruned.error
     assert any("rebuilt in tf_keras" in n for n in pruned.notes), pruned.notes
     assert pruned.composition.sparsity > 0.2
+    # issue 24: the trained candidate is exported like the rest, with a static batch of 1 and the route noted;
+    # with a free batch, its RESHAPE read the batch at run time and the GPU took none of its nodes
+    assert any("fixed batch of 1" in n for n in pruned.notes), pruned.notes
+    assert pruned.delegates["gpu"].verdict == "full", pruned.delegates["gpu"]
+    from optimize.models import runtime
+
+    (inp,) = runtime.load(keras3_cnn / "out" / pruned.artifact).interpreter.get_input_details()
+    assert list(inp["shape_signature"]) == [1, 8, 8, 1]
 
 
 def test_a_keras3_model_that_cannot_be_rebuilt_lists_what_was_dropped(tmp_path, digits):

@@ -150,3 +150,33 @@ def test_quantizer_failure_is_a_failed_candidate(float_model, ctx, monkeypatch):
     monkeypatch.setattr(quantizer.Quantizer, "quantize", boom)
     with pytest.raises(TechniqueFailed, match="unsupported op"):
         run(float_model, ctx, scheme="dynamic")
+
+
+def test_a_failing_profiler_calibrator_says_nothing_a_user_cannot_act_on(tmp_path, caplog):
+    """Issue 29: PNet's calibration printed "profiler-based calibration failed (RuntimeError); keeping all tensors
+    instead" three times. A fully convolutional model with free height and width fails the profiler the same
+    way; the fallback is ours to know (debug, with the cause), not the user's."""
+    import logging
+
+    import optimize
+    from optimize.core.recipe import build
+    from optimize.models import _tf
+
+    k = _tf.keras()
+    k.utils.set_random_seed(0)
+    inp = k.Input((None, None, 3))
+    h = k.layers.MaxPooling2D(2)(k.layers.Conv2D(10, 3, activation="relu")(inp))
+    h = k.layers.Conv2D(16, 3)(h)
+    k.Model(inp, [k.layers.Conv2D(4, 1)(h), k.layers.Conv2D(2, 1, activation="softmax")(h)]).save(
+        tmp_path / "pnet.keras"
+    )
+    np.savez(tmp_path / "d.npz", x=np.random.default_rng(0).uniform(-1, 1, (32, 12, 12, 3)).astype(np.float32))
+    recipe = build("int8", [{"technique": "convert", "scheme": "int8"}])
+    with caplog.at_level(logging.DEBUG, logger="optimize.transforms.tflite.quantize"):
+        cand = optimize.run(
+            recipe, tmp_path / "pnet.keras", tmp_path / "d.npz", tmp_path / "out", jobs=0, delegates=False
+        )
+    assert cand.ok, cand.error
+    said = [r for r in caplog.records if "profiler" in r.getMessage()]
+    assert said and all(r.levelno == logging.DEBUG for r in said)
+    assert all(": " in r.getMessage().split("failed (")[1] for r in said)  # with the cause, not just its class

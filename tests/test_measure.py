@@ -49,8 +49,12 @@ def test_two_inputs_two_outputs_are_fed_and_scored_by_name(two_input, tmp_path):
     m = cand.metrics
     assert m.accuracy.task == "classification" and m.accuracy.output == "logits"
     assert m.accuracy.top1 > 0.8  # the logits head, not the score head
-    assert [o.name for o in m.fidelity.outputs] == ["output_0", "output_1"]
+    # every output measured, by the model's own names (not the converted model's output_0, output_1)
+    assert [o.name for o in m.fidelity.outputs] == ["logits", "score"]
+    assert [o.labelled for o in m.fidelity.outputs] == [True, False]
     assert all(o.relative_error is not None for o in m.fidelity.outputs)
+    logits, score = m.fidelity.outputs
+    assert logits.top1_agreement is not None and score.top1_agreement is None  # agreement where outputs are classes
     assert m.accuracy_delta is not None and abs(m.accuracy_delta) < 0.05
 
 

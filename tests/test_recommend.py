@@ -225,7 +225,10 @@ def test_edgetpu_and_mcu_are_judged_from_scheme_and_io():
 
 
 def test_cpu_size_objective_and_size_goal():
-    assert recommend(full_study(), "cpu", ONE_POINT).chosen == "dynamic"
+    # dynamic is the smallest but measured 1.9x float32's p50; int8, 2% larger, is not slower (issue 29)
+    rec = recommend(full_study(), "cpu", ONE_POINT)
+    assert rec.chosen == "int8" and rec.ranked[:2] == ["int8", "dynamic"]
+    assert any(w.startswith("Size and speed pull apart: dynamic is the smallest") for w in rec.why), rec.why
     rec = recommend(full_study(), "cpu", Goals(max_size_bytes=41_000))
     assert rec.ranked == ["dynamic"]
     assert reasons(rec)["int8"] == "size 42,000 bytes > 41,000"

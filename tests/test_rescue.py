@@ -72,6 +72,53 @@ def test_debug_command_prints_the_table_and_json(cli, keras_model, data_npz):
     assert rep["scheme"] == "int8" and rep["layers"] and rep["samples"] == 8
     r = cli("debug", str(keras_model), "--data", str(data_npz), "--samples", "8")
     assert r.returncode == 0 and "rmse/scale" in r.stdout
+    assert rep["fixes"] and any(line.startswith(("Fix to try:", "Nothing to fix:")) for line in rep["fixes"])
+    assert rep["fixes"][0].split(":")[0] in r.stdout  # the README's promise: the fix to try, printed
+
+
+@pytest.fixture(scope="module")
+def log_mel(tmp_path_factory):
+    """A log-mel front end in miniature (issue 29): DFT as two matmuls, power, a mel matmul, LOG(x + 1e-6), on
+    quiet and loud frames. int8 rounds the quiet frames' power to 0 and LOG makes it -inf."""
+    from optimize.models import _tf
+
+    tf = _tf.tf()
+    rng = np.random.default_rng(0)
+    t, f = np.arange(64)[:, None], np.arange(33)[None, :]
+    cos, sin = (np.cos(2 * np.pi * t * f / 64).astype(np.float32), np.sin(2 * np.pi * t * f / 64).astype(np.float32))
+    mel = (np.abs(rng.normal(size=(33, 16))) / 33).astype(np.float32)
+
+    class LogMel(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, 64], tf.float32, name="audio")])
+        def __call__(self, x):
+            power = tf.matmul(x, cos) ** 2 + tf.matmul(x, sin) ** 2
+            return {"logmel": tf.math.log(tf.matmul(power, mel) + 1e-6)}
+
+    m = LogMel()
+    folder = tmp_path_factory.mktemp("logmel")
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([m.__call__.get_concrete_function()], m)
+    (folder / "logmel.tflite").write_bytes(conv.convert())
+    levels = np.r_[np.full(16, 1e-3), np.full(16, 0.5)]
+    np.savez(folder / "d.npz", x=(rng.normal(size=(32, 64)) * levels[:, None]).astype(np.float32))
+    return folder
+
+
+def test_debug_names_the_fix_to_try_on_a_log_mel_front_end(log_mel, capsys):
+    """`debug` ranked the layers of a log-mel front end and said nothing to do: the op feeding LOG is now
+    measured kept float, and the fix is printed with its command."""
+    from optimize.engine.debug import debug_model
+    from optimize.present.report_text import print_debug
+
+    report = debug_model(log_mel / "logmel.tflite", log_mel / "d.npz", samples=16, leave_out=1)
+    measured = [le for le in report.layers if le.output_error_without is not None]
+    assert len(measured) >= 2  # the worst by its own error, and the op feeding LOG
+    best = min(measured, key=lambda le: le.output_error_without)
+    assert best.output_error_without < report.output_error / 3
+    (fix, *more) = report.fixes
+    assert fix.startswith(f"Fix to try: keep {best.op} #{best.op_index} float") and "optimize run mixed-int8" in fix
+    assert any("--scheme int16x8" in line for line in more)
+    print_debug(report, width=80)
+    assert "Fix to try: keep" in capsys.readouterr().out
 
 
 def test_selective_stops_at_once_when_int8_meets_the_budget(keras_model, data_npz, tmp_path):

@@ -75,6 +75,7 @@ class Context:
     records: dict[str, Any] = field(default_factory=dict)  # typed records for the candidate (e.g. "search")
     fixed_batch_export: Callable[[], Path] | None = None  # the model again, exported with a batch of 1
     source_kind: str | None = None  # what the run started from (models.Kind): keras2, keras3, savedmodel, tflite
+    teacher: Callable[[], list] | None = None  # the float source model's outputs on the training inputs
 
 
 @dataclass(frozen=True)

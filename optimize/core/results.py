@@ -160,14 +160,23 @@ class OutputFidelity(Record):
     nonfinite_samples: int = Field(
         0, description="Samples where this output is NaN/inf and the reference's is not (left out of the figures)."
     )
+    top1_agreement: float | None = Field(
+        None, description="Fraction of samples whose argmax matches the reference's (class outputs only)."
+    )
+    labelled: bool = Field(
+        False, description="The output the labels score: judged by its accuracy; every other output by fidelity."
+    )
 
 
 class Fidelity(Record):
+    """Every output against the float reference. The figures a goal or the guard reads are the worst output's:
+    a candidate is as good as the output it breaks most, labelled or not."""
+
     reference: str = Field(description="Artifact the outputs were compared with (the float32 baseline).")
     samples: int
     outputs: list[OutputFidelity]
     top1_agreement: float | None = Field(
-        None, description="Fraction of samples whose argmax matches (class outputs only)."
+        None, description="Fraction of samples whose argmax matches: the worst class output's (class outputs only)."
     )
 
     @property
@@ -180,6 +189,23 @@ class Fidelity(Record):
         """The worst output's relative error: what a label-free goal is judged on."""
         errs = [o.relative_error for o in self.outputs if o.relative_error is not None]
         return max(errs) if errs else None
+
+    def judged(self, unlabelled_only: bool = False) -> list[OutputFidelity]:
+        """The outputs judged by fidelity: every one, or (`unlabelled_only`) those the labels do not score."""
+        return [o for o in self.outputs if not (unlabelled_only and o.labelled)]
+
+    def worst(self, unlabelled_only: bool = False) -> OutputFidelity | None:
+        """The judged output furthest from the reference (by relative error), or None when none was measured."""
+        outs = [o for o in self.judged(unlabelled_only) if o.relative_error is not None]
+        return max(outs, key=lambda o: o.relative_error) if outs else None
+
+    def least_agreeing(self, unlabelled_only: bool = False) -> OutputFidelity | None:
+        """The judged class output with the lowest top-1 agreement, or None when no judged output is classes.
+        (A study written before agreement was measured per output has it only on the first output.)"""
+        outs = [o for o in self.judged(unlabelled_only) if o.top1_agreement is not None]
+        if not outs and self.top1_agreement is not None and self.outputs and not any(o.labelled for o in self.outputs):
+            return self.outputs[0].model_copy(update={"top1_agreement": self.top1_agreement})
+        return min(outs, key=lambda o: o.top1_agreement) if outs else None
 
 
 class Accuracy(Record):
@@ -343,6 +369,9 @@ class DebugReport(Record):
         default_factory=list, description="Ops the quantizer left in float (unsupported), by op and tensor."
     )
     seconds: float = 0.0
+    fixes: list[str] = Field(
+        default_factory=list, description="The fix to try, from the ranking: what to change, and the command for it."
+    )
 
 
 class SearchStep(Record):
@@ -582,6 +611,24 @@ def error_line(e: BaseException) -> str:
     return f"{e.__class__.__name__}: {msg}{where}"
 
 
+class Split(Record):
+    """How the data was split into train and test, and what the test split holds (issue 29: a split that
+    put every sample of one class in the test part measured accuracy on that class alone)."""
+
+    method: Literal["given", "stratified", "shuffled", "all"] = Field(
+        description="given: x_train/x_test from the file; stratified: x/y split 80/20 at random within each "
+        "class; shuffled: at random (labels that are not classes, or none); all: fewer than 5 samples, every "
+        "split holds them all."
+    )
+    seed: int | None = Field(None, description="Seeds the random split (None: not split here).")
+    train: int = Field(0, description="Training samples.")
+    test: int = Field(0, description="Test samples.")
+    test_classes: dict[str, int] = Field(
+        default_factory=dict, description="Samples per class in the test split (labels that are classes)."
+    )
+    warnings: list[str] = Field(default_factory=list, description="What makes the test split a poor measure.")
+
+
 class Dropped(Record):
     """Default recipes a sweep left out for this model, and why (never silently)."""
 
@@ -624,6 +671,7 @@ class Study(Record):
         description="Wall time of the sweep, from opening the model to the finished study (parallel work "
         "overlaps: the candidates' own `seconds` can add up to more).",
     )
+    split: Split | None = Field(None, description="How the data was split into train and test (None: no data).")
 
     @property
     def float_reference(self) -> Candidate | None:

@@ -63,6 +63,14 @@ class Recommendation(Record):
     )
     alternatives: list[str] = Field(default_factory=list, description="The rule of thumb's alternatives, measured.")
     quality_by: str = Field("labels", description="What accuracy is ranked by: 'labels', or 'fidelity' to float32.")
+    make: str | None = Field(
+        None,
+        description="When nothing measured fits: the rule of thumb's pipeline (or alternative) this study has not "
+        "measured, with the command that makes it; None when every one it knows was measured and rejected.",
+    )
+    made_and_rejected: list[str] = Field(
+        default_factory=list, description="The rule of thumb's pipelines measured here and rejected, with why."
+    )
 
 
 def make_goals(
@@ -147,6 +155,11 @@ def _integer_problem(c: Candidate, target: Target) -> str | None:
 
 #: Targets that run integer ops only; NNAPI joins them for a quantized model (its int path).
 INTEGER_ONLY_TARGETS = (Target.MCU, Target.EDGETPU, Target.HEXAGON)
+#: Targets where a user expects the pick to be fast as well as small: a pick by size that measured slower
+#: than float32 gives way to one of similar size that did not.
+LATENCY_TARGETS = (Target.CPU, Target.GPU, Target.NNAPI)
+#: "Similar size": at most this many times the smallest candidate's bytes.
+SIMILAR_SIZE = 1.25
 
 
 def _float_compute_problem(c: Candidate, target: Target) -> str | None:
@@ -224,29 +237,52 @@ def _accuracy_problem(m, goals: Goals) -> str | None:
     return None
 
 
-def _fidelity_problem(m, goals: Goals, is_base: bool) -> str | None:
+def _fidelity_problem(m, goals: Goals, is_base: bool, unlabelled_only: bool = False) -> str | None:
+    """The first output the fidelity goals find too far from float32, by name when there are several
+    (`unlabelled_only`: the outputs the labels do not score, as the default guard judges them)."""
     if is_base:
         return None  # the float32 reference agrees with itself
     f = m.fidelity
-    if goals.max_output_error is not None:
-        rel = f.relative_error if f else None
-        if rel is None:
-            return "not compared with float32, so max_output_error cannot be checked"
-        if rel > goals.max_output_error + EPS:
-            return f"output error {rel:.3g} of the output range > {goals.max_output_error:g}"
-    if goals.min_agreement is not None:
-        agree = f.top1_agreement if f else None
-        if agree is None:
-            return "top-1 agreement not measured (outputs are not classes), so min_agreement cannot be checked"
-        if agree < goals.min_agreement - EPS:
-            return f"top-1 agreement {agree * 100:.2f}% < {goals.min_agreement * 100:g}%"
-    return None
+    if f is not None and unlabelled_only and not f.judged(True):
+        return None  # every output is scored by labels
+    named = f is not None and (len(f.outputs) > 1 or unlabelled_only)
+    return _error_problem(f, goals, unlabelled_only, named) or _agreement_problem(f, goals, unlabelled_only, named)
 
 
-def _goal_problem(c: Candidate, goals: Goals, is_base: bool = False) -> str | None:
+def _error_problem(f, goals: Goals, unlabelled_only: bool, named: bool) -> str | None:
+    if goals.max_output_error is None:
+        return None
+    worst = f.worst(unlabelled_only) if f else None
+    if worst is None:
+        return "not compared with float32, so max_output_error cannot be checked"
+    if worst.relative_error <= goals.max_output_error + EPS:
+        return None
+    if named:
+        return (
+            f"output {worst.name} off by {worst.relative_error * 100:.3g}% of its range > "
+            f"{goals.max_output_error * 100:g}%"
+        )
+    return f"output error {worst.relative_error:.3g} of the output range > {goals.max_output_error:g}"
+
+
+def _agreement_problem(f, goals: Goals, unlabelled_only: bool, named: bool) -> str | None:
+    if goals.min_agreement is None:
+        return None
+    least = f.least_agreeing(unlabelled_only) if f else None
+    if least is None:
+        if unlabelled_only and f is not None:
+            return None  # no class output among those judged: agreement does not apply
+        return "top-1 agreement not measured (outputs are not classes), so min_agreement cannot be checked"
+    if least.top1_agreement >= goals.min_agreement - EPS:
+        return None
+    which = f"output {least.name} " if named else ""
+    return f"{which}top-1 agreement {least.top1_agreement * 100:.2f}% < {goals.min_agreement * 100:g}%"
+
+
+def _goal_problem(c: Candidate, goals: Goals, is_base: bool = False, unlabelled_only: bool = False) -> str | None:
     """The first accuracy, fidelity or size goal this measured candidate breaks."""
     m = c.metrics
-    problem = _accuracy_problem(m, goals) or _fidelity_problem(m, goals, is_base)
+    problem = _accuracy_problem(m, goals) or _fidelity_problem(m, goals, is_base, unlabelled_only)
     if problem:
         return problem
     if goals.max_size_bytes is not None and m.size.bytes > goals.max_size_bytes:
@@ -270,7 +306,13 @@ def _latency_problem(c: Candidate, goals: Goals, base: Candidate | None) -> str 
 
 
 def _first_problem(
-    c: Candidate, target: Target, goals: Goals, base: Candidate | None, facts: set[str], baseline: str | None = None
+    c: Candidate,
+    target: Target,
+    goals: Goals,
+    base: Candidate | None,
+    facts: set[str],
+    baseline: str | None = None,
+    unlabelled_only: bool = False,
 ) -> str | None:
     """The first check this candidate fails, in a fixed order: failed, target, accuracy, size, latency, slower."""
     if c.error is not None:
@@ -278,7 +320,8 @@ def _first_problem(
     if c.metrics is None:
         return "not measured"
     is_base = c.name == baseline or (base is not None and c.name == base.name)
-    return _target_problem(c, target, facts) or _goal_problem(c, goals, is_base) or _latency_problem(c, goals, base)
+    goal = _goal_problem(c, goals, is_base, unlabelled_only)
+    return _target_problem(c, target, facts) or goal or _latency_problem(c, goals, base)
 
 
 def judge(c: Candidate, target: str | None, goals: Goals) -> str | None:
@@ -393,13 +436,15 @@ def _study_facts(study: Study, target: Target, goals: Goals, float_ms: float | N
     return facts
 
 
-def _sort(study: Study, target: Target, goals: Goals, base: Candidate | None, by_labels: bool):
+def _sort(
+    study: Study, target: Target, goals: Goals, base: Candidate | None, by_labels: bool, unlabelled_only: bool = False
+):
     """(eligible candidates ranked, rejections with their first failed check, facts found on the way)."""
     facts: set[str] = set()
     eligible: list[Candidate] = []
     rejected: list[Rejection] = []
     for c in study.candidates:
-        problem = _first_problem(c, target, goals, base, facts, study.baseline)
+        problem = _first_problem(c, target, goals, base, facts, study.baseline, unlabelled_only)
         if problem:
             rejected.append(Rejection(candidate=c.name, reason=problem))
         else:
@@ -421,10 +466,40 @@ class _Choice:
         self.base = study.float_reference
         self.guard: Guard | None = default_guard(goals, study)
         judged = self.guard.goals if self.guard else goals
-        self.ranked, self.rejected, self.facts = _sort(study, target, judged, self.base, self.by_labels)
+        scope = self.guard.unlabelled_only if self.guard else False
+        self.ranked, self.rejected, self.facts = _sort(study, target, judged, self.base, self.by_labels, scope)
         self.kept_out: list[Candidate] = []
+        self.pull_apart: str | None = None
+        self._speed_over_size()
         if self.guard is not None:
             self._guarded()
+
+    def _speed_over_size(self) -> None:
+        """On a target where latency matters, ranking by size does not pick a candidate measured slower than
+        float32 when one of similar size (within SIMILAR_SIZE) is not; either way, one line says that size
+        and speed pull apart."""
+        ranked, base = self.ranked, self.base
+        if self.target not in LATENCY_TARGETS or self.goals.objective is not Objective.SIZE or base is None:
+            return
+        if not ranked or ranked[0].name == base.name or speed(ranked[0], base) != "slower":
+            return
+        top = ranked[0]
+        near = [c for c in ranked[1:] if c.metrics.size.bytes <= top.metrics.size.bytes * SIMILAR_SIZE]
+        fast = next((c for c in near if c.name == base.name or speed(c, base) != "slower"), None)
+        what = f"{top.name} is the smallest ({top.metrics.size.bytes:,} bytes) but measured slower than float32 " \
+               f"({versus(top, base)})"  # fmt: skip
+        if fast is None:
+            self.pull_apart = (
+                f"Size and speed pull apart: {what}; nothing within {SIMILAR_SIZE - 1:.0%} of its size is as fast "
+                "as float32 (--objective latency ranks by speed)."
+            )
+            return
+        more = fast.metrics.size.bytes / top.metrics.size.bytes - 1
+        self.pull_apart = (
+            f"Size and speed pull apart: {what}; {fast.name}, {more:.0%} larger and not slower than float32, is "
+            "picked instead (--objective latency ranks by speed)."
+        )
+        self.ranked = [fast] + [c for c in ranked if c is not fast]
 
     def _guarded(self) -> None:
         """Say which rejections are the guard's, and which of those would have ranked above the choice."""
@@ -468,10 +543,10 @@ class _Choice:
             return [explain.nothing_passes(self.kept_out[0], self.target, self.guard)]
         return explain.guard_warnings(self.guard, self.kept_out)
 
-    def to_try(self) -> list[str]:
+    def to_try(self, reasons: dict[str, str]) -> list[str]:
         if self.guard is None or self.chosen is not None or not self.kept_out:
             return []
-        return explain.what_to_try(self.kept_out[0], self.target, self.guard)
+        return explain.what_to_try(self.kept_out[0], self.target, self.guard, self.study, reasons)
 
     def headline(self, keep: str | None) -> str:
         c = self.chosen
@@ -502,6 +577,21 @@ def _facts(study: Study, target: Target, goals: Goals, advice: Advice, choice: _
     return list(dict.fromkeys(generic + sorted(choice.facts | set(extra)) + study_facts))
 
 
+def _advice(study: Study, target: Target, goals: Goals, have_cal: bool | None, have_train: bool | None) -> Advice:
+    """The decision tree's answer, with what the study says about the data where the caller did not."""
+    if have_cal is None:
+        have_cal = study.data is not None
+    if have_train is None:
+        have_train = any(c.uses("prune", "cluster", "qat") for c in study.candidates)
+    return advise(
+        target,
+        have_calibration_data=have_cal,
+        have_training_data=have_train,
+        goals=goals,
+        dense_weights=any(c.scheme == Scheme.INT4 for c in study.candidates),  # the sweep tried int4: Dense-heavy
+    )
+
+
 def recommend(
     study: Study,
     target: str = Target.CPU,
@@ -520,22 +610,14 @@ def recommend(
     target = check_target(target)
     goals = goals or Goals()
     _check_study(study)
-    if have_calibration_data is None:
-        have_calibration_data = study.data is not None
-    if have_training_data is None:
-        have_training_data = any(c.uses("prune", "cluster", "qat") for c in study.candidates)
-    advice = advise(
-        target,
-        have_calibration_data=have_calibration_data,
-        have_training_data=have_training_data,
-        goals=goals,
-        dense_weights=any(c.scheme == Scheme.INT4 for c in study.candidates),  # the sweep tried int4: Dense-heavy
-    )
+    advice = _advice(study, target, goals, have_calibration_data, have_training_data)
     goals, label_facts = _without_labels(study, goals)
     choice = _Choice(study, target, goals)
     chosen = choice.chosen
     keep = choice.keep_float32(folder)
     reasons = {r.candidate: r.reason for r in choice.rejected}
+    why = explain.why_lines(study, advice.pipeline, chosen, reasons, goals.objective, choice.by_labels)
+    make, tried = (None, []) if chosen else explain.what_to_make(study, advice, reasons)
     return Recommendation(
         target=target,
         goals=goals,
@@ -552,12 +634,14 @@ def recommend(
         keep_float32=keep,
         guard=choice.guard.words if choice.guard else None,
         warnings=choice.warnings(),
-        to_try=choice.to_try(),
-        why=explain.why_lines(study, advice.pipeline, chosen, reasons, goals.objective, choice.by_labels),
+        to_try=choice.to_try(reasons),
+        why=why + ([choice.pull_apart] if choice.pull_apart else []),
         alternatives=explain.alternatives(
             study, [(a.label, a.steps) for a in advice.alternative_pipelines], chosen, reasons
         ),
         quality_by="labels" if choice.by_labels else "fidelity",
+        make=make,
+        made_and_rejected=tried,
     )
 
 
@@ -577,13 +661,16 @@ def raise_if_unmet(rec: Recommendation) -> None:
             "See what it lost and what to try above, or state a goal.",
         )
     problem = f"({len(rec.rejected)} rejected; e.g. {first.candidate}: {first.reason})"
-    if _goals_given(rec.goals):
-        fix = "Relax a goal, or make what the rule of thumb suggests: " + explain.describe_pipeline(rec.advice)
+    goals = _goals_given(rec.goals)
+    if rec.make is not None:
+        make = f"make what the rule of thumb suggests, not measured here: {rec.make}"
+        fix = f"Relax a goal, or {make}" if goals else make[0].upper() + make[1:]
+    else:  # never a pipeline the study measured and rejected for this target
+        known = explain.nothing_known_runs(rec.target, rec.made_and_rejected)
+        fix = f"Relax a goal. {known}" if goals else known
+    if goals:
         raise GoalsNotMet(f"No candidate meets the goals for {rec.target} {problem}.", fix)
-    raise GoalsNotMet(
-        f"No measured candidate runs on {rec.target} {problem}.",
-        "Make what the rule of thumb suggests: " + explain.describe_pipeline(rec.advice),
-    )
+    raise GoalsNotMet(f"No measured candidate runs on {rec.target} {problem}.", fix)
 
 
 __all__ = ["OptimizeError", "Recommendation", "Rejection", "judge", "make_goals", "pareto_front", "recommend"]

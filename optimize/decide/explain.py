@@ -9,6 +9,8 @@ candidate is never offered). No line points at the command that printed it. Pure
 
 from __future__ import annotations
 
+import math
+
 from optimize.core.results import Candidate, Study
 from optimize.core.vocab import Objective, Scheme, Target
 from optimize.decide.guard import Guard, accept_hint, axes, fidelity_words, loss_words, measured
@@ -45,9 +47,9 @@ def alternatives(
     study: Study, labelled: list[tuple[str, list[dict]]], chosen: Candidate | None, rejected: dict | None = None
 ) -> list[str]:
     """The rule of thumb's alternatives against the study: measured ones named with the candidate that
-    worked (one the choice rejected says so, so the rule of thumb's promise is not left standing beside the
-    measurement that broke it), ones the study never tried marked so; ones that only failed, and the choice
-    itself, left out."""
+    worked and is eligible, ones the study never tried marked so; ones that only failed or were rejected
+    for this target (the rule of thumb's promise is never left standing beside the measurement that broke
+    it), and the choice itself, left out."""
     from optimize.decide.advice import describe
 
     rejected = rejected or {}
@@ -58,12 +60,9 @@ def alternatives(
         if (found and not worked) or (chosen is not None and chosen in found):
             continue
         kept = [c for c in worked if c.name not in rejected]
-        if kept:
-            where = f"measured as {kept[0].name}"
-        elif worked:
-            where = f"measured as {worked[0].name}, rejected above"
-        else:
-            where = "not measured in this study"
+        if worked and not kept:
+            continue  # measured and rejected for this target: offering it would contradict the measurement
+        where = f"measured as {kept[0].name}" if kept else "not measured in this study"
         out.append(f"{label}: {describe(steps)} ({where})")
     return out
 
@@ -142,8 +141,8 @@ def guard_warnings(guard: Guard, kept_out: list[Candidate]) -> list[str]:
     for c in kept_out[:3]:
         if measured(guard, c):
             lines.append(
-                f"{c.name} not picked: it {loss_words(c)}, beyond the default guard ({guard.words}; no accuracy "
-                f"goal was given). To accept it: {accept_hint(guard, c)}."
+                f"{c.name} not picked: it {loss_words(c, guard)}, beyond the default guard ({guard.words}; "
+                f"{guard.unstated}). To accept it: {accept_hint(guard, c)}."
             )
         else:
             lines.append(
@@ -155,22 +154,80 @@ def guard_warnings(guard: Guard, kept_out: list[Candidate]) -> list[str]:
 
 def nothing_passes(best: Candidate, target: Target, guard: Guard) -> str:
     """When nothing passes the guard: what the best candidate loses."""
-    return f"Nothing {target} runs passes the default guard ({guard.words}): the best, {best.name}, {loss_words(best)}."
+    return (
+        f"Nothing {target} runs passes the default guard ({guard.words}): the best, {best.name}, "
+        f"{loss_words(best, guard)}."
+    )
 
 
-def what_to_try(best: Candidate, target: Target, guard: Guard) -> list[str]:
-    """When nothing passes the guard: what to try next (never the command just run)."""
+def _tried(study: Study | None, reasons: dict[str, str], test) -> bool:
+    """Whether the study measured something of this kind and none of it is eligible (all failed or rejected)."""
+    found = [c for c in study.candidates if test(c)] if study is not None else []
+    return bool(found) and all(c.name in reasons or not c.ok for c in found)
+
+
+def what_to_try(
+    best: Candidate, target: Target, guard: Guard, study: Study | None = None, reasons: dict[str, str] | None = None
+) -> list[str]:
+    """When nothing passes the guard: what to try next (never the command just run, never what the study
+    measured and rejected for this target)."""
+    reasons = reasons or {}
     lines = []
     if best.scheme in (Scheme.INT8, Scheme.INT16X8, Scheme.DYNAMIC, Scheme.INT4):
         scheme = Scheme.INT16X8 if best.scheme == Scheme.INT16X8 else Scheme.INT8
         lines.append(f"Find the ops that break it: optimize debug MODEL --data D.npz --scheme {scheme}")
-        lines.append("Quantization-aware training recovers most of it: optimize qat MODEL --data D.npz")
+        if not _tried(study, reasons, lambda c: c.uses("qat")):
+            lines.append("Quantization-aware training recovers most of it: optimize qat MODEL --data D.npz")
         if target not in INTEGER_ONLY:
-            lines.append("Or keep the breaking ops at higher precision: mixed int8, or int16x8 (slower kernels).")
+            ways = [
+                way
+                for way, test in (
+                    ("mixed int8", lambda c: c.uses("selective")),
+                    ("int16x8 (slower kernels)", lambda c: c.scheme == Scheme.INT16X8 and not c.uses("selective")),
+                )
+                if not _tried(study, reasons, test)
+            ]
+            if ways:
+                lines.append(f"Or keep the breaking ops at higher precision: {', or '.join(ways)}.")
         else:
             lines.append("More, and more representative, calibration samples: --calibration-samples 500")
     lines.append(f"Or accept the loss: {accept_hint(guard, best)}.")
     return lines
+
+
+def what_to_make(study: Study, advice, reasons: dict[str, str]) -> tuple[str | None, list[str]]:
+    """When nothing measured fits: the first of the rule of thumb's pipelines (its own, then its
+    alternatives) that this study did not measure, with the command that makes it; and those it measured
+    and rejected, each with why (offered again, they would contradict the measurements)."""
+    from optimize.decide.advice import describe
+
+    tried: list[str] = []
+    for steps in [advice.pipeline, *(a.steps for a in advice.alternative_pipelines)]:
+        found = matching(study, steps)
+        if not found:
+            return f"{describe(steps)} ({command_for(steps)}).", tried
+        c = found[0]
+        why = reasons.get(c.name) or (f"failed: {c.error}" if c.error else "rejected")
+        line = f"{c.name}: {why.rstrip('.')}"
+        if line not in tried:
+            tried.append(line)
+    return None, tried
+
+
+def nothing_known_runs(target: Target, tried: list[str]) -> str:
+    """Nothing the decision tree knows would run on the target: say so, and why (what each measured)."""
+    from optimize.core.vocab import TARGET_DELEGATE
+
+    why = "; ".join(tried[:3]) + (f"; and {len(tried) - 3} more" if len(tried) > 3 else "")
+    delegate = TARGET_DELEGATE.get(target)
+    if delegate is not None and target is not Target.CPU:
+        look = (
+            f"`optimize compat CANDIDATE.tflite --delegate {delegate}` names each node the delegate refuses and "
+            "what to change in the model."
+        )
+    else:
+        look = "Each candidate's reason is listed under Rejected."
+    return f"Nothing the rule of thumb knows runs on {target} here, as measured ({why}). {look}"
 
 
 def command_for(steps: list[dict]) -> str:
@@ -194,3 +251,54 @@ def describe_pipeline(advice) -> str:
     from optimize.decide.advice import describe
 
     return f"{describe(advice.pipeline)} ({command_for(advice.pipeline)})."
+
+
+#: A debug output error under this (of the output's range) leaves nothing worth fixing.
+DEBUG_FINE = 0.005
+#: Keeping one op float "fixes" the model when the output error falls at least this much (a third of it left).
+DEBUG_GAIN = 1 / 3
+#: RMSE over the output's scale beyond this points at clipping or a poor range, not rounding (~0.29).
+DEBUG_CLIPPING = 0.7
+
+
+def debug_fixes(report) -> list[str]:
+    """The fix to try from a per-layer debug report (optimize debug), each with the command that makes it:
+    keep the op whose leave-one-out measurement recovers most of the error float (or at 16-bit activations);
+    other activation ranges where the worst op clips; int16x8 or QAT where no op stands out."""
+    scheme, err = str(report.scheme), report.output_error
+    model = "MODEL --data D.npz"
+    if err < DEBUG_FINE:
+        return [f"Nothing to fix: {scheme} is within {err * 100:.2f}% of float32's output range on these samples."]
+    measured = [
+        le for le in report.layers if le.output_error_without is not None and math.isfinite(le.output_error_without)
+    ]
+    best = min(measured, key=lambda le: le.output_error_without, default=None)
+    lines = []
+    if best is not None and best.output_error_without <= err * DEBUG_GAIN:
+        after = best.output_error_without
+        before = f"{err:.4f}" if math.isfinite(err) else "inf (non-finite outputs)"
+        lines.append(
+            f"Fix to try: keep {best.op} #{best.op_index} float (output error {before} -> {after:.4f}): "
+            f"`optimize run mixed-int8 {model}` finds such ops and keeps them float or 16-bit (a bounded search)."
+        )
+        if scheme == Scheme.INT8:
+            lines.append(
+                f"Or 16-bit activations throughout: `optimize quantize {model.replace('--data', '-c')} --scheme int16x8`."
+            )
+        return lines
+    worst = report.layers[0] if report.layers else None
+    if worst is not None and worst.rmse_over_scale is not None and worst.rmse_over_scale > DEBUG_CLIPPING:
+        lines.append(
+            f"Fix to try: other activation ranges ({worst.op} #{worst.op_index} errs by {worst.rmse_over_scale:.2f} "
+            f"steps, clipping or a poor range): `optimize quantize {model.replace('--data', '-c')} --ranges auto`."
+        )
+    elif best is not None:
+        lines.append(
+            f"Fix to try: no single op holds the error (keeping {best.op} #{best.op_index} float leaves "
+            f"{best.output_error_without:.4f} of {err:.4f}): `optimize run mixed-int8 {model}` raises several."
+        )
+    else:
+        lines.append(f"Fix to try: `optimize run mixed-int8 {model}` keeps the ops that break {scheme} float.")
+    if scheme == Scheme.INT8:
+        lines.append(f"Where the error is spread: 16-bit activations (`--scheme int16x8`) or `optimize qat {model}`.")
+    return lines

@@ -4,6 +4,7 @@ rank every op's int8 error (`optimize.measure.layer_error`)."""
 from __future__ import annotations
 
 from optimize.core.results import DebugReport
+from optimize.decide.explain import debug_fixes
 from optimize.measure.layer_error import Samples, analyze
 
 
@@ -25,7 +26,7 @@ def debug_model(
     import tempfile
     from pathlib import Path
 
-    from optimize.core.errors import DataError
+    from optimize.core.errors import DataError, NothingWorked, TechniqueFailed
     from optimize.core.recipe import build
     from optimize.core.registry import Context, get
     from optimize.engine.pipeline import Workspace
@@ -47,6 +48,13 @@ def debug_model(
         params = get("quantize").parse({"scheme": scheme})
         ctx = Context(workdir=work, data=ds, threads=threads)
         signature, inputs = _inspect(content, float_path)
-        session = Session(content, params, ctx, _calibration_data(params, ctx, signature, inputs, float_path))
+        try:
+            session = Session(content, params, ctx, _calibration_data(params, ctx, signature, inputs, float_path))
+        except TechniqueFailed as e:  # one line, as every command ends: never a traceback
+            raise NothingWorked(
+                f"debug cannot compare the layers: {str(e).rstrip('.')}.",
+                "`optimize sweep MODEL --data D.npz` records what each scheme does on this model.",
+            ) from None
         picked = Samples.from_array(ds.x_cal, samples)
-        return analyze(content, session.quantize, picked, scheme=scheme, leave_out=leave_out, threads=threads)
+        report = analyze(content, session.quantize, picked, scheme=scheme, leave_out=leave_out, threads=threads)
+        return report.model_copy(update={"fixes": debug_fixes(report)})

@@ -80,6 +80,7 @@ class Workspace:
         self.memo: dict[str, _State] = {}
         self._source: _State | None = None
         self.phases: dict[str, float] | None = None  # where produce's time goes (set by make_candidate)
+        self._teacher: list | None = None
         self.root = _key(src.fingerprint, data.fingerprint if data else None)
 
     def seed(self, steps: Iterable[Step], path: Path) -> None:
@@ -100,7 +101,17 @@ class Workspace:
             notes=list(state.notes),
             skipped_layers=list(state.skipped),
             records=dict(state.records),
+            teacher=self.teacher,
         )
+
+    def teacher(self) -> list:
+        """The float source model's outputs on the training inputs, computed once per run: what fine-tuning
+        trains an output without labels toward (every step of a chain keeps to the same float model)."""
+        if self._teacher is None:
+            from optimize.transforms.keras.common import predict
+
+            self._teacher = predict(self._keras_model(self.source()), self.data.x_train)
+        return self._teacher
 
     def _keras_model(self, state: _State, notes: list[str] | None = None):
         if state.kind == "source" and self.src.kind == "keras3":  # tfmot needs tf_keras: an exact rebuild
@@ -188,7 +199,12 @@ class Workspace:
             model = tech.fn(self._keras_model(state, ctx.notes), params, ctx)
             path = self.workdir / key / "model.keras"
             model.save(path)
-            sm = models.export_saved_model(model, self.workdir / key / "saved_model")
+            # a Keras 3 model rebuilt in tf_keras keeps Keras 3's run-time batch in Flatten/Reshape: exported
+            # with a free batch, its trained candidates lose every delegate as the plain conversion would
+            batch = 1 if self.src.kind == "keras3" else None
+            sm = models.export_saved_model(model, self.workdir / key / "saved_model", batch=batch)
+            if batch and KERAS3_ROUTE not in ctx.notes:
+                ctx.notes.append(KERAS3_ROUTE)
             state = _State("keras", path, sm, ctx.notes, ctx.skipped_layers, ctx.records)
             if models.has_recurrent(model):  # the batch-1 route needs the model, and a reload may not restore it
                 state.batch1 = models.export_saved_model(model, self.workdir / key / "saved_model_batch1", batch=1)
@@ -465,7 +481,7 @@ def prepare(
 ) -> Recipe:
     """The recipe as it will run on this model and data: implicit steps filled in, post-training schemes
     expressed with the backend (`None`: the recipe's own, by default auto), data checked up front."""
-    recipe = resolve(recipe, src).with_backend(backend)
+    recipe = resolve(recipe, src, ds).with_backend(backend)
     if recipe.needs_calibration and ds is None:
         raise DataError(
             f"{recipe.name}: {recipe.scheme} needs calibration data.",

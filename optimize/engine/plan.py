@@ -97,17 +97,22 @@ def _with_baseline(recipes: list[Recipe], src: models.ModelSource) -> list[Recip
 
 
 def _with_target_recipe(
-    recipes: list[Recipe], target: Target, src: models.ModelSource, backend, dropped: list[Dropped]
+    recipes: list[Recipe],
+    target: Target,
+    src: models.ModelSource,
+    backend,
+    dropped: list[Dropped],
+    ds: Dataset | None = None,
 ) -> list[Recipe]:
     """The target's own shipped recipe added, unless a recipe with the same resolved steps is there already
     (or it needs a technique this model cannot take: then it is dropped, with the reason)."""
     extra = load_recipe(TARGET_RECIPE[target]).with_backend(backend)
     try:
-        extra = resolve(extra, src) if extra.steps else extra
+        extra = resolve(extra, src, ds) if extra.steps else extra
     except ModelError as e:
         dropped.append(Dropped(recipes=[extra.name], reason=e.problem))
         return recipes
-    if any(r.steps and resolve(r, src).hash == extra.hash for r in recipes):
+    if any(r.steps and resolve(r, src, ds).hash == extra.hash for r in recipes):
         return recipes
     return [*recipes, extra.model_copy(update={"targets": (target,)})]
 
@@ -129,7 +134,7 @@ def plan(
     else:
         recipes = _with_baseline([r.with_backend(backend) for r in recipes], src)
     if target is not None and src.kind != "tflite":
-        recipes = _with_target_recipe(recipes, Target(target), src, backend, dropped)
+        recipes = _with_target_recipe(recipes, Target(target), src, backend, dropped, ds)
     if ds is None:
         recipes = _without_data(recipes, dropped)
     for d in dropped:
@@ -138,7 +143,7 @@ def plan(
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
         raise RecipeError(f"Two recipes are named {dup!r}.", "Give every recipe in a sweep its own name.")
-    return [resolve(r, src) if r.steps else r for r in recipes]
+    return [resolve(r, src, ds) if r.steps else r for r in recipes]
 
 
 def _without_data(recipes: list[Recipe], dropped: list[Dropped]) -> list[Recipe]:
@@ -156,16 +161,17 @@ def with_samples(recipe: Recipe, n: int) -> Recipe:
     return recipe.model_copy(update={"steps": build(recipe.name, flat).steps})
 
 
-def resolve(recipe: Recipe, src: models.ModelSource) -> Recipe:
+def resolve(recipe: Recipe, src: models.ModelSource, ds: Dataset | None = None) -> Recipe:
     """Fill in what a recipe leaves implicit for this model.
 
     A Keras or SavedModel model without a convert step gets a float32 conversion; a float .tflite gets
     its post-training conversions as `quantize` steps (it is converted already). Refused up front: Keras
-    steps on a model tfmot cannot read, and anything but quantization on a .tflite.
+    steps on a model tfmot cannot read, and anything but quantization on a .tflite. A Keras 3 model's tf_keras
+    rebuild is checked on `ds` (the user's data), as the sweep checks it.
     """
     stages = [registry.get(s.technique).stage for s in recipe.steps]
     if Stage.KERAS in stages and src.kind == "keras3":
-        rebuild.keras2_path(src)  # a Keras 3 model rebuilt in tf_keras, or the one line saying why it cannot be
+        rebuild.keras2_path(src, ds)  # a Keras 3 model rebuilt in tf_keras, or the one line saying why it cannot be
     elif Stage.KERAS in stages and src.kind == "savedmodel":
         models.load_keras2(src)  # raises the one-line "needs a Keras 2 (tf_keras) model" error
     if src.kind == "tflite":

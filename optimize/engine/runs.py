@@ -57,6 +57,7 @@ class Run:
     groups: int = 1  # tasks its planned recipes can keep busy at once (plan.tasks)
     started: float = field(default_factory=time.perf_counter)  # when it was opened (perf_counter)
     open_seconds: float = 0.0  # opening and checking the model and data, planning
+    created: list[Path] = field(default_factory=list)  # folders `-o` made that did not exist (deepest first)
 
     @property
     def baseline(self) -> Recipe | None:
@@ -158,14 +159,33 @@ def open_run(
     if calibration_samples is not None:
         planned = [with_samples(r, calibration_samples) for r in planned]
     store = result_cache(cache)
+    created = absent_folders(output)
     out_dir = paths.output_dir(output)
     settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
     settings["versions"] = _tf.versions()
     label = "demo" if model is None else str(model)
     return Run(
         src, ds, out_dir, planned, settings, store, model=label, tag=tag, dropped=dropped, observe=observe,
-        groups=tasks(planned), started=started, open_seconds=time.perf_counter() - started,
+        groups=tasks(planned), started=started, open_seconds=time.perf_counter() - started, created=created,
     )  # fmt: skip
+
+
+def absent_folders(path: str | Path) -> list[Path]:
+    """The folders of `path` that do not exist yet (deepest first): what making it creates, and what an
+    interrupted or aborted run removes again (`remove_if_empty`), so it leaves no empty `-o` behind."""
+    p = Path(path)
+    return [q for q in [p, *p.parents] if not q.exists() and not q.is_symlink()]
+
+
+def remove_if_empty(folders: list[Path]) -> None:
+    """Remove each folder (deepest first) while it is empty; one that holds anything stays, with its parents."""
+    import os
+
+    for q in folders:
+        try:
+            os.rmdir(q)
+        except OSError:
+            return
 
 
 def _study(run: Run, model, threads: int, executor: str = "local") -> Study:
@@ -188,6 +208,7 @@ def _study(run: Run, model, threads: int, executor: str = "local") -> Study:
         dropped=run.dropped,
         open_seconds=round(run.open_seconds, 3),
         seconds=round(time.perf_counter() - run.started, 3),
+        split=run.ds.split if run.ds else None,
     )
 
 

@@ -25,7 +25,7 @@ from optimize.core.recipe import Recipe
 from optimize.core.results import Candidate, Study
 from optimize.engine.executors import executor
 from optimize.engine.plan import _groups, from_baseline
-from optimize.engine.runs import Run
+from optimize.engine.runs import Run, remove_if_empty
 from optimize.engine.work import Task, TimingTask
 from optimize.present.progress import Progress
 
@@ -181,6 +181,7 @@ def _staged(runs: list[Run]):
         for r in runs:
             paths.discard(r.out_dir)
             r.out_dir = r.final
+            remove_if_empty(r.created)  # an -o this run made and never published into: gone again
 
 
 def default_jobs(n_groups: int) -> int:

@@ -16,6 +16,7 @@ from optimize.core.results import Candidate
 from optimize.core.vocab import Backend
 from optimize.engine.executors import executor
 from optimize.engine.pipeline import prepare
+from optimize.engine.runs import absent_folders, remove_if_empty
 from optimize.engine.work import Settings, Task
 from optimize.measure import metrics as measure
 from optimize.models.data import Dataset
@@ -53,6 +54,7 @@ def run(
     if out_dir.suffix == ".tflite":  # the artifact's own name; the candidate keeps the recipe's
         file_name, out_dir = out_dir.name, out_dir.parent
         paths.inside(out_dir, file_name)  # a plain file name, checked before any work
+    created = absent_folders(out_dir)
     paths.output_dir(out_dir)
     work = out_dir / ".work" / "result" if file_name else out_dir
     settings = Settings(threads, measure.DEFAULT_SAMPLES, delegates, timing=measure_it)
@@ -75,6 +77,7 @@ def run(
         return _placed(cand, work, out_dir, file_name)
     finally:
         shutil.rmtree(out_dir / ".work", ignore_errors=True)
+        remove_if_empty(created)  # a folder made for a result that never came (failed, interrupted) goes again
 
 
 def _placed(cand: Candidate, work: Path, out_dir: Path, file_name: str | None) -> Candidate:

@@ -215,6 +215,32 @@ def kept_float(float_model: bytes, quantized: bytes) -> list[str]:
     return out
 
 
+#: Float ops that turn int8's absolute rounding into a large relative error: LOG of a value near 0 (a log-mel
+#: front end's power spectrum), a square root or division by one. The quantized op feeding one can matter far
+#: more than its own error says, so it is always among the ops measured with only them kept float.
+SENSITIVE = ("LOG", "RSQRT", "SQRT", "DIV", "POW", "LOG_SOFTMAX")
+
+
+def feeding_sensitive(quantized: bytes) -> list[str]:
+    """Output tensors of quantized ops that feed one of the SENSITIVE float ops (through a DEQUANTIZE)."""
+    sg = read_model(quantized).main
+    producer = {o: op for op in sg.ops for o in op.outputs if o >= 0}
+    out = []
+    for op in sg.ops:
+        if op.name not in SENSITIVE:
+            continue
+        for i in op.inputs:
+            src = producer.get(i)
+            if src is not None and src.name == "DEQUANTIZE" and src.inputs:
+                src = producer.get(src.inputs[0])
+            if src is None or src.name in ("QUANTIZE", "DEQUANTIZE") or not src.outputs:
+                continue
+            name = sg.tensors[src.outputs[0]].name
+            if name not in out:
+                out.append(name)
+    return out
+
+
 def analyze(
     float_model: bytes,
     quantize: Callable[[dict[str, str] | None], bytes],
@@ -227,7 +253,8 @@ def analyze(
     """The debug report: `quantize(overrides)` makes the quantized model (overrides keep ops in float).
 
     The `leave_out` worst ops by `error_added` are also measured leave-one-out (one quantization and one
-    pass over the samples each), so the ranking ends with what keeping each in float really buys.
+    pass over the samples each), so the ranking ends with what keeping each in float really buys; so are
+    the ops feeding a float LOG, square root or division (`SENSITIVE`), whose harm their own error hides.
     """
     t0 = time.perf_counter()
     full = quantize(None)
@@ -235,7 +262,9 @@ def analyze(
     layers, out_err = layer_errors(float_model, full, samples, threads, reference=ref_outs)
     ranked = rank(layers)
     measured = {}
-    for le in ranked[:leave_out]:
+    sensitive = set(feeding_sensitive(full)) if leave_out else set()
+    extra = [le for le in ranked[leave_out:] if le.tensor in sensitive]
+    for le in ranked[:leave_out] + extra:
         variant = runtime.Runner(runtime.load(quantize({le.tensor: "float"}), threads=threads))
         outs = [(r, variant.run_fresh(s)) for r, s in zip(ref_outs, samples.items)]
         measured[le.tensor] = output_error(outs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import gzip
 import hashlib
+import re
 from pathlib import Path
 
 import numpy as np
@@ -63,24 +64,38 @@ def _dataset(data) -> Dataset | None:
     return load_data(data)
 
 
+def source_names(ds: Dataset, runner: runtime.Runner) -> list[str]:
+    """Each of the runner's outputs by the source model's name for it: a converted Keras model calls its
+    outputs output_0, output_1, ... (by the Keras model's output order), which a user never named."""
+    names = runner.output_names()
+    if ds.outputs and len(ds.outputs) == len(names) and all(re.fullmatch(r"output_\d+", n) for n in names):
+        at = [int(n.rsplit("_", 1)[1]) for n in names]
+        if sorted(at) == list(range(len(names))):
+            return [ds.outputs[i] for i in at]
+    return names
+
+
 def label_index(ds: Dataset, runner: runtime.Runner) -> int:
-    """Which output the labels belong to: --label-output by name (the model's output name or the
-    converted model's signature key); else, with labels keyed per output (y:<output>), the first output that
-    has some; else the first."""
+    """Which of the runner's outputs the labels belong to: --label-output by name (the model's output name
+    or the converted model's signature key); else, with labels keyed per output (y:<output>), the first
+    output (in the model's order) that has some; else the first."""
     name = ds.label_output
+    names, keys = source_names(ds, runner), runner.output_names()
     if name is None:
         keyed = ds.y_test if isinstance(ds.y_test, dict) else {}
-        for order in (ds.outputs, runner.output_names()):
-            found = [i for i, n in enumerate(order) if n in keyed]
-            if found:
-                return found[0]
-        return 0
-    if name in runner.output_names():
-        return runner.output_names().index(name)
-    if name in ds.outputs:
-        return ds.outputs.index(name)
+        for n in ds.outputs or names:
+            if n in keyed and n in names:
+                return names.index(n)
+        for i, n in enumerate(keys):
+            if n in keyed:
+                return i
+        return names.index(ds.outputs[0]) if ds.outputs and ds.outputs[0] in names else 0
+    if name in keys:
+        return keys.index(name)
+    if name in names:
+        return names.index(name)
     raise DataError(
-        f"--label-output {name!r} is not an output of the model ({', '.join(ds.outputs or runner.output_names())}).",
+        f"--label-output {name!r} is not an output of the model ({', '.join(ds.outputs or keys)}).",
         "Name one of its outputs.",
     )
 
@@ -88,7 +103,7 @@ def label_index(ds: Dataset, runner: runtime.Runner) -> int:
 def accuracy_on(ds: Dataset, outs: list[np.ndarray], hs: list[Head], runner: runtime.Runner, n: int) -> Accuracy | None:
     """The task's figures on the labelled output, or None without labels."""
     i = label_index(ds, runner)
-    name = ds.outputs[i] if i < len(ds.outputs) else runner.output_names()[i]
+    name = source_names(ds, runner)[i]
     y = ds.labels("test", name if isinstance(ds.y_test, dict) else None)
     if y is None and isinstance(ds.y_test, dict) and ds.y_test:
         names = runner.output_names()
@@ -113,18 +128,39 @@ def fidelity_of(
     reference: str,
     hs: list[Head] | None = None,
     task: str | None = None,
+    label_at: int = 0,
+    scored: bool = False,
 ) -> Fidelity:
-    """Per output: mean/std/max |diff| from the reference, relative error, IoU for masks; argmax agreement
-    only where outputs are classes."""
+    """Every output against the reference: mean/std/max |diff|, relative error, IoU for masks, and argmax
+    agreement where an output is classes (a softmax head; for the output the labels or --task describe,
+    `label_at`, the task decides). `scored`: that output is scored against labels (marked `labelled`)."""
     per = []
     for j, (name, a, b) in enumerate(zip(names, outs, ref)):
         head = hs[j] if hs else None
-        per.append(_output_fidelity(name, a, b, head is not None and head.is_mask))
-    agree = None
-    classes = task == tasks.Task.CLASSIFICATION or (task is None and hs and hs[0].activation == "softmax")
-    if outs and classes and outs[0].ndim == 2 and outs[0].shape[1] > 1:
-        agree = float((outs[0].argmax(1) == ref[0].argmax(1)).mean())
-    return Fidelity(reference=reference, samples=len(outs[0]) if outs else 0, outputs=per, top1_agreement=agree)
+        if j == label_at:
+            classes = task == tasks.Task.CLASSIFICATION or (
+                task is None and head is not None and head.activation == "softmax"
+            )
+        else:
+            classes = head is not None and head.activation == "softmax"
+        o = _output_fidelity(name, a, b, head is not None and head.is_mask)
+        agree = _agreement(a, b) if classes else None
+        per.append(o.model_copy(update={"top1_agreement": agree, "labelled": scored and j == label_at}))
+    agreements = [o.top1_agreement for o in per if o.top1_agreement is not None]
+    return Fidelity(
+        reference=reference,
+        samples=len(outs[0]) if outs else 0,
+        outputs=per,
+        top1_agreement=min(agreements) if agreements else None,
+    )
+
+
+def _agreement(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Top-1 agreement of a class output with the reference's, over the samples where both are finite."""
+    if a.ndim != 2 or a.shape[1] < 2:
+        return None
+    both = _finite_rows(a) & _finite_rows(b)
+    return float((a[both].argmax(1) == b[both].argmax(1)).mean()) if both.any() else None
 
 
 def _finite_rows(a: np.ndarray) -> np.ndarray:
@@ -196,7 +232,9 @@ def evaluate(
         if reference is not None:
             ref = _reference_outputs(Path(reference), xs, threads)
             task = acc.task if acc else ds.task
-            fid = fidelity_of(outs, ref, runner.output_names(), Path(reference).name, hs, task)
+            at = label_index(ds, runner)
+            names = source_names(ds, runner)
+            fid = fidelity_of(outs, ref, names, Path(reference).name, hs, task, at, scored=acc is not None)
     metrics = Metrics(size=size_of(path), accuracy=acc, fidelity=fid, **compare(acc, baseline_accuracy))
     if timing:
         sample = take(xs, slice(0, 1)) if xs is not None else None

@@ -18,6 +18,12 @@ def _env() -> None:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "3")
+    # TensorFlow's oneDNN kernels crash fine-tuning some trained models (fer's mini-Xception, a Keras 2.0.5
+    # .h5 of SeparableConv2D and BatchNormalization: SIGSEGV or "double free" in the first fit step, every
+    # time); Eigen's kernels train it. TensorFlow here converts and fine-tunes, LiteRT measures: the speed
+    # is the same on the models tried, and results no longer vary with oneDNN's reordering. A user's own
+    # setting wins.
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 
 def tf():

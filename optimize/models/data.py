@@ -13,6 +13,7 @@ the same sample count across inputs, and a header that does not lie about its si
 from __future__ import annotations
 
 import hashlib
+import logging
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,6 +22,9 @@ import numpy as np
 
 from optimize.core.errors import DataError
 from optimize.core.paths import regular_file
+from optimize.core.results import Split
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("x", "y", "x_train", "y_train", "x_test", "y_test", "x_cal")
 KNOWN_KEYS = SPLITS  # the plain names; `<split>:<name>` adds an input or output name
@@ -66,6 +70,7 @@ class Dataset:
     task: str | None = None  # --task: what the labels are (None: detected from the output and labels)
     label_output: str | None = None  # --label-output: which output the labels belong to (None: the first)
     outputs: tuple[str, ...] = ()  # the source model's output names, in order (to find label_output)
+    split: Split | None = None  # how train and test were split, and what the test split holds
 
     @property
     def fingerprint(self) -> str:
@@ -103,10 +108,11 @@ class Dataset:
         return as_float(take(self.x_cal, self.calibration_index(n)))
 
     def require_training(self, technique: str) -> None:
-        if self.x_train is None or self.y_train is None:
+        """Fine-tuning needs training inputs; labels are optional (outputs without them learn the float model's)."""
+        if self.x_train is None:
             raise DataError(
-                f"{technique} fine-tunes the model and needs labelled training data.",
-                "Pass an .npz with x/y or x_train/y_train.",
+                f"{technique} fine-tunes the model and needs training inputs.",
+                "Pass an .npz with x (and y) or x_train (and y_train).",
             )
 
     def labels(self, split: str, output: str | None) -> np.ndarray | None:
@@ -317,22 +323,136 @@ def _checked(x: Inputs | None, what: str, source: str) -> Inputs | None:
     return x
 
 
-def _split(x: Inputs, y: Labels | None, test_fraction: float = 0.2):
-    """80/20 into train and test; with fewer than 5 samples every split holds them all."""
+SPLIT_SEED = 0  # the 80/20 split is random, and the same every run
+TEST_FRACTION = 0.2
+HANDFUL = 5  # fewer test samples than this of a class make its share of the accuracy a guess
+
+
+def _classes(y: Labels | None) -> np.ndarray | None:
+    """The labels as class ids, when they are classes: one integer per sample, or 0/1 stored as floats
+    (labels per output: the first that are). None for values, one-hot rows or no labels."""
+    for a in (y.values() if isinstance(y, dict) else [y]) if y is not None else []:
+        a = np.asarray(a)
+        if a.ndim != 1 or not len(a) or not np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_:
+            continue
+        if np.issubdtype(a.dtype, np.integer) or set(np.unique(a).tolist()) <= {0.0, 1.0}:
+            return a
+    return None
+
+
+def _stratified(classes: np.ndarray, n_test: int, rng: np.random.Generator) -> np.ndarray:
+    """Test indices: each class's share of the test split as its share of the data (largest remainders
+    rounding the counts to n_test), drawn at random within the class."""
+    values, counts = np.unique(classes, return_counts=True)
+    quota = counts * n_test / len(classes)
+    take_n = np.floor(quota).astype(int)
+    for i in np.argsort(-(quota - take_n), kind="stable")[: n_test - take_n.sum()]:
+        take_n[i] += 1
+    picked = [rng.permutation(np.flatnonzero(classes == v))[:k] for v, k in zip(values, take_n)]
+    return np.sort(np.concatenate(picked)) if picked else np.array([], int)
+
+
+def _split(x: Inputs, y: Labels | None, test_fraction: float = TEST_FRACTION):
+    """80/20 into train and test, at random (seeded), within each class where the labels are classes, so a
+    file sorted by class still tests on every class; with fewer than 5 samples every split holds them all.
+    Returns (x_train, y_train, x_test, y_test, how)."""
     n = count(x)
     if n < 5:
-        return x, y, x, y
+        return x, y, x, y, "all"
     n_test = max(1, int(n * test_fraction))
+    rng = np.random.default_rng(SPLIT_SEED)
+    classes = _classes(y)
+    if classes is not None:
+        test, how = _stratified(classes, n_test, rng), "stratified"
+    else:
+        test, how = np.sort(rng.choice(n, n_test, replace=False)), "shuffled"
+    is_test = np.zeros(n, bool)
+    is_test[test] = True
+    train = np.flatnonzero(~is_test)
 
-    def cut(a, sl):
-        return None if a is None else take(a, sl)
+    def cut(a, idx):
+        if a is None:
+            return None
+        return {k: v[idx] for k, v in a.items()} if isinstance(a, dict) else a[idx]
 
-    return (
-        cut(x, slice(None, -n_test)),
-        cut(y, slice(None, -n_test)),
-        cut(x, slice(-n_test, None)),
-        cut(y, slice(-n_test, None)),
+    return cut(x, train), cut(y, train), cut(x, test), cut(y, test), how
+
+
+def describe_split(how: str, train: Inputs | None, y_train, test: Inputs, y_test) -> Split:
+    """The split's record: its method, sizes, samples per class in the test split, and what makes the
+    test split a poor measure of accuracy (one class only; fewer than a handful of some class)."""
+    classes = _classes(y_test) if y_test is not None else None
+    known = _classes(y_train) if y_train is not None else None
+    seen = set() if known is None else {_class_name(v) for v in np.unique(known)}
+    counts: dict[str, int] = {}
+    if classes is not None:
+        values, n = np.unique(classes, return_counts=True)
+        counts = {_class_name(v): int(k) for v, k in zip(values, n)}
+    return Split(
+        method=how,
+        seed=SPLIT_SEED if how in ("stratified", "shuffled") else None,
+        train=count(train) if train is not None else 0,
+        test=count(test),
+        test_classes=counts,
+        warnings=_split_warnings(counts, seen),
     )
+
+
+def _split_warnings(counts: dict[str, int], seen: set[str]) -> list[str]:
+    """What makes a test split (its samples per class, `counts`; the training split's classes, `seen`) a
+    poor measure: one class only, classes it lacks, fewer than a handful of samples of some."""
+    if not counts:
+        return []
+    if len(counts) == 1:
+        ((only, k),) = counts.items()
+        return [
+            f"the test split holds one class only (class {only}, {k} samples): accuracy is measured on that class alone"
+        ]
+    warnings = []
+    missing = sorted(seen - set(counts), key=_class_key)
+    if missing:
+        warnings.append(
+            f"the test split holds no sample of {len(missing)} class(es) the training split has "
+            f"({_listed(missing)}): accuracy says nothing about them"
+        )
+    few = {c: k for c, k in counts.items() if k < HANDFUL}
+    if few:
+        shown = _listed([f"{c}: {k}" for c, k in sorted(few.items(), key=lambda ck: _class_key(ck[0]))])
+        warnings.append(
+            f"the test split holds fewer than {HANDFUL} samples of {len(few)} of its {len(counts)} classes "
+            f"({shown}): their share of the accuracy is a rough figure"
+        )
+    return warnings
+
+
+def _class_name(v) -> str:
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
+def _class_key(name: str):
+    try:
+        return (0, float(name))
+    except ValueError:
+        return (1, name)
+
+
+def _listed(items: list[str], most: int = 6) -> str:
+    return ", ".join(items[:most]) + (f", ... {len(items) - most} more" if len(items) > most else "")
+
+
+_WARNED: set[str] = set()
+
+
+def warn_split(ds: Dataset | None) -> None:
+    """Say on screen (once per data set and process) what makes its test split a poor measure."""
+    if ds is None or ds.split is None or not ds.split.warnings:
+        return
+    key = f"{ds.source}|{ds.fingerprint}"
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    for w in ds.split.warnings:
+        log.warning("%s: %s.", Path(ds.source).name, w)
 
 
 def _same_count(xs: Inputs | None, ys: Labels | None, name: str, source: str) -> None:
@@ -366,11 +486,12 @@ def from_arrays(
     x, y, x_train, y_train, x_test, y_test, x_cal = (
         parts[k] for k in ("x", "y", "x_train", "y_train", "x_test", "y_test", "x_cal")
     )
+    how = "given"
     if x is not None:
         if x_train is not None or x_test is not None:
             raise DataError(f"{source} has both x and x_train/x_test.", "Give either x/y or an explicit split.")
         _same_count(x, y, "", source)
-        x_train, y_train, x_test, y_test = _split(x, y)
+        x_train, y_train, x_test, y_test, how = _split(x, y)
     if x_test is None and x_train is None and x_cal is None:
         raise DataError(f"{source} has no x, x_train, x_test or x_cal array.", "Add the model inputs as array x.")
     _same_count(x_train, y_train, "train", source)
@@ -379,7 +500,8 @@ def from_arrays(
     x_test = x_test if x_test is not None else x_cal
     if count(x_cal) == 0:
         raise DataError(f"{source} has no samples.", "Add at least one sample.")
-    return Dataset(x_train, y_train, x_cal, x_test, y_test, source, calibration_seed)
+    split = describe_split(how, x_train, y_train, x_test, y_test)
+    return Dataset(x_train, y_train, x_cal, x_test, y_test, source, calibration_seed, split=split)
 
 
 def combine(data: Dataset | None, calibration: Dataset | None) -> Dataset | None:

@@ -27,8 +27,8 @@ def training_blocker(src: ModelSource, ds: Dataset | None) -> str | None:
         return "the model is a .tflite: pruning, clustering and QAT need the Keras model it was made from"
     if src.kind == "savedmodel":
         return "the model is a SavedModel: pruning, clustering and QAT need a Keras model (tfmot)"
-    if ds is None or ds.y_train is None:
-        return "no labelled training data (y or y_train) to fine-tune on"
+    if ds is None or ds.x_train is None:
+        return "no training inputs (x or x_train) to fine-tune on"
     if src.kind == "keras3":
         try:
             rebuild.keras2_path(src, ds)

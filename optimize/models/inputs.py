@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from optimize.core.errors import DataError, ModelError
 from optimize.core.vocab import Task
 from optimize.models import source as models
-from optimize.models.data import Dataset, check_inputs, combine, load_data
+from optimize.models.data import Dataset, check_inputs, combine, load_data, warn_split
 from optimize.models.normalize import not_float
 
 
@@ -93,8 +93,11 @@ def open_inputs(
         kept = {"task": ds.task, "label_output": ds.label_output, "calibration_seed": ds.calibration_seed}
         m = measuring or MeasureOptions(**kept)  # a Dataset passed in keeps its own settings
         ds = replace(ds, outputs=models.output_names(src), **m.model_dump())
+        if ds.task == Task.REGRESSION and ds.split is not None and ds.split.test_classes:  # values, not classes
+            ds = replace(ds, split=ds.split.model_copy(update={"test_classes": {}, "warnings": []}))
     if check:
         check_data(src, ds)
+    warn_split(ds)
     return src, ds
 
 

@@ -159,14 +159,19 @@ def check_exact(model3, model2, data=None) -> float:
     return worst
 
 
-_MEMO: dict[str, tuple[Path | None, str]] = {}
+_MEMO: dict[tuple[str, str | None], tuple[Path | None, str]] = {}
 
 
 def keras2_path(src, data=None) -> tuple[Path, str]:
-    """(the Keras 3 model rebuilt in tf_keras and saved as .keras, a note saying so), made once per process.
-    A model that cannot be rebuilt exactly is a ModelError: "Keras 3 model <name>: pruning, ... need ...".
+    """(the Keras 3 model rebuilt in tf_keras and saved as .keras, a note saying so), made once per process
+    and data. The rebuild is checked on the data's samples when there is data (every command that trains
+    has some), so `optimize prune` judges it as the sweep does; without data, a check made on data before is
+    reused, else seeded normal inputs stand in. A model that cannot be rebuilt exactly is a ModelError:
+    "Keras 3 model <name>: pruning, ... need ...".
     """
-    key = src.fingerprint
+    key = (src.fingerprint, data.fingerprint if data is not None else None)
+    if data is None:
+        key = next((k for k in _MEMO if k[0] == src.fingerprint and k[1] is not None), key)
     if key not in _MEMO:
         _MEMO[key] = _make(src, data)
     path, why = _MEMO[key]

@@ -195,7 +195,22 @@ def _head(model, i: int):
     from optimize.models.tasks import Head
 
     layer = model.get_layer(model.output_names[i]) if hasattr(model, "output_names") else model.layers[-1]
-    inner = getattr(layer, "layer", layer)  # a tfmot wrapper keeps the layer inside
-    act = getattr(getattr(inner, "activation", None), "__name__", None)
     shape = tuple(-1 if d is None else int(d) for d in model.outputs[i].shape)
-    return Head(shape, act)
+    return Head(shape, activation_name(layer))
+
+
+def activation_name(layer) -> str | None:
+    """A Keras layer's final activation by name (`softmax`, `sigmoid`, `linear`, ...; None: unknown), seen
+    through tfmot's wrappers (prune, cluster, quantize keep the layer inside) and through the
+    QuantizeAwareActivation that QAT puts in place of a layer's activation (its `__name__` is not the
+    activation's: read as it was, a softmax output looked like logits)."""
+    inner = layer
+    while hasattr(inner, "layer"):  # a tfmot wrapper keeps the layer inside
+        inner = inner.layer
+    if type(inner).__name__ == "Softmax":  # the layer, not an activation argument
+        return "softmax"
+    act = getattr(inner, "activation", None)
+    while act is not None and not hasattr(act, "__name__") and hasattr(act, "activation"):
+        act = act.activation  # QAT's QuantizeAwareActivation wraps the real one
+    name = getattr(act, "__name__", None)
+    return {"softmax_v2": "softmax"}.get(name, name)

@@ -40,12 +40,17 @@ def _accuracy(c: Candidate) -> str:
 
 
 def _fidelity(c: Candidate) -> str:
+    """The worst output's figures against float32 (named when the model has several outputs)."""
     f = c.metrics.fidelity if c.metrics else None
     if f is None:
         return ""
     parts = []
-    if f.top1_agreement is not None:
-        parts.append(f"agree {f.top1_agreement * 100:.1f}%")
+    worst, least = f.worst(), f.least_agreeing()
+    several = len(f.outputs) > 1
+    if worst is not None:
+        parts.append(f"rel err {worst.relative_error * 100:.2f}%" + (f" ({worst.name})" if several else ""))
+    if least is not None:
+        parts.append(f"agree {least.top1_agreement * 100:.1f}%" + (f" ({least.name})" if several else ""))
     if f.outputs:
         parts.append(f"max |Δ| {max(o.max_abs_diff for o in f.outputs):.3g}")
     return ", ".join(parts)

@@ -9,6 +9,7 @@ from pathlib import Path
 from optimize.core.results import FEW_SAMPLES, PHASES, Candidate, Metrics, Study, labelled
 from optimize.core.vocab import Delegate, Target
 from optimize.decide.advice import describe
+from optimize.decide.guard import unlabelled_outputs
 from optimize.delegates.observe import OBSERVED
 from optimize.present.report import fmt_bytes
 
@@ -160,10 +161,12 @@ def _sparse(c: Candidate) -> bool:
 
 
 def _study_has(cands: list[Candidate]) -> dict[str, bool]:
-    """What the columns depend on: labels, class outputs, pruned/clustered candidates, peak memory."""
+    """What the columns depend on: labels, outputs the labels do not score, class outputs, pruned/clustered
+    candidates, peak memory."""
     ok = [c for c in cands if c.ok]
     return {
         "labels": labelled(ok) or not ok,
+        "unlabelled": bool(unlabelled_outputs(ok)[0]),
         "classes": any(c.metrics.fidelity and c.metrics.fidelity.top1_agreement is not None for c in ok),
         "sparse": any(map(_sparse, cands)),
         "memory": any(c.metrics.memory for c in ok),
@@ -175,8 +178,11 @@ def table_columns(cands: list[Candidate], every: bool = False) -> list[_Col]:
     narrow (highest goes first). Chosen by what matters here: the gzip size is never dropped when a
     pruned or clustered candidate exists (its whole benefit is there); without labels the fidelity to
     float32 takes the accuracy columns' place and is never dropped. The candidate name is never cut."""
-    has = {k: v or every for k, v in _study_has(cands).items()}
-    fidelity = 4 if has["labels"] else 0  # without labels, fidelity is the only word on quality: kept
+    found = _study_has(cands)
+    has = {k: v or every for k, v in found.items()}
+    # without labels, or with outputs the labels do not score, fidelity (the worst output's) is the only word
+    # on some output's quality: kept, so a candidate that breaks an output nobody labelled shows it
+    fidelity = 4 if has["labels"] and not found["unlabelled"] else 0
     cols = [
         _Col("candidate", lambda c, b: esc(c.name), 0),
         _Col("size", lambda c, b: _kb(c.metrics.size.bytes), 0),
@@ -365,9 +371,13 @@ def _latency_legend(cands: list[Candidate], baseline: Candidate | None) -> str:
 
 
 def _fidelity_legend(cands: list[Candidate]) -> str:
-    """Without labels: what rel err and agree are, on how many samples, and what a star means."""
+    """Without labels, or with outputs the labels do not score: what rel err and agree are, on how many
+    samples, and what a star means."""
     ok = [c for c in cands if c.ok]
     fid = [c.metrics.fidelity for c in ok if c.metrics.fidelity is not None]
+    others = unlabelled_outputs(ok)[0]
+    if fid and others:
+        return _others_legend(fid, others)
     if not fid or labelled(ok):
         return ""
     counts = sorted({f.samples for f in fid})
@@ -375,6 +385,15 @@ def _fidelity_legend(cands: list[Candidate]) -> str:
     few = f"; * = from fewer than {FEW_SAMPLES} samples, a rough figure" if counts[0] < FEW_SAMPLES else ""
     agree = ", agree = top-1 agreement with it" if any(f.top1_agreement is not None for f in fid) else ""
     return f"No labels: rel err = the worst output's mean |difference| from float32 over its range{agree}, on {n} samples{few}."
+
+
+def _others_legend(fid: list, others: list[str]) -> str:
+    """With labels on one output and none on others: rel err is what judges those others."""
+    agree = ", agree = the lowest top-1 agreement with it" if any(f.top1_agreement is not None for f in fid) else ""
+    return (
+        f"rel err = the worst output's mean |difference| from float32 over its range{agree}: acc and Δ score "
+        f"the labelled output, and {', '.join(others)} (no labels) is judged by this alone."
+    )
 
 
 def _print_outcome(con, c: Candidate) -> None:
@@ -457,11 +476,13 @@ def print_metrics(name: str, m: Metrics) -> None:
             con.print(f"  accuracy  MAE {a.mae:.5g} on {a.samples} samples")
     if m.fidelity:
         for o in m.fidelity.outputs:
+            rel = f", rel err {_pct(o.relative_error)}" if o.relative_error is not None else ""
+            agree = f", top-1 agreement {_pct(o.top1_agreement)}" if o.top1_agreement is not None else ""
             con.print(
-                f"  fidelity  {o.name}: |diff| mean {o.mean_abs_diff:.4g}, std {o.std_abs_diff:.4g}, "
-                f"max {o.max_abs_diff:.4g} vs {m.fidelity.reference}"
+                f"  fidelity  {esc(o.name)}: |diff| mean {o.mean_abs_diff:.4g}, std {o.std_abs_diff:.4g}, "
+                f"max {o.max_abs_diff:.4g}{rel}{agree} vs {esc(m.fidelity.reference)}"
             )
-        if m.fidelity.top1_agreement is not None:
+        if m.fidelity.top1_agreement is not None and not any(o.top1_agreement is not None for o in m.fidelity.outputs):
             con.print(f"            top-1 agreement {_pct(m.fidelity.top1_agreement)}")
     if m.latency:
         lt = m.latency
@@ -520,6 +541,8 @@ def print_debug(report, width: int | None = None) -> None:
         "then, first), the rest by 'added' (the relative error the op adds to its inputs'), highest first. "
         "rmse/scale ~0.29 is pure rounding; above ~0.7 points at clipping or a poor range."
     )
+    for line in report.fixes:
+        con.print(esc(line), highlight=False)
 
 
 def format_advice(advice) -> str:

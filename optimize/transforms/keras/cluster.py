@@ -8,7 +8,7 @@ from pydantic import Field
 
 from optimize.core.registry import Context, Params, Stage, technique
 from optimize.models import _tf
-from optimize.transforms.keras.common import fine_tune, require_keras2, wrap_supported
+from optimize.transforms.keras.common import fine_tune, require_keras2, teacher_outputs, wrap_supported
 
 INITS = {"kmeans++": "KMEANS_PLUS_PLUS", "density": "DENSITY_BASED", "linear": "LINEAR", "random": "RANDOM"}
 
@@ -59,6 +59,7 @@ def cluster(model, params: ClusterParams, ctx: Context):
         known = clustering_registry.ClusteringRegistry.supports(layer) or isinstance(layer, clustering.ClusterableLayer)
         return known and layer.name not in small
 
+    teacher = teacher_outputs(model, ctx)  # what outputs without labels keep to (before any weight moves)
     wrapped = wrap_supported(model, supports, wrap, ctx, "cluster")
     if small:
         listed = ", ".join(f"{name} ({n} weights)" for name, n in small.items())
@@ -66,5 +67,7 @@ def cluster(model, params: ClusterParams, ctx: Context):
             f"cluster: {len(small)} layer(s) have fewer weights than {params.clusters} clusters and "
             f"were left unclustered: {listed}."
         )
-    fine_tune(wrapped, ctx, params.epochs, params.batch_size, params.learning_rate, technique="cluster")
+    fine_tune(
+        wrapped, ctx, params.epochs, params.batch_size, params.learning_rate, technique="cluster", teacher=teacher
+    )
     return clustering.strip_clustering(wrapped)

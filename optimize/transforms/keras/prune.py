@@ -10,7 +10,7 @@ from pydantic import Field
 from optimize.core.registry import Context, Params, Stage, technique
 from optimize.models import _tf
 from optimize.models.data import count
-from optimize.transforms.keras.common import fine_tune, require_keras2, wrap_supported
+from optimize.transforms.keras.common import fine_tune, require_keras2, teacher_outputs, wrap_supported
 
 
 class PruneParams(Params):
@@ -56,6 +56,7 @@ def prune(model, params: PruneParams, ctx: Context):
     def supports(layer) -> bool:
         return PruneRegistry.supports(layer) or isinstance(layer, sparsity.PrunableLayer)
 
+    teacher = teacher_outputs(model, ctx)  # what outputs without labels keep to (before any weight moves)
     wrapped = wrap_supported(model, supports, lambda layer: sparsity.prune_low_magnitude(layer, **kwargs), ctx, "prune")
     fine_tune(
         wrapped,
@@ -65,5 +66,6 @@ def prune(model, params: PruneParams, ctx: Context):
         params.learning_rate,
         callbacks=[sparsity.UpdatePruningStep()],
         technique="prune",
+        teacher=teacher,
     )
     return sparsity.strip_pruning(wrapped)

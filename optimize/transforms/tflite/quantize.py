@@ -395,8 +395,13 @@ def _calibrate(content: bytes, calibration: dict, recipe, params: QuantizeParams
         )
         calib.calibrate(calibration, recipe)
     except Exception as e:  # noqa: BLE001 - retried with the default calibrator, which raises for real
-        logging.getLogger(__name__).info(
-            "quantize: profiler-based calibration failed (%s); keeping all tensors instead", e.__class__.__name__
+        # Nothing here for a user to act on: the default calibrator gives the same ranges (or fails with a
+        # reason of its own, which the candidate reports), so this is a debugging line, with the cause.
+        reason = (str(e).strip().splitlines() or [""])[0][:200]
+        logging.getLogger(__name__).debug(
+            "quantize: the profiler-based calibrator failed (%s: %s); calibrating with the default one",
+            e.__class__.__name__,
+            reason,
         )
         calib = calibrator.Calibrator(
             content, num_threads=max(1, ctx.threads), mode=mode.CALIBRATION_PRESERVE_ALL_TENSORS, qsv_update_func=update

@@ -126,7 +126,7 @@ def _predict(content: bytes, xs, threads: int) -> list[np.ndarray]:
 
 def _budget(float_model: bytes, params: SelectiveParams, ctx: Context) -> _Budget:
     """Validation data (a seeded subset of the training split) and the metric the budget is about."""
-    from optimize.measure.metrics import label_index
+    from optimize.measure.metrics import label_index, source_names
     from optimize.models.tasks import heads
 
     ds = ctx.data
@@ -142,7 +142,7 @@ def _budget(float_model: bytes, params: SelectiveParams, ctx: Context) -> _Budge
         return _Budget("output", limit, xs, None, reference, 0.0)
     i = label_index(ds, runner)
     head = heads(float_model, runner)[i]
-    y = np.asarray(ds.labels("train", ds.outputs[i] if i < len(ds.outputs) else None))[pick]
+    y = np.asarray(ds.labels("train", source_names(ds, runner)[i] if ds.outputs else None))[pick]
     task = tasks.detect(head, y, ds.task)
     y = tasks.check_labels(task, head, y, "y_train")
     regression = task is tasks.Task.REGRESSION or params.max_error_increase is not None

@@ -31,8 +31,8 @@ def test_every_candidate_says_where_its_time_went(study):
         assert all(v >= 0 for v in c.phases.values())
         for p in ("verify", "load", "probe", "accuracy", "delegates", "latency", "memory"):
             assert p in c.phases, (c.name, p)
-        total = sum(c.phases.values())
-        assert abs(total - c.seconds) <= 0.05 * c.seconds, (c.name, total, c.seconds)
+        total = sum(c.phases.values())  # within 5% (50 ms at least: a busy machine's scheduling between phases)
+        assert abs(total - c.seconds) <= max(0.05 * c.seconds, 0.05), (c.name, total, c.seconds)
     by = {c.name: c for c in st.candidates}
     assert "convert" in by["float32"].phases and "quantize" not in by["float32"].phases
     assert "quantize" in by["int8"].phases  # LiteRT Quantizer on the float32 the baseline converted

@@ -80,13 +80,19 @@ def _start(ex, run: Run) -> _Pending | None:
         first = next((g for g in groups if any(r.name == base.name for r in g)), None)
     pending = _Pending(run, [g for g in groups if g is not first])
     if first is not None:
-        alone = [r for r in first if r.name != base.name and from_baseline(r, base)]
-        pending.waiting += [[r] for r in alone]  # after the baseline, each its own task: idle workers take them
-        first = [r for r in first if r.name == base.name or not from_baseline(r, base)]
+        first, alone = _split_off(first, base)
+        pending.waiting += alone
         ex.submit(pending.task(first, baseline_name=base.name))
     else:
         pending.release(ex, known)
     return pending
+
+
+def _split_off(group: list[Recipe], base: Recipe) -> tuple[list[Recipe], list[list[Recipe]]]:
+    """The baseline's group, and the recipes in it that start from the baseline's artifact, each a task of
+    its own to submit after the baseline: idle workers take them."""
+    alone = [r for r in group if r.name != base.name and from_baseline(r, base)]
+    return [r for r in group if r not in alone], [[r] for r in alone]
 
 
 def produce(ex, runs: list[Run], progress: Progress) -> dict[str, _Pending]:

@@ -211,20 +211,27 @@ def _spent(c: Candidate, phase: str, seconds: float) -> Candidate:
     return c.model_copy(update={"phases": ordered, "seconds": c.seconds + seconds})
 
 
+def _with_memory(runnable: list[Candidate], t: TimingTask) -> dict[str, Candidate]:
+    """Each candidate's peak memory from one probe process, its share of the probe's time in its `memory`."""
+    if not runnable:
+        return {}
+    paths = [t.out_dir / c.artifact for c in runnable]
+    peaks, probe_s = memory.peak_memory_timed(paths, t.threads, t.sample)
+    out = {}
+    for c, peak in zip(runnable, peaks):
+        got = {"memory": Memory(peak_rss_bytes=peak)} if isinstance(peak, int) else {"memory_error": peak}
+        measured = c.model_copy(update={"metrics": c.metrics.model_copy(update=got)})
+        out[c.name] = _spent(measured, "memory", probe_s / len(runnable))
+    return out
+
+
 def time_task(t: TimingTask, node: str | None = None) -> list[Candidate]:
     """Latency of every working candidate, timed together in rounds, then every peak memory from one probe
     process; each timed candidate records the node (`node`, default this host)."""
     node = node or this_node()
     ok = [c for c in t.cands if c.ok]
     timed = _time_together(ok, t) if t.interleave else {c.name: _time_one(c, t) for c in ok}
-    runnable = [c for c in timed.values() if c.metrics.latency is not None]
-    paths = [t.out_dir / c.artifact for c in runnable]
-    peaks, probe_s = memory.peak_memory_timed(paths, t.threads, t.sample) if runnable else ([], 0.0)
-    for c, peak in zip(runnable, peaks):
-        got = {"memory": Memory(peak_rss_bytes=peak)} if isinstance(peak, int) else {"memory_error": peak}
-        timed[c.name] = _spent(
-            c.model_copy(update={"metrics": c.metrics.model_copy(update=got)}), "memory", probe_s / len(runnable)
-        )
+    timed.update(_with_memory([c for c in timed.values() if c.metrics.latency is not None], t))
     for name, c in timed.items():
         lat = c.metrics.latency
         if lat is not None and lat.seconds is not None:

@@ -19,6 +19,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -98,51 +99,66 @@ def time_rounds(
     a sweep. Returns, per model, the fields of `results.Latency` that timing yields (p50 = the median of
     the round medians), or the exception a model raised (it is left out of the later rounds).
     """
-    n = len(loaders)
     rounds = max(1, min(rounds, runs))
-    out: list = [None] * n
-    times: list[list[float]] = [[] for _ in range(n)]
-    medians: list[list[float]] = [[] for _ in range(n)]
-    first: list[tuple[float, int]] = [(0.0, warmup)] * n
-    fits = [runs] * n  # timed runs per block that fit the budget, known after round 0
-    spent = [0.0] * n  # wall seconds in each model's blocks
-    kept: list = [None] * n  # a slow model's interpreter, timed again each round (SLOW_MS)
-    done = [False] * n  # timed enough: its comparisons with every other model are decided
+    models = [_Timed(load, sample, warmup, runs) for load, sample in zip(loaders, samples, strict=True)]
+    n = len(models)
     for k in range(rounds):
         size = runs // rounds + (k < runs % rounds)  # `runs` in all, spread over the rounds
         for i in ((k + j) % n for j in range(n)):
-            if out[i] is not None or done[i]:
-                continue
-            warm = warmup if k == 0 else min(warmup, REWARM) if fits[i] > 1 else 0  # slow: the first invoke is enough
-            t0 = time.perf_counter()
-            try:
-                runner = kept[i] or loaders[i]()
-                first_ms, warm, block = _block(runner, samples[i], warm, min(size, fits[i]), fresh=kept[i] is None)
-            except Exception as e:  # noqa: BLE001 - the runtime's own error (InvokeError, ModelError), handed back
-                out[i] = e
-                continue
-            finally:
-                spent[i] += time.perf_counter() - t0
-            if k == 0:
-                first[i] = (first_ms, warm)
-                fits[i] = max(1, int(budget_s * 1000 / rounds / max(statistics.median(block), 1e-6)))
-                kept[i] = runner if first_ms >= SLOW_MS else None
-            times[i] += block
-            medians[i].append(statistics.median(block))
-        if settle and k + 1 >= MIN_ROUNDS:
-            alive = [i for i in range(n) if out[i] is None and not done[i]]
-            others = [i for i in range(n) if out[i] is None]
-            for i in alive:
-                done[i] = model_settled(medians[i], [medians[j] for j in others if j != i])
-            if all(done[i] for i in alive):
-                break
+            models[i].time_block(k, size, rounds, budget_s)
+        if settle and k + 1 >= MIN_ROUNDS and _settle(models):
+            break
     session = uuid.uuid4().hex[:12]
-    return [
-        out[i]
-        if out[i] is not None
-        else {**_stats(times[i], medians[i], *first[i]), "session": session, "seconds": spent[i]}
-        for i in range(n)
-    ]
+    return [m.error if m.error is not None else {**m.stats(), "session": session} for m in models]
+
+
+@dataclass
+class _Timed:
+    """One model's timing in progress: its blocks so far, and whether it is done (settled) or failed."""
+
+    load: Callable[[], object]
+    sample: object
+    warmup: int
+    fits: int  # timed runs per block that fit the budget, known after round 0
+    times: list[float] = field(default_factory=list)
+    medians: list[float] = field(default_factory=list)
+    first: tuple[float, int] = (0.0, 0)
+    spent: float = 0.0  # wall seconds in its blocks
+    kept: object = None  # a slow model's interpreter, timed again each round (SLOW_MS)
+    done: bool = False  # timed enough: its comparisons with every other model are decided
+    error: Exception | None = None
+
+    def time_block(self, k: int, size: int, rounds: int, budget_s: float) -> None:
+        if self.error is not None or self.done:
+            return
+        warm = self.warmup if k == 0 else min(self.warmup, REWARM) if self.fits > 1 else 0  # slow: first invoke
+        t0 = time.perf_counter()
+        try:
+            runner = self.kept or self.load()
+            first_ms, warm, block = _block(runner, self.sample, warm, min(size, self.fits), fresh=self.kept is None)
+        except Exception as e:  # noqa: BLE001 - the runtime's own error (InvokeError, ModelError), handed back
+            self.error = e
+            return
+        finally:
+            self.spent += time.perf_counter() - t0
+        if k == 0:
+            self.first = (first_ms, warm)
+            self.fits = max(1, int(budget_s * 1000 / rounds / max(statistics.median(block), 1e-6)))
+            self.kept = runner if first_ms >= SLOW_MS else None
+        self.times += block
+        self.medians.append(statistics.median(block))
+
+    def stats(self) -> dict:
+        return {**_stats(self.times, self.medians, *self.first), "seconds": self.spent}
+
+
+def _settle(models: list[_Timed]) -> bool:
+    """Mark each model still timing whose comparisons are decided; whether every one is."""
+    running = [m for m in models if m.error is None]
+    for m in running:
+        if not m.done:
+            m.done = model_settled(m.medians, [o.medians for o in running if o is not m])
+    return all(m.done for m in running)
 
 
 def settled(medians: list[list[float]]) -> bool:

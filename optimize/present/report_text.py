@@ -428,6 +428,10 @@ def phase_lines(cands: list[Candidate], study: Study | None = None) -> list[str]
     spent = [c for c in cands if c.phases]
     if not spent:
         return ["Where the time went: no phase timings recorded (candidates from an older optimize)."]
+    return _phase_totals(spent, study) + _phase_per_candidate(spent)
+
+
+def _phase_totals(spent: list[Candidate], study: Study | None) -> list[str]:
     totals = {p: sum(c.phases.get(p, 0.0) for c in spent) for p in PHASES}
     work = sum(totals.values())
     head = f"Where the time went: {work:.1f} s of candidate work"
@@ -440,7 +444,11 @@ def phase_lines(cands: list[Candidate], study: Study | None = None) -> list[str]
         if s > 0:
             top = max(spent, key=lambda c: c.phases.get(p, 0.0))
             lines.append(f"  {p:10} {s:8.2f} {s / work:6.0%}  {top.name} ({top.phases[p]:.2f})")
-    lines.append("Per candidate (seconds, the three largest phases):")
+    return lines
+
+
+def _phase_per_candidate(spent: list[Candidate]) -> list[str]:
+    lines = ["Per candidate (seconds, the three largest phases):"]
     width = min(max(len(c.name) for c in spent), 24)
     for c in spent:
         big = sorted(c.phases.items(), key=lambda kv: -kv[1])[:3]

@@ -243,3 +243,58 @@ def test_a_truncated_cached_demo_is_rebuilt(tmp_path, monkeypatch):
     with np.load(data, allow_pickle=False) as d:
         assert len(d["x_test"]) == 360
     assert _tf.keras().models.load_model(model, compile=False).name == "digits_cnn"
+
+
+def _bad_entries(doc: dict) -> dict[str, bytes]:
+    """Entries that parse as JSON (or not) but are not what put() stored: each must be a miss, rebuilt."""
+    import json
+
+    record = json.loads(doc["record"])
+    record["metrics"] = "fast"
+    other = {**doc, "record": json.dumps(record)}
+    other["record_sha256"] = __import__("hashlib").sha256(other["record"].encode()).hexdigest()
+    return {
+        "wrong types": json.dumps({"format": 6, "record": 5}).encode(),
+        "format as a string": json.dumps({**doc, "format": "6"}).encode(),
+        "a list": b"[1, 2, 3]",
+        "null": b"null",
+        "deep nesting": b"[" * 100_000,
+        "not UTF-8": b'{"format": 6, "record": "\xff\xfe"}',
+        "digest not hex": json.dumps({**doc, "record_sha256": "z" * 64}).encode(),
+        "another key's entry": json.dumps({**doc, "key": "f" * 64}).encode(),
+        "artifact size negative": json.dumps({**doc, "artifact_bytes": -1}).encode(),
+        "artifact size huge": json.dumps({**doc, "artifact_bytes": 2**62}).encode(),
+        "artifact digest dropped": json.dumps({**doc, "artifact_sha256": None}).encode(),
+        "record not a candidate (digest matching)": json.dumps(other).encode(),
+        "extra field": json.dumps({**doc, "served": True}).encode(),
+    }
+
+
+def test_cache_entries_are_validated_by_schema_and_rebuilt_never_a_traceback(tmp_path, caplog):
+    """Issue 26: an entry that parses with the wrong types (`{"format": 6, "record": 5}`) ended the sweep in a
+    traceback. Each kind of entry the schema refuses is a miss with one warning, deleted, and put() writes it
+    again."""
+    import json
+
+    from study_fixtures import candidate
+
+    from optimize.engine.cache import result_cache
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "int8.tflite").write_bytes(b"TFL3 artifact bytes")
+    cand = candidate("int8", "int8").model_copy(update={"artifact": "int8.tflite"})
+    store = result_cache(str(tmp_path / "c"))
+    key = "a" * 64
+    store.put(key, cand, out)
+    (entry,) = _cache_entries(tmp_path / "c")
+    good = json.loads(entry.read_bytes())
+    assert store.get(key, "int8", out).cached
+    for what, raw in _bad_entries(good).items():
+        caplog.clear()
+        entry.write_bytes(raw)
+        assert store.get(key, "int8", out) is None, what
+        assert not entry.exists(), what
+        assert any("is corrupt" in r.getMessage() for r in caplog.records), what
+        store.put(key, cand, out)
+        assert store.get(key, "int8", out).metrics == cand.metrics, what

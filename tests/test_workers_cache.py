@@ -142,8 +142,9 @@ def test_a_cache_that_cannot_be_written_warns_once_and_carries_on(tmp_path, capl
     from optimize.core.results import Candidate
     from optimize.engine.cache import result_cache
 
-    (tmp_path / "c").write_bytes(b"")  # a file where the cache folder should be: every write fails
-    store = result_cache(str(tmp_path / "c"))
+    store = result_cache(str(tmp_path / "c"))  # usable when the run starts (checked: a probe written)
+    __import__("shutil").rmtree(tmp_path / "c")
+    (tmp_path / "c").write_bytes(b"")  # then a file where the cache folder was: every write fails
     r = build("int8", [{"technique": "convert", "scheme": "int8"}])
     cand = Candidate.failed(r, TechniqueFailed("x"))
     store.put("a" * 64, cand, tmp_path)
@@ -298,3 +299,17 @@ def test_cache_entries_are_validated_by_schema_and_rebuilt_never_a_traceback(tmp
         assert any("is corrupt" in r.getMessage() for r in caplog.records), what
         store.put(key, cand, out)
         assert store.get(key, "int8", out).metrics == cand.metrics, what
+
+
+def test_a_cache_that_cannot_be_used_is_one_line_before_any_work(tmp_path, keras_model, cli):
+    """Issue 26: a --cache that cannot be written is refused before the work (exit 2, nothing written); the
+    default cache in the same state only warns and the run carries on without it."""
+    from optimize.core.errors import OptimizeError
+    from optimize.engine.cache import result_cache
+
+    (tmp_path / "c").write_bytes(b"")
+    with pytest.raises(OptimizeError, match="Cannot write the cache"):
+        result_cache(str(tmp_path / "c"))
+    r = cli("sweep", str(keras_model), "--cache", str(tmp_path / "c"), "-o", str(tmp_path / "out"))
+    assert r.returncode == 2 and "error: Cannot write the cache" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -34,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from optimize.core.paths import default_root
 from optimize.core.results import Candidate, write_atomic
-from optimize.engine.storage import join, open_store
+from optimize.engine.storage import StorageError, join, open_store
 
 # 3: candidates carry the robustness probe; every deterministic failure is kept.
 # 4: entries and artifacts as separate objects in a store (a folder or any fsspec URL).
@@ -226,5 +227,19 @@ def result_cache(option: bool | str | None = True) -> ResultCache:
     or URL of its own, or False/None for none. Results live under `<root>/results/`."""
     if option is False or option is None:
         return ResultCache(None)
+    explicit = option is not True or bool(os.environ.get("OPTIMIZE_CACHE"))
     root = default_root() if option is True else str(option)
-    return ResultCache(open_store(join(root, "results")))
+    store = open_store(join(root, "results"))
+    if store.url not in _CHECKED:
+        try:
+            store.check()  # before any work: a bucket that does not exist or cannot be written is one line
+        except StorageError as e:
+            if explicit:
+                raise
+            log.warning("%s Carrying on without the result cache.", e.problem)
+            return ResultCache(None)
+        _CHECKED.add(store.url)
+    return ResultCache(store)
+
+
+_CHECKED: set[str] = set()  # stores checked in this process

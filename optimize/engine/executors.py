@@ -312,6 +312,18 @@ class ProcessExecutor(_LocalTiming):
 EXECUTORS = ("local", "ray")
 
 
+def check(kind: str = "local", address: str | None = None) -> None:
+    """Before any work: the executor can run (Ray installed; a given Ray address answers in bounded time),
+    else one OptimizeError line (exit 2)."""
+    if kind == "ray":
+        from optimize.engine.ray_executor import _ray, check_address, is_loopback, loopback_only
+
+        if address is None or is_loopback(address):
+            loopback_only()  # before Ray is imported: it reads the switch on import
+        _ray()
+        check_address(address)
+
+
 def executor(jobs: int, progress: Progress | None = None, kind: str = "local", address: str | None = None):
     """kind "local": jobs 0 in this process, otherwise that many crash-isolated worker processes.
     kind "ray": a task per (model, recipe group) on a Ray cluster (`address`; default: a local Ray

@@ -148,11 +148,11 @@ def open_run(
 ) -> Run:
     """One model's sweep, planned and checked (one clear line for bad inputs, before anything is written)."""
     src, ds = open_inputs(model, data, measuring=measuring, trust=trust_model_code, check=True)  # before any write
+    store = result_cache(cache)  # a cache that cannot be used: one line, before planning says anything
     dropped: list[Dropped] = []
     planned = plan(src, ds, recipes, backend, target, dropped)
     if calibration_samples is not None:
         planned = [with_samples(r, calibration_samples) for r in planned]
-    store = result_cache(cache)
     out_dir = paths.output_dir(output)
     settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
     settings["versions"] = _tf.versions()

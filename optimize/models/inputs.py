@@ -48,6 +48,7 @@ def _check_labels_fit(data: Dataset, named: list) -> None:
             head = by_name.get(label or plain)
             if head is not None:
                 where = f"y_{split}" + (f":{label}" if label else "")
+                tasks.check_some_class(ys, head, where, data.task)
                 tasks.check_labels(tasks.detect(head, ys, data.task), head, ys, where)
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optimize.core.results import FEW_SAMPLES, Candidate, Metrics, Study, labelled
+from optimize.core.shown import clip
 from optimize.core.vocab import Delegate, Target
 from optimize.decide.advice import describe
 from optimize.delegates.observe import OBSERVED
@@ -24,6 +25,7 @@ def esc(text: str) -> str:
 
 
 DELEGATE_COLS = tuple(Delegate)
+REASON_CHARS = 240  # a zoo's failure reason, cut at a word (study.json keeps it whole)
 OBSERVED_GPU = OBSERVED[Delegate.GPU]
 
 
@@ -579,7 +581,7 @@ def print_zoo(result, folder: Path | None = None, width: int | None = None) -> N
     con.print(table)
     for e in result.models:
         for name, why in e.failed.items():
-            con.print(f"{esc(e.name)}/{esc(name)}: {esc(why[:160])}", highlight=False)
+            con.print(f"{esc(e.name)}/{esc(name)}: {esc(clip(why, REASON_CHARS))}", highlight=False)
         if len(e.timing_nodes) > 1:
             con.print(f"{esc(e.name)}: latencies from {len(e.timing_nodes)} machines: {esc(', '.join(e.timing_nodes))}")
     if folder:

@@ -24,6 +24,7 @@ written is a warning, never a failed sweep.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -126,6 +127,10 @@ class ResultCache:
     def url(self) -> str | None:
         return self.store.url if self.store is not None else None
 
+    def known(self, trusted: bool = False) -> Known | None:
+        """What the cache knows about model files (`Known`), or None when there is no cache."""
+        return Known(self, trusted) if self.enabled else None
+
     @staticmethod
     def _entry(key: str) -> str:
         return f"v{CACHE_FORMAT}/entries/{key[:2]}/{key}.json"
@@ -216,6 +221,67 @@ class ResultCache:
         if there is None or _sha256(there) != sha:
             self.store.delete(key)
             self.store.create(key, data)
+
+
+class Known:
+    """What the TensorFlow-bound checks found about a model file (`optimize.models.known`), kept in the cache
+    beside the candidates, keyed by the file's fingerprint, the library versions and whether its code is
+    trusted (a Keras 3 rebuild: by the data's fingerprint too). Records are validated on read; anything else
+    is a miss (and removed), so the checks simply run again."""
+
+    def __init__(self, cache: ResultCache, trusted: bool):
+        from optimize.models import _tf
+
+        self.cache, self.trusted, self.versions = cache, trusted, _tf.versions()
+
+    def _key(self, what: str, **parts) -> str:
+        key = key_for(known=what, versions=self.versions, trusted=self.trusted, **parts)
+        return f"v{CACHE_FORMAT}/known/{key[:2]}/{key}.json"
+
+    def _get(self, key: str, model, fingerprint: str):
+        store = self.cache.store
+        try:
+            raw = store.read(key, MAX_KNOWN_BYTES)
+            if raw is None:
+                return None
+            record = model.model_validate_json(raw)
+            if record.fingerprint != fingerprint:
+                raise Corrupt("the record names another model")
+            return record
+        except (ValueError, ValidationError):
+            log.info("  what was known about the model is unreadable; checking it again")
+            with contextlib.suppress(Exception):
+                store.delete(key)
+        except Exception as e:  # noqa: BLE001 - the store could not be read: check again
+            self.cache._unreadable(e)
+        return None
+
+    def _put(self, key: str, record) -> None:
+        try:
+            self.cache.store.create(key, record.model_dump_json().encode())
+        except Exception as e:  # noqa: BLE001 - a cache that cannot be written is never an error
+            log.info("  could not keep what was learnt about the model (%s)", _first(e))
+
+    def model(self, fingerprint: str):
+        from optimize.models.known import KnownModel
+
+        return self._get(self._key("model", fingerprint=fingerprint), KnownModel, fingerprint)
+
+    def put_model(self, record) -> None:
+        self._put(self._key("model", fingerprint=record.fingerprint), record)
+
+    def rebuild(self, fingerprint: str, data: str | None):
+        from optimize.models.known import KnownRebuild
+
+        key = self._key("rebuild", fingerprint=fingerprint, data=data)
+        record = self._get(key, KnownRebuild, fingerprint)
+        return record if record is not None and record.data == data else None
+
+    def put_rebuild(self, record) -> None:
+        self._put(self._key("rebuild", fingerprint=record.fingerprint, data=record.data), record)
+
+
+MAX_KNOWN_BYTES = 1 << 20
 
 
 def _first(e: BaseException) -> str:

@@ -170,6 +170,11 @@ def remember(fingerprint: str, why: str | None, note: str = "") -> None:
     _VERDICTS.setdefault(fingerprint, (why, note))
 
 
+def verdict(fingerprint: str) -> tuple[str | None, str] | None:
+    """(why not, note) found in this process for the model, or None when it was not checked."""
+    return _VERDICTS.get(fingerprint)
+
+
 def keras2_why(src, data=None) -> str | None:
     """Why the Keras 3 model cannot be rebuilt in tf_keras exactly, or None when it can (checked once per
     process: the rebuild runs in memory, nothing is written)."""

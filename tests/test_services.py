@@ -163,3 +163,29 @@ def test_ray_notices_go_to_the_log_never_stdout(capsys, caplog):
         worker.print_to_stdstream = before
     assert capsys.readouterr().out == ""
     assert "(raylet) A worker died or was killed while executing a task." in [r.getMessage() for r in caplog.records]
+
+
+def test_a_local_ray_for_the_run_leaves_no_process_and_no_temporary(float_tflite, tmp_path, cli):
+    """`--executor ray` without an address starts a local Ray for the run: its processes end with the run, its
+    session folder (logs, sockets) and the run's node folders are removed, and stdout is the JSON record."""
+    pytest.importorskip("ray")
+    psutil = pytest.importorskip("psutil")
+    import glob
+
+    tmp = tmp_path / "t"
+    tmp.mkdir()
+    mark = secrets.token_hex(8)
+    before = set(glob.glob("/tmp/optimize-ray-*"))
+    args = ["sweep", str(float_tflite), "-o", str(tmp_path / "out"), "--executor", "ray", "--json", "--no-cache"]
+    r = cli(*args, env={"TMPDIR": str(tmp), "OPTIMIZE_TEST_MARK": mark}, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout)["executor"] == "ray"
+    assert sorted(os.listdir(tmp)) == [] and set(glob.glob("/tmp/optimize-ray-*")) == before
+    alive = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.environ().get("OPTIMIZE_TEST_MARK") == mark:
+                alive.append(" ".join(p.cmdline())[:120])
+        except psutil.Error:
+            continue
+    assert alive == []

@@ -27,6 +27,7 @@ from optimize.core.paths import create_new, is_url, local_path, read_below, remo
 STALE_SECONDS = 3600  # temporaries older than this are left over from a crash: removed
 TMP = "tmp"
 CHECK_TIMEOUT_S = 30.0  # a store must take (and give back) a probe object within this, before any work
+PROBE = f"{TMP}/writable"  # the one object a check writes to a remote store
 
 
 class StorageError(OptimizeError):
@@ -139,12 +140,11 @@ class FsspecStore:
         pass  # conditional puts leave no temporaries; a failed move removes its own
 
     def check(self) -> None:
-        """The bucket (or folder) exists and takes a probe object, within CHECK_TIMEOUT_S; else StorageError."""
-        key = f"{TMP}/probe-{uuid.uuid4().hex}"
+        """The bucket (or folder) exists and takes a probe object, within CHECK_TIMEOUT_S; else StorageError.
+        The probe is one fixed object, overwritten by every check: a run killed meanwhile leaves nothing new."""
 
         def probe() -> None:
-            self.fs.pipe_file(self._path(key), b"probe")
-            self.fs.rm(self._path(key))
+            self.fs.pipe_file(self._path(PROBE), b"optimize can write here")
 
         error = _bounded(probe, CHECK_TIMEOUT_S)
         if error is not None:

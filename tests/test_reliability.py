@@ -268,3 +268,15 @@ def test_a_keras3_sweep_leaves_no_temporary_however_it_ends(keras3_model, tmp_pa
         assert not list(out.glob(".optimize-staging-*"))
     time.sleep(1)
     assert sorted(os.listdir(tmp)) == [], ending
+
+
+def test_a_single_run_keeps_its_temporaries_in_its_work_folder(float_tflite, tmp_path):
+    """quantize (and prune, cluster, qat, run) produce in a worker process: its temporaries go into the run's
+    .work folder, removed at the end (a worker killed on Ctrl-C cannot clean up after itself)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "out"
+    args = [*CLI, "quantize", str(float_tflite), "--scheme", "dynamic", "-o", str(out / "q.tflite")]
+    r = subprocess.run(args, env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert sorted(os.listdir(tmp)) == [] and sorted(os.listdir(out)) == ["q.tflite"]

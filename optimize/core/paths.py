@@ -338,7 +338,7 @@ STAGING_PREFIX = ".optimize-staging-"
 LOCK = ".lock"  # held (flock) by the run writing into a staging folder, for as long as it runs
 TMP = ".tmp"  # a run's temporaries (tempfile.tempdir, $TMPDIR for the processes it starts)
 STALE_UNLOCKED_S = 3600  # a staging folder with no lock file yet this old is left over too
-_LOCKS: dict[Path, int] = {}
+_LOCKS: dict[Path, int] = {}  # the lock descriptors this process holds, by folder
 
 
 def staging(final: str | Path) -> Path:
@@ -358,15 +358,25 @@ def locked_folder(parent: Path, prefix: str) -> Path:
     prefix whose process is gone are removed first (`clear_stale`). Released by `discard` or `publish`."""
     clear_stale(parent, prefix)
     folder = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
-    _LOCKS[folder] = _hold(folder / LOCK)
+    fd = _hold(folder / LOCK)
+    if fd is not None:
+        _LOCKS[folder] = fd
     return folder
 
 
-def _hold(path: Path) -> int:
+def _hold(path: Path) -> int | None:
+    """The lock file made and locked (its descriptor kept open while the run lives). Where the filesystem
+    cannot lock, the file is removed again: the folder is then judged by its age, never taken for abandoned."""
     import fcntl
 
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return None
     return fd
 
 

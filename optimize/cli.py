@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from optimize import _streams  # isort: split
+from optimize.core import streams  # isort: split
 
-_streams.reclaim()  # a closed stdout/stderr (`>&-`): /dev/null, before any import below opens a file
+streams.reclaim()  # a closed stdout/stderr (`>&-`): /dev/null, before any import below opens a file
 
 import typer  # noqa: E402
 
@@ -813,7 +813,7 @@ def _on_sigterm(signum, frame) -> None:
 def _terminal_streams() -> None:
     """Streams that never fail on what they print: a C locale's ASCII or a non-UTF-8 file name shows as
     escapes instead of raising UnicodeEncodeError. (A stream the caller closed was given /dev/null on import:
-    optimize._streams.)"""
+    optimize.core.streams.)"""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(errors="backslashreplace")

@@ -313,3 +313,22 @@ def test_a_cache_that_cannot_be_used_is_one_line_before_any_work(tmp_path, keras
     r = cli("sweep", str(keras_model), "--cache", str(tmp_path / "c"), "-o", str(tmp_path / "out"))
     assert r.returncode == 2 and "error: Cannot write the cache" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_corrupt_artifact_longer_than_the_real_one_is_replaced_on_write(tmp_path):
+    """Content-addressed artifacts are shared: one corrupted to more bytes than it should hold was kept (the
+    bounded read refused it, and the write gave up), so every later put of that artifact failed."""
+    from study_fixtures import candidate
+
+    from optimize.engine.cache import result_cache
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "int8.tflite").write_bytes(b"TFL3 artifact bytes")
+    cand = candidate("int8", "int8").model_copy(update={"artifact": "int8.tflite"})
+    store = result_cache(str(tmp_path / "c"))
+    store.put("a" * 64, cand, out)
+    (artifact,) = (tmp_path / "c").rglob("artifacts/*/*.tflite")
+    artifact.write_bytes(b"x" * 1000)  # no read came by since: the next write meets it
+    store.put("b" * 64, cand, out)
+    assert artifact.read_bytes() == b"TFL3 artifact bytes" and store.get("b" * 64, "int8", out).cached

@@ -217,7 +217,10 @@ class ResultCache:
         key = self._artifact(sha)
         if self.store.create(key, data):
             return
-        there = self.store.read(key, len(data))
+        try:
+            there = self.store.read(key, len(data))
+        except ValueError:  # longer than the artifact it should be (or a link, a FIFO): corrupt
+            there = None
         if there is None or _sha256(there) != sha:
             self.store.delete(key)
             self.store.create(key, data)

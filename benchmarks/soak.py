@@ -197,9 +197,10 @@ class Ledger:
         self.outputs: set[Path] = set()
 
     def note(self, what: str) -> None:
+        """A problem, kept short: its head (what) and its tail (a traceback's last lines say why)."""
         with self.lock:
             if len(self.problems) < 50:
-                self.problems.append(what[:600])
+                self.problems.append(what if len(what) <= 1600 else f"{what[:300]} [...] {what[-1300:]}")
 
 
 def audit(ledger: Ledger, label: str, out: Path) -> None:
@@ -475,15 +476,22 @@ def corrupt(fs, prefix: str, ledger: Ledger, rng: random.Random) -> None:
         }[kind]
     else:
         kind = rng.choice(["truncate", "garbage", "wrong-types", "swap", "forged"])
-        if kind == "forged":
+        try:
             doc = json.loads(raw)
-            record = json.loads(doc["record"])
-            record["notes"] = [*record.get("notes", []), f"{FORGED} {uuid.uuid4().hex[:6]}"]
+        except ValueError:  # corrupted already: garbage over garbage
+            kind, doc = "garbage", None
+        record = None
+        if kind == "forged" and isinstance(doc, dict) and isinstance(doc.get("record"), str):
+            with contextlib.suppress(ValueError):
+                record = json.loads(doc["record"])
+        if kind == "forged" and isinstance(record, dict):
+            record["notes"] = [*(record.get("notes") or []), f"{FORGED} {uuid.uuid4().hex[:6]}"]
             doc["record"] = json.dumps(record)  # its digest left as it was
             new = json.dumps(doc).encode()
         elif kind == "swap":
             new = fs.cat_file(rng.choice([k for k in keys if "/entries/" in k]))
         else:
+            kind = "garbage" if kind == "forged" else kind
             new = {
                 "truncate": raw[: len(raw) // 2],
                 "garbage": os.urandom(200),

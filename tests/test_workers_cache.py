@@ -332,3 +332,25 @@ def test_a_corrupt_artifact_longer_than_the_real_one_is_replaced_on_write(tmp_pa
     artifact.write_bytes(b"x" * 1000)  # no read came by since: the next write meets it
     store.put("b" * 64, cand, out)
     assert artifact.read_bytes() == b"TFL3 artifact bytes" and store.get("b" * 64, "int8", out).cached
+
+
+def test_a_worker_killed_while_idle_is_replaced_not_a_traceback(float_tflite, tmp_path):
+    """A worker SIGKILLed between two tasks (while the parent times a round, say) made the next dispatch fail
+    with BrokenPipeError: the sweep's rescue round ended in a traceback (found by benchmarks/soak.py)."""
+    from optimize.engine.executors import ProcessExecutor
+    from optimize.engine.work import Settings, Task
+    from optimize.models.inputs import open_inputs
+
+    src, _ = open_inputs(float_tflite, None)
+    recipe = build("float16", [{"technique": "quantize", "scheme": "float16"}])
+    with ProcessExecutor(1) as ex:
+        for i in range(2):
+            out = tmp_path / f"out{i}"
+            out.mkdir()
+            ex.submit(Task(src, None, (recipe,), out, Settings(delegates=False)))
+            (tag, cand), *_ = list(ex.results())
+            assert cand.ok, cand.error
+            if i == 0:
+                (w,) = ex.workers
+                w.proc.kill()  # idle now: killed between two tasks
+                w.proc.join(timeout=10)

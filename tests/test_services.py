@@ -172,15 +172,19 @@ def test_a_local_ray_for_the_run_leaves_no_process_and_no_temporary(float_tflite
     psutil = pytest.importorskip("psutil")
     import glob
 
-    tmp = tmp_path / "t"
+    tmp, home = tmp_path / "t", tmp_path / "home"
     tmp.mkdir()
+    home.mkdir()
     mark = secrets.token_hex(8)
     before = set(glob.glob("/tmp/optimize-ray-*"))
     args = ["sweep", str(float_tflite), "-o", str(tmp_path / "out"), "--executor", "ray", "--json", "--no-cache"]
-    r = cli(*args, env={"TMPDIR": str(tmp), "OPTIMIZE_TEST_MARK": mark}, timeout=900)
+    r = cli(*args, env={"TMPDIR": str(tmp), "OPTIMIZE_TEST_MARK": mark, "HOME": str(home)}, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout)["executor"] == "ray"
     assert sorted(os.listdir(tmp)) == [] and set(glob.glob("/tmp/optimize-ray-*")) == before
+    # Ray 2.60 writes ~/.ray/auth_token for every new local cluster unless a token is in the environment: the
+    # stale token that later makes `ray start --head` demand it. The run's Ray used a private one.
+    assert not (home / ".ray").exists()
     alive = []
     for p in psutil.process_iter(["pid"]):
         try:
@@ -189,3 +193,20 @@ def test_a_local_ray_for_the_run_leaves_no_process_and_no_temporary(float_tflite
         except psutil.Error:
             continue
     assert alive == []
+
+
+def test_a_client_the_workers_cannot_answer_is_one_line_not_a_hang(float_tflite, tmp_path, cli):
+    """A head started without token authentication while this user has a Ray token (so optimize, like
+    `ray start`, presents it): the workers' replies are refused and the client would wait for ever. A first
+    streaming reply is awaited for a bounded time; then one line, exit 2."""
+    pytest.importorskip("ray")
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text(secrets.token_hex(16))
+    with ray_head(home, RAY_AUTH_MODE="disabled") as (address, mode):
+        assert mode == "disabled"
+        args = ["sweep", str(float_tflite), "-o", str(tmp_path / "out"), "--executor", "ray", "--ray-address", address]
+        env = {"HOME": str(home), "OPTIMIZE_RAY_REPLY_TIMEOUT_S": "20"}
+        r = cli(*args, "--no-cache", env=env, timeout=600)
+    one_line_error(r, "cannot answer this client", "RAY_AUTH_MODE")
+    assert not list((tmp_path / "out").glob("*.tflite"))

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 RETRIES = 3  # a task whose node is lost runs again at most this many times
 CONNECT_TIMEOUT_S = 5.0  # a given address must answer within this (TCP), before any work
+REPLY_TIMEOUT_S = 120.0  # and a first streaming task's reply must reach the driver within this
 STALE_RUN_S = 6 * 3600  # a run folder on a node untouched this long was left by a driver that was killed
 LOCAL_OBJECT_STORE = 1 << 30  # bytes of object store for a local Ray started for the run
 #: Ray on Linux advertises and binds the machine's address even when told 127.0.0.1; this keeps a local
@@ -118,6 +119,50 @@ _START_HINT = (
     "Start the head there (on one machine: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 ray start --head "
     "--node-ip-address 127.0.0.1 --port {port}), or omit --ray-address for a local Ray."
 )
+
+
+AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+def _private_token() -> dict[str, str | None]:
+    """For a local Ray started for the run: its own random token in the environment (inherited by its processes),
+    unless the user set Ray's authentication up. Ray 2.60 turns token authentication on for every new local
+    cluster and, with no token in the environment, writes one to ~/.ray/auth_token, where it outlives the run
+    and makes the next `ray start --head` on this machine demand it. What was in the environment before."""
+    import secrets
+
+    before = {k: os.environ.get(k) for k in AUTH_VARS}
+    if not any(before.values()):
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    return before
+
+
+def _restore(before: dict[str, str | None]) -> None:
+    for k, v in before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _echo():
+    yield "ok"
+
+
+def _check_replies(ray, timeout: float | None = None) -> None:
+    """A streaming task's reply reaches this client within `timeout`: a cluster whose workers cannot call back
+    (the head and this client disagree on token authentication: each item is refused with InvalidAuthToken and
+    the client would wait for ever) is one line instead of a hang."""
+    timeout = timeout or float(os.environ.get("OPTIMIZE_RAY_REPLY_TIMEOUT_S") or REPLY_TIMEOUT_S)
+    gen = ray.remote(_echo).options(num_returns="streaming", num_cpus=0, max_retries=0).remote()
+    ready, _ = ray.wait([gen], num_returns=1, timeout=timeout)
+    if not ready:
+        raise OptimizeError(
+            f"The Ray cluster's workers cannot answer this client within {timeout:g} s (the head and optimize "
+            "disagree on token authentication, or the cluster has no worker to spare).",
+            "Start the head and run optimize with the same RAY_AUTH_MODE (and token: ~/.ray/auth_token or "
+            "RAY_AUTH_TOKEN), or omit --ray-address for a local Ray.",
+        )
 
 
 def _token_auth() -> None:
@@ -346,6 +391,7 @@ class RayExecutor:
         self.owned = False
         self.run = uuid.uuid4().hex[:12]  # this driver's folder on every node
         self.session: Path | None = None  # a local Ray's own session folder, removed at the end
+        self.auth: dict | None = None  # Ray's authentication variables before a local Ray's private token
 
     # -- connection
     def _connect(self):
@@ -360,6 +406,7 @@ class RayExecutor:
                 from optimize.core import paths
 
                 self.session = paths.locked_folder(_session_parent(), "optimize-ray-")
+                self.auth = _private_token()
                 with _quiet_loggers():
                     ray.init(
                         address="local",
@@ -380,6 +427,11 @@ class RayExecutor:
                         _START_HINT.format(port=_host_port(self.address)[1] or 6379)
                         + " A head with token authentication needs its token here (~/.ray/auth_token).",
                     ) from None
+                try:
+                    _check_replies(ray)
+                except OptimizeError:
+                    ray.shutdown()
+                    raise
             self.owned = True
             _ray_output_to_log()
         self.ray = ray
@@ -561,6 +613,9 @@ class RayExecutor:
 
             paths.discard(self.session)
             self.session = None
+        if self.auth is not None:
+            _restore(self.auth)
+            self.auth = None
 
     def _clean_nodes(self, timeout: float = 30.0) -> None:
         """This run's folder removed on every live node (best effort, bounded: a node that does not answer keeps

@@ -31,8 +31,10 @@ Reported as one JSON object (`--json`; a table otherwise):
     leaked_temp       files left in the sweeps' temp folder, staging or work folders left in output folders
                       after their next run, temporaries left in the S3 cache
     leaked_processes  processes of the sweeps (marked by an environment variable) alive at the end
-    leaked_fds        open descriptors the API writer gained from when it had swept every kind of model once
-                      (its warm-up) to its last sweep
+    leaked_fds        how much the API writer's floor of open descriptors rose from its warm-up (every kind of
+                      model swept once) to its last sweeps: the lowest count over its last 3 sweeps less the
+                      lowest over its first 3 (after a garbage collection; bounded caches, such as the 4 parsed
+                      models optimize keeps mapped, move the count between sweeps, a leak raises its floor)
     rss_growth        the API writer's resident memory growth over the same span (a fraction)
 plus what was injected (`killed_sweeps`, `killed_workers`, `corruptions` by kind), `exit_codes`, `seconds`.
 """
@@ -300,7 +302,7 @@ def cli_writer(wid: int, jobs, cfg: dict, ledger: Ledger, running: dict, stop: t
 
 
 API_WRITER = r"""
-import json, os, sys, traceback
+import gc, json, os, sys, traceback
 sys.path.insert(0, sys.argv[1])
 import optimize
 from optimize.core.errors import OptimizeError, NothingWorked
@@ -319,6 +321,7 @@ for line in sys.stdin:
         code = 2
     except BaseException:
         code, tb = 3, traceback.format_exc()[-3000:]
+    gc.collect()
     print(json.dumps({"code": code, "traceback": tb, "fds": me.num_fds(), "rss": me.memory_info().rss}), flush=True)
 """
 
@@ -606,6 +609,8 @@ def run(args) -> dict:
     at = min(stats.get("base", len(samples) - 1), len(samples) - 1)
     base = samples[at] if samples else (0, 0)  # once every kind of model was swept in the API writer
     last = samples[-1] if samples else (0, 0)
+    measured = samples[at:]
+    fd_floor = (min(f for f, _ in measured[-3:]) - min(f for f, _ in measured[:3])) if measured else 0
     report = {
         "sweeps": ledger.finished,
         "served_corrupt": ledger.served_corrupt,
@@ -613,7 +618,7 @@ def run(args) -> dict:
         "hangs": ledger.hangs,
         "leaked_temp": leaked_temp,
         "leaked_processes": len(leaked),
-        "leaked_fds": max(0, last[0] - base[0]),
+        "leaked_fds": max(0, fd_floor),
         "rss_growth": round((last[1] - base[1]) / base[1], 4) if base[1] else 0.0,
         "requested": args.sweeps,
         "started": ledger.started,
@@ -623,6 +628,7 @@ def run(args) -> dict:
         "corruptions": dict(sorted(ledger.corruptions.items())),
         "exit_codes": dict(sorted(ledger.exit_codes.items())),
         "api_sweeps_measured": len(samples) - at - 1 if samples else 0,
+        "api_fds": [f for f, _ in measured],
         "seconds": round(time.monotonic() - t0, 1),
         "problems": ledger.problems,
     }

@@ -7,10 +7,14 @@ import json
 import sys
 from pathlib import Path
 
-import typer
+from optimize.core import streams  # isort: split
 
-from optimize.core.errors import OptimizeError, RecipeError
-from optimize.core.vocab import IO, Backend, Delegate, Objective, Scheme, Target, Task
+streams.reclaim()  # a closed stdout/stderr (`>&-`): /dev/null, before any import below opens a file
+
+import typer  # noqa: E402
+
+from optimize.core.errors import OptimizeError, RecipeError  # noqa: E402
+from optimize.core.vocab import IO, Backend, Delegate, Objective, Scheme, Target, Task  # noqa: E402
 
 app = typer.Typer(
     help="Optimize TensorFlow models for LiteRT: quantize, prune, cluster, QAT; measure every variant; "
@@ -225,6 +229,10 @@ def sweep(
     from optimize.present.report_text import format_recommendation
 
     goals = make_goals(max_accuracy_drop)  # checked before any work
+    if mlflow:
+        from optimize.present.tracking import check
+
+        check(mlflow)  # the store usable, before any work: one line otherwise
     study = sweeps.sweep(
         model,
         data,
@@ -244,9 +252,9 @@ def sweep(
         observe=tuple(o for o in observe.split(",") if o.strip()),
     )
     if mlflow:
-        from optimize.present.tracking import log_study
+        from optimize.present.tracking import log_safely, log_study
 
-        log_study(mlflow, study, Path(output))
+        log_safely(log_study, mlflow, study, Path(output))
     rec = recommend(study, target, goals, folder=output) if target else None
     if as_json:
         _print_json(study)
@@ -824,7 +832,8 @@ def _on_sigterm(signum, frame) -> None:
 
 def _terminal_streams() -> None:
     """Streams that never fail on what they print: a C locale's ASCII or a non-UTF-8 file name shows as
-    escapes instead of raising UnicodeEncodeError."""
+    escapes instead of raising UnicodeEncodeError. (A stream the caller closed was given /dev/null on import:
+    optimize.core.streams.)"""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(errors="backslashreplace")
@@ -842,11 +851,17 @@ def _show(text: str, fit: bool = True) -> None:
     typer.echo(warning_style(wrap(text) if fit else text))
 
 
-def _say(text: str) -> None:
-    """The one way a line reaches stderr from here: user text in it shown, never obeyed (optimize.core.shown)."""
-    from optimize.core.shown import escape
+#: Where an `error:` message continues when it wraps: under its first word after "error: ".
+ERROR_HANG = len("error: ")
 
-    typer.echo(escape(text), err=True)
+
+def _say(text: str) -> None:
+    """The one way a line reaches stderr from here: user text in it shown, never obeyed (optimize.core.shown),
+    and wrapped at spaces to the terminal's width like everything else (80 columns in a pipe): an `error:`
+    message stays one message, its continuation lines indented under its text; a path is never split."""
+    from optimize.core.shown import escape, wrap
+
+    typer.echo(wrap(escape(text), hang=ERROR_HANG), err=True)
 
 
 def _usage_error(e) -> None:

@@ -78,6 +78,10 @@ def ray_cluster(num_cpus: int = 2):
     from optimize.engine.ray_executor import loopback_only
 
     loopback_only()
+    # the head without token authentication, and the client told so: a ~/.ray/auth_token left on the machine
+    # would otherwise turn the client's on alone (as `ray start --head` does for a head started after it)
+    auth = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     paths = [TESTS, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
     old_path = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
@@ -96,6 +100,10 @@ def ray_cluster(num_cpus: int = 2):
         yield cluster
     finally:
         cluster.shutdown()
+        if auth is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = auth
         if old_path is None:
             os.environ.pop("PYTHONPATH", None)
         else:
@@ -106,3 +114,40 @@ def listeners(pids: set[int]) -> list[str]:
     """Listening TCP addresses of the given processes (from `ss`), to check nothing is off loopback."""
     out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
     return [line.split()[3] for line in out.splitlines() if any(f"pid={p}," in line for p in pids)]
+
+
+HEAD = r"""
+import os, sys
+from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
+maybe_enable_token_auth_if_token_available(warn_if_disabled=False)  # what `ray start --head` does
+from ray.cluster_utils import Cluster
+cluster = Cluster(initialize_head=True, head_node_args={
+    "num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1", "object_store_memory": 200 * 2**20})
+print(cluster.address, os.environ.get("RAY_AUTH_MODE"), flush=True)
+sys.stdin.readline()
+cluster.shutdown()
+"""
+
+
+@contextlib.contextmanager
+def ray_head(home: Path, **head_env: str):
+    """A Ray head on 127.0.0.1 started as `ray start --head` would be on a machine whose user has `home`
+    (a ~/.ray/auth_token there turns token authentication on), in its own process; yields (address, auth mode).
+    Stopped by closing its stdin: it shuts down exactly the processes it started."""
+    env = {**os.environ, "HOME": str(home), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    env.pop("RAY_AUTH_MODE", None)
+    env.update(head_env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HEAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env=env, text=True,
+    )  # fmt: skip
+    try:
+        address, mode = proc.stdout.readline().split()
+        yield address, mode
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

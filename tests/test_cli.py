@@ -7,17 +7,14 @@ import os
 
 import numpy as np
 import pytest
+from tests_support import one_line_error
 
 from optimize.cli import commands
 
 
 def assert_one_line_error(r, *fragments):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = [ln for ln in r.stderr.strip().splitlines() if ln.startswith("error:")]
-    assert len(lines) == 1, r.stderr
-    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
-    for f in fragments:
-        assert f in lines[0], lines[0]
+    """One `error:` message (wrapped to 80 columns, joined back here), exit 2, no traceback."""
+    one_line_error(r, *fragments)
 
 
 def test_help_lists_every_command_with_an_example(cli):

@@ -170,8 +170,9 @@ def test_int4_weights_where_ml_drift_and_the_classic_delegate_part(icd):
     assert (seen.verdict, seen.veto_code) == ("none", "build-failure") and "failed to build" in seen.vetoed
 
 
-def test_sweep_observes_every_candidate(keras_model, data_npz, tmp_path):
-    """sweep --observe gpu: each candidate carries the observed column, shown beside the predicted one."""
+def test_sweep_observes_every_candidate(keras_model, data_npz, tmp_path, icd):
+    """sweep --observe gpu: each candidate carries the observed column, shown beside the predicted one (on a
+    machine with a device the accelerator accepts: `icd` skips, saying why, elsewhere)."""
     import optimize
     from optimize.core.recipe import build
     from optimize.delegates.observe import OBSERVED

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from delegate_fixtures import load_t, op, save_t, tensor, tiny
+from tests_support import one_line_error
 
 from optimize.core.errors import ModelError
 from optimize.delegates import check_delegates
@@ -81,13 +82,38 @@ def test_buffer_of_2_to_the_62_bytes(base):
         read_model(save_t(m))
 
 
+@pytest.mark.parametrize("offset", [0, 1])
+def test_a_buffer_of_2_to_the_62_bytes_at_offset_0_or_1_is_refused(base, offset, tmp_path, cli):
+    """Issue 26: offset 1 (the converter's placeholder) with a size of 2^62 passed validation (compat exit 0,
+    quantize exit 1). Offset 0 or 1 means no data outside the flatbuffer: any size then names bytes that are
+    nowhere. Every reader refuses it in one line, exit 2; the same buffer with size 0 stays valid."""
+    m = load_t(base)
+    extra = len(m.buffers)
+    from ai_edge_litert import schema_py_generated as s
+
+    b = s.BufferT()
+    b.offset, b.size = offset, 2**62
+    m.buffers.append(b)
+    m.subgraphs[0].tensors[2].buffer = extra  # an activation tensor pointing at it, as a crafted file would
+    data = save_t(m)
+    with pytest.raises(ModelError, match=f"buffer {extra} claims 4,611,686,018,427,387,904 bytes at offset {offset}"):
+        read_model(data)
+    bad = tmp_path / "offset.tflite"
+    bad.write_bytes(data)
+    for args in (["compat", str(bad)], ["quantize", str(bad), "--scheme", "dynamic", "-o", str(tmp_path / "q")]):
+        r = cli(*args)
+        assert r.stdout == "", args
+        one_line_error(r, "outside the file")
+    b.size = 0
+    read_model(save_t(m))  # a placeholder with no size: nothing is claimed
+
+
 def test_compat_exits_2_with_one_line(base, tmp_path, cli):
     bad = tmp_path / "cycle.tflite"
     bad.write_bytes(edit(base, CASES["cycle"][0]))
     r = cli("compat", str(bad))
     assert r.returncode == 2 and r.stdout == ""
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "has a cycle" in lines[0]
+    one_line_error(r, "has a cycle")
 
 
 # ---- issue 18: what the runtime copies unchecked, checked by the one validator every reader shares ----

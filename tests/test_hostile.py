@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from tests_support import one_line_error
+from tests_support import error_messages, one_line_error
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_a_full_stdout_is_one_line_not_a_traceback():
             timeout=120,
         )
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip().splitlines()[-1].startswith("error: cannot write")
+    assert error_messages(r.stderr)[-1].startswith("error: cannot write")
 
 
 def test_a_shared_recipe_cannot_write_anywhere(tmp_path):

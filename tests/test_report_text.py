@@ -124,7 +124,19 @@ def test_quantize_table_fills_x_and_names_the_file(tmp_path, capsys):
     print_candidates([c], tmp_path, width=80)
     out = _plain(capsys)
     row = next(line for line in out.splitlines() if "│ int8 " in line)
-    assert "w0.25" in row and f"Wrote {tmp_path / 'm.tflite'}" in out
+    path = str(tmp_path / "m.tflite")
+    assert "w0.25" in row and f"Wrote {path}" in " ".join(out.split())  # one message, wrapped or not
+    assert any(line.strip().endswith(path) for line in out.splitlines()), out  # the path whole, to be copied
+
+
+def test_wrote_line_keeps_a_long_path_whole_at_80_columns(tmp_path, capsys):
+    """A temp folder deep in a project tree: the 80-column wrap breaks before the path, never inside it."""
+    deep = tmp_path / ("a-rather-long-folder-name-" * 4) / "out"
+    c = candidate("int8", "int8").model_copy(update={"artifact": "m.tflite"})
+    print_candidates([c], deep, width=80)
+    lines = _plain(capsys).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip() == str(deep / "m.tflite"))
+    assert lines[at - 1].rstrip().endswith("Wrote")
 
 
 def _layer(i: int, tensor: str, added: float, without: float | None = None) -> LayerError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from tests_support import one_line_error
 
 from optimize.core.paths import local_path
 from optimize.engine.storage import LocalStore, open_store
@@ -52,8 +53,8 @@ def test_bad_zoo_manifests_are_one_line_and_exit_2(tmp_path, cli, manifest, expe
     (tmp_path / "zoo.toml").write_text(manifest)
     out = cli("zoo", str(tmp_path / "zoo.toml"), "-o", str(tmp_path / "out"))
     assert out.returncode == 2, out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and expected in lines[0], out.stderr
+    assert out.stderr.startswith("error:")
+    one_line_error(out, expected)
     assert not (tmp_path / "out").exists()
 
 

@@ -142,8 +142,9 @@ def test_a_cache_that_cannot_be_written_warns_once_and_carries_on(tmp_path, capl
     from optimize.core.results import Candidate
     from optimize.engine.cache import result_cache
 
-    (tmp_path / "c").write_bytes(b"")  # a file where the cache folder should be: every write fails
-    store = result_cache(str(tmp_path / "c"))
+    store = result_cache(str(tmp_path / "c"))  # usable when the run starts (checked: a probe written)
+    __import__("shutil").rmtree(tmp_path / "c")
+    (tmp_path / "c").write_bytes(b"")  # then a file where the cache folder was: every write fails
     r = build("int8", [{"technique": "convert", "scheme": "int8"}])
     cand = Candidate.failed(r, TechniqueFailed("x"))
     store.put("a" * 64, cand, tmp_path)
@@ -243,3 +244,113 @@ def test_a_truncated_cached_demo_is_rebuilt(tmp_path, monkeypatch):
     with np.load(data, allow_pickle=False) as d:
         assert len(d["x_test"]) == 360
     assert _tf.keras().models.load_model(model, compile=False).name == "digits_cnn"
+
+
+def _bad_entries(doc: dict) -> dict[str, bytes]:
+    """Entries that parse as JSON (or not) but are not what put() stored: each must be a miss, rebuilt."""
+    import json
+
+    record = json.loads(doc["record"])
+    record["metrics"] = "fast"
+    other = {**doc, "record": json.dumps(record)}
+    other["record_sha256"] = __import__("hashlib").sha256(other["record"].encode()).hexdigest()
+    return {
+        "wrong types": json.dumps({"format": 6, "record": 5}).encode(),
+        "format as a string": json.dumps({**doc, "format": "6"}).encode(),
+        "a list": b"[1, 2, 3]",
+        "null": b"null",
+        "deep nesting": b"[" * 100_000,
+        "not UTF-8": b'{"format": 6, "record": "\xff\xfe"}',
+        "digest not hex": json.dumps({**doc, "record_sha256": "z" * 64}).encode(),
+        "another key's entry": json.dumps({**doc, "key": "f" * 64}).encode(),
+        "artifact size negative": json.dumps({**doc, "artifact_bytes": -1}).encode(),
+        "artifact size huge": json.dumps({**doc, "artifact_bytes": 2**62}).encode(),
+        "artifact digest dropped": json.dumps({**doc, "artifact_sha256": None}).encode(),
+        "record not a candidate (digest matching)": json.dumps(other).encode(),
+        "extra field": json.dumps({**doc, "served": True}).encode(),
+    }
+
+
+def test_cache_entries_are_validated_by_schema_and_rebuilt_never_a_traceback(tmp_path, caplog):
+    """Issue 26: an entry that parses with the wrong types (`{"format": 6, "record": 5}`) ended the sweep in a
+    traceback. Each kind of entry the schema refuses is a miss with one warning, deleted, and put() writes it
+    again."""
+    import json
+
+    from study_fixtures import candidate
+
+    from optimize.engine.cache import result_cache
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "int8.tflite").write_bytes(b"TFL3 artifact bytes")
+    cand = candidate("int8", "int8").model_copy(update={"artifact": "int8.tflite"})
+    store = result_cache(str(tmp_path / "c"))
+    key = "a" * 64
+    store.put(key, cand, out)
+    (entry,) = _cache_entries(tmp_path / "c")
+    good = json.loads(entry.read_bytes())
+    assert store.get(key, "int8", out).cached
+    for what, raw in _bad_entries(good).items():
+        caplog.clear()
+        entry.write_bytes(raw)
+        assert store.get(key, "int8", out) is None, what
+        assert not entry.exists(), what
+        assert any("is corrupt" in r.getMessage() for r in caplog.records), what
+        store.put(key, cand, out)
+        assert store.get(key, "int8", out).metrics == cand.metrics, what
+
+
+def test_a_cache_that_cannot_be_used_is_one_line_before_any_work(tmp_path, keras_model, cli):
+    """Issue 26: a --cache that cannot be written is refused before the work (exit 2, nothing written); the
+    default cache in the same state only warns and the run carries on without it."""
+    from optimize.core.errors import OptimizeError
+    from optimize.engine.cache import result_cache
+
+    (tmp_path / "c").write_bytes(b"")
+    with pytest.raises(OptimizeError, match="Cannot write the cache"):
+        result_cache(str(tmp_path / "c"))
+    r = cli("sweep", str(keras_model), "--cache", str(tmp_path / "c"), "-o", str(tmp_path / "out"))
+    assert r.returncode == 2 and "error: Cannot write the cache" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_corrupt_artifact_longer_than_the_real_one_is_replaced_on_write(tmp_path):
+    """Content-addressed artifacts are shared: one corrupted to more bytes than it should hold was kept (the
+    bounded read refused it, and the write gave up), so every later put of that artifact failed."""
+    from study_fixtures import candidate
+
+    from optimize.engine.cache import result_cache
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "int8.tflite").write_bytes(b"TFL3 artifact bytes")
+    cand = candidate("int8", "int8").model_copy(update={"artifact": "int8.tflite"})
+    store = result_cache(str(tmp_path / "c"))
+    store.put("a" * 64, cand, out)
+    (artifact,) = (tmp_path / "c").rglob("artifacts/*/*.tflite")
+    artifact.write_bytes(b"x" * 1000)  # no read came by since: the next write meets it
+    store.put("b" * 64, cand, out)
+    assert artifact.read_bytes() == b"TFL3 artifact bytes" and store.get("b" * 64, "int8", out).cached
+
+
+def test_a_worker_killed_while_idle_is_replaced_not_a_traceback(float_tflite, tmp_path):
+    """A worker SIGKILLed between two tasks (while the parent times a round, say) made the next dispatch fail
+    with BrokenPipeError: the sweep's rescue round ended in a traceback (found by benchmarks/soak.py)."""
+    from optimize.engine.executors import ProcessExecutor
+    from optimize.engine.work import Settings, Task
+    from optimize.models.inputs import open_inputs
+
+    src, _ = open_inputs(float_tflite, None)
+    recipe = build("float16", [{"technique": "quantize", "scheme": "float16"}])
+    with ProcessExecutor(1) as ex:
+        for i in range(2):
+            out = tmp_path / f"out{i}"
+            out.mkdir()
+            ex.submit(Task(src, None, (recipe,), out, Settings(delegates=False)))
+            (tag, cand), *_ = list(ex.results())
+            assert cand.ok, cand.error
+            if i == 0:
+                (w,) = ex.workers
+                w.proc.kill()  # idle now: killed between two tasks
+                w.proc.join(timeout=10)

@@ -150,7 +150,7 @@ def test_zoo_on_ray_shares_its_cache_through_s3_and_logs_every_candidate_to_mlfl
 
 
 def test_a_crash_on_ray_fails_only_its_candidate_and_is_cached_as_the_techniques(
-    keras_model, data_npz, cluster, s3, tmp_path
+    keras_model, data_npz, cluster, s3, tmp_path, capfd
 ):
     from optimize.core.recipe import build
     from optimize.engine import sweeps
@@ -169,6 +169,7 @@ def test_a_crash_on_ray_fails_only_its_candidate_and_is_cached_as_the_techniques
     assert c["int8"].error == "worker process killed by SIGSEGV while producing or measuring this candidate"
     assert c["float32"].ok and c["float16"].ok and c["float16"].metrics.fidelity is not None
     assert not (tmp_path / "o" / "int8.tflite").exists()
+    assert "worker died" not in capfd.readouterr().out  # Ray's notice goes to the log, never stdout (issue 26)
     again = sweeps.sweep(keras_model, crashing, tmp_path / "p", cache=f"{s3}/crash", **kw)
     assert all(x.cached for x in again.candidates)  # the segfault is the technique's: it would happen again
 

@@ -335,21 +335,87 @@ def copy_atomic(src: str | Path, dst: str | Path, root: str | Path | None = None
 
 # ---------------------------------------------------------------------------------------------- staging
 STAGING_PREFIX = ".optimize-staging-"
+LOCK = ".lock"  # held (flock) by the run writing into a staging folder, for as long as it runs
+TMP = ".tmp"  # a run's temporaries (tempfile.tempdir, $TMPDIR for the processes it starts)
+STALE_UNLOCKED_S = 3600  # a staging folder with no lock file yet this old is left over too
+_LOCKS: dict[Path, int] = {}  # the lock descriptors this process holds, by folder
 
 
 def staging(final: str | Path) -> Path:
     """A fresh, private folder inside `final` where a run writes everything; `publish` moves it into
-    `final` at the end. Interrupted or failed, the run leaves `final` as it found it (`discard`)."""
-    import shutil
-    import time
+    `final` at the end. Interrupted or failed, the run leaves `final` as it found it (`discard`).
 
+    The folder holds a lock for as long as its run lives (a flock the kernel releases when the process
+    ends, however it ends): staging folders left in `final` by a run that was killed (SIGKILL, power loss)
+    are removed here, by the next run into the same folder; a live run's never are."""
     final = Path(final)
     final.mkdir(parents=True, exist_ok=True)
-    for old in final.glob(f"{STAGING_PREFIX}*"):  # left by a run that was killed (SIGKILL, power loss)
+    return locked_folder(final, STAGING_PREFIX)
+
+
+def locked_folder(parent: Path, prefix: str) -> Path:
+    """A fresh folder `parent/<prefix>XXXX` holding a lock while this process lives; folders of the same
+    prefix whose process is gone are removed first (`clear_stale`). Released by `discard` or `publish`."""
+    clear_stale(parent, prefix)
+    folder = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
+    fd = _hold(folder / LOCK)
+    if fd is not None:
+        _LOCKS[folder] = fd
+    return folder
+
+
+def _hold(path: Path) -> int | None:
+    """The lock file made and locked (its descriptor kept open while the run lives). Where the filesystem
+    cannot lock, the file is removed again: the folder is then judged by its age, never taken for abandoned."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
         with contextlib.suppress(OSError):
-            if old.is_dir() and not old.is_symlink() and time.time() - old.lstat().st_mtime > 3600:
+            os.unlink(path)
+        return None
+    return fd
+
+
+def _abandoned(folder: Path) -> bool:
+    """Whether no live process holds this folder's lock (the run that made it was killed)."""
+    import fcntl
+    import time
+
+    try:
+        fd = os.open(folder / LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:  # an older run's, or one between mkdtemp and its lock: by age
+        return time.time() - folder.lstat().st_mtime > STALE_UNLOCKED_S
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def clear_stale(parent: Path, prefix: str = STAGING_PREFIX) -> list[Path]:
+    """Remove the folders `parent/<prefix>*` whose process is gone; the ones removed."""
+    import shutil
+
+    gone = []
+    for old in Path(parent).glob(f"{prefix}*"):
+        with contextlib.suppress(OSError):
+            if old.is_dir() and not old.is_symlink() and old not in _LOCKS and _abandoned(old):
                 shutil.rmtree(old, ignore_errors=True)
-    return Path(tempfile.mkdtemp(dir=final, prefix=STAGING_PREFIX))
+                gone.append(old)
+    return gone
+
+
+def _release(folder: Path) -> None:
+    fd = _LOCKS.pop(folder, None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def publish(stage: Path, final: Path, last: tuple[str, ...] = ("study.json",), root: Path | None = None) -> None:
@@ -360,7 +426,7 @@ def publish(stage: Path, final: Path, last: tuple[str, ...] = ("study.json",), r
     names = sorted(os.listdir(stage), key=lambda n: (n in last, n))
     with _folder(stage, None) as src, _folder(final, root) as dst:
         for name in names:
-            if name == ".work":
+            if name in (".work", LOCK, TMP):
                 continue
             try:
                 os.replace(name, name, src_dir_fd=src, dst_dir_fd=dst)
@@ -369,13 +435,46 @@ def publish(stage: Path, final: Path, last: tuple[str, ...] = ("study.json",), r
                     raise
                 publish(stage / name, final / name, (), root or final)
     shutil.rmtree(stage, ignore_errors=True)
+    _release(stage)
 
 
 def discard(stage: Path) -> None:
-    """Remove a staging folder and everything in it (an interrupted or failed run)."""
+    """Remove a staging (or `locked_folder`) folder and everything in it (an interrupted or failed run)."""
     import shutil
 
     shutil.rmtree(stage, ignore_errors=True)
+    _release(stage)
+
+
+_OUTER: list[str] = []
+
+
+def system_tempdir() -> Path:
+    """The temp folder outside any `temporaries_in` (for what must outlive a staging folder or needs a short
+    path: a local Ray's session folder, which holds Unix sockets)."""
+    return Path(_OUTER[0] if _OUTER else tempfile.gettempdir())
+
+
+@contextlib.contextmanager
+def temporaries_in(folder: str | Path) -> Iterator[Path]:
+    """Every temporary made while this runs goes into `folder` (created): this process's (`tempfile`) and
+    those of the processes it starts ($TMPDIR: worker processes, TensorFlow's converter, subprocesses). A
+    run puts it inside its staging folder, so whatever a killed worker or process leaves goes with the
+    staging folder: removed at the end, or by the next run if this one is killed. Restored afterwards."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    before_env, before = os.environ.get("TMPDIR"), tempfile.tempdir
+    _OUTER.append(tempfile.gettempdir())
+    os.environ["TMPDIR"], tempfile.tempdir = str(folder), str(folder)
+    try:
+        yield folder
+    finally:
+        _OUTER.pop()
+        tempfile.tempdir = before
+        if before_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = before_env
 
 
 # ---------------------------------------------------------------------------------------------- stores

@@ -781,6 +781,10 @@ def load_study(path: str | os.PathLike) -> Study:
         raise from_validation(
             e, Study, where=f"{p} is not a valid study: ", kind=StudyError, fix="Re-run `optimize sweep`."
         ) from None
+    names = [c.name for c in study.candidates]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:  # every reader (report, recommend, the notebooks) addresses candidates by name
+        raise StudyError(f"{p} has two candidates named {twice!r}.", "Re-run `optimize sweep`; do not hand-edit names.")
     why = check_plausible(study)
     if why:
         raise StudyError(f"{p} is not a real measurement: {why}.", "Re-run `optimize sweep`; do not edit its numbers.")

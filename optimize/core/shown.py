@@ -105,3 +105,16 @@ def _split_long(line: str, columns: int, under: str) -> list[str]:
     head, rest = line[:columns], line[columns:]
     room = max(1, columns - len(under))
     return [head] + [under + rest[i : i + room] for i in range(0, len(rest), room)]
+
+
+def clip(text: str, limit: int, mark: str = " ...") -> str:
+    """`text` shortened to at most `limit` characters at a word boundary, `mark` saying more was cut (a word
+    longer than the whole limit is cut inside, with the mark)."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    room = max(1, limit - len(mark))
+    head = text[: room + 1]
+    cut = head.rfind(" ")
+    head = head[:cut] if cut > room // 2 else text[:room]
+    return head.rstrip(" ,;:") + mark

@@ -37,7 +37,9 @@ def debug_model(
     src, ds = open_inputs(model, data, calibration, trust=trust_model_code)
     if ds is None:
         raise DataError("debug compares the float and quantized models on real inputs.", "Pass --data DATA.npz.")
-    with tempfile.TemporaryDirectory(prefix="optimize-debug-") as tmp:
+    from optimize.core.paths import temporaries_in
+
+    with tempfile.TemporaryDirectory(prefix="optimize-debug-") as tmp, temporaries_in(Path(tmp) / "tmp"):
         work = Path(tmp)
         if src.kind == "tflite":
             float_path = src.path

@@ -18,6 +18,7 @@ and the rest of its task is queued again on a fresh worker. Both time candidates
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import os
@@ -223,11 +224,35 @@ class ProcessExecutor(_LocalTiming):
         return w
 
     def _dispatch(self) -> None:
-        idle = [w for w in self.workers if w.task is None]
-        while self.queue and (idle or len(self.workers) < self.jobs):
+        """Queued tasks to idle workers (new ones up to `jobs`). A worker that died while idle (killed between
+        two tasks, or between the rounds of a sweep) is let go and its task goes to another."""
+        while self.queue:
+            idle = [w for w in self.workers if w.task is None and self._alive(w)]
+            if not idle and len(self.workers) >= self.jobs:
+                return
             w = idle.pop() if idle else self._spawn()
-            w.task, w.current, w.done = self.queue.popleft(), None, set()
-            w.conn.send(w.task)
+            task = self.queue.popleft()
+            try:
+                w.conn.send(task)
+            except (OSError, EOFError, ValueError):  # it died between the check and the send
+                self.queue.appendleft(task)
+                self._let_go(w)
+                continue
+            w.task, w.current, w.done = task, None, set()
+
+    def _alive(self, w: _Worker) -> bool:
+        if w.proc.is_alive():
+            return True
+        self._let_go(w)
+        return False
+
+    def _let_go(self, w: _Worker) -> None:
+        """An idle worker that is gone: nothing was lost (it held no task)."""
+        log.info("worker %s while idle; starting another", describe_exit(w.proc.exitcode))
+        with contextlib.suppress(OSError):
+            w.conn.close()
+        if w in self.workers:
+            self.workers.remove(w)
 
     def _crashed(self, w: _Worker) -> tuple[str, Candidate] | None:
         """The candidate a dead worker was on, failed; the rest of its task goes back to the queue."""
@@ -310,6 +335,18 @@ class ProcessExecutor(_LocalTiming):
 
 #: The executors `executor(kind=...)` builds.
 EXECUTORS = ("local", "ray")
+
+
+def check(kind: str = "local", address: str | None = None) -> None:
+    """Before any work: the executor can run (Ray installed; a given Ray address answers in bounded time),
+    else one OptimizeError line (exit 2)."""
+    if kind == "ray":
+        from optimize.engine.ray_executor import _ray, check_address, is_loopback, loopback_only
+
+        if address is None or is_loopback(address):
+            loopback_only()  # before Ray is imported: it reads the switch on import
+        _ray()
+        check_address(address)
 
 
 def executor(jobs: int, progress: Progress | None = None, kind: str = "local", address: str | None = None):

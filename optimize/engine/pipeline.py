@@ -115,7 +115,7 @@ class Workspace:
 
     def _keras_model(self, state: _State, notes: list[str] | None = None):
         if state.kind == "source" and self.src.kind == "keras3":  # tfmot needs tf_keras: an exact rebuild
-            path, note = rebuild.keras2_path(self.src, self.data)
+            path, note = rebuild.keras2_path(self.src, self.data, self.workdir / "keras2")
             if notes is not None:
                 notes.append(note)
             return models.load_keras2(models.ModelSource(path, "keras2", self.src.fingerprint))

@@ -171,7 +171,7 @@ def resolve(recipe: Recipe, src: models.ModelSource, ds: Dataset | None = None) 
     """
     stages = [registry.get(s.technique).stage for s in recipe.steps]
     if Stage.KERAS in stages and src.kind == "keras3":
-        rebuild.keras2_path(src, ds)  # a Keras 3 model rebuilt in tf_keras, or the one line saying why it cannot be
+        rebuild.require_keras2(src, ds)  # a Keras 3 model that rebuilds in tf_keras, or the one line saying why not
     elif Stage.KERAS in stages and src.kind == "savedmodel":
         models.load_keras2(src)  # raises the one-line "needs a Keras 2 (tf_keras) model" error
     if src.kind == "tflite":

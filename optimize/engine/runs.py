@@ -6,6 +6,7 @@ and why), the inputs checked, results cached by content, and the study assembled
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import time
@@ -153,12 +154,14 @@ def open_run(
 ) -> Run:
     """One model's sweep, planned and checked (one clear line for bad inputs, before anything is written)."""
     started = time.perf_counter()
-    src, ds = open_inputs(model, data, measuring=measuring, trust=trust_model_code, check=True)  # before any write
+    store = result_cache(cache)  # a cache that cannot be used: one line, before any work
+    known = store.known(trust_model_code)  # what earlier runs' checks found: a warm re-run needs no TensorFlow
+    src, ds = open_inputs(model, data, measuring=measuring, trust=trust_model_code, check=True, known=known)
     dropped: list[Dropped] = []
-    planned = plan(src, ds, recipes, backend, target, dropped)
+    with _rebuild_known(known, src, ds):
+        planned = plan(src, ds, recipes, backend, target, dropped)
     if calibration_samples is not None:
         planned = [with_samples(r, calibration_samples) for r in planned]
-    store = result_cache(cache)
     created = absent_folders(output)
     out_dir = paths.output_dir(output)
     settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
@@ -186,6 +189,26 @@ def remove_if_empty(folders: list[Path]) -> None:
             os.rmdir(q)
         except OSError:
             return
+
+
+@contextlib.contextmanager
+def _rebuild_known(known, src: models.ModelSource, ds: Dataset | None):
+    """Planning a Keras 3 model asks whether it rebuilds in tf_keras (TensorFlow): the answer an earlier run
+    found for these bytes and data is taken from `known`, and a new answer is handed to it."""
+    if known is None or src.kind != "keras3":
+        yield
+        return
+    from optimize.models import rebuild
+    from optimize.models.known import KnownRebuild
+
+    data = ds.fingerprint if ds is not None else None
+    record = known.rebuild(src.fingerprint, data)
+    if record is not None:
+        rebuild.remember(src.fingerprint, record.why, record.note)
+    yield
+    found = rebuild.verdict(src.fingerprint)
+    if record is None and found is not None:
+        known.put_rebuild(KnownRebuild(fingerprint=src.fingerprint, data=data, why=found[0], note=found[1]))
 
 
 def _study(run: Run, model, threads: int, executor: str = "local") -> Study:

@@ -155,7 +155,7 @@ def run_all(
     n_jobs = default_jobs(groups) if jobs is None else jobs
     if kind == "local":
         log.info("Producing candidates in %s process(es)...", n_jobs or "this")
-    with _staged(runs):
+    with _staged(runs), paths.temporaries_in(runs[0].out_dir / paths.TMP):
         try:
             with executor(n_jobs, progress, kind, address) as ex:
                 _round(ex, runs, progress, on_candidate)
@@ -178,7 +178,10 @@ def run_all(
 @contextlib.contextmanager
 def _staged(runs: list[Run]):
     """Each run writes into a staging folder inside its output folder; what `publish` did not move (an
-    interrupted or failed run) is removed, so -o holds a whole sweep or what it held before (issue 18)."""
+    interrupted or failed run) is removed, so -o holds a whole sweep or what it held before (issue 18).
+    Every temporary of the run (this process's and its workers') lives in the first run's staging folder too
+    (`paths.temporaries_in`), so nothing is left in the system's temp folder, whatever ends the run; staging
+    folders of a run that was killed are removed by the next run into the same folder (`paths.staging`)."""
     for r in runs:
         r.final, r.out_dir = r.out_dir, paths.staging(r.out_dir)
     try:

@@ -71,7 +71,8 @@ def run(
     try:
         if file_name:
             paths.output_dir(work)
-        with executor(jobs, progress) as ex:
+        # every temporary of the run and its worker in .work: removed below however the run ends
+        with paths.temporaries_in(out_dir / ".work" / "tmp"), executor(jobs, progress) as ex:
             ex.submit(task)
             cand = next(iter(ex.results()))[1]
         return _placed(cand, work, out_dir, file_name)

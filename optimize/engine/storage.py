@@ -26,6 +26,8 @@ from optimize.core.paths import create_new, is_url, local_path, read_below, remo
 
 STALE_SECONDS = 3600  # temporaries older than this are left over from a crash: removed
 TMP = "tmp"
+CHECK_TIMEOUT_S = 30.0  # a store must take (and give back) a probe object within this, before any work
+PROBE = f"{TMP}/writable"  # the one object a check writes to a remote store
 
 
 class StorageError(OptimizeError):
@@ -52,6 +54,16 @@ class LocalStore:
 
     def delete(self, key: str) -> None:
         remove_below(self.root, self._path(key))
+
+    def check(self) -> None:
+        """The folder can hold objects (made if missing): a probe written and removed, or StorageError."""
+        key = f"{TMP}/probe-{uuid.uuid4().hex}"
+        try:
+            self.create(key, b"probe")
+            self.delete(key)
+        except (OSError, ValueError) as e:
+            why = getattr(e, "strerror", None) or str(e).splitlines()[0][:120]
+            raise StorageError(f"Cannot write the cache {self.url} ({why}).", _FIX) from None
 
     def clean(self) -> None:
         now = time.time()
@@ -126,6 +138,51 @@ class FsspecStore:
 
     def clean(self) -> None:
         pass  # conditional puts leave no temporaries; a failed move removes its own
+
+    def check(self) -> None:
+        """The bucket (or folder) exists and takes a probe object, within CHECK_TIMEOUT_S; else StorageError.
+        The probe is one fixed object, overwritten by every check: a run killed meanwhile leaves nothing new."""
+
+        def probe() -> None:
+            self.fs.pipe_file(self._path(PROBE), b"optimize can write here")
+
+        error = _bounded(probe, CHECK_TIMEOUT_S)
+        if error is not None:
+            raise StorageError(f"Cannot use the cache {self.url}: {error}.", _FIX)
+
+
+_FIX = (
+    "Create the bucket or folder and check its permissions and credentials (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, "
+    "...), pass another --cache, or --no-cache."
+)
+
+
+def _bounded(fn, seconds: float) -> str | None:
+    """Run `fn` in a helper thread for at most `seconds`: None when it worked, else why not (in words)."""
+    import threading
+
+    out: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            fn()
+            out.append(None)
+        except BaseException as e:  # noqa: BLE001 - reported to the caller
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True, name="optimize-store-check")
+    t.start()
+    t.join(seconds)
+    if not out:
+        return f"no answer within {seconds:g} s"
+    e = out[0]
+    if e is None:
+        return None
+    if isinstance(e, FileNotFoundError):
+        return "the bucket or folder does not exist"
+    if isinstance(e, PermissionError):
+        return "permission denied"
+    return " ".join(str(e).split())[:160] or type(e).__name__
 
 
 def open_store(location: str | os.PathLike) -> LocalStore | FsspecStore:

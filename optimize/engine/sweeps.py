@@ -60,6 +60,9 @@ def sweep(
     from optimize.delegates.observe import check as observable
 
     observable(observe)  # only what can be observed here: one line, before any work
+    from optimize.engine.executors import check
+
+    check(executor, ray_address)  # Ray installed, its address answering: one line, before any work
     run = open_run(
         model,
         data,

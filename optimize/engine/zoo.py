@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from optimize.core.errors import OptimizeError, from_validation
 from optimize.core.recipe import load_recipe
 from optimize.core.results import Study, write_atomic
+from optimize.core.shown import clip
 from optimize.core.vocab import Target
 from optimize.present.progress import Progress
 
@@ -115,7 +116,7 @@ def load_manifest(path: str | Path) -> tuple[Path, list[ZooModel]]:
     try:
         raw = tomllib.loads(p.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise ZooError(f"{p.name}: not valid TOML ({str(e)[:120]}).", FIX) from None
+        raise ZooError(f"{p.name}: not valid TOML ({clip(str(e), 120)}).", FIX) from None
     try:
         manifest = Manifest.model_validate(raw)
     except ValidationError as e:
@@ -164,6 +165,13 @@ def run_zoo(
 
     path, models = load_manifest(manifest)
     out = Path(output)
+    from optimize.engine.executors import check
+
+    check(executor, ray_address)  # Ray installed, its address answering: one line, before any work
+    if mlflow:
+        from optimize.present.tracking import check
+
+        check(mlflow)  # before any work: one line when the store cannot be used
     settings = {"threads": threads, "delegates": delegates, "runs": runs, "cache": cache}
     opened = _open_all(path, models, out, settings)
     studies = run_all(opened, jobs, progress, executor, ray_address)
@@ -179,9 +187,9 @@ def run_zoo(
     )
     result.save(out / "zoo.json")
     if mlflow:
-        from optimize.present.tracking import log_zoo
+        from optimize.present.tracking import log_safely, log_zoo
 
-        log_zoo(mlflow, result, out)
+        log_safely(log_zoo, mlflow, result, out)
     return result
 
 
@@ -246,7 +254,7 @@ def _pick(study: Study, target: Target) -> Pick:
     try:
         rec = recommend(study, target)
     except OptimizeError as e:
-        return Pick(target=target, candidate=None, why_none=e.problem[:160])
+        return Pick(target=target, candidate=None, why_none=clip(e.problem, 160))
     if rec.chosen is None:
         why = "nothing passes the default guard" if rec.warnings else "no candidate fits the target"
         return Pick(target=target, candidate=None, why_none=why)

@@ -31,7 +31,7 @@ def training_blocker(src: ModelSource, ds: Dataset | None) -> str | None:
         return "no training inputs (x or x_train) to fine-tune on"
     if src.kind == "keras3":
         try:
-            rebuild.keras2_path(src, ds)
+            rebuild.require_keras2(src, ds)
         except ModelError as e:
             return e.problem
     return None

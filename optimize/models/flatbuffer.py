@@ -515,17 +515,23 @@ def _opcodes(m: _Table) -> list[tuple[str, str | None, int]]:
     return out
 
 
-def _buffer(b: _Table, view: memoryview, size: int) -> memoryview | None:
-    """A zero-copy view of one buffer's data, bounds-checked (truncation shows up here)."""
+def _buffer(i: int, b: _Table, view: memoryview, size: int) -> memoryview | None:
+    """A zero-copy view of one buffer's data, bounds-checked (truncation shows up here). Offset 0 means no data
+    outside the flatbuffer and offset 1 is the converter's placeholder: with either, a size other than 0 names
+    bytes that are nowhere (a crafted offset 1 and size 2**62 reached the quantizers), refused."""
     start, n = b.vector(4)
     if n:
         if start + n > size:
             raise _truncated()
         return view[start : start + n]
-    off = b.scalar(6, _U64)
+    off, sz = b.scalar(6, _U64), b.scalar(8, _U64)
     if off <= 1:
+        if sz:
+            raise ModelError(
+                f"The model is corrupt: buffer {i} claims {sz:,} bytes at offset {off}, outside the file.",
+                "The file is corrupt or hand-edited: re-export the model.",
+            )
         return None
-    sz = b.scalar(8, _U64)
     if off + sz > size:
         raise _truncated()
     return view[off : off + sz] if sz else None
@@ -607,7 +613,7 @@ def _parse(buf) -> Model:
     view = memoryview(buf)
     m = _Table(buf, _U32.unpack_from(buf, 0)[0])
     opcodes = _opcodes(m)
-    buffers = [_buffer(b, view, size) for b in m.tables(12)]
+    buffers = [_buffer(i, b, view, size) for i, b in enumerate(m.tables(12))]
     subgraphs = [_subgraph(si, g, opcodes, buffers, view) for si, g in enumerate(m.tables(8))]
     signatures = [_signature(sig) for sig in m.tables(18)]
     return Model(m.scalar(4, _U32), m.string(10), subgraphs, size, len(buffers), signatures)

@@ -12,13 +12,27 @@ from optimize.core.errors import DataError, ModelError
 from optimize.core.vocab import Task
 from optimize.models import source as models
 from optimize.models.data import Dataset, check_inputs, combine, load_data, warn_split
+from optimize.models.known import Memo, heads_of, record_model, specs_of
 from optimize.models.normalize import not_float
 
 
-def check_data(src: models.ModelSource, data: Dataset | None) -> None:
+def check_data(src: models.ModelSource, data: Dataset | None, known: Memo | None = None) -> None:
     """Check the model and data before any work starts (one clear line if they do not fit): a .tflite must
-    be a float model once normalised, and the data must fit the model's inputs."""
-    loaded = models.check_loads(src)  # a Keras file that does not load: one line now, not a failed candidate
+    be a float model once normalised, and the data must fit the model's inputs.
+
+    A Keras model is loaded to check it (TensorFlow), unless `known` holds what loading these exact bytes
+    found (`optimize.models.known`); what a load finds is handed to `known` for the next run."""
+    record = known.model(src.fingerprint) if known is not None and src.kind in KNOWABLE else None
+    if record is not None and record.kind == src.kind:
+        heads, specs = (lambda: heads_of(record)), (lambda: _specs(src, record))
+    else:
+        loaded = models.check_loads(src)  # a Keras file that does not load: one line now, not a failed candidate
+        heads = _once(lambda: models.output_heads(src, loaded))
+        specs = _once(lambda: models.input_specs(src))
+        if known is not None and src.kind in KNOWABLE:
+            fresh = record_model(src, heads(), specs())
+            if fresh is not None:
+                known.put_model(fresh)
     if src.kind == "tflite":
         why = not_float(models.opened(src).content)
         if why:
@@ -28,9 +42,28 @@ def check_data(src: models.ModelSource, data: Dataset | None) -> None:
             )
     if data is None:
         return
-    check_inputs(data, models.input_specs(src))
+    check_inputs(data, specs())
     _check_label_names(data)
-    _check_labels_fit(data, models.output_heads(src, loaded))
+    _check_labels_fit(data, heads())
+
+
+KNOWABLE = ("keras2", "keras3", "savedmodel")  # the kinds whose checks need TensorFlow
+
+
+def _once(fn):
+    memo: list = []
+
+    def call():
+        if not memo:
+            memo.append(fn())
+        return memo[0]
+
+    return call
+
+
+def _specs(src: models.ModelSource, record) -> list:
+    specs = specs_of(record)
+    return list(specs) if specs is not None else models.input_specs(src)
 
 
 def _check_labels_fit(data: Dataset, named: list) -> None:
@@ -48,6 +81,7 @@ def _check_labels_fit(data: Dataset, named: list) -> None:
             head = by_name.get(label or plain)
             if head is not None:
                 where = f"y_{split}" + (f":{label}" if label else "")
+                tasks.check_some_class(ys, head, where, data.task)
                 tasks.check_labels(tasks.detect(head, ys, data.task), head, ys, where)
 
 
@@ -73,13 +107,15 @@ def open_inputs(
     measuring: MeasureOptions | None = None,
     trust: bool = False,
     check: bool = False,
+    known: Memo | None = None,
 ):
     """The model source and dataset; the built-in demo (and its data) when no model is given.
 
     `calibration` supplies the calibration samples (its x); `data` the rest. Either alone serves both.
     The model is opened first, so a bad model file is named before missing or bad data. `measuring`
     says what the labels are and how calibration samples are drawn. `check`: the model and data are also
-    checked against each other (`check_data`), for the commands that are about to work on them.
+    checked against each other (`check_data`), for the commands that are about to work on them. `known`:
+    what earlier runs' checks found about this model file (a warm re-run then needs no TensorFlow).
     """
     if model is None or str(model) == "demo":
         from optimize.models.demo import demo
@@ -87,7 +123,7 @@ def open_inputs(
         model_path, data_path = demo()
         model = model_path
         data = data if data is not None else data_path
-    src = models.open_model(model, trust)  # the one read of the model: recognised, opened, described
+    src = models.open_model(model, trust, known)  # the one read of the model: recognised, opened, described
     ds = combine(_dataset(data), _dataset(calibration))
     if ds is not None:
         kept = {"task": ds.task, "label_output": ds.label_output, "calibration_seed": ds.calibration_seed}
@@ -96,7 +132,7 @@ def open_inputs(
         if ds.task == Task.REGRESSION and ds.split is not None and ds.split.test_classes:  # values, not classes
             ds = replace(ds, split=ds.split.model_copy(update={"test_classes": {}, "warnings": []}))
     if check:
-        check_data(src, ds)
+        check_data(src, ds, known)
     warn_split(ds)
     return src, ds
 

@@ -9,13 +9,13 @@ match (max |diff| <= 1e-5 + 1e-4 x |output|). Anything else (a Keras 3 op that i
 tf_keras lacks, outputs that differ) is a ModelError saying why, which a sweep lists as the reason its
 Keras-stage techniques were dropped.
 
-    keras2_path(src, data=None) -> Path        the rebuilt tf_keras model, saved once per process
+    keras2_why(src, data=None) -> str | None    why it cannot be rebuilt exactly (None: it can), once per process
+    keras2_path(src, data, folder) -> Path      the rebuilt tf_keras model, saved in the caller's workspace
 """
 
 from __future__ import annotations
 
 import inspect
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -159,32 +159,68 @@ def check_exact(model3, model2, data=None) -> float:
     return worst
 
 
-_MEMO: dict[tuple[str, str | None], tuple[Path | None, str]] = {}
+#: Per process, by model fingerprint: why a Keras 3 model cannot be rebuilt exactly (None: it can), the note,
+#: and whether the check ran on the user's data (a check on seeded normal inputs is redone once data comes).
+_VERDICTS: dict[str, tuple[str | None, str, bool]] = {}
+_SAVED: dict[tuple[str, str], Path] = {}
 
 
-def keras2_path(src, data=None) -> tuple[Path, str]:
-    """(the Keras 3 model rebuilt in tf_keras and saved as .keras, a note saying so), made once per process
-    and data. The rebuild is checked on the data's samples when there is data (every command that trains
-    has some), so `optimize prune` judges it as the sweep does; without data, a check made on data before is
-    reused, else seeded normal inputs stand in. A model that cannot be rebuilt exactly is a ModelError:
-    "Keras 3 model <name>: pruning, ... need ...".
-    """
-    key = (src.fingerprint, data.fingerprint if data is not None else None)
-    if data is None:
-        key = next((k for k in _MEMO if k[0] == src.fingerprint and k[1] is not None), key)
-    if key not in _MEMO:
-        _MEMO[key] = _make(src, data)
-    path, why = _MEMO[key]
-    if path is None:
+def remember(fingerprint: str, why: str | None, note: str = "") -> None:
+    """Take a verdict found earlier on the same model file (the planning facts a warm re-run reads back), so
+    planning needs no TensorFlow for it."""
+    _VERDICTS.setdefault(fingerprint, (why, note, True))
+
+
+def verdict(fingerprint: str) -> tuple[str | None, str] | None:
+    """(why not, note) found in this process for the model, or None when it was not checked."""
+    found = _VERDICTS.get(fingerprint)
+    return found[:2] if found is not None else None
+
+
+def keras2_why(src, data=None) -> str | None:
+    """Why the Keras 3 model cannot be rebuilt in tf_keras exactly, or None when it can (checked once per
+    process, in memory: nothing is written). The check runs on the data's test samples when there is data,
+    so `optimize prune` judges a rebuild as the sweep does; one made without data (seeded normal inputs) is
+    made again on the data when data comes."""
+    found = _VERDICTS.get(src.fingerprint)
+    if found is None or (data is not None and not found[2]):
+        _VERDICTS[src.fingerprint] = (*_check(src, data)[1:], data is not None)
+    return _VERDICTS[src.fingerprint][0]
+
+
+def require_keras2(src, data=None) -> str:
+    """The note a rebuild adds to a candidate; a ModelError ("Keras 3 model <name>: pruning, ... need ...") when
+    the model cannot be rebuilt exactly."""
+    why = keras2_why(src, data)
+    if why is not None:
         raise ModelError(
             f"Pruning, clustering and QAT need a Keras 2 (tf_keras) model; {src.path.name} is Keras 3 and cannot be "
             f"rebuilt in tf_keras exactly: {why}.",
             FIX,
         )
-    return path, why
+    return _VERDICTS[src.fingerprint][1]
 
 
-def _make(src, data) -> tuple[Path | None, str]:
+def keras2_path(src, data, folder: Path) -> tuple[Path, str]:
+    """(the Keras 3 model rebuilt in tf_keras and saved as .keras in `folder`, a note saying so), made once per
+    process and folder. `folder` is the caller's workspace (inside the run's staging folder), never the
+    system's temp folder: the copy of the user's model goes when the run ends, however it ends."""
+    require_keras2(src, data)
+    key = (src.fingerprint, str(folder))
+    path = _SAVED.get(key)
+    if path is None or not path.is_file():
+        model2, why, note = _check(src, data)
+        if model2 is None:  # pragma: no cover - the verdict above said it rebuilds
+            raise ModelError(f"{src.path.name} cannot be rebuilt in tf_keras exactly: {why}.", FIX)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"keras2-{src.fingerprint}.keras"
+        model2.save(path)
+        _SAVED[key] = path
+    return path, _VERDICTS[src.fingerprint][1]
+
+
+def _check(src, data):
+    """(the tf_keras twin or None, why not or None, the note)."""
     from optimize.models.source import load_keras3
 
     model3 = load_keras3(src)
@@ -192,9 +228,10 @@ def _make(src, data) -> tuple[Path | None, str]:
         model2 = rebuild(model3)
         worst = check_exact(model3, model2, data)
     except ModelError as e:
-        return None, e.problem
-    folder = Path(tempfile.mkdtemp(prefix="optimize-keras2-"))
-    path = folder / f"{src.name}.keras"
-    model2.save(path)
+        return None, e.problem, ""
     n = len(model2.layers)
-    return path, f"Keras 3 model rebuilt in tf_keras ({n} layers, config and weights; outputs match to {worst:.1g})"
+    return (
+        model2,
+        None,
+        f"Keras 3 model rebuilt in tf_keras ({n} layers, config and weights; outputs match to {worst:.1g})",
+    )

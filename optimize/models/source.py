@@ -108,22 +108,18 @@ def is_tflite(data: bytes) -> bool:
     return len(data) >= 8 and data[4:8] == b"TFL3"
 
 
-def open_model(path: str | Path, trust: bool = False) -> ModelSource:
+def open_model(path: str | Path, trust: bool = False, known=None) -> ModelSource:
     """Recognise a model file or directory without loading it (cheap, TF-free except for .h5 probing).
 
     A Keras file must carry a readable model config, and none with Python code in it (Lambda layers,
-    marshalled functions) unless `trust`: loading a legacy .h5 runs that code.
+    marshalled functions) unless `trust`: loading a legacy .h5 runs that code. A SavedModel is read with
+    TensorFlow (its signature), unless `known` (a `known.Memo`) holds what reading these exact files found.
     """
     p = Path(path)
     if not p.exists():
         raise ModelError(f"No model at {p}.", EXPECTED)
     if p.is_dir():
-        if (p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file():
-            files = check_tree(p, "SavedModel", ModelError)  # no FIFO, device or link outside; bounded size
-            _check_fingerprint(p)
-            specs = _savedmodel_inputs(p)  # a corrupt graph or missing variables: one line now, not later
-            return ModelSource(p, "savedmodel", _fingerprint(p, files), inputs=tuple(specs), outputs=())
-        raise ModelError(f"{p} is a directory but not a SavedModel (no saved_model.pb).", EXPECTED)
+        return _open_savedmodel(p, known)
     regular_file(p, "model", ModelError)  # not a FIFO, a device, or larger than a flatbuffer can be
     with open_regular(p, "model", ModelError) as f:
         head = f.read(16)
@@ -152,6 +148,23 @@ def open_model(path: str | Path, trust: bool = False) -> ModelSource:
     check_trust(src, config, trust)
     check_modules(src, config, trust)
     return _opened_keras(src, config)
+
+
+def _open_savedmodel(p: Path, known=None) -> ModelSource:
+    """A SavedModel folder checked and described: its signature read with TensorFlow, unless `known` holds
+    what reading these exact files found."""
+    if not ((p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file()):
+        raise ModelError(f"{p} is a directory but not a SavedModel (no saved_model.pb).", EXPECTED)
+    files = check_tree(p, "SavedModel", ModelError)  # no FIFO, device or link outside; bounded size
+    fingerprint = _fingerprint(p, files)
+    record = known.model(fingerprint) if known is not None else None
+    if record is not None and record.kind == "savedmodel" and record.inputs is not None:
+        from optimize.models.known import specs_of
+
+        return ModelSource(p, "savedmodel", fingerprint, inputs=specs_of(record), outputs=())
+    _check_fingerprint(p)
+    specs = _savedmodel_inputs(p)  # a corrupt graph or missing variables: one line now, not later
+    return ModelSource(p, "savedmodel", fingerprint, inputs=tuple(specs), outputs=())
 
 
 def _check_fingerprint(p: Path) -> None:

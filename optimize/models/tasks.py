@@ -99,6 +99,23 @@ def check_labels(task: Task, head: Head, y: np.ndarray, where: str = "y") -> np.
     return y
 
 
+def check_some_class(y: np.ndarray, head: Head, where: str = "y", task: str | None = None) -> None:
+    """Rows of 0/1 labels, one column per output unit (one-hot classes or multi-label), where no row has any
+    class: nothing to train on or score against. One line, unless --task regression says zeros are the
+    values."""
+    y = np.asarray(y)
+    if task is not None and Task(task) not in (Task.CLASSIFICATION, Task.MULTILABEL):
+        return
+    if y.ndim != 2 or y.shape[0] == 0 or y.shape[1] < 2 or y.shape[1] != head.units or not np.isfinite(y).all():
+        return
+    if not np.any(y):
+        raise DataError(
+            f"{where} has no class in any row: all {y.shape[0]} rows of {y.shape[1]} label columns are zeros.",
+            "Store class ids (one per sample) or 0/1 rows with a 1 for each sample's class; pass --task "
+            "regression if zeros are the values to learn.",
+        )
+
+
 def _check_width(y: np.ndarray, head: Head, where: str) -> None:
     """Labels with as many values per sample as the output has (a known output: one value for one unit)."""
     known = len(head.shape) > 1 and all(d and d > 0 for d in head.shape[1:])

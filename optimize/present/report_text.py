@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optimize.core.results import FEW_SAMPLES, PHASES, Candidate, Metrics, Study, labelled
+from optimize.core.shown import clip
 from optimize.core.vocab import Delegate, Target
 from optimize.decide.advice import describe
 from optimize.decide.guard import unlabelled_outputs
@@ -25,6 +26,7 @@ def esc(text: str) -> str:
 
 
 DELEGATE_COLS = tuple(Delegate)
+REASON_CHARS = 240  # a zoo's failure reason, cut at a word (study.json keeps it whole)
 OBSERVED_GPU = OBSERVED[Delegate.GPU]
 
 
@@ -33,6 +35,14 @@ def _console(width: int | None = None):
     from rich.console import Console
 
     return Console(width=width, soft_wrap=False)
+
+
+def _wrote(con, text: str) -> None:
+    """A "Wrote <path>" line: wrapped at spaces to the console's width, a path never split (a path longer than a
+    line stands whole on its own line, to be copied; optimize.core.shown.wrap), never read as markup."""
+    from optimize.core.shown import escape, wrap
+
+    con.print(wrap(escape(text), con.width), soft_wrap=True, markup=False, highlight=False)
 
 
 def _kb(n: int | None) -> str:
@@ -415,7 +425,7 @@ def print_study(study: Study, folder: Path | None = None, wide: bool = False, wi
         _print_outcome(con, c)
     if folder:
         written = [c for c in study.candidates if c.artifact and (Path(folder) / c.artifact).is_file()]
-        con.print(f"Wrote {len(written)} artifact(s) and {esc(str(Path(folder) / 'study.json'))}")
+        _wrote(con, f"Wrote {len(written)} artifact(s) and {Path(folder) / 'study.json'}")
     if any(c.ok for c in study.candidates):
         for line in next_steps(study, folder):
             con.print(line)  # rich markup, its names escaped
@@ -469,7 +479,7 @@ def print_candidates(
         if c.skipped_layers:
             con.print(f"{esc(c.name)}: layers left as they were: {esc(', '.join(c.skipped_layers))}")
         if c.artifact and folder:
-            con.print(f"Wrote {esc(str(Path(folder) / c.artifact))}")
+            _wrote(con, f"Wrote {Path(folder) / c.artifact}")
 
 
 def print_metrics(name: str, m: Metrics) -> None:
@@ -629,8 +639,8 @@ def print_zoo(result, folder: Path | None = None, width: int | None = None) -> N
     con.print(table)
     for e in result.models:
         for name, why in e.failed.items():
-            con.print(f"{esc(e.name)}/{esc(name)}: {esc(why[:160])}", highlight=False)
+            con.print(f"{esc(e.name)}/{esc(name)}: {esc(clip(why, REASON_CHARS))}", highlight=False)
         if len(e.timing_nodes) > 1:
             con.print(f"{esc(e.name)}: latencies from {len(e.timing_nodes)} machines: {esc(', '.join(e.timing_nodes))}")
     if folder:
-        con.print(f"Wrote {len(result.models)} studies and {Path(folder) / 'zoo.json'}")
+        _wrote(con, f"Wrote {len(result.models)} studies and {Path(folder) / 'zoo.json'}")

@@ -10,11 +10,20 @@ run carries the study and the model's report as artifacts.
 `--mlflow` alone means `./mlruns`: a folder holding MLflow's SQLite store (`mlflow.db`, the backend
 MLflow recommends; view it with `mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db`) and its
 artifacts. Any tracking URI (`http://127.0.0.1:5000`, `sqlite:///...`, `postgresql://...`) is used as is.
+A `file://` URI is an MLflow 2 plain-file store: MLflow 3 keeps those in maintenance mode and refuses them
+unless `MLFLOW_ALLOW_FILE_STORE=true`; a user who names one wants the runs there, so optimize opts its own
+client in (one note says so, and that `sqlite:///...` is MLflow's supported local store), unless the variable
+is set to something else (then one line refuses it before any work).
+
+The store is checked before any work (`check`: reachable within CHECK_TIMEOUT_S, accepted, the experiment
+made or found): a store that cannot be used is one line and exit 2. Logging after the work (`log_study`,
+`log_zoo`) never ends the run: a failure is one warning, and the study and its files are kept.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -25,6 +34,8 @@ from optimize.core.results import Candidate, Study
 log = logging.getLogger(__name__)
 DEFAULT = "./mlruns"
 EXPERIMENT = "optimize"
+CHECK_TIMEOUT_S = 10.0
+FILE_STORE = "MLFLOW_ALLOW_FILE_STORE"
 
 
 def _client(uri: str):
@@ -36,6 +47,81 @@ def _client(uri: str):
         ) from None
     tracking, artifacts = resolve(uri)
     return MlflowClient(tracking_uri=tracking), artifacts
+
+
+def _file_store(tracking: str) -> None:
+    """Opt this process's MLflow client into a plain-file store the user named (MLflow 3 refuses it otherwise),
+    or refuse it in one line when the user set MLFLOW_ALLOW_FILE_STORE to something other than true."""
+    if not tracking.startswith("file:"):
+        return
+    value = os.environ.get(FILE_STORE)
+    if value is None:
+        os.environ[FILE_STORE] = "true"
+        log.info(
+            "MLflow: %s is a plain-file store (MLflow 3 keeps those in maintenance mode): logging to it with "
+            "%s=true; sqlite:///<folder>/mlflow.db is MLflow's supported local store.",
+            tracking,
+            FILE_STORE,
+        )
+    elif value.strip().lower() not in ("true", "1"):
+        raise OptimizeError(
+            f"MLflow refuses the plain-file store {tracking} ({FILE_STORE}={value}).",
+            f"Use a database store (--mlflow sqlite:///path/mlflow.db; `mlflow migrate-filestore` moves old runs), "
+            f"or set {FILE_STORE}=true.",
+        )
+
+
+def _reachable(tracking: str) -> None:
+    """An HTTP tracking server answers (TCP) within CHECK_TIMEOUT_S: MLflow's own client retries for minutes."""
+    import socket
+    from urllib.parse import urlparse
+
+    u = urlparse(tracking)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        with socket.create_connection((u.hostname, port), timeout=CHECK_TIMEOUT_S):
+            pass
+    except OSError as e:
+        why = "no answer" if isinstance(e, TimeoutError) else (e.strerror or type(e).__name__)
+        raise OptimizeError(
+            f"No MLflow tracking server answers at {tracking} ({why}).",
+            "Start it (mlflow server --host 127.0.0.1 --port PORT), or pass --mlflow with a local folder.",
+        ) from None
+
+
+def check(uri: str | None) -> None:
+    """Before any work: the MLflow store can be used (reachable, accepted by MLflow, its experiment made or
+    found), else one OptimizeError line (exit 2). HTTP requests are made without MLflow's long retries."""
+    tracking, artifacts = resolve(uri)
+    _file_store(tracking)
+    _reachable(tracking)
+    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(CHECK_TIMEOUT_S))}
+    before = {k: os.environ.get(k) for k in quick}
+    os.environ.update(quick)
+    try:
+        client, artifacts = _client(uri)
+        _experiment(client, artifacts)
+    except OptimizeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - MLflow's many refusals: one line, before the work
+        raise OptimizeError(
+            f"MLflow cannot use the tracking store {tracking}: {_first(e)}",
+            "Pass --mlflow with a folder (a local SQLite store), sqlite:///path/mlflow.db or a running server.",
+        ) from None
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _first(e: BaseException) -> str:
+    from optimize.core.shown import clip
+
+    return clip(str(e), 200) or type(e).__name__
 
 
 def resolve(uri: str | None) -> tuple[str, str | None]:
@@ -124,6 +210,7 @@ def _log_candidate(client, exp: str, parent: str, c: Candidate, study: Study, fo
 
 def log_study(uri: str | None, study: Study, folder: Path, name: str | None = None, extra: dict | None = None) -> str:
     """One parent run for the model, one child per candidate; returns the parent's run id."""
+    _file_store(resolve(uri)[0])
     client, artifacts = _client(uri)
     exp = _experiment(client, artifacts)
     model_tags = {"model": study.model, "model_fingerprint": study.model_fingerprint, "executor": study.executor}
@@ -137,6 +224,16 @@ def log_study(uri: str | None, study: Study, folder: Path, name: str | None = No
     client.set_terminated(pid)
     log.info("MLflow: %s, %d candidate runs under %s", name or study.model, len(study.candidates), pid)
     return pid
+
+
+def log_safely(log_fn, *args) -> bool:
+    """Log after the work: a failure is one warning (the results are kept, the exit code unchanged)."""
+    try:
+        log_fn(*args)
+        return True
+    except Exception as e:  # noqa: BLE001 - the store went away, refused a write, ran out of space
+        log.warning("Could not log to MLflow (%s); the results are kept.", _first(e))
+        return False
 
 
 def log_zoo(uri: str | None, result, out: Path) -> list[str]:

@@ -186,9 +186,9 @@ def test_prune_checks_a_keras3_rebuild_on_the_users_data(tmp_path, digits, monke
     seen = []
     real = rebuild._samples
     monkeypatch.setattr(rebuild, "_samples", lambda m, data: seen.append(data) or real(m, data))
-    monkeypatch.setattr(rebuild, "_MEMO", {})
+    monkeypatch.setattr(rebuild, "_VERDICTS", {})
     recipe = build("prune", [{"technique": "prune", "epochs": 1}])
     prepare(recipe, src, ds)
     assert seen == [ds]  # the user's samples, not seeded normal values
-    assert rebuild.keras2_path(src)[0] == rebuild.keras2_path(src, ds)[0]  # later calls reuse that check
+    assert rebuild.require_keras2(src) == rebuild.require_keras2(src, ds)  # later calls reuse that check
     assert seen == [ds]

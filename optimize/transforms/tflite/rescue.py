@@ -135,7 +135,7 @@ def keep_8_bits(search, content: bytes, qparams, calibration: dict, ctx, start):
                 steps.append(RescueStep(transform=transform, detail=f"nothing to do ({detail})", kept=False))
                 continue
             kept_session = search.session
-            search.session = litert.Session(made, q, ctx, calibration)
+            search.session = litert.Session(made, q, ctx, calibration).with_base(kept_session.base, kept_session.clamps)
             r = search.evaluate({})
         except OptimizeError as e:
             steps.append(RescueStep(transform=transform, detail=f"failed: {e.problem}", kept=False))

@@ -23,13 +23,13 @@ from pydantic import Field, model_validator
 
 from optimize.core.errors import DataError, TechniqueFailed
 from optimize.core.registry import Context, SchemeParams, Stage, technique
-from optimize.core.results import SearchStep, write_atomic
+from optimize.core.results import FloatIsland, SearchStep, write_atomic
 from optimize.core.vocab import IO, Scheme
 from optimize.measure import layer_error as debug
 from optimize.measure import timing
 from optimize.models import runtime, tasks
 from optimize.models.data import as_float, count, take
-from optimize.transforms.tflite import rescue
+from optimize.transforms.tflite import repair, rescue
 from optimize.transforms.tflite import session as litert
 
 #: Budgets used when a recipe names none: what "int8 hurts" means in peers.md and issue 10.
@@ -247,7 +247,10 @@ class _Search:
     def evaluate(self, overrides: dict[str, str]) -> _Result:
         self.evals += 1
         content = self.session.quantize(overrides)
-        outs = _predict(content, self.budget.xs, self.threads)
+        try:
+            outs = _predict(content, self.budget.xs, self.threads)
+        except runtime.InvokeError as e:  # this variant fails on a validation sample: not an option
+            raise TechniqueFailed(f"the variant fails on validation sample {e.sample}: {e.failure}") from None
         b = self.budget
         proxy = debug.output_error(list(zip(_per_sample(b.reference), _per_sample(outs), strict=True)))
         if b.kind == "output":
@@ -358,11 +361,10 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
     from optimize.transforms.tflite.quantize import (
         QuantizeParams,
         _calibration_data,
-        _check_loads,
         _inspect,
         _left_float,
         _read_model,
-        _refuse_control_flow,
+        repaired_session,
     )
 
     if ctx.data is None:
@@ -376,10 +378,11 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
         granularity=params.granularity,
         calibration=params.calibration,
     )
-    _refuse_control_flow(content, qparams)
     calibration = _calibration_data(qparams, ctx, signature, inputs, Path(model))
-    session = litert.Session(content, qparams, ctx, calibration)
     budget = _budget(content, params, ctx)
+    extra = [(f"validation sample {i}", take(budget.xs, slice(i, i + 1))) for i in range(min(16, count(budget.xs)))]
+    session, _, fixer = repaired_session(content, qparams, ctx, calibration, inputs, extra)
+    content = session.content  # inputs with free dimensions pinned to the data's shape, if any
     budget.float_ms = _p50(content, take(budget.xs, slice(0, 1)), ctx.threads)
     search = _Search(session, budget, params, ctx.threads)
     start = search.evaluate({})
@@ -395,12 +398,52 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
         ctx.records["rescue"] = [*ctx.records.get("rescue", []), *steps]
         ctx.notes.append(_rescued(steps, search.budget))
     final = start if search.budget.meets(start.value) else _climb(search, content, start)
-    _check_loads(final.content, qparams, ctx)
-    out = write_atomic(ctx.workdir / "selective-int8.tflite", final.content)
+    data = _runs(final.content, search, fixer, content)
+    out = write_atomic(ctx.workdir / "selective-int8.tflite", data)
     ctx.notes.append(_summary(search, first, final.value, len(final.content), len(content)))
     ctx.records["search"] = search.steps
     if search.report is not None:
         ctx.records["debug"] = search.report
+    if fixer.rounds:
+        ctx.records["repair"] = fixer.record()
+        ctx.notes.append(
+            f"selective: {len(fixer.islands)} op(s) kept out of int8 first so the model runs where the float model "
+            f"runs ({', '.join(f'{i.op} {i.precision}' for i in fixer.islands)}), {fixer.seconds:.1f} s."
+        )
+    raised = [
+        FloatIsland(op=m.op, tensor=t, precision=w, reason="raised by the accuracy search")
+        for m in _moves_of(search)
+        for t, w in [(m.head, search.overrides[m.head])]
+    ]
+    ctx.records["islands"] = repair.islands_of(
+        data, [*fixer.islands, *raised], "LiteRT Quantizer has no integer version of it"
+    )
+    return out
+
+
+def _moves_of(search: _Search) -> list[_Move]:
+    """The islands the accuracy search raised (by their head tensor), in the order recorded."""
+    kept = [st for st in search.steps if st.kept and st.precision != "int8" and st.tensor in search.overrides]
+    seen, out = set(), []
+    for st in kept:
+        if st.tensor not in seen:
+            seen.add(st.tensor)
+            out.append(_Move(st.op, (st.tensor,)))
+    return out
+
+
+def _runs(data: bytes, search: _Search, fixer, content: bytes) -> bytes:
+    """The search's result, checked again where the float model runs (a raised op can move a failure): a
+    failure is repaired with the search's choices as the base."""
+    if fixer.check.first_failure(data) is None:
+        return data
+    again = repair.Repairer(
+        lambda ov: search.session.quantize({**search.overrides, **ov}), content, fixer.check, "LiteRT Quantizer"
+    )
+    out = again.run(data)
+    fixer.islands += again.islands
+    fixer.rounds += again.rounds
+    fixer.log += again.log
     return out
 
 

@@ -504,6 +504,13 @@ def print_debug(report, width: int | None = None) -> None:
         con.print(line, highlight=False)
     if len(report.layers) > 25:
         con.print(f"... and {len(report.layers) - 25} more op(s) (use --json for all)")
+    if report.repaired:
+        con.print(
+            f"Kept out of {report.scheme} first, so the quantized model runs where the float model does "
+            "(the ops below are not ranked):"
+        )
+        for i in report.repaired:
+            con.print(f"  {esc(i.op)} {esc(i.tensor)} at {i.precision}: {esc(i.reason)}")
     if report.kept_float:
         con.print("Left in float by the quantizer (unsupported): " + esc(", ".join(report.kept_float)))
     con.print(

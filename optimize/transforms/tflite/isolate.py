@@ -35,6 +35,9 @@ def _crash_words(status: int) -> str:
 
 def _die_with_parent() -> None:
     """The child never outlives this process (Linux: PR_SET_PDEATHSIG), nor takes Ctrl-C for itself."""
+    import faulthandler
+
+    faulthandler.disable()  # a crash is reported by the parent, in one line: no traceback dump from here
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import ctypes

@@ -209,7 +209,7 @@ def _calibrated_scheme(content: bytes, params: QuantizeParams, ctx: Context, sig
             "the TFLite calibrator",
             tried,
         )
-        chosen = _choose(first, second, why, params, ctx, check, flow)
+        chosen = _choose(first, second, why, params, tried, check, flow)
     if chosen is None:
         raise TechniqueFailed(f"{params.scheme}: " + "; ".join(tried))
     _record(chosen, params, ctx, calibration, flow)
@@ -225,7 +225,7 @@ def _attempt(route, who: str, tried: list[str]) -> _Made | None:
         return None
 
 
-def _choose(first: _Made | None, second: _Made | None, why: str, params, ctx: Context, check, flow) -> _Made | None:
+def _choose(first: _Made | None, second: _Made | None, why: str, params, tried: list[str], check, flow) -> _Made | None:
     """Which route's model the candidate is, said in a note."""
     if first is None:
         if second is not None:
@@ -235,7 +235,10 @@ def _choose(first: _Made | None, second: _Made | None, why: str, params, ctx: Co
         return second
     if why == "integer-only":
         if second is None:
-            return None
+            raise TechniqueFailed(
+                f"{params.scheme} with {params.io} I/O cannot be integer-only here: LiteRT Quantizer leaves "
+                f"{', '.join(_float_compute(first.data))} float, and {tried[-1] if tried else 'the TFLite calibrator failed'}"
+            )
         left = ", ".join(_float_compute(first.data))
         second.notes.append(
             f"quantize: LiteRT Quantizer leaves {left} float in an integer-only model: the TFLite calibrator made "
@@ -428,7 +431,9 @@ def _calibrator_route(
     if not allow_float:
         left = _float_compute(data)
         if left:
-            raise TechniqueFailed(f"the TFLite calibrator leaves {', '.join(left[:4])} float (no integer kernel)")
+            kept = {i.op for i in fixer.islands if i.precision == "float"}
+            why = "kept float so the model runs" if set(left) <= kept else "no integer kernel"
+            raise TechniqueFailed(f"the TFLite calibrator leaves {', '.join(left[:4])} float ({why})")
     if check is None or not params.repair:
         _check_loads(data, params, ctx, source=work)
     return _Made(data, Backend.CALIBRATOR, fixer, notes)
@@ -454,11 +459,7 @@ def _record(made: _Made, params: QuantizeParams, ctx: Context, calibration, flow
             f"quantize: made to run where the float model runs in {fixer.rounds} round(s), {fixer.seconds:.1f} s "
             f"({fixer.route}): {fixes}."
         )
-    who = "LiteRT Quantizer" if made.backend == Backend.LITERT else "the TFLite calibrator"
-    reasons = {op: f"{FLOW_REASON} (control flow)" for op in calibrator.CONTROL_FLOW}
-    ctx.records["islands"] = repair.islands_of(
-        made.data, fixer.islands if fixer else [], f"{who} has no integer version of it", reasons
-    )
+    ctx.records["islands"] = repair.islands_of(made.data, fixer.islands if fixer else [], _why_left(made.backend))
     if made.backend == Backend.LITERT:
         ctx.notes.append(
             f"quantize: LiteRT Quantizer recipe {params.recipe_name}, {_granularity(params)} weights, {params.io} I/O, "
@@ -473,6 +474,29 @@ def _record(made: _Made, params: QuantizeParams, ctx: Context, calibration, flow
 
 def _kept(precision: str) -> str:
     return {"int8": "kept int8 (divisor clamped)", "int16": "at 16-bit activations"}.get(precision, "kept float")
+
+
+def _why_left(backend: Backend):
+    """Why the quantizer left an op float, by op type: control flow, an op it has no integer version of, or
+    (LiteRT Quantizer) an op it supports kept float beside a float neighbour."""
+    supported = litert_ops() if backend == Backend.LITERT else frozenset()
+    who = "LiteRT Quantizer" if backend == Backend.LITERT else "the TFLite calibrator"
+
+    def why(op: str) -> str:
+        if op in calibrator.CONTROL_FLOW:
+            return f"{FLOW_REASON} (control flow)"
+        if op in supported:
+            return f"{who} keeps it float beside a float neighbour (its input or output is a float island's)"
+        return f"{who} has no integer version of it"
+
+    return why
+
+
+def litert_ops() -> frozenset[str]:
+    """The op types LiteRT Quantizer quantizes (its own list)."""
+    from litert_quantizer import qtyping
+
+    return frozenset(m.name for m in qtyping.TFLOperationName) - {"ALL_SUPPORTED", "INPUT", "OUTPUT", "CUSTOM_OP"}
 
 
 FLOW_REASON = "LiteRT Quantizer does not quantize inside IF/WHILE branches: the op and its branches stay float"

@@ -299,12 +299,11 @@ def _located(quantized: bytes, float_model: bytes, f: Failure) -> tuple[str | No
     return None, None
 
 
-def islands_of(
-    quantized: bytes, repaired: list[FloatIsland], why_left: str, reasons: dict[str, str] | None = None
-) -> list[FloatIsland]:
+def islands_of(quantized: bytes, repaired: list[FloatIsland], why_left) -> list[FloatIsland]:
     """Every op of a quantized model's main graph not at the scheme's precision, as islands: those a repair
-    made (with its reason) and the ops computing on float tensors the quantizer left (`reasons` by op type,
-    else `why_left`), each with the float weight bytes it keeps (a control-flow op: its branches')."""
+    made (with its reason) and the ops computing on float tensors the quantizer left (`why_left`: a reason,
+    or a function of the op type giving one), each with the float weight bytes it keeps (a control-flow
+    op: its branches')."""
     from optimize.measure.verify import computes_on_float
 
     model = read_model(quantized)
@@ -324,7 +323,7 @@ def islands_of(
         name = sg.tensors[op.outputs[0]].name
         if name in named or not computes_on_float(sg, op):
             continue
-        why = (reasons or {}).get(op.name, why_left)
+        why = why_left(op.name) if callable(why_left) else why_left
         out.append(
             FloatIsland(
                 op=op.name, tensor=name, precision="float", reason=why, weight_bytes=_float_weights(model, sg, op)

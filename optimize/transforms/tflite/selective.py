@@ -116,12 +116,13 @@ def _score(budget: _Budget, outs: list[np.ndarray]) -> float:
 
 def _p50(content: bytes, sample, threads: int) -> float:
     """A quick p50 latency (ms) of one model on this machine: enough to rank islands, not to report."""
-    runner = runtime.Runner(runtime.load(content, threads=threads))
+    runner = runtime.Runner(runtime.load(content, threads=threads, like=sample))
     return timing.time_invoke(runner, sample, warmup=3, runs=20, budget_s=0.3)["p50_ms"]
 
 
 def _predict(content: bytes, xs, threads: int) -> list[np.ndarray]:
-    return runtime.Runner(runtime.load(content, threads=threads)).predict(xs)
+    """Outputs on every sample; inputs with free dimensions take the samples' shape."""
+    return runtime.Runner(runtime.load(content, threads=threads, like=take(xs, slice(0, 1)))).predict(xs)
 
 
 def _budget(float_model: bytes, params: SelectiveParams, ctx: Context) -> _Budget:
@@ -135,7 +136,7 @@ def _budget(float_model: bytes, params: SelectiveParams, ctx: Context) -> _Budge
     rng = np.random.default_rng(params.seed)
     pick = np.sort(rng.choice(count(xs_all), min(params.eval_samples, count(xs_all)), replace=False))
     xs = as_float(take(xs_all, pick))
-    runner = runtime.Runner(runtime.load(float_model, threads=ctx.threads))
+    runner = runtime.Runner(runtime.load(float_model, threads=ctx.threads, like=take(xs, slice(0, 1))))
     reference = runner.predict(xs)
     if not labelled or params.max_output_error is not None:
         limit = params.max_output_error or DEFAULT_OUTPUT_ERROR
@@ -395,6 +396,7 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
         )
     first = start.value
     if params.rescue and not search.budget.meets(start.value):
+        calibration = search.session.calibration  # without the samples whose float outputs are not finite
         content, qparams, start, steps = rescue.keep_8_bits(search, content, qparams, calibration, ctx, start)
         ctx.records["rescue"] = [*ctx.records.get("rescue", []), *steps]
         ctx.notes.append(_rescued(steps, search.budget))

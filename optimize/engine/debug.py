@@ -52,8 +52,26 @@ def debug_model(
         ctx = Context(workdir=work, data=ds, threads=threads)
         signature, inputs = _inspect(content, float_path)
         cal = _calibration_data(params, ctx, signature, inputs, float_path)
-        picked = Samples.from_array(ds.x_cal, samples)
+        picked = _finite(content, Samples.from_array(ds.x_cal, samples), threads)
         extra = [(f"debug sample {i}", s) for i, s in enumerate(picked.items)]
         session, _, fixer = repaired_session(content, params, ctx, cal, inputs, extra)
         report = analyze(session.content, session.quantize, picked, scheme=scheme, leave_out=leave_out, threads=threads)
         return report.model_copy(update={"repaired": fixer.islands})
+
+
+def _finite(float_model: bytes, picked: Samples, threads: int) -> Samples:
+    """The samples on which the float model answers finitely (a log front end gives -inf on silence): the
+    errors are measured against it, and a NaN reference measures nothing."""
+    import numpy as np
+
+    from optimize.models import runtime
+
+    runner = runtime.Runner(runtime.load(float_model, threads=threads, like=picked.items[0] if picked.items else None))
+    kept = []
+    for s in picked.items:
+        try:
+            if all(np.all(np.isfinite(o)) for o in runner.run_fresh(s)):
+                kept.append(s)
+        except runtime.InvokeError:
+            continue
+    return Samples(kept or picked.items)

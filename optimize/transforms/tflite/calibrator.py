@@ -91,6 +91,28 @@ def _calibrated(content: bytes, ordered: list[list[np.ndarray]]) -> bytes:
     return bytes(cal.Calibrate())
 
 
+def nonfinite_ranges(calibrated: bytes) -> list[str]:
+    """Tensors of a calibrated model whose recorded min or max is NaN or infinite (read with the schema's
+    accessors: nothing else of the model is unpacked)."""
+    from ai_edge_litert import schema_py_generated as s
+
+    m = s.Model.GetRootAsModel(calibrated, 0)
+    bad = []
+    for si in range(m.SubgraphsLength()):
+        sg = m.Subgraphs(si)
+        for ti in range(sg.TensorsLength()):
+            t = sg.Tensors(ti)
+            q = t.Quantization()
+            if q is None or not (q.MinLength() or q.MaxLength()):
+                continue
+            lows = q.MinAsNumpy() if q.MinLength() else np.zeros(0)
+            highs = q.MaxAsNumpy() if q.MaxLength() else np.zeros(0)
+            values = np.concatenate([lows, highs]).astype(np.float64)
+            if not np.all(np.isfinite(values)):
+                bad.append((t.Name() or b"").decode(errors="replace"))
+    return bad
+
+
 def _mlir(calibrated: bytes, io: str, per_tensor: bool, denylist: tuple[str, ...]) -> bytes:
     from optimize.models import _tf
     from optimize.models.runtime import captured_stderr
@@ -137,6 +159,12 @@ class Calibrated:
                 raise TechniqueFailed(
                     f"{scheme}: the TFLite calibrator could not calibrate this model ({_line(e)})"
                 ) from e
+            bad = nonfinite_ranges(self.calibrated)
+            if bad:  # never handed to the quantizer
+                raise TechniqueFailed(
+                    f"{scheme}: calibration gives {len(bad)} tensor(s) a non-finite range ({bad[0]}, ...): the float "
+                    "model computes inf or NaN inside on the calibration data"
+                )
 
     def quantize(self, io: str, per_tensor: bool, denylist: Iterable[str] = (), allow_float: bool = True) -> bytes:
         deny = tuple(sorted(denylist))

@@ -138,6 +138,10 @@ def _budget(float_model: bytes, params: SelectiveParams, ctx: Context) -> _Budge
     xs = as_float(take(xs_all, pick))
     runner = runtime.Runner(runtime.load(float_model, threads=ctx.threads, like=take(xs, slice(0, 1))))
     reference = runner.predict(xs)
+    finite = np.all([np.isfinite(r.reshape(len(r), -1)).all(axis=1) for r in reference], axis=0)
+    if not finite.all() and finite.any():  # samples the float model itself answers NaN/inf on measure nothing
+        pick, xs = pick[finite], take(xs, np.flatnonzero(finite))
+        reference = [r[finite] for r in reference]
     if not labelled or params.max_output_error is not None:
         limit = params.max_output_error or DEFAULT_OUTPUT_ERROR
         return _Budget("output", limit, xs, None, reference, 0.0)
@@ -465,6 +469,10 @@ def _climb(search: _Search, content: bytes, start: _Result) -> _Result:
     """
     moves = _moves(start.content)
     layers, out_err = debug.layer_errors(content, start.content, debug.Samples.from_array(search.budget.xs, 32))
+    front = _front_end(search, moves, start)
+    if front is not None:
+        search.report = _report(layers, out_err, [], content, start.content)
+        return front
     if len(moves) > search.params.max_evals // 2:
         added = {le.tensor: le.error_added for le in layers}
         moves = sorted(moves, key=lambda m: -max(added.get(t, 0.0) for t in m.tensors))[: search.params.max_evals // 2]
@@ -480,6 +488,41 @@ def _climb(search: _Search, content: bytes, start: _Result) -> _Result:
             raised.append(move)
         cur = new
     return search.drop_unneeded(raised, cur) if search.budget.meets(cur.value) else cur
+
+
+FRONT_END_SHARE = 0.25  # a float front end may take at most this share of the islands
+
+
+def _front_end(search: _Search, moves: list[_Move], start: _Result) -> _Result | None:
+    """A float front end: the shortest run of leading islands kept float that meets the budget, found by
+    bisection (a signal front end, STFT/mel/log, is where int8 loses most on audio models). Taken only when
+    it is at most a quarter of the islands; otherwise the per-op search decides. Costs about log2 of the
+    islands in evaluations."""
+    cap = int(len(moves) * FRONT_END_SHARE)
+    if cap < 2 or search.left < 8:
+        return None
+
+    def trial(k: int) -> _Result | None:
+        try:
+            return search.evaluate({**search.overrides, **{t: "float" for m in moves[:k] for t in m.tensors}})
+        except TechniqueFailed:
+            return None
+
+    top = trial(cap)
+    if top is None or not search.budget.meets(top.value):
+        return None  # not a front-end problem (or more than a front end): op by op instead
+    lo, hi, best = 0, cap, top
+    while hi - lo > 1 and search.left > search.params.max_evals // 2:
+        mid = (lo + hi) // 2
+        r = trial(mid)
+        if r is not None and search.budget.meets(r.value):
+            hi, best = mid, r
+        else:
+            lo = mid
+    search.overrides = {**search.overrides, **{t: "float" for m in moves[:hi] for t in m.tensors}}
+    for m in moves[:hi]:
+        search.steps.append(_step(m, "float", best, kept=True))
+    return best
 
 
 def _report(layers, out_err: float, ranked, content: bytes, quantized: bytes):
@@ -500,7 +543,9 @@ def _report(layers, out_err: float, ranked, content: bytes, quantized: bytes):
 
 def _summary(search: _Search, first: float, final: float, size: int, float_size: int) -> str:
     b = search.budget
-    raised = ", ".join(f"{t} ({w})" for t, w in search.overrides.items()) or "none"
+    shown = list(search.overrides.items())
+    raised = ", ".join(f"{t} ({w})" for t, w in shown[:6]) or "none"
+    raised += f", ... ({len(shown) - 6} more)" if len(shown) > 6 else ""
     verdict = "meets" if b.meets(final) else "does not meet"
     return (
         f"selective: full int8 {b.describe(first)}; raised {len(search.overrides)} op(s) [{raised}] -> "

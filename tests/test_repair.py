@@ -262,3 +262,16 @@ def test_calibration_samples_with_non_finite_outputs_are_dropped(tmp_path):
     ctx = Context(workdir=tmp_path, data=load_data(tmp_path / "d.npz"), source_kind="tflite")
     tech.fn(tmp_path / "log.tflite", tech.params(scheme="int8"), ctx)
     assert any("calibration sample(s) dropped" in n for n in ctx.notes), ctx.notes
+
+
+def test_a_crashing_quantizer_means_the_other_backend_makes_it(div, tmp_path, monkeypatch):
+    """LiteRT Quantizer dying with SIGSEGV (in its forked child) is a failed attempt: the TFLite calibrator
+    makes the int8 model, and the candidate says which route and why."""
+    from optimize.transforms.tflite import session
+
+    monkeypatch.setattr(session, "_quantize_in_child", lambda *a: _segfault())
+    out, ctx = _quantize(div, "loud.tflite", tmp_path)
+    assert _runs_on_zeros(out)
+    assert ctx.records["backend"] == "calibrator"
+    said = " ".join(ctx.notes)
+    assert "LiteRT Quantizer" in said and "crashed (SIGSEGV)" in said and "the TFLite calibrator made it" in said

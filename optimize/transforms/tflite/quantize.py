@@ -234,9 +234,8 @@ def _choose(first: _Made | None, second: _Made | None, why: str, params, tried: 
     """Which route's model the candidate is, said in a note."""
     if first is None:
         if second is not None:
-            second.notes.append(
-                "quantize: LiteRT Quantizer could not make a working model: the TFLite calibrator made it."
-            )
+            why_not = tried[0] if tried else "LiteRT Quantizer failed"
+            second.notes.append(f"quantize: {why_not}: the TFLite calibrator made it instead.")
         return second
     if why == "integer-only":
         if second is None:
@@ -257,7 +256,7 @@ def _choose(first: _Made | None, second: _Made | None, why: str, params, tried: 
             + (
                 "the TFLite calibrator leaves as many float (no integer kernels for them)"
                 if second is not None
-                else "the TFLite calibrator, tried for them, failed"
+                else f"the TFLite calibrator, tried for them, failed ({tried[-1] if tried else 'no reason given'})"
             )
             + "."
         )

@@ -138,8 +138,7 @@ def keep_8_bits(search, content: bytes, qparams, calibration: dict, ctx, start):
             search.session = litert.Session(made, q, ctx, calibration).with_base(kept_session.base, kept_session.clamps)
             r = search.evaluate({})
         except (OptimizeError, TechniqueFailed) as e:
-            why = e.problem if isinstance(e, OptimizeError) else str(e)
-            steps.append(RescueStep(transform=transform, detail=f"failed: {why}", kept=False))
+            steps.append(RescueStep(transform=transform, detail=f"failed: {getattr(e, 'problem', e)}", kept=False))
             search.session = kept_session
             continue
         ref = made if transform == "equalize" else reference

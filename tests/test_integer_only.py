@@ -1,9 +1,11 @@
-"""Integer-only means integer-only: an int8 model with int8 I/O computes no op in float.
+"""Integer kernels where they exist: an int8 model computes no op in float that the runtime has an int8
+kernel for, and one with int8 I/O computes no op in float at all.
 
-LiteRT Quantizer leaves PRELU and LEAKY_RELU float between DEQUANTIZE and QUANTIZE, even with int8 I/O.
-A Keras source is then made by the TFLite converter (TFLITE_BUILTINS_INT8), a .tflite source by the TFLite
-calibrator with no float fallback; either way the candidate says which and why, and the recommender never
-gives an integer-only target a candidate that still computes in float.
+LiteRT Quantizer leaves PRELU and LEAKY_RELU float between DEQUANTIZE and QUANTIZE, with float or int8 I/O.
+Every int8 variant is then made by the TFLite calibrator (the converter's own calibration and quantizer,
+on the float .tflite), whatever the source; the candidate says which and why, with a quick p50 of both.
+`integer_kernels = false` keeps LiteRT Quantizer's float islands, and the recommender never gives an
+integer-only target a candidate that still computes in float.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def _sweep(folder, model: str, step: str):
     recipes = [
         build("int8-int8io", [{"technique": step, "scheme": "int8", "io": "int8"}]),
         build("int8", [{"technique": step, "scheme": "int8"}]),
+        build("int8-islands", [{"technique": "quantize", "scheme": "int8", "integer_kernels": False}]),
     ]
     out = folder / f"out-{model}"
     return sweeps.sweep(folder / model, folder / "d.npz", out, recipes=recipes, delegates=False, runs=3, jobs=0), out
@@ -48,24 +51,25 @@ def _float_ops(path) -> list[str]:
     return verify.float_compute(read_model(path.read_bytes()))
 
 
-@pytest.mark.parametrize(
-    ("model", "step", "backend", "said"),
-    [
-        ("prelu.keras", "convert", "converter", "TFLITE_BUILTINS_INT8"),
-        ("prelu.tflite", "quantize", "calibrator", "the TFLite calibrator made it"),
-    ],
-)
-def test_a_prelu_models_int8_int8io_has_no_float_op(prelu, model, step, backend, said):
+@pytest.mark.parametrize(("model", "step"), [("prelu.keras", "convert"), ("prelu.tflite", "quantize")])
+def test_every_int8_variant_of_a_prelu_model_uses_the_integer_kernels(prelu, model, step):
     study, out = _sweep(prelu, model, step)
-    io8, int8 = study.candidate("int8-int8io"), study.candidate("int8")
-    assert io8.ok, io8.error
-    assert _float_ops(out / io8.artifact) == [] and io8.composition.float_compute_ops == []
-    assert io8.backend == backend and any(said in n for n in io8.notes), io8.notes
-    assert "PRELU" in " ".join(io8.notes) and "LEAKY_RELU" in " ".join(io8.notes)
-    ops = {op.name for op in read_model((out / io8.artifact).read_bytes()).main.ops}
-    assert {"PRELU", "LEAKY_RELU"} <= ops and "DEQUANTIZE" not in ops
-    # float I/O int8 by LiteRT Quantizer keeps its float islands, and says so in its composition
-    assert int8.ok and int8.backend == "litert" and set(int8.composition.float_compute_ops) == {"LEAKY_RELU", "PRELU"}
+    io8, int8, islands = study.candidate("int8-int8io"), study.candidate("int8"), study.candidate("int8-islands")
+    for c in (io8, int8):
+        assert c.ok, c.error
+        assert _float_ops(out / c.artifact) == [] and c.composition.float_compute_ops == []
+        assert c.backend == "calibrator" and any("the TFLite calibrator made it" in n for n in c.notes), c.notes
+        said = " ".join(c.notes)
+        assert "PRELU" in said and "LEAKY_RELU" in said and "Quick p50 here" in said
+        ops = {op.name for op in read_model((out / c.artifact).read_bytes()).main.ops}
+        assert {"PRELU", "LEAKY_RELU"} <= ops
+    assert "DEQUANTIZE" not in {op.name for op in read_model((out / io8.artifact).read_bytes()).main.ops}
+    # integer_kernels = false: LiteRT Quantizer's float islands, listed in the composition and as islands
+    assert islands.ok and islands.backend == "litert"
+    assert set(islands.composition.float_compute_ops) == {"LEAKY_RELU", "PRELU"}
+    assert {i.op for i in islands.islands} == {"LEAKY_RELU", "PRELU"}
+    assert all(i.precision == "float" and "no integer version" in i.reason for i in islands.islands)
+    assert islands.composition.float_compute_count == 2 and int8.composition.float_compute_count == 0
 
 
 def test_integer_only_targets_never_get_float_compute(prelu):
@@ -74,9 +78,9 @@ def test_integer_only_targets_never_get_float_compute(prelu):
     study, _ = _sweep(prelu, "prelu.tflite", "quantize")
     for target in ("hexagon", "mcu", "edgetpu", "nnapi"):
         rec = recommend(study, target=target)
-        assert rec.chosen != "int8", (target, rec.chosen)
+        assert rec.chosen != "int8-islands", (target, rec.chosen)
         why = {r.candidate: r.reason for r in rec.rejected}
-        assert "computes LEAKY_RELU, PRELU in float" in why["int8"], why
+        assert "computes LEAKY_RELU, PRELU in float" in why["int8-islands"], why
 
 
 def test_verification_fails_an_integer_only_candidate_with_float_compute(prelu, tmp_path):
@@ -84,7 +88,7 @@ def test_verification_fails_an_integer_only_candidate_with_float_compute(prelu, 
     from optimize.models.data import load_data
 
     tech = get("quantize")
-    params = tech.params(scheme="int8", io="int8")
+    params = tech.params(scheme="int8", io="int8", integer_kernels=False)
     ctx = Context(workdir=tmp_path, data=load_data(prelu / "d.npz"), source_kind="keras2")  # left to the converter
     made = tech.fn(prelu / "prelu.tflite", params, ctx)
     recipe = build("int8-int8io", [{"technique": "quantize", "scheme": "int8", "io": "int8"}])

@@ -325,11 +325,42 @@ class Composition(Record):
         None, description="Distinct values in the median big weight tensor (per output channel when quantized)."
     )
     largest_weight: int = Field(0, description="Elements of the largest weight tensor.")
+    compute_ops: int = Field(
+        0, description="Ops that compute (QUANTIZE, DEQUANTIZE and shape reads aside), all subgraphs."
+    )
+    float_compute_count: int = Field(
+        0, description="Of those, the ops that read or write a float tensor (`float_compute_ops` counted per op)."
+    )
+    conversions: int = Field(0, description="QUANTIZE and DEQUANTIZE ops: the edges of the model and of its islands.")
 
     @property
     def shrink(self) -> float:
         """Weight bytes over their float32 equivalent: 0.5 is float16, 0.25 is int8."""
         return sum(self.weight_bytes.values()) / self.float32_equivalent_bytes if self.float32_equivalent_bytes else 1.0
+
+
+class FloatIsland(Record):
+    """An op of a quantized candidate that does not run at the scheme's precision, and why it is there."""
+
+    op: str
+    tensor: str = Field(description="The op's output tensor (how per-op overrides address it).")
+    precision: Precision = Field(
+        description="float: kept float; int16: 16-bit activations; int8: kept integer by an exact fix (a DIV's "
+        "divisor clamped to one step)."
+    )
+    reason: str = Field(description="Why: what failed quantized, or that the quantizer has no integer version of it.")
+    weight_bytes: int = Field(0, description="Bytes of float weights the op keeps (its size cost).")
+
+
+class Repair(Record):
+    """How a quantized candidate that failed to run (to load, to invoke, or finitely) was made to run: the
+    failure rescue (optimize.transforms.tflite.repair)."""
+
+    route: str = Field(description="Who made the variants: LiteRT Quantizer or the TFLite calibrator.")
+    rounds: int = Field(description="Failures fixed, one per round.")
+    seconds: float = Field(description="Time spent on the rescue.")
+    failures: list[str] = Field(default_factory=list, description="What failed, round by round.")
+    islands: list[FloatIsland] = Field(default_factory=list, description="The fixes, in order.")
 
 
 class LayerError(Record):
@@ -371,6 +402,11 @@ class DebugReport(Record):
     seconds: float = 0.0
     fixes: list[str] = Field(
         default_factory=list, description="The fix to try, from the ranking: what to change, and the command for it."
+    )
+    repaired: list[FloatIsland] = Field(
+        default_factory=list,
+        description="Ops kept out of the scheme before ranking, so the quantized model runs where the float model "
+        "does (the failure rescue), each with why.",
     )
 
 
@@ -508,6 +544,14 @@ class Candidate(Record):
         "ranges), in order.",
     )
     probe: Probe | None = Field(None, description="The robustness probe on edge inputs (None: not run).")
+    islands: list[FloatIsland] = Field(
+        default_factory=list,
+        description="Ops of a quantized candidate not at its scheme's precision (float islands, 16-bit ops, exact "
+        "integer fixes), each with why it is there and the float weights it keeps.",
+    )
+    repair: Repair | None = Field(
+        None, description="The failure rescue, when the quantized model had to be made to run."
+    )
     seconds: float = Field(0.0, description="Wall time to produce and measure this candidate.")
     phases: dict[str, float] = Field(
         default_factory=dict,

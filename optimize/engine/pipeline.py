@@ -245,11 +245,21 @@ class NotWhatItSays(TechniqueFailed):
     """The artifact does not hold what its scheme or technique promises (optimize.measure.verify)."""
 
 
-def _read_back(path: Path):
-    """The artifact parsed (validated) once, and what it holds: the delegate checks reuse the parse."""
+class MadeInvalid(TechniqueFailed):
+    """A file optimize made (not the user's) does not validate: the step that wrote it is at fault."""
+
+
+def _read_back(path: Path, recipe: Recipe | None = None):
+    """The artifact parsed (validated) once, and what it holds: the delegate checks reuse the parse. An
+    artifact that does not validate is the fault of the step that wrote it, never of the user's model."""
     from optimize.models.tflite import read_model
 
-    parsed = read_model(path.read_bytes())
+    try:
+        parsed = read_model(path.read_bytes())
+    except ModelError as e:
+        step = recipe.steps[-1].technique if recipe is not None and recipe.steps else "the last step"
+        who = f" ({recipe.made_by})" if recipe is not None and recipe.steps else ""
+        raise MadeInvalid(f"the model {step}{who} wrote does not validate: {e.problem}") from None
     return parsed, verify.compose(parsed)
 
 
@@ -257,26 +267,48 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
     """The recipe's artifact, read back and checked, and its parsed flatbuffer. When LiteRT Quantizer leaves
     weights float that the converter quantizes (an LSTM), or float compute in an integer-only model (PRELU,
     LEAKY_RELU), the same scheme is made by the converter instead, and said so."""
-    state = ws.produce(recipe.steps)
-    with timed(ws.phases, "verify"):
-        parsed, composition = _read_back(state.path)
-        problem = verify.check(recipe, composition) if recipe.steps else None
-    if problem and recipe.made_by == Backend.LITERT and ws.src.kind != "tflite" and not recipe.uses("selective"):
+    try:
+        state = ws.produce(recipe.steps)
+        with timed(ws.phases, "verify"):
+            parsed, composition = _read_back(state.path, recipe)
+            problem = verify.check(recipe, composition) if recipe.steps else None
+    except TechniqueFailed as e:
+        if not _other_route(ws, recipe) or not _failed_after_conversion(ws, recipe):
+            raise
+        state, parsed, composition, problem = None, None, None, f"{e}"
+    if problem and _other_route(ws, recipe):
         other = recipe.with_backend(Backend.CONVERTER)
-        if other.steps != recipe.steps:
-            state = ws.produce(other.steps)
-            with timed(ws.phases, "verify"):
-                parsed, composition = _read_back(state.path)
-                other_problem = verify.check(other, composition)
-            if other_problem is None:
-                how = "TFLITE_BUILTINS_INT8" if verify.integer_only(other) else "its own quantizer"
-                note = f"made by the TFLite converter ({how}): LiteRT Quantizer's result failed verification: {problem}"
-                state.notes = [*state.notes, note]
-                return other, state, composition, parsed
-            problem = f"{problem}; the converter leaves them float too"
+        state = ws.produce(other.steps)
+        with timed(ws.phases, "verify"):
+            parsed, composition = _read_back(state.path, other)
+            other_problem = verify.check(other, composition)
+        if other_problem is None:
+            how = "TFLITE_BUILTINS_INT8" if verify.integer_only(other) else "its own quantizer"
+            note = f"made by the TFLite converter ({how}): LiteRT Quantizer's result failed: {problem}"
+            state.notes = [*state.notes, note]
+            return other, state, composition, parsed
+        problem = f"{problem}; the converter leaves them float too"
     if problem:
         raise NotWhatItSays(problem)
     return recipe, state, composition, parsed
+
+
+def _failed_after_conversion(ws: Workspace, recipe: Recipe) -> bool:
+    """Whether every step before the recipe's first .tflite step was made (so a failure was a quantizer's)."""
+    prefix: list = []
+    for step in recipe.steps:
+        if registry.get(step.technique).stage is Stage.TFLITE:
+            return not prefix or _key(ws.root, prefix) in ws.memo
+        prefix.append(step.model_dump())
+    return False
+
+
+def _other_route(ws: Workspace, recipe: Recipe) -> bool:
+    """Whether the TFLite converter can make the same scheme (a Keras or SavedModel source, a LiteRT recipe
+    with a different converter form): the route tried when LiteRT Quantizer's fails or fails verification."""
+    if recipe.made_by != Backend.LITERT or ws.src.kind == "tflite" or recipe.uses("selective"):
+        return False
+    return recipe.with_backend(Backend.CONVERTER).steps != recipe.steps
 
 
 def _load(artifact: Path, threads: int, data: Dataset | None):
@@ -328,9 +360,11 @@ def make_candidate(
     eval_samples: int = measure.DEFAULT_SAMPLES,
     timing: bool = True,
     progress: Progress | None = None,
+    data_errors_fatal: bool = True,
 ) -> Candidate:
     """Produce, verify, copy out, measure and check one candidate. Failures become the candidate's error,
-    and leave no artifact behind."""
+    and leave no artifact behind. A DataError ends the run (one `error:` line) unless `data_errors_fatal` is
+    False: in a sweep, whose data was checked up front, it fails only this candidate."""
     progress = progress or Progress()
     t0 = time.perf_counter()
     artifact = artifact_path(out_dir, recipe.name)
@@ -382,10 +416,17 @@ def make_candidate(
             rescue=state.records.get("rescue", []),
             debug=state.records.get("debug"),
             probe=probed,
+            islands=state.records.get("islands", []),
+            repair=state.records.get("repair"),
             seconds=time.perf_counter() - t0,
             phases=_ordered(phases),
         )
-    except (DataError, RecipeError):
+    except DataError as e:
+        if data_errors_fatal:
+            raise
+        artifact.unlink(missing_ok=True)
+        return _failed(recipe, e, t0)
+    except RecipeError:
         raise
     except OSError as e:
         artifact.unlink(missing_ok=True)

@@ -13,7 +13,7 @@ from optimize.core.errors import ModelError, RecipeError
 from optimize.core.recipe import Recipe, as_given, build, load_recipe, make_steps, on_tflite
 from optimize.core.registry import Stage
 from optimize.core.results import Dropped
-from optimize.core.vocab import PTQ_SCHEMES, Scheme, Target
+from optimize.core.vocab import PTQ_SCHEMES, Target
 from optimize.models import facts, rebuild
 from optimize.models import source as models
 from optimize.models.data import Dataset
@@ -71,9 +71,13 @@ def _defaults(src: models.ModelSource, ds: Dataset | None, backend, dropped: lis
     """The default sweep; int4 (4-bit Dense/MatMul weights) only where those hold most of the weights."""
     can = facts.for_planning(src, ds)
     int4 = [build("int4", [{"technique": "quantize", "scheme": "int4"}])] if can.mostly_dense else []
-    if src.kind == "tflite":
-        schemes = [s for s in PTQ_SCHEMES if s != Scheme.INT4]
-        return [as_given("float32")] + [build(s, [{"technique": "quantize", "scheme": s}]) for s in schemes] + int4
+    if src.kind == "tflite":  # every post-training scheme of the default sweep, integer-only int8 too
+        quantize = [
+            build(n, [{**steps[0], "technique": "quantize"}])
+            for n, steps in DEFAULT_SWEEP
+            if len(steps) == 1 and steps[0]["scheme"] in PTQ_SCHEMES
+        ]
+        return [as_given("float32"), *quantize, *int4]
     why = can.training_blocker
     if why:
         names = [n for n, steps in DEFAULT_SWEEP if any(s["technique"] in TRAINING for s in steps)]

@@ -67,7 +67,7 @@ class Run:
     @property
     def task_settings(self) -> Settings:
         s = self.settings
-        return Settings(s["threads"], s["eval_samples"], s["delegates"])
+        return Settings(s["threads"], s["eval_samples"], s["delegates"], data_errors_fatal=False)
 
     def keys(self) -> dict[str, str]:
         common = {"model": self.src.fingerprint, "data": self.ds.fingerprint if self.ds else None}
@@ -241,31 +241,53 @@ RESCUE_INCREASE = 0.05  # regression: 5% more error
 
 
 def _plain_int8(run: Run) -> Candidate | None:
-    """The sweep's post-training int8 candidate made by LiteRT Quantizer with no Keras step, if it ran."""
+    """The sweep's post-training int8 candidate with float I/O and no Keras step, if it ran."""
+    from optimize.measure.verify import recipe_io
+    from optimize.transforms.tflite.calibrator import CALIBRATOR_OPS
+
     for r in run.recipes:
         keras = any(registry.get(s.technique).stage is Stage.KERAS for s in r.steps)
         made = run.done.get(r.name)
-        if made is not None and r.scheme == "int8" and r.made_by == "litert" and not keras:
-            # the calibrator stood in for LiteRT Quantizer (an LSTM it leaves float): no per-op search there
-            return None if made.backend == Backend.CALIBRATOR else made
+        if made is not None and r.scheme == "int8" and r.made_by == "litert" and not keras and recipe_io(r) == "float":
+            # LiteRT Quantizer cannot quantize the fused LSTM ops at all: no per-op search through it there
+            lstm = made.backend == Backend.CALIBRATOR and any(op in n for n in made.notes for op in CALIBRATOR_OPS)
+            return None if lstm else made
     return None
 
 
+#: Without labels, plain int8 worse than the default guard (optimize.decide.guard) gets the rescue too.
+RESCUE_OUTPUT_ERROR = 0.05  # the worst output's mean |diff| over its range
+RESCUE_AGREEMENT = 0.98  # top-1 agreement with float32, for class outputs
+
+
 def _rescue(run: Run) -> Recipe | None:
-    """The selective-quantization candidate, when full int8 breaks accuracy and none was planned: it tries
-    the rescue that keeps 8 bits (optimize.transforms.tflite.rescue) before raising any op."""
+    """The selective-quantization candidate, when full int8 breaks accuracy (or, without labels, fidelity)
+    and none was planned: it tries the rescue that keeps 8 bits (optimize.transforms.tflite.rescue) before
+    raising any op."""
     int8 = _plain_int8(run)
     if int8 is None or not int8.ok or any(s.technique == "selective" for r in run.recipes for s in r.steps):
         return None
-    m = int8.metrics
-    drop = m.accuracy_delta is not None and m.accuracy_delta < -RESCUE_DROP
-    worse = m.error_ratio is not None and m.error_ratio > 1 + RESCUE_INCREASE
-    if not (drop or worse):
+    lost = _lost(int8)
+    if lost is None:
         return None
-    lost = f"lost {-m.accuracy_delta * 100:.1f} points" if drop else f"made the error x{m.error_ratio:.2f}"
-    log.warning("%s %s: adding mixed-int8 (8-bit rescue first, then ops raised if needed).", int8.name, lost)
-    budget = {"max_accuracy_drop": 0.005} if drop else {"max_error_increase": 0.10}
-    return resolve(build("mixed-int8", [{"technique": "convert"}, {"technique": "selective", **budget}]), run.src)
+    log.warning("%s %s: adding mixed-int8 (8-bit rescue first, then ops raised if needed).", int8.name, lost[0])
+    return resolve(build("mixed-int8", [{"technique": "convert"}, {"technique": "selective", **lost[1]}]), run.src)
+
+
+def _lost(int8: Candidate) -> tuple[str, dict] | None:
+    """(what plain int8 lost, the search budget that wins it back), or None when it lost too little."""
+    m = int8.metrics
+    if m.accuracy_delta is not None and m.accuracy_delta < -RESCUE_DROP:
+        return f"lost {-m.accuracy_delta * 100:.1f} points", {"max_accuracy_drop": 0.005}
+    if m.error_ratio is not None and m.error_ratio > 1 + RESCUE_INCREASE:
+        return f"made the error x{m.error_ratio:.2f}", {"max_error_increase": 0.10}
+    fid = m.fidelity if m.accuracy is None else None
+    if fid is None:
+        return None
+    err, agree = fid.relative_error or 0.0, fid.top1_agreement
+    if err > RESCUE_OUTPUT_ERROR or (agree is not None and agree < RESCUE_AGREEMENT):
+        return f"is {err:.1%} off float32", {"max_output_error": 0.01}
+    return None
 
 
 def _coverage(run: Run) -> dict[str, float]:

@@ -41,6 +41,7 @@ class Settings:
     eval_samples: int = measure.DEFAULT_SAMPLES
     delegates: bool = True
     timing: bool = False  # sweeps time candidates afterwards, together in rounds per node
+    data_errors_fatal: bool = True  # False in sweeps: their data was checked up front, one candidate fails alone
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ def run_task(ws: Workspace, task: Task, progress: Progress) -> Iterator[Candidat
             timing=s.timing,
             eval_samples=s.eval_samples,
             progress=progress,
+            data_errors_fatal=s.data_errors_fatal,
         )
         task = task.after(cand)
         yield cand

@@ -53,6 +53,8 @@ class _Pair:
     hi: float = -np.inf
 
     def add(self, f: np.ndarray, q: np.ndarray) -> None:
+        if not (np.all(np.isfinite(f)) and np.all(np.isfinite(q))):
+            return  # a sample where the float model (or a float island) is not finite measures nothing here
         d = np.abs(q.astype(np.float64) - f.astype(np.float64))
         self.sse += float((d * d).sum())
         self.sae += float(d.sum())
@@ -186,6 +188,7 @@ def output_error(outs: Sequence[tuple[list[np.ndarray], list[np.ndarray]]]) -> f
     if not outs:
         return 0.0
     per_output = []
+    outs = [o for o in outs if all(np.all(np.isfinite(a)) for a in o[0])] or outs  # where float is finite
     for j in range(len(outs[0][0])):
         f = np.stack([o[0][j] for o in outs]).astype(np.float64)
         q = np.stack([o[1][j] for o in outs]).astype(np.float64)

@@ -257,11 +257,17 @@ def _predict(runner: runtime.Runner, xs, path: Path, source: str) -> list[np.nda
 
 
 def runner_specs(runner: runtime.Runner) -> list:
-    """The runner's inputs as model InputSpecs (name, shape, dtype), to check data against."""
+    """The runner's inputs as model InputSpecs (name, shape, dtype), to check data against. An integer input
+    with a scale (int8 I/O of a float model) takes float data, quantized with the input's own scale and zero
+    point as it is fed (runtime.Runner): its data is checked as float, whatever range it spans."""
     from optimize.models.source import InputSpec
 
+    def dtype(d: dict) -> str:
+        scale = (d.get("quantization") or (0.0, 0))[0]
+        return "float32" if np.issubdtype(d["dtype"], np.integer) and scale else np.dtype(d["dtype"]).name
+
     return [
-        InputSpec(n, tuple(int(x) for x in d.get("shape_signature", d["shape"])), np.dtype(d["dtype"]).name)
+        InputSpec(n, tuple(int(x) for x in d.get("shape_signature", d["shape"])), dtype(d))
         for n, d in zip(runner.input_names, runner.inputs)
     ]
 

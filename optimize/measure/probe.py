@@ -106,7 +106,7 @@ def inputs_for(runner: runtime.Runner, data: Dataset | None) -> list[tuple[str, 
     return out
 
 
-def _outcome(runner: runtime.Runner, label: str, sample) -> ProbeFailure | None:
+def outcome(runner: runtime.Runner, label: str, sample) -> ProbeFailure | None:
     """None when the model runs on the sample and every output is finite; else what went wrong."""
     try:
         outs = runner.run_fresh(sample)
@@ -122,7 +122,7 @@ def _outcome(runner: runtime.Runner, label: str, sample) -> ProbeFailure | None:
 
 def outcomes(runner: runtime.Runner, inputs: list[tuple[str, object]]) -> list[ProbeFailure | None]:
     """Each probe input's outcome on one model (None: it ran, and every output is finite)."""
-    return [_outcome(runner, label, sample) for label, sample in inputs]
+    return [outcome(runner, label, sample) for label, sample in inputs]
 
 
 _REFERENCE_MEMO: dict[tuple, list[ProbeFailure | None]] = {}

@@ -85,18 +85,25 @@ CONVERSIONS = ("QUANTIZE", "DEQUANTIZE")  # float <-> integer at an edge or arou
 SHAPE_ONLY = ("SHAPE", "RANK")  # read a tensor's shape, never its values
 
 
+def computes_on_float(sg, op) -> bool:
+    """Whether an op (not a conversion, not a shape read) reads or writes a non-constant float tensor."""
+    if op.name in CONVERSIONS or op.name in SHAPE_ONLY:
+        return False
+    tensors = (sg.tensors[i] for i in (*op.inputs, *op.outputs) if 0 <= i < len(sg.tensors))
+    return any(t.dtype in FLOAT_TYPES and not t.is_const for t in tensors)
+
+
 def float_compute(model: Model) -> list[str]:
     """Op types, in every subgraph, that read or write a non-constant float tensor: ops an integer-only
     target cannot run. QUANTIZE and DEQUANTIZE are the conversions, not compute."""
-    found = set()
-    for sg in model.subgraphs:
-        for op in sg.ops:
-            if op.name in CONVERSIONS or op.name in SHAPE_ONLY:
-                continue
-            tensors = (sg.tensors[i] for i in (*op.inputs, *op.outputs) if 0 <= i < len(sg.tensors))
-            if any(t.dtype in FLOAT_TYPES and not t.is_const for t in tensors):
-                found.add(op.name)
-    return sorted(found)
+    return sorted({op.name for sg in model.subgraphs for op in sg.ops if computes_on_float(sg, op)})
+
+
+def counts(model: Model) -> tuple[int, int, int]:
+    """(ops that compute, of them the ops computing on float tensors, QUANTIZE/DEQUANTIZE ops), every subgraph."""
+    ops = [(sg, op) for sg in model.subgraphs for op in sg.ops]
+    compute = [(sg, op) for sg, op in ops if op.name not in CONVERSIONS and op.name not in SHAPE_ONLY]
+    return len(compute), sum(computes_on_float(sg, op) for sg, op in compute), len(ops) - len(compute)
 
 
 def integer_only(recipe) -> bool:
@@ -126,6 +133,8 @@ def compose(content: bytes | Model) -> Composition:
     by_dtype, equivalent = _weight_bytes(sg, _read(model))
     float_ops = [op.name for g in model.subgraphs for op in g.ops if _computes_in_float(g, op)]
     big = _big_weights(sg)
+    compute, on_float, _ = counts(model)
+    conversions = sum(op.name in CONVERSIONS for g in model.subgraphs for op in g.ops)
     return Composition(
         weight_bytes=by_dtype,
         float32_equivalent_bytes=equivalent,
@@ -135,6 +144,9 @@ def compose(content: bytes | Model) -> Composition:
         sparsity=_sparsity(big),
         distinct_values=int(np.median([_unique(t) for t in big])) if big else None,
         largest_weight=max((t.numel for t in sg.tensors if t.is_const and t.dtype in WEIGHT_DTYPES), default=0),
+        compute_ops=compute,
+        float_compute_count=on_float,
+        conversions=conversions,
     )
 
 

@@ -79,6 +79,15 @@ def calibration_wrapper():
     return _pywrap_tensorflow_lite_calibration_wrapper
 
 
+def lite_convert():
+    """TensorFlow's `tensorflow.lite.python.convert` (its MLIR quantizer, `mlir_quantize`, which the converter
+    runs after calibration)."""
+    tf()
+    from tensorflow.lite.python import convert
+
+    return convert
+
+
 def versions() -> dict[str, str]:
     """Versions of the libraries that produce and run artifacts (importlib.metadata: no imports)."""
     from importlib import metadata

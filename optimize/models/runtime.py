@@ -70,6 +70,15 @@ class InvokeError(ModelError):
         super().__init__(problem or f"The model fails to invoke: {failure}.", fix)
 
 
+class LoadError(ModelError):
+    """The runtime refused to prepare the model (a kernel's Prepare check, a delegate's), naming the node
+    when it did: `failure` holds what it said."""
+
+    def __init__(self, failure: InvokeFailure, problem: str, fix: str | None = None):
+        self.failure = failure
+        super().__init__(problem, fix)
+
+
 @dataclass(frozen=True)
 class InvokeFailure:
     """What the runtime said when an invoke failed: the node and op it names, and the kernel's message."""
@@ -247,14 +256,16 @@ def load(
             it.allocate_tensors()
         except (ValueError, RuntimeError) as e:
             errs = [ln for ln in log if "ERROR" in ln or "failed" in ln.lower()]
-            err = str(invoke_failure(errs[-1].strip() if errs else str(e).strip().splitlines()[-1]))
+            failure = invoke_failure("\n".join(errs[-2:]) if errs else str(e).strip().splitlines()[-1])
+            err = str(failure)
             free = free_dims(it) if it is not None and like is None else ""
             if free:
-                raise ModelError(
+                raise LoadError(
+                    failure,
                     f"The LiteRT runtime cannot load this model at its default shape ({free}): {err}",
                     "Pass data (--data) with samples of the size it takes.",
                 ) from None
-            raise ModelError(f"The LiteRT runtime cannot load this model: {err}") from None
+            raise LoadError(failure, f"The LiteRT runtime cannot load this model: {err}") from None
     init_ms = (time.perf_counter() - t0) * 1000
     used_xnn = xnnpack and any(d["op_name"] == "DELEGATE" for d in it._get_ops_details())
     return Loaded(it, init_ms, log, used_xnn, threads)

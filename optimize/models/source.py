@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import os
 import zipfile
 from dataclasses import dataclass, field, replace
@@ -19,7 +20,7 @@ import numpy as np
 
 from optimize.core.bounded import loads_json, member_json
 from optimize.core.errors import ModelError
-from optimize.core.paths import check_tree, open_regular, read_bounded, regular_file
+from optimize.core.paths import check_tree, open_regular, read_bounded, regular_file, write_atomic
 from optimize.models import _tf
 
 Kind = Literal["keras2", "keras3", "savedmodel", "tflite"]
@@ -247,13 +248,38 @@ def export_saved_model(model, out: Path, batch: int | None = None) -> Path:
     `batch` fixes the batch dimension (the route for recurrent layers, whose TensorList shapes must be
     static); the signature keeps the model's input names either way.
     """
+    from optimize.models.inert import inference_ready
+
     out.parent.mkdir(parents=True, exist_ok=True)
+    model, cleared = inference_ready(model)  # training-only parts that change how a layer converts
     with contextlib.redirect_stdout(io.StringIO()):
         if batch is None:
             model.export(str(out))
         else:
             _export_fixed(model, out, batch)
+    if cleared:
+        note = (
+            f"convert: dropout of {', '.join(cleared)} cleared before export (it acts only in training; with "
+            "recurrent_dropout the layer converts to a WHILE loop instead of its fused op); outputs checked equal"
+        )
+        write_atomic(out / EXPORT_NOTES, json.dumps([note]).encode())
     return out
+
+
+#: A file beside an exported SavedModel holding what the export changed (read by the convert technique).
+EXPORT_NOTES = "optimize-export-notes.json"
+
+
+def export_notes(saved_model: Path) -> list[str]:
+    """What exporting the model changed, for the candidate's notes (empty for a SavedModel as given)."""
+    p = Path(saved_model) / EXPORT_NOTES
+    if not p.is_file():
+        return []
+    try:
+        notes = loads_json(read_bounded(p, "export notes"), "export notes")
+    except Exception:  # noqa: BLE001 - a note is never worth failing a conversion
+        return []
+    return [str(n) for n in notes] if isinstance(notes, list) else []
 
 
 def _export_fixed(model, out: Path, batch: int) -> None:

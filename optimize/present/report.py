@@ -246,6 +246,69 @@ def _md_phases(study: Study) -> list[str]:
     return lines
 
 
+def island_cost(c: Candidate, baseline: Candidate | None = None) -> str:
+    """What a quantized candidate's float islands cost, in one line: the ops computing in float, their float
+    weights, the conversions at their edges, XNNPACK's partitions, the latency, and the repair's time."""
+    comp = c.composition
+    if comp is None or not comp.compute_ops:
+        return ""
+    share = comp.float_compute_count / comp.compute_ops
+    parts = [f"{comp.float_compute_count} of {comp.compute_ops} ops compute in float ({share:.0%})"]
+    weights = sum(i.weight_bytes for i in c.islands)
+    if weights:
+        parts.append(f"{fmt_bytes(weights)} of float weights")
+    parts.append(f"{comp.conversions} QUANTIZE/DEQUANTIZE")
+    x = c.delegates.get("xnnpack")
+    if x is not None:
+        parts.append(f"XNNPACK {x.nodes_delegated}/{x.nodes_total} nodes in {x.partitions} partition(s)")
+    if c.p50_ms is not None and baseline is not None and baseline.p50_ms:
+        parts.append(f"p50 {c.p50_ms / baseline.p50_ms:.2f}x {baseline.name}")
+    if c.repair is not None:
+        parts.append(f"repaired in {c.repair.rounds} round(s), {c.repair.seconds:.1f} s ({c.repair.route})")
+    return ", ".join(parts)
+
+
+def island_groups(c: Candidate) -> list[str]:
+    """The islands grouped by reason: `DIV truediv (kept int8, divisor clamped): fails on ...`, `LOG x3,
+    RFFT2D: LiteRT Quantizer has no integer version of it`."""
+    by_reason: dict[str, list] = {}
+    for i in c.islands:
+        by_reason.setdefault(i.reason, []).append(i)
+    out = []
+    for reason, items in by_reason.items():
+        if len(items) <= 2:
+            what = ", ".join(
+                f"{i.op} {i.tensor}" + ("" if i.precision == "float" else f" ({i.precision})") for i in items
+            )
+        else:
+            counts: dict[str, int] = {}
+            for i in items:
+                counts[i.op] = counts.get(i.op, 0) + 1
+            what = ", ".join(f"{op} x{n}" if n > 1 else op for op, n in counts.items())
+        out.append(f"{what}: {reason}")
+    return out
+
+
+def _md_islands(study: Study) -> list[str]:
+    """Each quantized candidate's float islands: why each is there, and what they cost."""
+    base = study.candidate(study.baseline) if any(c.name == study.baseline for c in study.candidates) else None
+    lines = ["## Float islands", "", "| Candidate | Cost | Islands (why) |", "|---|---|---|"]
+    for c in study.candidates:
+        if c.ok and c.islands:
+            groups = "<br>".join(_md(g) for g in island_groups(c))
+            lines.append(f"| {_md(c.name)} | {_md(island_cost(c, base))} | {groups} |")
+    return lines
+
+
+def _html_islands(study: Study) -> list[dict]:
+    base = study.candidate(study.baseline) if any(c.name == study.baseline for c in study.candidates) else None
+    return [
+        {"name": c.name, "cost": island_cost(c, base), "islands": c.islands}
+        for c in study.candidates
+        if c.ok and c.islands
+    ]
+
+
 def render_markdown(study: Study, rec: Recommendation | None = None, images: dict[str, str] | None = None) -> str:
     """The report as Markdown. `images` maps plot keys to relative file paths (write_report writes them).
     Everything that comes from a study is escaped (names, reasons, facts)."""
@@ -261,6 +324,8 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
     sections.append(_md_matrix(study))
     if any(c.rescue for c in study.candidates):
         sections.append(_md_rescue(study))
+    if any(c.ok and c.islands for c in study.candidates):
+        sections.append(_md_islands(study))
     if rec is not None:
         sections.append(_md_recommendation(rec))
     if phase_table(study)[1]:
@@ -390,6 +455,7 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
         unplotted=_unplotted(study),
         debug=debug,
         rescued=[c for c in study.candidates if c.rescue],
+        islands=_html_islands(study),
         delegates=delegate_columns(study),
         target_col=TARGET_DELEGATE[rec.target] if rec else None,
         matrix=_matrix(study),

@@ -154,6 +154,14 @@ def _size_x(c: Candidate, base: _Base) -> str:
     return f"w{comp.shrink:.2f}" if comp is not None and comp.float32_equivalent_bytes else "-"
 
 
+def _float_ops(c: Candidate, base: _Base) -> str:
+    """A quantized candidate's ops computing in float, of all its ops (its float islands)."""
+    comp = c.composition
+    if comp is None or not comp.compute_ops or c.scheme not in ("int8", "int16x8"):
+        return "-"
+    return f"{comp.float_compute_count}/{comp.compute_ops}"
+
+
 @dataclass(frozen=True)
 class _Col:
     header: str
@@ -180,6 +188,7 @@ def _study_has(cands: list[Candidate]) -> dict[str, bool]:
         "classes": any(c.metrics.fidelity and c.metrics.fidelity.top1_agreement is not None for c in ok),
         "sparse": any(map(_sparse, cands)),
         "memory": any(c.metrics.memory for c in ok),
+        "islands": any(c.islands for c in ok),
     }
 
 
@@ -202,6 +211,7 @@ def table_columns(cands: list[Candidate], every: bool = False) -> list[_Col]:
     ]
     cols += [_Col("acc", _accuracy, 2), _Col("Δ", _delta, 0)] if has["labels"] else []
     cols += [_Col("rel err", _rel_err, fidelity)] + ([_Col("agree", _agree, fidelity or 1)] if has["classes"] else [])
+    cols += [_Col("float", _float_ops, 4, "float ops")] if has["islands"] else []
     cols += [
         _Col("p50 ms", lambda c, b: "-" if c.p50_ms is None else f"{c.p50_ms:.3f}", 0),
         _Col("x", lambda c, b: _ratio(c.p50_ms, b.p50), 6, "p50 x"),
@@ -352,6 +362,8 @@ def next_steps(study: Study, folder: Path | None) -> list[str]:
 def legend(cands: list[Candidate], baseline: Candidate | None) -> list[str]:
     """What the table's columns mean, in plain words (nothing in the table depends on colour)."""
     lines = [_latency_legend(cands, baseline), _fidelity_legend(cands)]
+    if any(c.ok and c.islands for c in cands):
+        lines.append("float = ops computing on float tensors, of all ops (float islands: each listed below, with why).")
     if any(c.delegates for c in cands):
         lines.append(
             "Delegates G N H C X = GPU, NNAPI, Hexagon, Core ML, XNNPACK: capital = runs the whole model, "
@@ -406,11 +418,17 @@ def _others_legend(fid: list, others: list[str]) -> str:
     )
 
 
-def _print_outcome(con, c: Candidate) -> None:
+def _print_outcome(con, c: Candidate, baseline: Candidate | None = None) -> None:
+    from optimize.present.report import island_cost, island_groups
+
     if c.error:
         con.print(f"[red]{esc(c.name)} failed:[/red] {esc(c.error)}")
     for note in dict.fromkeys(c.notes):  # each note once (a candidate and its reference may both say it)
         con.print(f"[dim]{esc(c.name)}: {esc(note)}[/dim]")
+    if c.ok and c.islands:
+        con.print(f"{esc(c.name)}: float islands: {esc(island_cost(c, baseline))}")
+        for group in island_groups(c)[:6]:
+            con.print(f"  {esc(group)}")
 
 
 def print_study(study: Study, folder: Path | None = None, wide: bool = False, width: int | None = None) -> None:
@@ -422,7 +440,7 @@ def print_study(study: Study, folder: Path | None = None, wide: bool = False, wi
     for line in legend(study.candidates, base):
         con.print(esc(line))
     for c in study.candidates:
-        _print_outcome(con, c)
+        _print_outcome(con, c, base)
     if folder:
         written = [c for c in study.candidates if c.artifact and (Path(folder) / c.artifact).is_file()]
         _wrote(con, f"Wrote {len(written)} artifact(s) and {Path(folder) / 'study.json'}")
@@ -552,6 +570,13 @@ def print_debug(report, width: int | None = None) -> None:
         con.print(line, highlight=False)
     if len(report.layers) > 25:
         con.print(f"... and {len(report.layers) - 25} more op(s) (use --json for all)")
+    if report.repaired:
+        con.print(
+            f"Kept out of {report.scheme} first, so the quantized model runs where the float model does "
+            "(the ops below are not ranked):"
+        )
+        for i in report.repaired:
+            con.print(f"  {esc(i.op)} {esc(i.tensor)} at {i.precision}: {esc(i.reason)}")
     if report.kept_float:
         con.print("Left in float by the quantizer (unsupported): " + esc(", ".join(report.kept_float)))
     con.print(

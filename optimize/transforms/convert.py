@@ -159,7 +159,10 @@ def convert(model: Path, params: ConvertParams, ctx: Context) -> Path:
     runs on slow reference kernels; dynamic quantizes weights only and can run slower than float. When
     the dynamic-batch export cannot convert (Keras RNNs), it is traced again with a batch of 1.
     """
+    from optimize.models.source import export_notes
+
     tf = _tf.tf()
+    ctx.notes.extend(n for n in export_notes(model) if n not in ctx.notes)
     try:
         flat = _run(lambda: tf.lite.TFLiteConverter.from_saved_model(str(model)), params, ctx)
     except TechniqueFailed as e:
@@ -167,6 +170,7 @@ def convert(model: Path, params: ConvertParams, ctx: Context) -> Path:
             raise
         if ctx.fixed_batch_export is not None:  # the Keras model itself, traced with a batch of 1
             fixed = ctx.fixed_batch_export()
+            ctx.notes.extend(n for n in export_notes(fixed) if n not in ctx.notes)
             flat = _run(lambda: tf.lite.TFLiteConverter.from_saved_model(str(fixed)), params, ctx)
         else:  # a plain SavedModel: its serving signature, traced again with a batch of 1
             flat = _run(lambda: _fixed_batch(model), params, ctx)

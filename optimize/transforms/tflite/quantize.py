@@ -19,6 +19,7 @@ import io
 import logging
 import re
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -30,9 +31,12 @@ from optimize.core.registry import Context, SchemeParams, Stage, technique
 from optimize.core.results import write_atomic
 from optimize.core.vocab import CALIBRATED_SCHEMES, IO, PTQ_SCHEMES, Backend, Scheme
 from optimize.models import runtime
+from optimize.models.data import take
 from optimize.models.normalize import not_float
 from optimize.models.weights import INT4_OPS
-from optimize.transforms.tflite import calibrator
+from optimize.transforms.tflite import calibrator, graphfix, repair
+from optimize.transforms.tflite.isolate import isolated
+from optimize.transforms.tflite.session import Session
 
 RECIPES = {
     Scheme.FLOAT16: "weight-only float16 (float_casting)",
@@ -79,6 +83,19 @@ class QuantizeParams(SchemeParams):
         "percentile and MSE quantizes its values best (optimize.transforms.tflite.ranges).",
     )
 
+    repair: bool = Field(
+        True,
+        description="int8/int16x8: make the model run wherever its float model runs (all-zero input, the data's "
+        "extremes, real samples): an op that fails quantized is fixed in integer where an exact fix exists, else "
+        "kept float; false leaves the quantizer's output as it is (the robustness probe then fails it).",
+    )
+    integer_kernels: bool = Field(
+        True,
+        description="int8/int16x8: ops LiteRT Quantizer leaves float that the runtime has integer kernels for "
+        "(LEAKY_RELU, PRELU, the fused LSTM ops, ...) are quantized by the TFLite calibrator instead; false keeps "
+        "them float (integer PRELU can be slower than float on a CPU).",
+    )
+
     @field_validator("scheme")
     @classmethod
     def _quantized(cls, scheme: Scheme) -> Scheme:
@@ -105,41 +122,388 @@ def quantize(model: Path, params: QuantizeParams, ctx: Context) -> Path:
     int4 (4-bit Dense/MatMul weights, channel-wise or in blocks of `block_size`).
 
     Works on the converted flatbuffer, so any float .tflite qualifies, whatever framework made it.
-    int8 and int16x8 are calibrated on the context's data, fed to the model's signature by input name.
+    int8 and int16x8 are calibrated on the context's data, fed to the model's signature by input name, and
+    made to run wherever the float model runs (optimize.transforms.tflite.repair): an op that fails
+    quantized is fixed in integer where an exact fix exists, else kept float. Where LiteRT Quantizer fails,
+    crashes, leaves the model unable to run, or leaves ops float that the runtime has integer kernels for,
+    the TFLite calibrator (the converter's own quantizer) makes it; the candidate says which and why.
     Inputs and outputs stay float unless `io` asks for an integer type. Already-quantized models are
     refused: quantize the float32 model instead.
     """
     model = Path(model)
     content = _read_model(model)
     signature, inputs = _inspect(content, model)
-    calibration = None
     if params.scheme in CALIBRATED_SCHEMES:
-        _refuse_control_flow(content, params)
-        calibration = _calibration_data(params, ctx, signature, inputs, model)
-    data = _quantized(content, params, ctx, signature, calibration, inputs)
-    left = _left_float(data) if ctx.records.get("backend") != Backend.CALIBRATOR else []
-    if calibration is not None and left:  # LiteRT Quantizer does not quantize these; the calibrator does
-        data = calibrator.quantize(content, params.scheme, params.io, params.granularity == "tensor", calibration)
-        ctx.records["backend"] = Backend.CALIBRATOR
-        ctx.notes.append(f"quantize: LiteRT Quantizer leaves {', '.join(left)} float: the TFLite calibrator made it.")
-    elif calibration is not None and params.io != "float" and ctx.source_kind in (None, "tflite"):
-        data = _integer_only(content, data, params, ctx, calibration)
-    _check_loads(data, params, ctx, source=content)
+        data = _calibrated_scheme(content, params, ctx, signature, inputs, model)
+    else:
+        data = _weights_only(content, params, ctx)
     blocks = f"-b{params.block_size}" if params.block_size else ""
     out = ctx.workdir / f"quantize-{params.scheme}{blocks}{'' if params.io == 'float' else '-' + params.io}.tflite"
     write_atomic(out, data)
-    if ctx.records.get("backend") != Backend.CALIBRATOR:
-        ctx.notes.append(
-            f"quantize: LiteRT Quantizer recipe {params.recipe_name}, {_granularity(params)} weights, "
-            f"{params.io} I/O"
+    return out
+
+
+def _weights_only(content: bytes, params: QuantizeParams, ctx: Context) -> bytes:
+    """float16, dynamic and int4: LiteRT Quantizer's weight recipes; weights it does not reach (constants
+    passed into IF/WHILE, and those inside their branches) stored at the scheme's width behind DEQUANTIZE."""
+    data = _run_quantizer(content, params, ctx, None, None)
+    flow = calibrator.control_flow(content)
+    if flow:
+        kind = "float16" if params.scheme == Scheme.FLOAT16 else "int8"
+        floor = params.min_weight_elements if params.scheme == Scheme.DYNAMIC else 1024
+        data, n = graphfix.weights_behind_dequantize(data, kind, max(floor, 1))
+        if n:
+            ctx.notes.append(
+                f"quantize: {n} weight tensor(s) LiteRT Quantizer does not reach (read by {', '.join(flow)} or "
+                f"inside its branches) stored as {kind} behind DEQUANTIZE, which the runtime expands once at load."
+            )
+    _check_loads(data, params, ctx, source=content)
+    ctx.notes.append(f"quantize: LiteRT Quantizer recipe {params.recipe_name}, {_granularity(params)} weights.")
+    return data
+
+
+@dataclass
+class _Made:
+    """One route's result: the model, who made it, its repair and what to say about it."""
+
+    data: bytes
+    backend: Backend
+    fixer: repair.Repairer | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def float_ops(self) -> int:
+        from optimize.measure.verify import counts
+        from optimize.models.tflite import read_model
+
+        return counts(read_model(self.data))[1]
+
+
+def _calibrated_scheme(content: bytes, params: QuantizeParams, ctx: Context, signature, inputs, model: Path) -> bytes:
+    """int8 and int16x8: LiteRT Quantizer first, repaired until the model runs; the TFLite calibrator where
+    LiteRT Quantizer fails, or leaves ops float (kept when the runtime's integer kernels take more of them),
+    or, with integer I/O from a .tflite, leaves any float op at all."""
+    calibration = _calibration_data(params, ctx, signature, inputs, model)
+    work = _prepared(content, params, ctx, inputs)
+    flow = calibrator.control_flow(content)
+    if flow and params.io != IO.FLOAT:
+        raise TechniqueFailed(
+            f"{params.scheme} with {params.io} I/O cannot be integer-only: the model has {calibrator.describe_flow(flow)}, "
+            "which no quantizer enters, so it stays float (float I/O quantizes the graph around it)."
+        )
+    like = take(ctx.data.x_test, slice(0, 1))
+    check = repair.Check.build(content, ctx.data, max(1, ctx.threads)) if runtime.loads(content, like) else None
+    if check is None:
+        ctx.notes.append("quantize: not run here, as the float model is not (custom ops this runtime lacks).")
+    tried: list[str] = []
+    first = _attempt(lambda: _litert_route(work, params, ctx, calibration, check, flow), "LiteRT Quantizer", tried)
+    chosen, why = first, None
+    if first is None:
+        why = "LiteRT Quantizer failed"
+    else:
+        left = _kernels_left(first, flow)
+        integer_only = params.io != IO.FLOAT and ctx.source_kind in (None, "tflite")
+        if integer_only and _float_compute(first.data):
+            why = "integer-only"
+        elif left and params.integer_kernels and not flow:  # the calibrator does not go through control flow
+            why = "kernels"
+    if why is not None:
+        allow_float = why != "integer-only"
+        second = _attempt(
+            lambda: _calibrator_route(work, params, ctx, calibration, check, flow, allow_float),
+            "the TFLite calibrator",
+            tried,
+        )
+        chosen = _choose(first, second, why, params, tried, check, flow)
+    if chosen is None:
+        raise TechniqueFailed(f"{params.scheme}: " + "; ".join(tried))
+    _record(chosen, params, ctx, calibration, flow)
+    return chosen.data
+
+
+def _attempt(route, who: str, tried: list[str]) -> _Made | None:
+    try:
+        return route()
+    except TechniqueFailed as e:
+        text = str(e)
+        tried.append(text if text.startswith(who) else f"{who}: {text}")
+        return None
+
+
+def _choose(first: _Made | None, second: _Made | None, why: str, params, tried: list[str], check, flow) -> _Made | None:
+    """Which route's model the candidate is, said in a note."""
+    if first is None:
+        if second is not None:
+            why_not = tried[0] if tried else "LiteRT Quantizer failed"
+            second.notes.append(f"quantize: {why_not}: the TFLite calibrator made it instead.")
+        return second
+    if why == "integer-only":
+        if second is None:
+            raise TechniqueFailed(
+                f"{params.scheme} with {params.io} I/O cannot be integer-only here: LiteRT Quantizer leaves "
+                f"{', '.join(_float_compute(first.data))} float, and {tried[-1] if tried else 'the TFLite calibrator failed'}"
+            )
+        left = ", ".join(_float_compute(first.data))
+        second.notes.append(
+            f"quantize: LiteRT Quantizer leaves {left} float in an integer-only model: the TFLite calibrator made "
+            f"it, with no float fallback.{_timing(first, second, check)}"
+        )
+        return second
+    left = _kernels_left(first, flow)
+    if second is None or second.float_ops >= first.float_ops:
+        first.notes.append(
+            f"quantize: LiteRT Quantizer leaves {', '.join(left)} float; "
             + (
-                f", {params.calibration} ranges{_picked(ctx)} from {_count(calibration, params)} samples"
-                if calibration
-                else ""
+                "the TFLite calibrator leaves as many float (no integer kernels for them)"
+                if second is not None
+                else f"the TFLite calibrator, tried for them, failed ({tried[-1] if tried else 'no reason given'})"
             )
             + "."
         )
-    return out
+        return first
+    second.notes.append(
+        f"quantize: LiteRT Quantizer leaves {', '.join(left)} float; the runtime has integer kernels for them: "
+        f"the TFLite calibrator made it ({second.float_ops} ops on float tensors instead of {first.float_ops})."
+        f"{_timing(first, second, check)}"
+    )
+    return second
+
+
+def _timing(first: _Made, second: _Made, check) -> str:
+    """` Quick p50 here: ...`: the latency consequence of integer kernels, measured, never hidden."""
+    p_float, p_int = _quick_p50(first.data, check), _quick_p50(second.data, check)
+    if not (p_float and p_int):
+        return ""
+    slower = p_int > 1.3 * p_float and p_int - p_float > 0.05
+    return (
+        f" Quick p50 here: {p_int:.3g} ms with them integer, {p_float:.3g} ms with them float"
+        + (" (the integer kernels are slower on this CPU: integer_kernels = false keeps them float)" if slower else "")
+        + "."
+    )
+
+
+def _quick_p50(data: bytes, check) -> float | None:
+    """A quick p50 (ms) of one model here: enough to say which of two is slower, not to report as latency."""
+    if check is None:
+        return None
+    from optimize.measure import timing
+
+    try:
+        runner = runtime.Runner(runtime.load(data, threads=check.threads, like=check.like))
+        return timing.time_invoke(runner, check.like, warmup=3, runs=30, budget_s=0.5)["p50_ms"]
+    except ModelError:
+        return None
+
+
+def _float_compute(data: bytes) -> list[str]:
+    from optimize.measure.verify import float_compute
+    from optimize.models.tflite import read_model
+
+    return float_compute(read_model(data))
+
+
+def _kernels_left(made: _Made, flow: list[str]) -> list[str]:
+    """Op types LiteRT Quantizer left computing in float (islands a repair made, and control flow, aside):
+    the TFLite calibrator is tried on them, and kept where the runtime's integer kernels take more of them."""
+    from optimize.measure.verify import computes_on_float
+    from optimize.models.tflite import read_model
+
+    mine = {i.tensor for i in (made.fixer.islands if made.fixer else [])}
+    sg = read_model(made.data).main
+    left = {
+        op.name
+        for op in sg.ops
+        if computes_on_float(sg, op) and op.outputs and sg.tensors[op.outputs[0]].name not in mine
+    }
+    if flow:
+        left -= set(calibrator.CONTROL_FLOW)
+    return sorted(left)
+
+
+def _prepared(content: bytes, params: QuantizeParams, ctx: Context, inputs: dict) -> bytes:
+    """The float model as the quantizers see it: inputs with free dimensions given the data's shape as their
+    default (calibrators allocate at it: at 1 along a free dimension, a framed signal may not run), and with
+    integer I/O, outputs that ops also read given their own tensors (so each output is quantized)."""
+    from optimize.models.data import take
+
+    work = content
+    free = {d["name"]: n for n, d in inputs.items() if any(int(v) < 0 for v in d["shape_signature"])}
+    if free:
+        sample = take(ctx.data.x_cal, slice(0, 1))
+        named = sample if isinstance(sample, dict) else {next(iter(inputs)): sample}
+        shapes = {t: tuple(int(v) for v in np.shape(named[n])) for t, n in free.items() if n in named}
+        work, pinned = graphfix.pin_inputs(work, shapes)
+        if pinned:
+            ctx.notes.append(
+                f"quantize: input {', '.join(free[t] for t in pinned)} has free dimensions: calibrated at the data's "
+                f"shape {list(shapes[pinned[0]])} (the signature stays free)."
+            )
+    if params.io != IO.FLOAT and graphfix.shared_outputs(work):
+        work, n = graphfix.split_outputs(work)
+        if n:
+            ctx.notes.append(
+                f"quantize: {n} output(s) that the graph also reads inside given their own tensor (an identity "
+                "RESHAPE), so integer I/O quantizes them."
+            )
+    return work
+
+
+def _flow_overrides(content: bytes) -> dict[str, str]:
+    """Control flow kept float: each IF/WHILE op, and every op of the subgraphs they run."""
+    from optimize.models.tflite import read_model
+
+    m = read_model(content)
+    names = {}
+    for si, sg in enumerate(m.subgraphs):
+        for op in sg.ops:
+            if (si > 0 or op.name in calibrator.CONTROL_FLOW) and op.outputs and op.outputs[0] >= 0:
+                names[sg.tensors[op.outputs[0]].name] = "float"
+    return names
+
+
+def repaired_session(
+    content: bytes, params: QuantizeParams, ctx: Context, calibration: dict, inputs: dict, extra=()
+) -> tuple[Session, bytes, repair.Repairer]:
+    """A LiteRT Quantizer session on a float model (inputs with free dimensions calibrated at the data's
+    shape) whose every variant runs where the float model runs: control flow kept float, then whatever the
+    failure rescue finds, as the session's base. For the per-op search (selective) and `debug`, which need
+    LiteRT Quantizer's per-op overrides. `extra`: more (label, sample) inputs every variant must run on.
+    Returns the session, its first working variant and the repair."""
+    work = _prepared(content, params, ctx, inputs)
+    flow = calibrator.control_flow(content)
+    session = Session(work, params, ctx, calibration)
+    if session.dropped:
+        ctx.notes.append(_dropped(session.dropped))
+    base = _flow_overrides(work) if flow else {}
+    check = repair.Check.build(content, ctx.data, max(1, ctx.threads), extra=extra)
+    fixer = repair.Repairer(
+        lambda ov: session.quantize({**base, **ov}), work, check, "LiteRT Quantizer", int16=params.scheme == Scheme.INT8
+    )
+    first = fixer.run()
+    return session.with_base({**base, **fixer.overrides}, fixer.clamps), first, fixer
+
+
+def _litert_route(work: bytes, params: QuantizeParams, ctx: Context, calibration, check, flow) -> _Made:
+    session = Session(work, params, ctx, calibration)
+    notes = []
+    if session.dropped:
+        notes.append(_dropped(session.dropped))
+    base = _flow_overrides(work) if flow else {}
+    if flow:
+        notes.append(
+            f"quantize: {calibrator.describe_flow(flow)} kept float with the subgraphs it runs ({len(base) - len(flow)} ops): "
+            "the graph around it is quantized."
+        )
+    fixer = repair.Repairer(
+        lambda ov: session.quantize({**base, **ov}), work, check, "LiteRT Quantizer", int16=params.scheme == Scheme.INT8
+    )
+    data = fixer.run() if check is not None and params.repair else fixer.build()
+    if flow:
+        data, n = graphfix.weights_behind_dequantize(data, "int8")
+        if n:
+            notes.append(
+                f"quantize: {n} weight tensor(s) of the float control flow stored as int8 behind DEQUANTIZE "
+                "(expanded once at load)."
+            )
+    if check is None or not params.repair:
+        _check_loads(data, params, ctx, source=work)
+    return _Made(data, Backend.LITERT, fixer, notes)
+
+
+def _calibrator_route(
+    work: bytes, params: QuantizeParams, ctx: Context, calibration, check, flow, allow_float
+) -> _Made:
+    from optimize.transforms.tflite.session import finite_samples, made_by
+
+    if flow:
+        raise TechniqueFailed(f"the TFLite calibrator does not quantize through {calibrator.describe_flow(flow)}")
+    notes = []
+    kept, dropped = finite_samples(work, calibration, max(1, ctx.threads))
+    if dropped and next(iter(kept.values())):
+        calibration = kept
+        notes.append(_dropped(dropped))
+    cal = calibrator.Calibrated(work, params.scheme, calibration)
+    per_tensor = params.granularity == "tensor"
+
+    def make(ov: dict[str, str]) -> bytes:
+        deny = [t for t, p in ov.items() if p == "float"]
+        made = cal.quantize(params.io, per_tensor, deny)
+        return made_by("the TFLite calibrator", graphfix.fix_signature_if_stale(made, work))
+
+    fixer = repair.Repairer(make, work, check, "the TFLite calibrator")
+    data = fixer.run() if check is not None and params.repair else fixer.build()
+    if not allow_float:
+        left = _float_compute(data)
+        if left:
+            kept = {i.op for i in fixer.islands if i.precision == "float"}
+            why = "kept float so the model runs" if set(left) <= kept else "no integer kernel"
+            raise TechniqueFailed(f"the TFLite calibrator leaves {', '.join(left[:4])} float ({why})")
+    if check is None or not params.repair:
+        _check_loads(data, params, ctx, source=work)
+    return _Made(data, Backend.CALIBRATOR, fixer, notes)
+
+
+def _dropped(n: int) -> str:
+    return (
+        f"quantize: {n} calibration sample(s) dropped: the float model's outputs on them are not finite (NaN/inf), "
+        "and their ranges would be."
+    )
+
+
+def _record(made: _Made, params: QuantizeParams, ctx: Context, calibration, flow) -> None:
+    """The chosen route on the candidate: backend, notes, the repair and every island with its reason."""
+    if made.backend != Backend.LITERT:
+        ctx.records["backend"] = made.backend
+    ctx.notes.extend(made.notes)
+    fixer = made.fixer
+    if fixer is not None and fixer.rounds:
+        ctx.records["repair"] = fixer.record()
+        fixes = "; ".join(f"{i.op} {i.tensor} {_kept(i.precision)}" for i in fixer.islands)
+        ctx.notes.append(
+            f"quantize: made to run where the float model runs in {fixer.rounds} round(s), {fixer.seconds:.1f} s "
+            f"({fixer.route}): {fixes}."
+        )
+    ctx.records["islands"] = repair.islands_of(made.data, fixer.islands if fixer else [], _why_left(made.backend))
+    if made.backend == Backend.LITERT:
+        ctx.notes.append(
+            f"quantize: LiteRT Quantizer recipe {params.recipe_name}, {_granularity(params)} weights, {params.io} I/O, "
+            f"{params.calibration} ranges{_picked(ctx)} from {_count(calibration, params)} samples."
+        )
+    else:
+        ctx.notes.append(
+            f"quantize: made by the TFLite calibrator (the TFLite converter's calibration and quantizer), "
+            f"{_granularity(params)} weights, {params.io} I/O, from {_count(calibration, params)} samples."
+        )
+
+
+def _kept(precision: str) -> str:
+    return {"int8": "kept int8 (divisor clamped)", "int16": "at 16-bit activations"}.get(precision, "kept float")
+
+
+def _why_left(backend: Backend):
+    """Why the quantizer left an op float, by op type: control flow, an op it has no integer version of, or
+    (LiteRT Quantizer) an op it supports kept float beside a float neighbour."""
+    supported = litert_ops() if backend == Backend.LITERT else frozenset()
+    who = "LiteRT Quantizer" if backend == Backend.LITERT else "the TFLite calibrator"
+
+    def why(op: str) -> str:
+        if op in calibrator.CONTROL_FLOW:
+            return f"{FLOW_REASON} (control flow)"
+        if op in supported:
+            return f"{who} keeps it float beside a float neighbour (its input or output is a float island's)"
+        return f"{who} has no integer version of it"
+
+    return why
+
+
+def litert_ops() -> frozenset[str]:
+    """The op types LiteRT Quantizer quantizes (its own list)."""
+    from litert_quantizer import qtyping
+
+    return frozenset(m.name for m in qtyping.TFLOperationName) - {"ALL_SUPPORTED", "INPUT", "OUTPUT", "CUSTOM_OP"}
+
+
+FLOW_REASON = "LiteRT Quantizer does not quantize inside IF/WHILE branches: the op and its branches stay float"
 
 
 def _picked(ctx: Context) -> str:
@@ -153,68 +517,11 @@ def _granularity(params: QuantizeParams) -> str:
 
 
 def _left_float(data: bytes) -> list[str]:
-    """Ops with float weights LiteRT Quantizer left behind that the TFLite calibrator would quantize."""
+    """Ops with float weights LiteRT Quantizer left behind that only the TFLite calibrator quantizes (the
+    fused LSTM ops): a per-op search through LiteRT Quantizer cannot reach them."""
     from optimize.measure.verify import compose
 
     return sorted(set(compose(data).float_op_types) & calibrator.CALIBRATOR_OPS)
-
-
-def _quantized(content: bytes, params: QuantizeParams, ctx: Context, signature, calibration, inputs) -> bytes:
-    """LiteRT Quantizer's result. Its calibrator allocates the model at the runtime's default shape (1 along
-    every free dimension), which a variable-length model may not run at (XNNPACK fails to reshape a framed
-    signal of length 1): such a model is calibrated by the TFLite calibrator, at the data's shape."""
-    try:
-        return _run_quantizer(content, params, ctx, signature, calibration)
-    except TechniqueFailed as e:
-        free = [n for n, d in inputs.items() if any(int(v) < 0 for v in d["shape_signature"])]
-        if calibration is None or not free:
-            raise
-        made = calibrator.quantize(content, params.scheme, params.io, params.granularity == "tensor", calibration)
-        ctx.records["backend"] = Backend.CALIBRATOR
-        ctx.notes.append(
-            f"quantize: LiteRT Quantizer calibrates at 1 along free dimensions (input {', '.join(free)}), where "
-            f"this model does not run ({runtime.invoke_failure(str(e).split(': ', 1)[-1])}): the TFLite calibrator made it at the "
-            "data's shape."
-        )
-        return made
-
-
-def _integer_only(content: bytes, data: bytes, params: QuantizeParams, ctx: Context, calibration: dict) -> bytes:
-    """Integer I/O promises integer-only compute. Where LiteRT Quantizer leaves ops float between DEQUANTIZE
-    and QUANTIZE (PRELU, LEAKY_RELU), the TFLite calibrator quantizes the model with no float fallback.
-    (A Keras or SavedModel source is made by the converter instead: its run falls back on verification.)"""
-    from optimize.measure.verify import float_compute
-    from optimize.models.tflite import read_model
-
-    left = float_compute(read_model(data))
-    if not left:
-        return data
-    try:
-        made = calibrator.quantize(
-            content, params.scheme, params.io, params.granularity == "tensor", calibration, allow_float=False
-        )
-    except TechniqueFailed as e:
-        raise TechniqueFailed(
-            f"{params.scheme} with {params.io} I/O: LiteRT Quantizer leaves {', '.join(left)} float, and {e}"
-        ) from None
-    ctx.records["backend"] = Backend.CALIBRATOR
-    ctx.notes.append(
-        f"quantize: LiteRT Quantizer leaves {', '.join(left)} float in an integer-only model: the TFLite "
-        "calibrator made it, with no float fallback."
-    )
-    return made
-
-
-def _refuse_control_flow(content: bytes, params: QuantizeParams) -> None:
-    """Calibrated schemes cannot go through control flow (a loop body's or a branch's types must match the
-    op's): say so plainly, naming what the op is."""
-    flow = calibrator.control_flow(content)
-    if flow:
-        lstm = " (for a GRU or SimpleRNN, an LSTM layer converts to a fused op)" if "WHILE" in flow else ""
-        raise TechniqueFailed(
-            f"{params.scheme}: neither LiteRT Quantizer nor the TFLite calibrator quantizes through "
-            f"{calibrator.describe_flow(flow)}: use dynamic or float16 for this model{lstm}."
-        )
 
 
 def _count(calibration: dict, params: QuantizeParams) -> str:
@@ -360,16 +667,14 @@ def _quiet():
 
 def _run_quantizer(content: bytes, params: QuantizeParams, ctx: Context, signature, calibration) -> bytes:
     """Calibrate (if needed) and quantize; a failure inside the quantizer is a failed candidate."""
+    from optimize.transforms.tflite.session import _quantize_in_child, made_by
+
+    if calibration is not None:  # calibrated schemes go through a Session (optimize.transforms.tflite.session)
+        return Session(content, params, ctx, calibration).quantize()
     try:
         with _quiet():
-            from litert_quantizer import quantizer
-
-            recipe = _recipe(params, content)
-            qsvs = None
-            if calibration is not None and recipe.need_calibration():
-                qsvs = _calibrate(content, calibration, recipe, params, ctx)
-            qt = quantizer.Quantizer(bytearray(content), recipe.get_quantization_recipe())
-            quantized = qt.quantize(qsvs, enable_progress_bar=False, enable_progress_report=False).quantized_model
+            recipe = _recipe(params, content).get_quantization_recipe()
+        quantized = isolated(_quantize_in_child, content, recipe, None, what="LiteRT Quantizer")
     except OptimizeError:
         raise
     except Exception as e:  # the quantizer raises ValueError, RuntimeError, KeyError, ... on models it cannot handle
@@ -377,7 +682,7 @@ def _run_quantizer(content: bytes, params: QuantizeParams, ctx: Context, signatu
         raise TechniqueFailed(f"LiteRT Quantizer could not apply {params.recipe_name}: {reason}") from e
     if not quantized:
         raise TechniqueFailed(f"LiteRT Quantizer returned no model for {params.recipe_name}.")
-    return bytes(quantized)
+    return made_by("LiteRT Quantizer", graphfix.fix_signature_if_stale(quantized, content))
 
 
 def _calibrate(content: bytes, calibration: dict, recipe, params: QuantizeParams, ctx: Context) -> dict:

@@ -118,7 +118,7 @@ def keep_8_bits(search, content: bytes, qparams, calibration: dict, ctx, start):
     """The rescue before any op is raised: each step of ORDER tried on the whole model (one evaluation each,
     half the search's evaluations at most), kept when `search.better` says it helps, until the budget holds. Returns the float model, the quantize
     params and the result kept (the search's session is the kept one), and the steps as RescueSteps."""
-    from optimize.core.errors import OptimizeError
+    from optimize.core.errors import OptimizeError, TechniqueFailed
     from optimize.core.results import RescueStep
     from optimize.transforms.tflite import session as litert
 
@@ -129,16 +129,17 @@ def keep_8_bits(search, content: bytes, qparams, calibration: dict, ctx, start):
     for transform in ORDER:
         if search.budget.meets(cur.value) or search.evals >= search.params.max_evals // 2:
             break  # half the evaluations at most: the rest is for raising ops, if it comes to that
+        kept_session = search.session
         try:
             made, q, detail = _make(transform, content, qparams, cur, xs, samples, ctx)
             if made == content and q == qparams:
                 steps.append(RescueStep(transform=transform, detail=f"nothing to do ({detail})", kept=False))
                 continue
-            kept_session = search.session
-            search.session = litert.Session(made, q, ctx, calibration)
+            search.session = litert.Session(made, q, ctx, calibration).with_base(kept_session.base, kept_session.clamps)
             r = search.evaluate({})
-        except OptimizeError as e:
-            steps.append(RescueStep(transform=transform, detail=f"failed: {e.problem}", kept=False))
+        except (OptimizeError, TechniqueFailed) as e:
+            steps.append(RescueStep(transform=transform, detail=f"failed: {getattr(e, 'problem', e)}", kept=False))
+            search.session = kept_session
             continue
         ref = made if transform == "equalize" else reference
         after = layer_errors(ref, r.content, xs)

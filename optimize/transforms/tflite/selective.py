@@ -23,13 +23,13 @@ from pydantic import Field, model_validator
 
 from optimize.core.errors import DataError, TechniqueFailed
 from optimize.core.registry import Context, SchemeParams, Stage, technique
-from optimize.core.results import SearchStep, write_atomic
-from optimize.core.vocab import IO, Scheme
+from optimize.core.results import FloatIsland, SearchStep, write_atomic
+from optimize.core.vocab import IO, Backend, Scheme
 from optimize.measure import layer_error as debug
 from optimize.measure import timing
 from optimize.models import runtime, tasks
 from optimize.models.data import as_float, count, take
-from optimize.transforms.tflite import rescue
+from optimize.transforms.tflite import repair, rescue
 from optimize.transforms.tflite import session as litert
 
 #: Budgets used when a recipe names none: what "int8 hurts" means in peers.md and issue 10.
@@ -116,12 +116,13 @@ def _score(budget: _Budget, outs: list[np.ndarray]) -> float:
 
 def _p50(content: bytes, sample, threads: int) -> float:
     """A quick p50 latency (ms) of one model on this machine: enough to rank islands, not to report."""
-    runner = runtime.Runner(runtime.load(content, threads=threads))
+    runner = runtime.Runner(runtime.load(content, threads=threads, like=sample))
     return timing.time_invoke(runner, sample, warmup=3, runs=20, budget_s=0.3)["p50_ms"]
 
 
 def _predict(content: bytes, xs, threads: int) -> list[np.ndarray]:
-    return runtime.Runner(runtime.load(content, threads=threads)).predict(xs)
+    """Outputs on every sample; inputs with free dimensions take the samples' shape."""
+    return runtime.Runner(runtime.load(content, threads=threads, like=take(xs, slice(0, 1)))).predict(xs)
 
 
 def _budget(float_model: bytes, params: SelectiveParams, ctx: Context) -> _Budget:
@@ -135,8 +136,12 @@ def _budget(float_model: bytes, params: SelectiveParams, ctx: Context) -> _Budge
     rng = np.random.default_rng(params.seed)
     pick = np.sort(rng.choice(count(xs_all), min(params.eval_samples, count(xs_all)), replace=False))
     xs = as_float(take(xs_all, pick))
-    runner = runtime.Runner(runtime.load(float_model, threads=ctx.threads))
+    runner = runtime.Runner(runtime.load(float_model, threads=ctx.threads, like=take(xs, slice(0, 1))))
     reference = runner.predict(xs)
+    finite = np.all([np.isfinite(r.reshape(len(r), -1)).all(axis=1) for r in reference], axis=0)
+    if not finite.all() and finite.any():  # samples the float model itself answers NaN/inf on measure nothing
+        pick, xs = pick[finite], take(xs, np.flatnonzero(finite))
+        reference = [r[finite] for r in reference]
     if not labelled or params.max_output_error is not None:
         limit = params.max_output_error or DEFAULT_OUTPUT_ERROR
         return _Budget("output", limit, xs, None, reference, 0.0)
@@ -247,7 +252,10 @@ class _Search:
     def evaluate(self, overrides: dict[str, str]) -> _Result:
         self.evals += 1
         content = self.session.quantize(overrides)
-        outs = _predict(content, self.budget.xs, self.threads)
+        try:
+            outs = _predict(content, self.budget.xs, self.threads)
+        except runtime.InvokeError as e:  # this variant fails on a validation sample: not an option
+            raise TechniqueFailed(f"the variant fails on validation sample {e.sample}: {e.failure}") from None
         b = self.budget
         proxy = debug.output_error(list(zip(_per_sample(b.reference), _per_sample(outs), strict=True)))
         if b.kind == "output":
@@ -358,11 +366,11 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
     from optimize.transforms.tflite.quantize import (
         QuantizeParams,
         _calibration_data,
-        _check_loads,
         _inspect,
         _left_float,
         _read_model,
-        _refuse_control_flow,
+        _why_left,
+        repaired_session,
     )
 
     if ctx.data is None:
@@ -376,10 +384,11 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
         granularity=params.granularity,
         calibration=params.calibration,
     )
-    _refuse_control_flow(content, qparams)
     calibration = _calibration_data(qparams, ctx, signature, inputs, Path(model))
-    session = litert.Session(content, qparams, ctx, calibration)
     budget = _budget(content, params, ctx)
+    extra = [(f"validation sample {i}", take(budget.xs, slice(i, i + 1))) for i in range(min(16, count(budget.xs)))]
+    session, _, fixer = repaired_session(content, qparams, ctx, calibration, inputs, extra)
+    content = session.content  # inputs with free dimensions pinned to the data's shape, if any
     budget.float_ms = _p50(content, take(budget.xs, slice(0, 1)), ctx.threads)
     search = _Search(session, budget, params, ctx.threads)
     start = search.evaluate({})
@@ -391,16 +400,55 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
         )
     first = start.value
     if params.rescue and not search.budget.meets(start.value):
+        calibration = search.session.calibration  # without the samples whose float outputs are not finite
         content, qparams, start, steps = rescue.keep_8_bits(search, content, qparams, calibration, ctx, start)
         ctx.records["rescue"] = [*ctx.records.get("rescue", []), *steps]
         ctx.notes.append(_rescued(steps, search.budget))
     final = start if search.budget.meets(start.value) else _climb(search, content, start)
-    _check_loads(final.content, qparams, ctx)
-    out = write_atomic(ctx.workdir / "selective-int8.tflite", final.content)
+    data = _runs(final.content, search, fixer, content)
+    out = write_atomic(ctx.workdir / "selective-int8.tflite", data)
     ctx.notes.append(_summary(search, first, final.value, len(final.content), len(content)))
     ctx.records["search"] = search.steps
     if search.report is not None:
         ctx.records["debug"] = search.report
+    if fixer.rounds:
+        ctx.records["repair"] = fixer.record()
+        ctx.notes.append(
+            f"selective: {len(fixer.islands)} op(s) kept out of int8 first so the model runs where the float model "
+            f"runs ({', '.join(f'{i.op} {i.precision}' for i in fixer.islands)}), {fixer.seconds:.1f} s."
+        )
+    raised = [
+        FloatIsland(op=m.op, tensor=t, precision=w, reason="raised by the accuracy search")
+        for m in _moves_of(search)
+        for t, w in [(m.head, search.overrides[m.head])]
+    ]
+    ctx.records["islands"] = repair.islands_of(data, [*fixer.islands, *raised], _why_left(Backend.LITERT))
+    return out
+
+
+def _moves_of(search: _Search) -> list[_Move]:
+    """The islands the accuracy search raised (by their head tensor), in the order recorded."""
+    kept = [st for st in search.steps if st.kept and st.precision != "int8" and st.tensor in search.overrides]
+    seen, out = set(), []
+    for st in kept:
+        if st.tensor not in seen:
+            seen.add(st.tensor)
+            out.append(_Move(st.op, (st.tensor,)))
+    return out
+
+
+def _runs(data: bytes, search: _Search, fixer, content: bytes) -> bytes:
+    """The search's result, checked again where the float model runs (a raised op can move a failure): a
+    failure is repaired with the search's choices as the base."""
+    if fixer.check.first_failure(data) is None:
+        return data
+    again = repair.Repairer(
+        lambda ov: search.session.quantize({**search.overrides, **ov}), content, fixer.check, "LiteRT Quantizer"
+    )
+    out = again.run(data)
+    fixer.islands += again.islands
+    fixer.rounds += again.rounds
+    fixer.log += again.log
     return out
 
 
@@ -421,6 +469,10 @@ def _climb(search: _Search, content: bytes, start: _Result) -> _Result:
     """
     moves = _moves(start.content)
     layers, out_err = debug.layer_errors(content, start.content, debug.Samples.from_array(search.budget.xs, 32))
+    front = _front_end(search, moves, start)
+    if front is not None:
+        search.report = _report(layers, out_err, [], content, start.content)
+        return front
     if len(moves) > search.params.max_evals // 2:
         added = {le.tensor: le.error_added for le in layers}
         moves = sorted(moves, key=lambda m: -max(added.get(t, 0.0) for t in m.tensors))[: search.params.max_evals // 2]
@@ -436,6 +488,41 @@ def _climb(search: _Search, content: bytes, start: _Result) -> _Result:
             raised.append(move)
         cur = new
     return search.drop_unneeded(raised, cur) if search.budget.meets(cur.value) else cur
+
+
+FRONT_END_SHARE = 0.25  # a float front end may take at most this share of the islands
+
+
+def _front_end(search: _Search, moves: list[_Move], start: _Result) -> _Result | None:
+    """A float front end: the shortest run of leading islands kept float that meets the budget, found by
+    bisection (a signal front end, STFT/mel/log, is where int8 loses most on audio models). Taken only when
+    it is at most a quarter of the islands; otherwise the per-op search decides. Costs about log2 of the
+    islands in evaluations."""
+    cap = int(len(moves) * FRONT_END_SHARE)
+    if cap < 2 or search.left < 8:
+        return None
+
+    def trial(k: int) -> _Result | None:
+        try:
+            return search.evaluate({**search.overrides, **{t: "float" for m in moves[:k] for t in m.tensors}})
+        except TechniqueFailed:
+            return None
+
+    top = trial(cap)
+    if top is None or not search.budget.meets(top.value):
+        return None  # not a front-end problem (or more than a front end): op by op instead
+    lo, hi, best = 0, cap, top
+    while hi - lo > 1 and search.left > search.params.max_evals // 2:
+        mid = (lo + hi) // 2
+        r = trial(mid)
+        if r is not None and search.budget.meets(r.value):
+            hi, best = mid, r
+        else:
+            lo = mid
+    search.overrides = {**search.overrides, **{t: "float" for m in moves[:hi] for t in m.tensors}}
+    for m in moves[:hi]:
+        search.steps.append(_step(m, "float", best, kept=True))
+    return best
 
 
 def _report(layers, out_err: float, ranked, content: bytes, quantized: bytes):
@@ -456,7 +543,9 @@ def _report(layers, out_err: float, ranked, content: bytes, quantized: bytes):
 
 def _summary(search: _Search, first: float, final: float, size: int, float_size: int) -> str:
     b = search.budget
-    raised = ", ".join(f"{t} ({w})" for t, w in search.overrides.items()) or "none"
+    shown = list(search.overrides.items())
+    raised = ", ".join(f"{t} ({w})" for t, w in shown[:6]) or "none"
+    raised += f", ... ({len(shown) - 6} more)" if len(shown) > 6 else ""
     verdict = "meets" if b.meets(final) else "does not meet"
     return (
         f"selective: full int8 {b.describe(first)}; raised {len(search.overrides)} op(s) [{raised}] -> "

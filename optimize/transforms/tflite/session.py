@@ -6,6 +6,12 @@ by ";" with a trailing ";" (litert_quantizer.utils.tfl_flatbuffer_utils.get_op_s
 matching rule wins. So one op is addressed as `^<escaped output name>;`. Calibration statistics (per-tensor
 min/max) do not depend on the bit width, so one calibration serves every variant: a variant costs one
 quantization pass (~10 ms on a small model), not a calibration.
+
+A session can carry a base: ops every variant keeps float or at 16 bits, and DIVs whose divisors are
+clamped in integer (what the failure rescue, optimize.transforms.tflite.repair, found a model needs to
+run). Calibration samples whose float outputs are not finite are dropped (the quantizer crashes on
+NaN ranges), and a range that is still not finite is a failed attempt, never handed to the quantizer.
+Every native call runs in a forked child (optimize.transforms.tflite.isolate).
 """
 
 from __future__ import annotations
@@ -14,14 +20,66 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from optimize.core.errors import OptimizeError, TechniqueFailed
 from optimize.core.registry import Context
 from optimize.core.vocab import Precision
+from optimize.transforms.tflite.isolate import isolated
 
 
 def scope_regex(tensor_name: str) -> str:
     """The regex LiteRT Quantizer matches against exactly one op: the one whose first output is `tensor_name`."""
     return "^" + re.escape(tensor_name) + ";"
+
+
+def nonfinite_ranges(qsvs: dict | None) -> list[str]:
+    """Tensors whose calibrated min or max is NaN or infinite."""
+    bad = []
+    for name, v in (qsvs or {}).items():
+        for key in ("min", "max"):
+            if key in v and not np.all(np.isfinite(np.asarray(v[key], np.float64))):
+                bad.append(name)
+                break
+    return bad
+
+
+def finite_samples(content: bytes, calibration: dict, threads: int = 2) -> tuple[dict, int]:
+    """The calibration samples whose float outputs are all finite, and how many were dropped (a log front
+    end gives -inf on digital silence; its NaN ranges crash the quantizer)."""
+    from optimize.models import runtime
+
+    ((signature, samples),) = calibration.items()
+    runner = runtime.Runner(runtime.load(content, threads=threads, like=samples[0] if samples else None))
+    kept = []
+    for s in samples:
+        try:
+            outs = runner.run_fresh(s)
+        except runtime.InvokeError:
+            continue
+        if all(np.all(np.isfinite(o)) for o in outs):
+            kept.append(s)
+    return {signature: kept}, len(samples) - len(kept)
+
+
+def _calibrate_in_child(content: bytes, calibration: dict, params, threads: int) -> tuple[dict, dict]:
+    from optimize.core.registry import Context as Ctx
+    from optimize.transforms.tflite.quantize import _calibrate, _quiet, _recipe
+
+    ctx = Ctx(workdir=None, data=None, threads=threads)  # ranges: only `auto` reads samples, from `calibration`
+    with _quiet():
+        qsvs = _calibrate(content, calibration, _recipe(params), params, ctx)
+    return qsvs, dict(ctx.records)
+
+
+def _quantize_in_child(content: bytes, recipe: list, qsvs) -> bytes:
+    from litert_quantizer import quantizer
+
+    from optimize.transforms.tflite.quantize import _quiet
+
+    with _quiet():
+        qt = quantizer.Quantizer(bytearray(content), recipe)
+        return bytes(qt.quantize(qsvs, enable_progress_bar=False, enable_progress_report=False).quantized_model)
 
 
 @dataclass
@@ -34,26 +92,71 @@ class Session:
     ctx: Context
     calibration: dict | None = None
     qsvs: dict | None = field(default=None, repr=False)
+    base: dict[str, str] = field(default_factory=dict)  # overrides every variant gets
+    clamps: frozenset[str] = frozenset()  # DIVs (by output tensor) whose divisors every variant clamps
+    dropped: int = 0  # calibration samples dropped for non-finite float outputs
 
     def __post_init__(self) -> None:
-        from optimize.transforms.tflite.quantize import _calibrate, _quiet, _recipe
+        from optimize.transforms.tflite.quantize import _recipe
 
-        recipe = _recipe(self.params)
-        if self.calibration is not None and recipe.need_calibration():
-            try:
-                with _quiet():
-                    self.qsvs = _calibrate(self.content, self.calibration, recipe, self.params, self.ctx)
-            except OptimizeError:
-                raise
-            except Exception as e:  # the quantizer raises many types on models it cannot handle
-                raise TechniqueFailed(f"LiteRT Quantizer could not calibrate this model: {_first_line(e)}") from e
+        if self.qsvs is not None or self.calibration is None or not _recipe(self.params).need_calibration():
+            return
+        self.qsvs = self._calibrate()
+        bad = nonfinite_ranges(self.qsvs)
+        if bad:
+            kept, self.dropped = finite_samples(self.content, self.calibration, max(1, self.ctx.threads))
+            if self.dropped and next(iter(kept.values())):
+                self.calibration = kept
+                self.qsvs = self._calibrate()
+                bad = nonfinite_ranges(self.qsvs)
+        if bad:
+            raise TechniqueFailed(
+                f"calibration gives {len(bad)} tensor(s) a non-finite range ({bad[0]}, ...): the float model "
+                "computes inf or NaN inside on the calibration data"
+                + (f" (after dropping the {self.dropped} samples whose outputs are not finite)" if self.dropped else "")
+            )
+
+    def _calibrate(self) -> dict:
+        try:
+            qsvs, records = isolated(
+                _calibrate_in_child,
+                self.content,
+                self.calibration,
+                self.params,
+                max(1, self.ctx.threads),
+                what="LiteRT Quantizer's calibration",
+            )
+        except OptimizeError:
+            raise
+        except TechniqueFailed as e:
+            raise TechniqueFailed(f"LiteRT Quantizer could not calibrate this model: {e}") from e
+        except Exception as e:  # the quantizer raises many types on models it cannot handle
+            raise TechniqueFailed(f"LiteRT Quantizer could not calibrate this model: {_first_line(e)}") from e
+        if records.get("ranges"):
+            self.ctx.records["ranges"] = records["ranges"]
+        return qsvs
+
+    def with_base(self, base: Mapping[str, str], clamps=frozenset()) -> Session:
+        """The same calibration with a base every variant gets."""
+        return Session(
+            self.content,
+            self.params,
+            self.ctx,
+            self.calibration,
+            self.qsvs,
+            dict(base),
+            frozenset(clamps),
+            self.dropped,
+        )
 
     def quantize(self, overrides: Mapping[str, Precision] | None = None) -> bytes:
-        """The model quantized by the session's scheme, except the ops named (by output tensor) in `overrides`."""
-        from litert_quantizer import qtyping, quantizer
+        """The model quantized by the session's scheme, except the ops named (by output tensor) in `overrides`
+        (and the session's base)."""
+        from litert_quantizer import qtyping
         from litert_quantizer.algorithm_manager import AlgorithmName
 
-        from optimize.transforms.tflite.quantize import _quiet, _recipe
+        from optimize.transforms.tflite import graphfix
+        from optimize.transforms.tflite.quantize import _recipe
 
         rm = _recipe(self.params)
         op = qtyping.TFLOperationName
@@ -62,20 +165,38 @@ class Session:
             if self.params.granularity == "channel"
             else qtyping.QuantGranularity.TENSORWISE
         )
-        for tensor, precision in (overrides or {}).items():
+        for tensor, precision in {**self.base, **(overrides or {})}.items():
             if precision == Precision.FLOAT:
                 rm.add_quantization_config(scope_regex(tensor), op.ALL_SUPPORTED, None, AlgorithmName.NO_QUANTIZE)
-            else:
+            elif precision == Precision.INT16:
                 rm.add_static_config(scope_regex(tensor), op.ALL_SUPPORTED, 16, 8, gran)
         try:
-            with _quiet():
-                qt = quantizer.Quantizer(bytearray(self.content), rm.get_quantization_recipe())
-                out = qt.quantize(self.qsvs, enable_progress_bar=False, enable_progress_report=False).quantized_model
+            out = isolated(
+                _quantize_in_child, self.content, rm.get_quantization_recipe(), self.qsvs, what="LiteRT Quantizer"
+            )
+        except TechniqueFailed as e:
+            raise TechniqueFailed(f"LiteRT Quantizer could not make this variant: {e}") from e
         except Exception as e:  # noqa: BLE001 - a variant the quantizer cannot make is reported, not fatal
             raise TechniqueFailed(f"LiteRT Quantizer could not make this variant: {_first_line(e)}") from e
         if not out:
             raise TechniqueFailed("LiteRT Quantizer returned no model.")
-        return bytes(out)
+        out = made_by("LiteRT Quantizer", graphfix.fix_signature_if_stale(out, self.content))
+        if self.clamps:
+            out, _ = graphfix.clamp_divisors(out, self.clamps)
+        return out
+
+
+def made_by(who: str, content: bytes) -> bytes:
+    """A model a quantizer wrote, validated like any .tflite: when it does not validate, the fault is the
+    quantizer's (a failed attempt naming it), never the user's model."""
+    from optimize.core.errors import ModelError
+    from optimize.models.tflite import read_model
+
+    try:
+        read_model(content)
+    except ModelError as e:
+        raise TechniqueFailed(f"{who} wrote a model that does not validate ({e.problem})") from None
+    return content
 
 
 def _first_line(e: BaseException) -> str:

@@ -111,14 +111,18 @@ def test_debug_names_the_fix_to_try_on_a_log_mel_front_end(log_mel, capsys):
 
     report = debug_model(log_mel / "logmel.tflite", log_mel / "d.npz", samples=16, leave_out=1)
     measured = [le for le in report.layers if le.output_error_without is not None]
-    assert len(measured) >= 2  # the worst by its own error, and the op feeding LOG
+    # the worst by its own error, and the int8 op feeding LOG (through the float mel matrix the repair kept float)
+    assert len(measured) >= 2
     best = min(measured, key=lambda le: le.output_error_without)
-    assert best.output_error_without < report.output_error / 3
     (fix, *more) = report.fixes
-    assert fix.startswith(f"Fix to try: keep {best.op} #{best.op_index} float") and "optimize run mixed-int8" in fix
+    assert fix.startswith("Fix to try: ") and "optimize run mixed-int8" in fix
+    if best.output_error_without < report.output_error / 3:  # one op holds the error: it is named
+        assert fix.startswith(f"Fix to try: keep {best.op} #{best.op_index} float")
+    else:  # the power spectrum's whole chain holds it: said so, not one op blamed
+        assert "no single op holds the error" in fix
     assert any("--scheme int16x8" in line for line in more)
     print_debug(report, width=80)
-    assert "Fix to try: keep" in capsys.readouterr().out
+    assert "Fix to try: " in capsys.readouterr().out
 
 
 def test_selective_stops_at_once_when_int8_meets_the_budget(keras_model, data_npz, tmp_path):

@@ -430,11 +430,7 @@ def make_candidate(
         raise
     except OSError as e:
         artifact.unlink(missing_ok=True)
-        if e.errno in _NO_ROOM:  # the disk, not the technique: the run cannot go on
-            where = e.filename or artifact
-            raise OptimizeError(
-                f"Cannot write {where}: {e.strerror}.", "Free disk space, or write elsewhere with -o."
-            ) from None
+        _raise_if_no_room(e, artifact)
         return _failed(recipe, e, t0, phases)
     except Exception as e:  # a technique failing on this model is a failed candidate, not a crashed run
         artifact.unlink(missing_ok=True)
@@ -442,6 +438,15 @@ def make_candidate(
 
 
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def _raise_if_no_room(e: OSError, artifact: Path) -> None:
+    """A full or read-only disk is the disk's fault, not the technique's: the run cannot go on."""
+    if e.errno in _NO_ROOM:
+        where = e.filename or artifact
+        raise OptimizeError(
+            f"Cannot write {where}: {e.strerror}.", "Free disk space, or write elsewhere with -o."
+        ) from None
 
 
 def _ordered(phases: dict[str, float]) -> dict[str, float]:

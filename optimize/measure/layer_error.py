@@ -224,23 +224,34 @@ def kept_float(float_model: bytes, quantized: bytes) -> list[str]:
 SENSITIVE = ("LOG", "RSQRT", "SQRT", "DIV", "POW", "LOG_SOFTMAX")
 
 
-def feeding_sensitive(quantized: bytes) -> list[str]:
-    """Output tensors of quantized ops that feed one of the SENSITIVE float ops (through a DEQUANTIZE)."""
+def feeding_sensitive(quantized: bytes, hops: int = 4) -> list[str]:
+    """Output tensors of quantized ops that feed one of the SENSITIVE float ops: through its DEQUANTIZE, and
+    through up to `hops` float ops between them (a float mel matrix between the int8 power spectrum and its LOG)."""
     sg = read_model(quantized).main
     producer = {o: op for op in sg.ops for o in op.outputs if o >= 0}
-    out = []
+    out: list[str] = []
+
+    def walk(tensor: int, left: int) -> None:
+        src = producer.get(tensor)
+        if src is None or not src.outputs:
+            return
+        if src.name == "DEQUANTIZE":
+            src = producer.get(src.inputs[0]) if src.inputs else None
+            if src is not None and src.name not in ("QUANTIZE", "DEQUANTIZE") and src.outputs:
+                name = sg.tensors[src.outputs[0]].name
+                if name not in out:
+                    out.append(name)
+            return
+        if sg.tensors[src.outputs[0]].dtype.startswith("float") and left > 0:
+            for i in src.inputs:
+                if i >= 0 and not sg.tensors[i].is_const:
+                    walk(i, left - 1)
+
     for op in sg.ops:
-        if op.name not in SENSITIVE:
-            continue
-        for i in op.inputs:
-            src = producer.get(i)
-            if src is not None and src.name == "DEQUANTIZE" and src.inputs:
-                src = producer.get(src.inputs[0])
-            if src is None or src.name in ("QUANTIZE", "DEQUANTIZE") or not src.outputs:
-                continue
-            name = sg.tensors[src.outputs[0]].name
-            if name not in out:
-                out.append(name)
+        if op.name in SENSITIVE:
+            for i in op.inputs:
+                if i >= 0 and not sg.tensors[i].is_const:
+                    walk(i, hops)
     return out
 
 

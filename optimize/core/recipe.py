@@ -114,7 +114,10 @@ class Recipe(BaseModel):
 
     @property
     def made_by(self) -> Backend:
-        """Which backend makes the artifact: LiteRT Quantizer when a quantize step runs, else the converter."""
+        """Which backend makes the artifact: litert-torch's PT2E quantizer when a pt2e step runs, LiteRT
+        Quantizer when a quantize step runs, else the converter."""
+        if any(s.technique == "pt2e" for s in self.steps):
+            return Backend.PT2E
         tflite_steps = any(registry.get(s.technique).stage is Stage.TFLITE for s in self.steps)
         return Backend.LITERT if tflite_steps else Backend.CONVERTER
 

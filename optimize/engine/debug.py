@@ -18,10 +18,14 @@ def debug_model(
     threads: int = 2,
     calibration=None,
     trust_model_code: bool = False,
+    measuring=None,
+    layout: str = "source",
 ) -> DebugReport:
     """Per-layer error analysis of `model` quantized to `scheme` (int8 or int16x8), on calibration samples.
 
-    `model` is a Keras/SavedModel (converted to float32 first) or a float .tflite.
+    `model` is a Keras/SavedModel (converted to float32 first), a float .tflite, or a PyTorch / ONNX model
+    (converted once to its float .tflite; `layout` as in a sweep). The model and data are checked against
+    each other first (`measuring`: what the labels are).
     """
     import tempfile
     from pathlib import Path
@@ -34,12 +38,15 @@ def debug_model(
     from optimize.transforms.tflite.quantize import _calibration_data, _inspect
     from optimize.transforms.tflite.session import Session
 
-    src, ds = open_inputs(model, data, calibration, trust=trust_model_code)
+    src, ds = open_inputs(model, data, calibration, measuring, trust=trust_model_code, check=True, layout=layout)
     if ds is None:
         raise DataError("debug compares the float and quantized models on real inputs.", "Pass --data DATA.npz.")
     with tempfile.TemporaryDirectory(prefix="optimize-debug-") as tmp:
         work = Path(tmp)
-        if src.kind == "tflite":
+        if src.torch:  # a PyTorch or ONNX model: the float .tflite it was converted to
+            float_path = work / f"{src.name}.tflite"
+            float_path.write_bytes(src.content)
+        elif src.kind == "tflite":
             float_path = src.path
         else:
             steps = build("float32", [{"technique": "convert"}]).steps

@@ -97,6 +97,7 @@ class Workspace:
             workdir=folder,
             data=self.data,
             source_kind=self.src.kind,
+            source=self.src,
             threads=self.threads,
             notes=list(state.notes),
             skipped_layers=list(state.skipped),
@@ -149,7 +150,9 @@ class Workspace:
         (optimize.models.normalize: old op codes, no signature, float16 or sparse weights), made once."""
         if self._source is None:
             self._source = _State("source", self.src.path)
-            if self.src.kind == "tflite":
+            if self.src.torch:  # a PyTorch or ONNX model: the float .tflite it was converted to
+                self._source.path = write_atomic(self.workdir / "source.tflite", self.src.content)
+            elif self.src.kind == "tflite":
                 src = models.opened(self.src)  # normalised when it was opened: not read again
                 if src.facts:
                     self._source.path = write_atomic(self.workdir / "source.tflite", src.content)
@@ -187,7 +190,7 @@ class Workspace:
                 state = self._step(tech, step.params, state, key, prefix)
             self.memo[key] = state
         if state.kind != "tflite":
-            if state.kind == "source" and self.src.kind == "tflite":
+            if state.kind == "source" and self.src.flat:
                 return state
             raise RecipeError("The recipe never converts to .tflite.", "Add a convert step.")
         return state
@@ -214,7 +217,7 @@ class Workspace:
             ctx.fixed_batch_export = self._fixed_batch_export(state, key)
             state = _State("tflite", tech.fn(sm, params, ctx), None, ctx.notes, ctx.skipped_layers, ctx.records)
         else:
-            if state.kind == "source" and self.src.kind != "tflite":
+            if state.kind == "source" and not self.src.flat:
                 raise RecipeError(
                     f"{tech.name} quantizes a .tflite; this recipe has no convert step before it.",
                     "Add a convert step with scheme float32 first.",
@@ -261,7 +264,7 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
     with timed(ws.phases, "verify"):
         parsed, composition = _read_back(state.path)
         problem = verify.check(recipe, composition) if recipe.steps else None
-    if problem and recipe.made_by == Backend.LITERT and ws.src.kind != "tflite" and not recipe.uses("selective"):
+    if problem and recipe.made_by == Backend.LITERT and not ws.src.flat and not recipe.uses("selective"):
         other = recipe.with_backend(Backend.CONVERTER)
         if other.steps != recipe.steps:
             state = ws.produce(other.steps)
@@ -482,6 +485,11 @@ def prepare(
     """The recipe as it will run on this model and data: implicit steps filled in, post-training schemes
     expressed with the backend (`None`: the recipe's own, by default auto), data checked up front."""
     recipe = resolve(recipe, src, ds).with_backend(backend)
+    if recipe.uses("pt2e") and not src.torch:
+        raise RecipeError(
+            f"{recipe.name}: pt2e quantizes a PyTorch or ONNX model's torch graph; {src.path.name} is {src.kind}.",
+            "Use --backend litert (LiteRT Quantizer) for this model.",
+        )
     if recipe.needs_calibration and ds is None:
         raise DataError(
             f"{recipe.name}: {recipe.scheme} needs calibration data.",
@@ -496,7 +504,7 @@ def own_reference(ws: Workspace, recipe: Recipe) -> tuple[Path | None, Metrics |
     of the same model (made in the workspace, not the output folder); and that reference's metrics."""
     if [s.technique for s in recipe.steps] == ["convert"] and recipe.scheme == "float32":
         return None, None  # the float32 model is its own reference
-    if ws.src.kind == "tflite":
+    if ws.src.flat:
         source = ws.source().path
         return source, measure.evaluate(source, ws.data, threads=ws.threads, timing=False)
     float32 = resolve(build("float32", [{"technique": "convert"}]), ws.src)

@@ -19,7 +19,7 @@ def check_data(src: models.ModelSource, data: Dataset | None) -> None:
     """Check the model and data before any work starts (one clear line if they do not fit): a .tflite must
     be a float model once normalised, and the data must fit the model's inputs."""
     loaded = models.check_loads(src)  # a Keras file that does not load: one line now, not a failed candidate
-    if src.kind == "tflite":
+    if src.flat:
         why = not_float(models.opened(src).content)
         if why:
             raise ModelError(
@@ -67,19 +67,22 @@ def _check_label_names(data: Dataset) -> None:
 
 
 def open_inputs(
-    model: str | Path | None,
+    model,
     data: str | Path | Dataset | None,
     calibration: str | Path | Dataset | None = None,
     measuring: MeasureOptions | None = None,
     trust: bool = False,
     check: bool = False,
+    layout: str = "source",
 ):
     """The model source and dataset; the built-in demo (and its data) when no model is given.
 
     `calibration` supplies the calibration samples (its x); `data` the rest. Either alone serves both.
     The model is opened first, so a bad model file is named before missing or bad data. `measuring`
     says what the labels are and how calibration samples are drawn. `check`: the model and data are also
-    checked against each other (`check_data`), for the commands that are about to work on them.
+    checked against each other (`check_data`), for the commands that are about to work on them. A PyTorch
+    or ONNX model (`model` may be an nn.Module from Python) is converted here, once, to its float .tflite,
+    and the data made to fit it (`torch_source.prepare`; `layout` "channels-last" makes image I/O NHWC).
     """
     if model is None or str(model) == "demo":
         from optimize.models.demo import demo
@@ -89,6 +92,10 @@ def open_inputs(
         data = data if data is not None else data_path
     src = models.open_model(model, trust)  # the one read of the model: recognised, opened, described
     ds = combine(_dataset(data), _dataset(calibration))
+    if src.torch:
+        from optimize.models.torch_source import prepare
+
+        src, ds = prepare(src, ds, layout)
     if ds is not None:
         kept = {"task": ds.task, "label_output": ds.label_output, "calibration_seed": ds.calibration_seed}
         m = measuring or MeasureOptions(**kept)  # a Dataset passed in keeps its own settings

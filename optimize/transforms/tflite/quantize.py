@@ -31,6 +31,7 @@ from optimize.core.results import write_atomic
 from optimize.core.vocab import CALIBRATED_SCHEMES, IO, PTQ_SCHEMES, Backend, Scheme
 from optimize.models import runtime
 from optimize.models.normalize import not_float
+from optimize.models.source import FLAT_KINDS
 from optimize.models.weights import INT4_OPS
 from optimize.transforms.tflite import calibrator
 
@@ -122,7 +123,7 @@ def quantize(model: Path, params: QuantizeParams, ctx: Context) -> Path:
         data = calibrator.quantize(content, params.scheme, params.io, params.granularity == "tensor", calibration)
         ctx.records["backend"] = Backend.CALIBRATOR
         ctx.notes.append(f"quantize: LiteRT Quantizer leaves {', '.join(left)} float: the TFLite calibrator made it.")
-    elif calibration is not None and params.io != "float" and ctx.source_kind in (None, "tflite"):
+    elif calibration is not None and params.io != "float" and ctx.source_kind in (None, *FLAT_KINDS):
         data = _integer_only(content, data, params, ctx, calibration)
     _check_loads(data, params, ctx, source=content)
     blocks = f"-b{params.block_size}" if params.block_size else ""

@@ -114,8 +114,9 @@ def format_report(reports: dict[str, DelegateReport], max_nodes: int = 25) -> st
     moved = max((r.transposes for r in reports.values()), default=0)
     if moved:
         lines += [
-            f"TRANSPOSE ops: {moved} (layout changes a converter left, NCHW <-> NHWC: each copies its tensor on",
-            "  every delegate; a PyTorch or ONNX model converted with --layout channels-last has fewer)",
+            f"TRANSPOSE ops: {moved} (NCHW <-> NHWC layout changes a converter left:",
+            "  each copies its tensor, on every delegate; a PyTorch or ONNX model",
+            "  converted with --layout channels-last has fewer)",
             "",
         ]
 

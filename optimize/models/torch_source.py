@@ -59,7 +59,7 @@ NEEDS = {
     "module": ("torch", "litert_torch"),
 }
 #: torch.save and TorchScript files: refused in one line that says what they are and how to export a .pt2.
-TORCH_FILE_SUFFIXES = (".pt", ".pth", ".ptl", ".jit", ".ckpt", ".tar", ".bin", ".torchscript")
+TORCH_FILE_SUFFIXES = (".pt", ".pth", ".ptl", ".jit", ".ckpt", ".torchscript")
 #: Rows of test data the conversion's own error is measured on (the source runtime runs them one by one).
 FIDELITY_SAMPLES = 64
 ROUTE_VERSION = "1"
@@ -90,14 +90,14 @@ def recognise(p: Path, head: bytes) -> str | None:
         return "onnx"
     if p.suffix == ".pt2" or p.suffix in TORCH_FILE_SUFFIXES:
         return "torch-file"
-    if head[:1] == b"\x80" and p.suffix not in (".h5", ".keras"):  # a pickle (torch.save's legacy format)
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):  # a pickle (torch.save's old format)
         return "torch-file"
     return None
 
 
 def require(kind: str, name: str) -> None:
     """One line naming the extra to install when what a PyTorch or ONNX model needs is missing."""
-    missing = [m for m in NEEDS[kind] if importlib.util.find_spec(m) is None]
+    missing = [m for m in NEEDS[kind] if not installed(m)]
     if missing:
         what = "an ONNX model" if kind == "onnx" else "a PyTorch model"
         raise ModelError(
@@ -106,13 +106,18 @@ def require(kind: str, name: str) -> None:
         )
 
 
+def installed(module: str) -> bool:
+    """Whether a package can be imported here (without importing it)."""
+    return importlib.util.find_spec(module) is not None
+
+
 def open_file(p: Path, kind: str, fingerprint: str):
     """A PyTorch or ONNX source recognised (not yet converted: that needs the data's shapes). A .pt2 is
     inspected without running anything from it; any other torch file is refused in one line."""
     from optimize.models.source import ModelSource
 
     if kind == "torch-file":
-        if importlib.util.find_spec("torch") is None:
+        if not installed("torch"):
             raise ModelError(
                 f"{p.name} is a PyTorch file, not a model optimize reads without torch.",
                 f"Export a .pt2 with torch.export.save, and install the torch extra: {INSTALL}.",

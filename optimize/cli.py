@@ -515,7 +515,7 @@ def evaluate(
     \b
     Example:
       optimize evaluate m_int8.tflite --data test.npz --reference m.tflite
-      optimize evaluate model.onnx --data test.npz   (its float .tflite, and the conversion's error)
+      optimize evaluate model.onnx -d test.npz   (and the conversion's error)
     """
     import tempfile
 

@@ -101,7 +101,8 @@ def require(kind: str, name: str) -> None:
     if missing:
         what = "an ONNX model" if kind == "onnx" else "a PyTorch model"
         raise ModelError(
-            f"{name} is {what}; reading it needs {', '.join(missing)}, which is not installed.",
+            f"{name} is {what}; reading it needs {', '.join(missing)}, "
+            f"{'which is' if len(missing) == 1 else 'which are'} not installed.",
             f"Install the torch extra: {INSTALL}.",
         )
 

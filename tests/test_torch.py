@@ -221,6 +221,10 @@ def test_a_sweep_of_a_pt2(files, tmp_path, cli):
     assert study["dropped"][0]["recipes"] == ["prune-int8", "cluster-int8", "prune-cluster-int8", "qat-int8"]
     assert "conversion of cnn.pt2" in r.stdout and "TRANSPOSE" not in r.stdout.split("conversion of")[0]
     assert all(len(line) <= 80 for line in r.stdout.splitlines())
+    assert cli("report", str(out / "study.json")).returncode == 0
+    md = (out / "report.md").read_text()
+    assert "## Conversion" in md and "| output | rel err | max abs diff | agree |" in md
+    assert 'id="conversion"' in (out / "report.html").read_text()
     again = cli(
         "sweep",
         str(files / "cnn.pt2"),

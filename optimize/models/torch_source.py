@@ -143,11 +143,17 @@ def _read_onnx(p: Path):
 
     data = read_bounded(p, "model", ModelError)
     try:
-        return onnx.load_from_string(data)
+        model = onnx.load_from_string(data)
     except Exception as e:  # noqa: BLE001 - DecodeError and friends: not ONNX
         raise ModelError(
             f"{p.name} is not a readable ONNX file ({e.__class__.__name__}).", "Pass the .onnx an exporter wrote."
         ) from None
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        raise ModelError(
+            f"{p.name} keeps its weights in files beside it (ONNX external data), which optimize does not follow.",
+            "Save it as one file: onnx.save(onnx.load(path), 'model.onnx', save_as_external_data=False).",
+        )
+    return model
 
 
 # ------------------------------------------------------------------------------------------- modules (Python API)

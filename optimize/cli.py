@@ -304,6 +304,7 @@ def zoo(
       path = "models/detector.keras"
       data = "data/detector.npz"    # optional
       target = "gpu"                # optional; recipes = ["int8", ...] too
+      layout = "channels-last"      # optional: a .pt2/.onnx model's image I/O
 
     \b
     Example:

@@ -14,7 +14,7 @@ streams.reclaim()  # a closed stdout/stderr (`>&-`): /dev/null, before any impor
 import typer  # noqa: E402
 
 from optimize.core.errors import OptimizeError, RecipeError  # noqa: E402
-from optimize.core.vocab import IO, Backend, Delegate, Objective, Scheme, Target, Task  # noqa: E402
+from optimize.core.vocab import IO, Backend, Delegate, Layout, Objective, Scheme, Target, Task  # noqa: E402
 
 app = typer.Typer(
     help="Optimize TensorFlow models for LiteRT: quantize, prune, cluster, QAT; measure every variant; "
@@ -85,14 +85,28 @@ def _narrowed(allowed: list[str], why: str):
     return {"metavar": "[" + "|".join(allowed) + "]", "callback": check}
 
 
-#: What --backend takes: every backend but the calibrator, which is LiteRT Quantizer's own fallback.
-BACKEND = _narrowed([str(b) for b in Backend if b is not Backend.CALIBRATOR], "the calibrator steps in by itself")
+#: What --backend takes: every backend but the calibrator, which is LiteRT Quantizer's own fallback, and PT2E,
+#: which only `quantize` takes (a sweep of a PyTorch or ONNX model makes int8-pt2e by itself).
+BACKEND = _narrowed(
+    [str(b) for b in Backend if b not in (Backend.CALIBRATOR, Backend.PT2E)], "the calibrator steps in by itself"
+)
+QUANTIZE_BACKEND = _narrowed(
+    [str(b) for b in Backend if b is not Backend.CALIBRATOR], "the calibrator steps in by itself"
+)
 #: What `optimize debug` compares per layer: the schemes with quantized activations.
 DEBUG_SCHEMES = _narrowed([str(Scheme.INT8), str(Scheme.INT16X8)], "the schemes with quantized activations")
 
 
-def _backend_option(help: str = BACKEND_HELP):
-    return typer.Option(None, help=help, **BACKEND)
+def _backend_option(help: str = BACKEND_HELP, allowed=None):
+    return typer.Option(None, help=help, **(allowed or BACKEND))
+
+
+LAYOUT = typer.Option(
+    Layout.SOURCE,
+    "--layout",
+    help="A PyTorch or ONNX model's image inputs and outputs: source (NCHW, as the model takes them) or "
+    "channels-last (NHWC, what GPU delegates and cameras feed). Data stays in the source's layout.",
+)
 
 
 DATA_HELP = (
@@ -131,6 +145,7 @@ def _run_and_show(
     measuring=None,
     trust_model_code: bool = False,
     verbose: bool = False,
+    layout: str = Layout.SOURCE,
 ):
     """Run one recipe, print its candidate (table or JSON), exit 1 if it failed; return the candidate."""
     from optimize.engine import single
@@ -148,6 +163,7 @@ def _run_and_show(
         progress=_progress(as_json),
         measuring=measuring,
         trust_model_code=trust_model_code,
+        layout=layout,
     )
     if as_json:
         _print_json(cand)
@@ -184,7 +200,7 @@ def _chain(first: dict, name: str, then: str | None):
 @app.command()
 def sweep(
     model: Path | None = typer.Argument(
-        None, help="Keras .keras/.h5, SavedModel dir or float .tflite. Omit for the built-in demo."
+        None, help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2 or .onnx. Omit for the built-in demo."
     ),
     data: Path | None = typer.Option(None, "--data", "-d", help=DATA_HELP),
     output: Path = typer.Option(Path("optimize-out"), "--output", "-o", help="Folder for artifacts and study.json."),
@@ -210,6 +226,7 @@ def sweep(
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     observe: str = OBSERVE,
+    layout: Layout = LAYOUT,
     as_json: bool = JSON,
     verbose: bool = VERBOSE,
 ) -> None:
@@ -222,6 +239,7 @@ def sweep(
       optimize sweep                  (the built-in demo, offline)
       optimize sweep m.keras --data d.npz -o out --target gpu
       optimize sweep m.keras -d d.npz --executor ray --cache s3://bucket/opt
+      optimize sweep model.onnx -d d.npz --layout channels-last
     """
     from optimize.decide.choose import make_goals, raise_if_unmet, recommend
     from optimize.engine import sweeps
@@ -250,6 +268,7 @@ def sweep(
         calibration_samples=calibration_samples,
         trust_model_code=trust_model_code,
         observe=tuple(o for o in observe.split(",") if o.strip()),
+        layout=layout,
     )
     if mlflow:
         from optimize.present.tracking import log_safely, log_study
@@ -293,6 +312,7 @@ def zoo(
       path = "models/detector.keras"
       data = "data/detector.npz"    # optional
       target = "gpu"                # optional; recipes = ["int8", ...] too
+      layout = "channels-last"      # optional: a .pt2/.onnx model's image I/O
 
     \b
     Example:
@@ -322,7 +342,7 @@ def zoo(
 
 @app.command()
 def quantize(
-    model: Path = typer.Argument(..., help="Keras .keras/.h5, SavedModel dir or float .tflite."),
+    model: Path = typer.Argument(..., help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2 or .onnx."),
     scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="Post-training scheme."),
     calibration: Path | None = typer.Option(None, "--calibration", "-c", help=".npz of calibration samples (x)."),
     data: Path | None = typer.Option(None, "--data", "-d", help=".npz test data for accuracy (default: calibration)."),
@@ -332,7 +352,9 @@ def quantize(
     block_size: int = typer.Option(
         0, "--block-size", help="int4: 0 = one scale per output channel; 32, 64, 128 or 256 = blockwise."
     ),
-    backend: Backend | None = _backend_option(),
+    backend: Backend | None = _backend_option(
+        BACKEND_HELP + " pt2e: int8 of a PyTorch or ONNX model by litert-torch's PT2E quantizer.", QUANTIZE_BACKEND
+    ),
     equalize: bool = typer.Option(False, "--equalize", help="Cross-layer equalization first (same float function)."),
     bias_correction: bool = typer.Option(False, "--bias-correction", help="Fold int8 weights' mean shift into biases."),
     adaround: bool = typer.Option(False, "--adaround", help="Learned rounding of the worst layers' int8 weights."),
@@ -342,6 +364,7 @@ def quantize(
     label_output: str | None = LABEL_OUTPUT,
     calibration_seed: int = CAL_SEED,
     trust_model_code: bool = TRUST,
+    layout: Layout = LAYOUT,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -354,6 +377,7 @@ def quantize(
       optimize quantize m.keras --scheme int8 --calibration d.npz --io int8
       optimize quantize m.keras --scheme int4 --block-size 32 -o m_int4.tflite
       optimize quantize m.keras -c d.npz --equalize --bias-correction
+      optimize quantize model.onnx -c d.npz --backend pt2e
     """
     from optimize.core.recipe import build, with_rescue
 
@@ -365,11 +389,25 @@ def quantize(
     ]
     name = str(scheme) if io == IO.FLOAT else f"{scheme}-{io}io"  # the sweep's name for it: int8-int8io
     recipe = build(name, with_rescue(step, rescue, ranges))
+    if backend == Backend.PT2E:
+        recipe, backend = _pt2e_recipe(scheme, io, samples, rescue, ranges), None
     measuring = _measuring(task, label_output, calibration_seed)
     _run_and_show(
         recipe, model, data, output, threads, as_json, delegates, backend, calibration, measuring, trust_model_code,
-        verbose=verbose,
+        verbose=verbose, layout=layout,
     )  # fmt: skip
+
+
+def _pt2e_recipe(scheme, io, samples: int, rescue: list[str], ranges: str):
+    """int8 by PT2E: the one scheme it makes; the flatbuffer rescue steps belong to LiteRT Quantizer's route."""
+    from optimize.core.recipe import build
+
+    if scheme != Scheme.INT8 or io != IO.FLOAT or rescue or ranges != "minmax":
+        raise OptimizeError(
+            "--backend pt2e makes int8 (with int8 input and output tensors) by PT2E's own observers.",
+            "Drop --scheme/--io/--equalize/--bias-correction/--adaround/--ranges, or use --backend litert.",
+        )
+    return build("int8-pt2e", [{"technique": "pt2e", "samples": samples}])
 
 
 @app.command()
@@ -469,12 +507,13 @@ def qat(
 
 @app.command()
 def evaluate(
-    model: Path = typer.Argument(..., help="A .tflite file."),
+    model: Path = typer.Argument(..., help="A .tflite file, or a .pt2/.onnx (its float .tflite conversion)."),
     data: Path | None = typer.Option(None, "--data", "-d", help=DATA_HELP),
     reference: Path | None = typer.Option(None, "--reference", "-r", help="Float .tflite to compare outputs with."),
     runs: int = typer.Option(50, min=1, max=100000, help="Timed invocations after warm-up."),
     task: Task | None = TASK,
     label_output: str | None = LABEL_OUTPUT,
+    layout: Layout = LAYOUT,
     threads: int = THREADS,
     as_json: bool = JSON,
 ) -> None:
@@ -485,22 +524,74 @@ def evaluate(
     \b
     Example:
       optimize evaluate m_int8.tflite --data test.npz --reference m.tflite
+      optimize evaluate model.onnx -d test.npz   (and the conversion's error)
     """
+    import tempfile
+
     from optimize.measure.metrics import evaluate as run_eval
     from optimize.models.inputs import open_inputs
     from optimize.present import report_text
 
-    _, ds = open_inputs(model, data, measuring=_measuring(task, label_output, 0))
-    metrics = run_eval(model, ds, reference=reference, threads=threads, runs=runs)
+    src, ds = open_inputs(model, data, measuring=_measuring(task, label_output, 0), layout=layout)
+    with tempfile.TemporaryDirectory(prefix="optimize-evaluate-") as tmp:
+        flat, converted = _converted(src, threads, ds, Path(tmp))
+        metrics = run_eval(flat or model, ds, reference=reference, threads=threads, runs=runs)
     if as_json:
         _print_json(metrics)
     else:
-        report_text.print_metrics(model.name, metrics)
+        report_text.print_metrics(src.name, metrics)
+        _show_conversion(converted)
+
+
+def _compat_model(model: Path, data: Path | None, layout: str, threads: int, folder: Path):
+    """The .tflite `compat` checks: the file itself, or a PyTorch or ONNX model's float .tflite (converted
+    with `data` fixing its shapes), and that conversion's record."""
+    from optimize.models import torch_source
+    from optimize.models.source import is_tflite
+
+    head = b""
+    if model.is_file():
+        with open(model, "rb") as f:
+            head = f.read(16)
+    if not head or is_tflite(head) or torch_source.recognise(model, head) is None:
+        if data is not None:
+            raise OptimizeError(
+                "--data is for a PyTorch or ONNX model (it fixes the shapes it converts at).", "Leave it out."
+            )
+        return model, None
+    from optimize.models.inputs import open_inputs
+
+    src, ds = open_inputs(model, data, layout=layout)
+    flat, converted = _converted(src, threads, ds, folder)
+    return flat or model, converted
+
+
+def _converted(src, threads: int, ds, folder: Path):
+    """(a PyTorch or ONNX model's float .tflite written to `folder`, its conversion record with the conversion's
+    own error measured on `ds`), or (None, None) for any other model."""
+    if not src.torch:
+        return None, None
+    from optimize.measure import conversion
+
+    path = folder / f"{src.name}.tflite"
+    path.write_bytes(src.content)
+    return path, conversion.measure(src, ds, threads).conversion
+
+
+def _show_conversion(converted) -> None:
+    if converted is not None:
+        from optimize.present.report_text import conversion_line
+
+        _show(conversion_line(converted))
 
 
 @app.command()
 def compat(
-    model: Path = typer.Argument(..., help="A .tflite file."),
+    model: Path = typer.Argument(..., help="A .tflite file, or a .pt2/.onnx (its float .tflite conversion)."),
+    data: Path | None = typer.Option(
+        None, "--data", "-d", help="A PyTorch or ONNX model's data: fixes its free input dimensions."
+    ),
+    layout: Layout = LAYOUT,
     delegate: str = typer.Option(
         ",".join(Delegate), "--delegate", help="Comma-separated delegates: " + ", ".join(Delegate) + "."
     ),
@@ -528,7 +619,10 @@ def compat(
       optimize compat m_int8.tflite --delegate gpu,hexagon
       optimize compat m_int8.tflite --model-explorer overlay.json
       optimize compat m.tflite --observe gpu   (the GPU accelerator's verdict)
+      optimize compat model.onnx --data d.npz --layout channels-last
     """
+    import tempfile
+
     from optimize.delegates import TargetParams, check_delegates, format_report
     from optimize.delegates.observe import UNAVAILABLE, gpu_device
 
@@ -536,16 +630,19 @@ def compat(
         android_api=android_api, coreml_version=coreml_version, gpu_allow_quant=gpu_allow_quant, gpu_opencl=gpu_opencl
     )
     watch = [o for o in observe.split(",") if o.strip()]
-    reports = check_delegates(model, delegate.split(","), target=target, threads=threads, observe=watch)
-    if model_explorer is not None:
-        from optimize.delegates.overlay import write_overlays
+    with tempfile.TemporaryDirectory(prefix="optimize-compat-") as tmp:
+        flat, converted = _compat_model(model, data, layout, threads, Path(tmp))
+        reports = check_delegates(flat, delegate.split(","), target=target, threads=threads, observe=watch)
+        if model_explorer is not None:
+            from optimize.delegates.overlay import write_overlays
 
-        written = write_overlays(model_explorer, reports, model)
-        typer.echo(f"Model Explorer node data: {', '.join(map(str, written))}", err=True)
+            written = write_overlays(model_explorer, reports, flat)
+            typer.echo(f"Model Explorer node data: {', '.join(map(str, written))}", err=True)
     if as_json:
         typer.echo(json.dumps({k: v.model_dump(mode="json") for k, v in reports.items()}, indent=2))
     else:
         _show(format_report(reports))
+        _show_conversion(converted)
     if watch and gpu_device() is None:
         typer.echo(UNAVAILABLE, err=as_json)
 
@@ -624,13 +721,14 @@ def report(
 
 @app.command()
 def debug(
-    model: Path = typer.Argument(..., help="Keras .keras/.h5, SavedModel dir or float .tflite."),
+    model: Path = typer.Argument(..., help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2 or .onnx."),
     data: Path = typer.Option(..., "--data", "-d", help=".npz whose calibration samples (x) are compared."),
     scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="int8 or int16x8.", **DEBUG_SCHEMES),
     samples: int = typer.Option(16, min=1, max=10000, help="Samples run through both models (errors settle fast)."),
     leave_out: int = typer.Option(3, min=0, max=50, help="Worst ops also measured with only them kept float."),
     label_output: str | None = LABEL_OUTPUT,
     trust_model_code: bool = TRUST,
+    layout: Layout = LAYOUT,
     threads: int = THREADS,
     as_json: bool = JSON,
 ) -> None:
@@ -643,20 +741,19 @@ def debug(
       optimize debug m.keras --data d.npz --scheme int8
     """
     from optimize.engine.debug import debug_model
-    from optimize.models.inputs import open_inputs
     from optimize.present import report_text
 
     _progress(as_json)
-    # data and labels (--label-output) that fit the model, in one line if not
-    src, ds = open_inputs(model, data, measuring=_measuring(None, label_output, 0), trust=trust_model_code, check=True)
-    report = debug_model(
+    report = debug_model(  # checks the data and labels (--label-output) against the model first, in one line
         model,
-        ds,
+        data,
         scheme=scheme,
         samples=samples,
         leave_out=leave_out,
         threads=threads,
         trust_model_code=trust_model_code,
+        measuring=_measuring(None, label_output, 0),
+        layout=layout,
     )
     if as_json:
         _print_json(report)

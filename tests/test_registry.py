@@ -37,6 +37,15 @@ def test_importing_optimize_does_not_import_tensorflow():
     import subprocess
     import sys
 
-    code = "import sys, optimize, optimize.cli, optimize.core.recipe, optimize.core.results; optimize.core.recipe.build('x', [{'technique': 'prune'}]); print('tensorflow' in sys.modules)"
+    code = "import sys, optimize, optimize.cli, optimize.core.recipe, optimize.core.results; optimize.core.recipe.build('x', [{'technique': 'prune'}]); print('tensorflow' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.stdout.strip() == "False", out.stderr
+    assert out.stdout.strip() == "False False", out.stderr  # nor torch: the registry lists pt2e without it
+
+
+def test_help_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys; sys.argv = ['optimize', '--help']\nfrom optimize.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass\nprint('torch' in sys.modules, 'tensorflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == "False False", out.stderr

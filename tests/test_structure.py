@@ -120,13 +120,22 @@ def test_few_modules_at_the_top():
     assert packages == ["core", "decide", "delegates", "engine", "measure", "models", "present", "transforms"]
 
 
+#: The PyTorch/ONNX front door's own torch and onnx code: imported only inside functions, for a PyTorch or
+#: ONNX model, with the torch extra installed (each needs that package at import time; nothing else may).
+NEEDS_EXTRA = {"optimize.models.torch_ops": "torch", "optimize.models.onnx_graph": "onnx"}
+
+
 def test_every_module_imports_alone_without_tensorflow():
     """Each module, imported first in a clean interpreter state, loads (no hidden order dependence)
-    and does not pay for TensorFlow."""
-    names = sorted(m for m in _modules() if m != "optimize")
+    and does not pay for TensorFlow, nor for torch (whether the torch extra is installed or not)."""
+    import importlib.util
+
+    names = sorted(m for m in _modules() if m != "optimize" and m not in NEEDS_EXTRA)
+    names += sorted(m for m, need in NEEDS_EXTRA.items() if importlib.util.find_spec(need))  # last: they load torch
     code = (
         "import importlib, sys\n"
         f"names = {names!r}\n"
+        f"extra = {sorted(NEEDS_EXTRA)!r}\n"
         "bad = []\n"
         "for n in names:\n"
         "    for k in [k for k in sys.modules if k == 'optimize' or k.startswith('optimize.')]:\n"
@@ -137,6 +146,9 @@ def test_every_module_imports_alone_without_tensorflow():
         "        bad.append(f'{n}: {e!r}')\n"
         "    if 'tensorflow' in sys.modules:\n"
         "        bad.append(f'{n} imports tensorflow at import time')\n"
+        "        break\n"
+        "    if 'torch' in sys.modules and n not in extra:\n"
+        "        bad.append(f'{n} imports torch at import time')\n"
         "        break\n"
         "print('\\n'.join(bad))\n"
     )

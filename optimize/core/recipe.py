@@ -114,7 +114,10 @@ class Recipe(BaseModel):
 
     @property
     def made_by(self) -> Backend:
-        """Which backend makes the artifact: LiteRT Quantizer when a quantize step runs, else the converter."""
+        """Which backend makes the artifact: litert-torch's PT2E quantizer when a pt2e step runs, LiteRT
+        Quantizer when a quantize step runs, else the converter."""
+        if any(s.technique == "pt2e" for s in self.steps):
+            return Backend.PT2E
         tflite_steps = any(registry.get(s.technique).stage is Stage.TFLITE for s in self.steps)
         return Backend.LITERT if tflite_steps else Backend.CONVERTER
 
@@ -139,8 +142,11 @@ class Recipe(BaseModel):
         goals = {k: v for k, v in self.goals.model_dump(mode="json").items() if v is not None}
         if goals != {"objective": "size"}:
             doc["goals"] = goals
-        doc["steps"] = [{k: v for k, v in s.flat().items() if v is not None} for s in self.steps]
-        return "\n".join(_fold_toml_line(line) for line in tomli_w.dumps(doc).split("\n"))
+        steps = [{k: v for k, v in s.flat().items() if v is not None} for s in self.steps]
+        # each step as a [[steps]] table, as recipes are written (tomli_w puts a step of up to 100 characters
+        # on one line, which does not fit 80 columns)
+        text = tomli_w.dumps(doc) + "".join(f"\n[[steps]]\n{tomli_w.dumps(step)}" for step in steps)
+        return "\n".join(_fold_toml_line(line) for line in text.split("\n"))
 
     def with_backend(self, backend: Backend | str | None = None) -> Recipe:
         """The same pipeline with its post-training schemes made by `backend` (default: the recipe's own).

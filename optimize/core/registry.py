@@ -27,6 +27,7 @@ TECHNIQUE_MODULES = (
     "tflite.quantize",
     "tflite.rescue_steps",
     "tflite.selective",
+    "pt2e",
 )
 
 
@@ -76,6 +77,7 @@ class Context:
     fixed_batch_export: Callable[[], Path] | None = None  # the model again, exported with a batch of 1
     source_kind: str | None = None  # what the run started from (models.Kind): keras2, keras3, savedmodel, tflite
     teacher: Callable[[], list] | None = None  # the float source model's outputs on the training inputs
+    source: Any = None  # the ModelSource the run started from (a PyTorch / ONNX model's PT2E route reads it)
 
 
 @dataclass(frozen=True)

@@ -304,6 +304,9 @@ class DelegateReport(Record):
     verdict: Literal["full", "partial", "none"]
     cpu_nodes: list[NodeVerdict] = Field(default_factory=list)
     hints: list[str] = Field(default_factory=list)
+    transposes: int = Field(
+        0, description="TRANSPOSE ops in the model: layout changes (NCHW <-> NHWC) a converter left, each a copy."
+    )
     vetoed: str | None = Field(None, description="Why the whole model stays on the CPU, if it does.")
     veto_code: str | None = Field(None, description="The veto as a code (optimize.delegates.rules.Reason).")
 
@@ -680,6 +683,49 @@ class Dropped(Record):
     reason: str
 
 
+class ConvertedInput(Record):
+    """One input of a PyTorch or ONNX model, and what the converted .tflite takes for it."""
+
+    name: str = Field(description="The input's name in the source model (the data's x:<name> key).")
+    key: str = Field(description="Its name in the .tflite signature: the same where it is a Python identifier.")
+    source_shape: list[int] = Field(description="One call of the source model, in its own layout.")
+    shape: list[int] = Field(default_factory=list, description="The .tflite input (batch first, 1).")
+    sample_axis: Literal["batch", "whole"] = Field(
+        "batch",
+        description="batch: a data row is the input without its leading batch axis; whole: a row is the whole "
+        "input (its batch axis is not first), which the .tflite takes with a leading axis of 1.",
+    )
+    dtype: str = "float32"
+    layout: str = Field("", description="NCHW or NHWC for an image input (rank 4), else empty.")
+
+
+class Conversion(Record):
+    """How a PyTorch or ONNX model became the float .tflite every candidate starts from, and what that cost on
+    the user's data: its own error against the source runtime, apart from any quantization error."""
+
+    source: str = Field(description="onnx, pt2, or module (an nn.Module given in Python).")
+    file: str = Field(description="The source file's name.")
+    route: str = Field(description="What converted it (onnx2torch with our converters, torch.export, litert-torch).")
+    layout: str = Field("source", description="source (NCHW as PyTorch and ONNX take images) or channels-last.")
+    inputs: list[ConvertedInput] = Field(default_factory=list)
+    outputs: list[str] = Field(default_factory=list, description="The .tflite's outputs, by the source's names.")
+    channel_last_outputs: list[str] = Field(default_factory=list, description="Outputs made NHWC.")
+    whole_outputs: list[str] = Field(
+        default_factory=list,
+        description="Outputs whose first axis is not a batch of 1 (a recurrent state): given a leading axis of 1.",
+    )
+    frozen: dict[str, float | int] = Field(
+        default_factory=dict, description="Inputs that were one value in every sample, frozen into the graph."
+    )
+    facts: list[str] = Field(default_factory=list, description="What normalising and converting changed.")
+    transposes: int = Field(0, description="TRANSPOSE ops the conversion left in the float .tflite.")
+    seconds: dict[str, float] = Field(default_factory=dict, description="normalize, onnx2torch, export, convert.")
+    cached: bool = Field(False, description="Taken from the conversion cache (made by an earlier run).")
+    fidelity: Fidelity | None = Field(
+        None, description="The float .tflite against the source runtime (ONNX Runtime or PyTorch) on test samples."
+    )
+
+
 class Environment(Record):
     python: str
     platform: str
@@ -716,6 +762,9 @@ class Study(Record):
         "overlaps: the candidates' own `seconds` can add up to more).",
     )
     split: Split | None = Field(None, description="How the data was split into train and test (None: no data).")
+    conversion: Conversion | None = Field(
+        None, description="A PyTorch or ONNX model: how it was converted, and the conversion's own error."
+    )
 
     @property
     def float_reference(self) -> Candidate | None:

@@ -60,7 +60,15 @@ class Backend(StrEnum):
     CONVERTER = "converter"
     LITERT = "litert"
     CALIBRATOR = "calibrator"  # the TFLite calibrator on a float flatbuffer (LiteRT Quantizer's fallback)
+    PT2E = "pt2e"  # litert-torch's PT2E quantizer on a PyTorch / ONNX model's torch graph, then converted
     AUTO = "auto"
+
+
+class Layout(StrEnum):
+    """The layout a PyTorch or ONNX model's image inputs and outputs take once converted."""
+
+    SOURCE = "source"  # as the source model takes them (NCHW for PyTorch and ONNX image models)
+    CHANNELS_LAST = "channels-last"  # NHWC: what GPU delegates, Core ML and camera pipelines feed
 
 
 class Objective(StrEnum):

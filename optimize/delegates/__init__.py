@@ -89,7 +89,8 @@ def check_delegates(
         report = observe_gpu(model)
         if report is not None:
             out[OBSERVED[name]] = report
-    return out
+    moved = sum(1 for g in facts.model.subgraphs for op in g.ops if op.name == "TRANSPOSE")
+    return {k: r.model_copy(update={"transposes": moved}) for k, r in out.items()} if moved else out
 
 
 _VERDICT = {"full": "fully delegated", "partial": "partial", "none": "none"}
@@ -109,6 +110,15 @@ def format_report(reports: dict[str, DelegateReport], max_nodes: int = 25) -> st
     """Plain text for the terminal: one block per delegate, CPU nodes with reasons, hints."""
     lines: list[str] = []
     from optimize.delegates.observe import OBSERVED
+
+    moved = max((r.transposes for r in reports.values()), default=0)
+    if moved:
+        lines += [
+            f"TRANSPOSE ops: {moved} (NCHW <-> NHWC layout changes a converter left:",
+            "  each copies its tensor, on every delegate; a PyTorch or ONNX model",
+            "  converted with --layout channels-last has fewer)",
+            "",
+        ]
 
     labels = {key: f"{d} (observed)" for d, key in OBSERVED.items()}
     for name, r in reports.items():

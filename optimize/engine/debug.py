@@ -21,12 +21,15 @@ def debug_model(
     threads: int = 2,
     calibration=None,
     trust_model_code: bool = False,
+    measuring=None,
+    layout: str = "source",
 ) -> DebugReport:
     """Per-layer error analysis of `model` quantized to `scheme` (int8 or int16x8), on calibration samples.
 
-    `model` is anything `sweep` takes: a Keras/SavedModel (converted to float32 first) or a float .tflite
-    (normalised first, as a sweep does). Ops the quantized model fails on (to load, to invoke, or with
-    NaN/inf where the float model is finite) are kept out of the scheme first and listed (`repaired`).
+    `model` is anything `sweep` takes: a Keras/SavedModel (converted to float32 first), a float .tflite
+    (normalised first, as a sweep does), or a PyTorch / ONNX model (converted once to its float .tflite;
+    `layout` as in a sweep). Ops the quantized model fails on (to load, to invoke, or with NaN/inf where the
+    float model is finite) are kept out of the scheme first and listed (`repaired`).
     """
     import tempfile
     from pathlib import Path
@@ -38,7 +41,7 @@ def debug_model(
     from optimize.models.inputs import open_inputs
     from optimize.transforms.tflite.quantize import _calibration_data, _inspect, repaired_session
 
-    src, ds = open_inputs(model, data, calibration, trust=trust_model_code)
+    src, ds = open_inputs(model, data, calibration, measuring, trust=trust_model_code, check=True, layout=layout)
     if ds is None:
         raise DataError("debug compares the float and quantized models on real inputs.", "Pass --data DATA.npz.")
     from optimize.core.paths import temporaries_in
@@ -46,7 +49,7 @@ def debug_model(
     with tempfile.TemporaryDirectory(prefix="optimize-debug-") as tmp, temporaries_in(Path(tmp) / "tmp"):
         work = Path(tmp)
         ws = Workspace(src, ds, work, threads)
-        if src.kind == "tflite":
+        if src.flat:  # a .tflite, or the float .tflite a PyTorch / ONNX model was converted to
             float_path = ws.source().path  # the normalised float32 model a sweep starts from
         else:
             float_path = ws.produce(build("float32", [{"technique": "convert"}]).steps).path

@@ -97,6 +97,7 @@ class Workspace:
             workdir=folder,
             data=self.data,
             source_kind=self.src.kind,
+            source=self.src,
             threads=self.threads,
             notes=list(state.notes),
             skipped_layers=list(state.skipped),
@@ -149,7 +150,9 @@ class Workspace:
         (optimize.models.normalize: old op codes, no signature, float16 or sparse weights), made once."""
         if self._source is None:
             self._source = _State("source", self.src.path)
-            if self.src.kind == "tflite":
+            if self.src.torch:  # a PyTorch or ONNX model: the float .tflite it was converted to
+                self._source.path = write_atomic(self.workdir / "source.tflite", self.src.content)
+            elif self.src.kind == "tflite":
                 src = models.opened(self.src)  # normalised when it was opened: not read again
                 if src.facts:
                     self._source.path = write_atomic(self.workdir / "source.tflite", src.content)
@@ -187,7 +190,7 @@ class Workspace:
                 state = self._step(tech, step.params, state, key, prefix)
             self.memo[key] = state
         if state.kind != "tflite":
-            if state.kind == "source" and self.src.kind == "tflite":
+            if state.kind == "source" and self.src.flat:
                 return state
             raise RecipeError("The recipe never converts to .tflite.", "Add a convert step.")
         return state
@@ -214,7 +217,7 @@ class Workspace:
             ctx.fixed_batch_export = self._fixed_batch_export(state, key)
             state = _State("tflite", tech.fn(sm, params, ctx), None, ctx.notes, ctx.skipped_layers, ctx.records)
         else:
-            if state.kind == "source" and self.src.kind != "tflite":
+            if state.kind == "source" and not self.src.flat:
                 raise RecipeError(
                     f"{tech.name} quantizes a .tflite; this recipe has no convert step before it.",
                     "Add a convert step with scheme float32 first.",
@@ -306,7 +309,7 @@ def _failed_after_conversion(ws: Workspace, recipe: Recipe) -> bool:
 def _other_route(ws: Workspace, recipe: Recipe) -> bool:
     """Whether the TFLite converter can make the same scheme (a Keras or SavedModel source, a LiteRT recipe
     with a different converter form): the route tried when LiteRT Quantizer's fails or fails verification."""
-    if recipe.made_by != Backend.LITERT or ws.src.kind == "tflite" or recipe.uses("selective"):
+    if recipe.made_by != Backend.LITERT or ws.src.flat or recipe.uses("selective"):
         return False
     return recipe.with_backend(Backend.CONVERTER).steps != recipe.steps
 
@@ -528,6 +531,11 @@ def prepare(
     """The recipe as it will run on this model and data: implicit steps filled in, post-training schemes
     expressed with the backend (`None`: the recipe's own, by default auto), data checked up front."""
     recipe = resolve(recipe, src, ds).with_backend(backend)
+    if recipe.uses("pt2e") and not src.torch:
+        raise RecipeError(
+            f"{recipe.name}: pt2e quantizes a PyTorch or ONNX model's torch graph; {src.path.name} is {src.kind}.",
+            "Use --backend litert (LiteRT Quantizer) for this model.",
+        )
     if recipe.needs_calibration and ds is None:
         raise DataError(
             f"{recipe.name}: {recipe.scheme} needs calibration data.",
@@ -542,7 +550,7 @@ def own_reference(ws: Workspace, recipe: Recipe) -> tuple[Path | None, Metrics |
     of the same model (made in the workspace, not the output folder); and that reference's metrics."""
     if [s.technique for s in recipe.steps] == ["convert"] and recipe.scheme == "float32":
         return None, None  # the float32 model is its own reference
-    if ws.src.kind == "tflite":
+    if ws.src.flat:
         source = ws.source().path
         return source, measure.evaluate(source, ws.data, threads=ws.threads, timing=False)
     float32 = resolve(build("float32", [{"technique": "convert"}]), ws.src)

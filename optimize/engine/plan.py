@@ -71,6 +71,8 @@ def _defaults(src: models.ModelSource, ds: Dataset | None, backend, dropped: lis
     """The default sweep; int4 (4-bit Dense/MatMul weights) only where those hold most of the weights."""
     can = facts.for_planning(src, ds)
     int4 = [build("int4", [{"technique": "quantize", "scheme": "int4"}])] if can.mostly_dense else []
+    if src.torch:
+        return _torch_defaults(int4, dropped)
     if src.kind == "tflite":  # every post-training scheme of the default sweep, integer-only int8 too
         quantize = [
             build(n, [{**steps[0], "technique": "quantize"}])
@@ -80,9 +82,34 @@ def _defaults(src: models.ModelSource, ds: Dataset | None, backend, dropped: lis
         return [as_given("float32"), *quantize, *int4]
     why = can.training_blocker
     if why:
-        names = [n for n, steps in DEFAULT_SWEEP if any(s["technique"] in TRAINING for s in steps)]
+        names = [n for n, steps in DEFAULT_SWEEP if _trains(steps)]
         dropped.append(Dropped(recipes=names, reason=why))
     return default_recipes(why is None, backend) + [r.with_backend(backend) for r in int4]
+
+
+def _torch_defaults(int4: list[Recipe], dropped: list[Dropped]) -> list[Recipe]:
+    """A PyTorch or ONNX model, converted to a float .tflite: every scheme on it, both int8 routes side by side
+    (LiteRT Quantizer on the .tflite, litert-torch's PT2E on the torch graph), and the Keras techniques left
+    out with the reason."""
+    from optimize.models.torch_source import TRAINING
+
+    def q(scheme: str, **kw) -> list[dict]:
+        return [{"technique": "quantize", "scheme": scheme, **kw}]
+
+    out = [
+        as_given("float32"),
+        build("float16", q("float16")),
+        build("dynamic", q("dynamic")),
+        build("int8", q("int8")),
+    ]
+    out += [build("int8-pt2e", [{"technique": "pt2e"}]), build("int8-int8io", q("int8", io="int8"))]
+    out += [build("int16x8", q("int16x8")), *int4]
+    dropped.append(Dropped(recipes=[n for n, steps in DEFAULT_SWEEP if _trains(steps)], reason=TRAINING))
+    return out
+
+
+def _trains(steps: list[dict]) -> bool:
+    return any(s["technique"] in TRAINING for s in steps)
 
 
 def _is_baseline(r: Recipe) -> bool:
@@ -95,7 +122,7 @@ def _with_baseline(recipes: list[Recipe], src: models.ModelSource) -> list[Recip
     if any(_is_baseline(r) for r in recipes):
         return recipes
     name = "float32" if all(r.name != "float32" for r in recipes) else "float32-baseline"
-    if src.kind == "tflite":
+    if src.flat:
         return [as_given(name), *recipes]
     return [build(name, [{"technique": "convert", "scheme": "float32"}]), *recipes]
 
@@ -137,7 +164,7 @@ def plan(
         recipes = _defaults(src, ds, backend, dropped)
     else:
         recipes = _with_baseline([r.with_backend(backend) for r in recipes], src)
-    if target is not None and src.kind != "tflite":
+    if target is not None and not src.flat:
         recipes = _with_target_recipe(recipes, Target(target), src, backend, dropped, ds)
     if ds is None:
         recipes = _without_data(recipes, dropped)
@@ -174,11 +201,17 @@ def resolve(recipe: Recipe, src: models.ModelSource, ds: Dataset | None = None) 
     rebuild is checked on `ds` (the user's data), as the sweep checks it.
     """
     stages = [registry.get(s.technique).stage for s in recipe.steps]
+    if Stage.KERAS in stages and src.torch:
+        from optimize.models.torch_source import TRAINING
+
+        raise ModelError(
+            f"{recipe.name}: {TRAINING}.", "Use a post-training scheme, or fine-tune in PyTorch and export again."
+        )
     if Stage.KERAS in stages and src.kind == "keras3":
         rebuild.require_keras2(src, ds)  # a Keras 3 model that rebuilds in tf_keras, or the one line saying why not
     elif Stage.KERAS in stages and src.kind == "savedmodel":
         models.load_keras2(src)  # raises the one-line "needs a Keras 2 (tf_keras) model" error
-    if src.kind == "tflite":
+    if src.flat:
         return on_tflite(recipe, src.path.name)
     if Stage.CONVERT in stages:
         return recipe

@@ -151,12 +151,20 @@ def open_run(
     trust_model_code: bool = False,
     tag: str = "",
     observe: tuple[str, ...] = (),
+    layout: str = "source",
 ) -> Run:
-    """One model's sweep, planned and checked (one clear line for bad inputs, before anything is written)."""
+    """One model's sweep, planned and checked (one clear line for bad inputs, before anything is written).
+    A PyTorch or ONNX model is converted here (`layout`: its image I/O), and the conversion's own error
+    against the source runtime measured on the data."""
+    from optimize.measure import conversion
+
     started = time.perf_counter()
     store = result_cache(cache)  # a cache that cannot be used: one line, before any work
     known = store.known(trust_model_code)  # what earlier runs' checks found: a warm re-run needs no TensorFlow
-    src, ds = open_inputs(model, data, measuring=measuring, trust=trust_model_code, check=True, known=known)
+    src, ds = open_inputs(
+        model, data, measuring=measuring, trust=trust_model_code, check=True, known=known, layout=layout
+    )
+    src = conversion.measure(src, ds, threads)  # before any write, as everything above
     dropped: list[Dropped] = []
     with _rebuild_known(known, src, ds):
         planned = plan(src, ds, recipes, backend, target, dropped)
@@ -166,7 +174,7 @@ def open_run(
     out_dir = paths.output_dir(output)
     settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
     settings["versions"] = _tf.versions()
-    label = "demo" if model is None else str(model)
+    label = "demo" if model is None else (str(model) if not src.kind == "module" else src.name)
     return Run(
         src, ds, out_dir, planned, settings, store, model=label, tag=tag, dropped=dropped, observe=observe,
         groups=tasks(planned), started=started, open_seconds=time.perf_counter() - started, created=created,
@@ -232,6 +240,7 @@ def _study(run: Run, model, threads: int, executor: str = "local") -> Study:
         open_seconds=round(run.open_seconds, 3),
         seconds=round(time.perf_counter() - run.started, 3),
         split=run.ds.split if run.ds else None,
+        conversion=run.src.conversion,
     )
 
 

@@ -39,6 +39,7 @@ def run(
     progress: Progress | None = None,
     measuring: MeasureOptions | None = None,
     trust_model_code: bool = False,
+    layout: str = "source",
 ) -> Candidate:
     """Run one recipe on a model and measure the result. `reference` defaults to a float32 conversion.
 
@@ -47,8 +48,15 @@ def run(
     process, so a converter or runtime crash fails the candidate instead of the caller; `jobs=0` works
     in this process.
     """
-    src, ds = open_inputs(model or recipe.model, data or recipe.data, calibration, measuring, trust_model_code)
+    _refuse_training(recipe, model or recipe.model)  # before a PyTorch or ONNX model is converted for nothing
+    src, ds = open_inputs(
+        model or recipe.model, data or recipe.data, calibration, measuring, trust_model_code, layout=layout
+    )
     recipe = prepare(recipe, src, ds, backend)
+    if src.torch:
+        from optimize.measure import conversion
+
+        src = conversion.measure(src, ds, threads)
     out_dir = Path(output or recipe.output or "optimize-out")
     file_name = None
     if out_dir.suffix == ".tflite":  # the artifact's own name; the candidate keeps the recipe's
@@ -75,10 +83,32 @@ def run(
         with paths.temporaries_in(out_dir / ".work" / "tmp"), executor(jobs, progress) as ex:
             ex.submit(task)
             cand = next(iter(ex.results()))[1]
+        if src.conversion is not None:
+            from optimize.present.report_text import conversion_line
+
+            cand = cand.model_copy(update={"notes": [conversion_line(src.conversion), *cand.notes]})
         return _placed(cand, work, out_dir, file_name)
     finally:
         shutil.rmtree(out_dir / ".work", ignore_errors=True)
         remove_if_empty(created)  # a folder made for a result that never came (failed, interrupted) goes again
+
+
+def _refuse_training(recipe: Recipe, model) -> None:
+    """Pruning, clustering and QAT asked for a PyTorch or ONNX model: the one line saying why not, at once."""
+    from optimize.core import registry
+    from optimize.core.errors import ModelError
+    from optimize.core.registry import Stage
+    from optimize.models import torch_source
+
+    keras = any(registry.get(s.technique).stage is Stage.KERAS for s in recipe.steps)
+    if not keras or model is None:
+        return
+    if torch_source.is_module(model) or Path(str(model)).suffix in (".pt2", ".onnx"):
+        name = type(model).__name__ if torch_source.is_module(model) else Path(str(model)).name
+        raise ModelError(
+            f"{name}: {torch_source.TRAINING}.",
+            "Use a post-training scheme (optimize quantize), or fine-tune in PyTorch and export again.",
+        )
 
 
 def _placed(cand: Candidate, work: Path, out_dir: Path, file_name: str | None) -> Candidate:

@@ -47,6 +47,7 @@ def sweep(
     observe: tuple[str, ...] = (),
     executor: str = "local",
     ray_address: str | None = None,
+    layout: str = "source",
 ) -> Study:
     """The float32 baseline plus every recipe, each measured against it; written to output/study.json.
 
@@ -56,6 +57,8 @@ def sweep(
     the run), then are timed together in rotating rounds. `target` adds the target's own shipped recipe.
     `observe=("gpu",)` adds the GPU accelerator's observed report to every candidate where this machine
     has a device it accepts. `refuse_if_nothing_worked(study)` turns a study where nothing worked into exit 1.
+    A PyTorch or ONNX model (a .pt2, an .onnx, or an nn.Module) is converted once to a float .tflite;
+    `layout="channels-last"` gives its image inputs and outputs NHWC.
     """
     from optimize.delegates.observe import check as observable
 
@@ -79,6 +82,7 @@ def sweep(
         calibration_samples,
         trust_model_code,
         observe=observe,
+        layout=layout,
     )
     (study,) = run_all([run], jobs, progress, executor, ray_address, on_candidate)
     return study

@@ -25,7 +25,7 @@ from optimize.core.errors import OptimizeError, from_validation
 from optimize.core.recipe import load_recipe
 from optimize.core.results import Study, write_atomic
 from optimize.core.shown import clip
-from optimize.core.vocab import Target
+from optimize.core.vocab import Layout, Target
 from optimize.present.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,9 @@ class ZooModel(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    path: str = Field(description="The model (Keras, SavedModel folder or float .tflite), relative to the manifest.")
+    path: str = Field(
+        description="The model (Keras, SavedModel folder, float .tflite, .pt2 or .onnx), relative to the manifest."
+    )
     data: str | None = Field(None, description="Its .npz data, relative to the manifest.")
     target: Target | None = Field(None, description="The target to pick for.")
     targets: list[Target] | None = Field(None, description="Several targets to pick for.")
@@ -50,6 +52,9 @@ class ZooModel(BaseModel):
         None, description="Recipe files, shipped recipes or default-sweep names (int8, ...); default: the full sweep."
     )
     name: str | None = Field(None, description="The model's folder under the output (default: the file's stem).")
+    layout: Layout = Field(
+        Layout.SOURCE, description="A PyTorch or ONNX model's image I/O: source (NCHW) or channels-last (NHWC)."
+    )
 
     @field_validator("name")
     @classmethod
@@ -205,7 +210,9 @@ def _open_all(path: Path, models: list[ZooModel], out: Path, settings: dict) -> 
             recipes = [_recipe(r) for r in m.recipes] if m.recipes is not None else None
             targets = m.all_targets()
             target = targets[0] if targets else None
-            opened.append(open_run(m.path, m.data, out / m.name, recipes, target=target, tag=m.name, **settings))
+            opened.append(
+                open_run(m.path, m.data, out / m.name, recipes, target=target, tag=m.name, layout=m.layout, **settings)
+            )
         except OptimizeError as e:
             for folder in fresh:
                 if folder.is_dir() and not any(folder.iterdir()):

@@ -156,11 +156,13 @@ def fidelity_of(
 
 
 def _agreement(a: np.ndarray, b: np.ndarray) -> float | None:
-    """Top-1 agreement of a class output with the reference's, over the samples where both are finite."""
-    if a.ndim != 2 or a.shape[1] < 2:
+    """Top-1 agreement of a class output with the reference's, over the samples where both are finite. A
+    sequence of class scores (samples, positions, classes: a CTC recogniser's softmax) agrees position by
+    position, as its decoded symbols do."""
+    if a.ndim < 2 or a.shape[-1] < 2:
         return None
     both = _finite_rows(a) & _finite_rows(b)
-    return float((a[both].argmax(1) == b[both].argmax(1)).mean()) if both.any() else None
+    return float((a[both].argmax(-1) == b[both].argmax(-1)).mean()) if both.any() else None
 
 
 def _finite_rows(a: np.ndarray) -> np.ndarray:
@@ -257,14 +259,14 @@ def _predict(runner: runtime.Runner, xs, path: Path, source: str) -> list[np.nda
 
 
 def runner_specs(runner: runtime.Runner) -> list:
-    """The runner's inputs as model InputSpecs (name, shape, dtype), to check data against. An integer input
-    with a scale (int8 I/O of a float model) takes float data, quantized with the input's own scale and zero
-    point as it is fed (runtime.Runner): its data is checked as float, whatever range it spans."""
+    """The runner's inputs as model InputSpecs (name, shape, dtype), to check data against. A quantized
+    integer input takes float data (the runner quantizes it with the input's scale, 0..255 pixels into an
+    int8 input included), so float is what the data is checked against there."""
     from optimize.models.source import InputSpec
 
     def dtype(d: dict) -> str:
-        scale = (d.get("quantization") or (0.0, 0))[0]
-        return "float32" if np.issubdtype(d["dtype"], np.integer) and scale else np.dtype(d["dtype"]).name
+        quantized = np.issubdtype(d["dtype"], np.integer) and bool(d.get("quantization", (0.0, 0))[0])
+        return "float32" if quantized else np.dtype(d["dtype"]).name
 
     return [
         InputSpec(n, tuple(int(x) for x in d.get("shape_signature", d["shape"])), dtype(d))

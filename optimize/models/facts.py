@@ -23,6 +23,10 @@ def for_planning(src: ModelSource, ds: Dataset | None) -> PlanFacts:
 
 def training_blocker(src: ModelSource, ds: Dataset | None) -> str | None:
     """Why pruning, clustering and QAT cannot run on this model and data, or None when they can."""
+    if src.torch:
+        from optimize.models.torch_source import TRAINING
+
+        return TRAINING
     if src.kind == "tflite":
         return "the model is a .tflite: pruning, clustering and QAT need the Keras model it was made from"
     if src.kind == "savedmodel":

@@ -33,7 +33,7 @@ def check_data(src: models.ModelSource, data: Dataset | None, known: Memo | None
             fresh = record_model(src, heads(), specs())
             if fresh is not None:
                 known.put_model(fresh)
-    if src.kind == "tflite":
+    if src.flat:
         why = not_float(models.opened(src).content)
         if why:
             raise ModelError(
@@ -101,13 +101,14 @@ def _check_label_names(data: Dataset) -> None:
 
 
 def open_inputs(
-    model: str | Path | None,
+    model,
     data: str | Path | Dataset | None,
     calibration: str | Path | Dataset | None = None,
     measuring: MeasureOptions | None = None,
     trust: bool = False,
     check: bool = False,
     known: Memo | None = None,
+    layout: str = "source",
 ):
     """The model source and dataset; the built-in demo (and its data) when no model is given.
 
@@ -115,7 +116,9 @@ def open_inputs(
     The model is opened first, so a bad model file is named before missing or bad data. `measuring`
     says what the labels are and how calibration samples are drawn. `check`: the model and data are also
     checked against each other (`check_data`), for the commands that are about to work on them. `known`:
-    what earlier runs' checks found about this model file (a warm re-run then needs no TensorFlow).
+    what earlier runs' checks found about this model file (a warm re-run then needs no TensorFlow). A PyTorch
+    or ONNX model (`model` may be an nn.Module from Python) is converted here, once, to its float .tflite,
+    and the data made to fit it (`torch_source.prepare`; `layout` "channels-last" makes image I/O NHWC).
     """
     if model is None or str(model) == "demo":
         from optimize.models.demo import demo
@@ -125,6 +128,10 @@ def open_inputs(
         data = data if data is not None else data_path
     src = models.open_model(model, trust, known)  # the one read of the model: recognised, opened, described
     ds = combine(_dataset(data), _dataset(calibration))
+    if src.torch:
+        from optimize.models.torch_source import prepare
+
+        src, ds = prepare(src, ds, layout)
     if ds is not None:
         kept = {"task": ds.task, "label_output": ds.label_output, "calibration_seed": ds.calibration_seed}
         m = measuring or MeasureOptions(**kept)  # a Dataset passed in keeps its own settings

@@ -1,4 +1,5 @@
-"""Model inputs: recognise Keras 2, Keras 3, SavedModel and .tflite; load them fresh; export for conversion.
+"""Model inputs: recognise Keras 2, Keras 3, SavedModel, .tflite, and PyTorch (.pt2, nn.Module) and ONNX
+(converted by `torch_source`); load them fresh; export for conversion.
 
 Every failure to recognise a model is one ModelError line naming what was expected. Keras stage
 techniques get a fresh load each time (tfmot mutates the model it is given).
@@ -14,7 +15,7 @@ import os
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -23,8 +24,10 @@ from optimize.core.errors import ModelError
 from optimize.core.paths import check_tree, open_regular, read_bounded, regular_file, write_atomic
 from optimize.models import _tf
 
-Kind = Literal["keras2", "keras3", "savedmodel", "tflite"]
-EXPECTED = "Pass a Keras .keras/.h5 file, a SavedModel directory, or a .tflite file."
+Kind = Literal["keras2", "keras3", "savedmodel", "tflite", "onnx", "pt2", "module"]
+EXPECTED = "Pass a Keras .keras/.h5 file, a SavedModel directory, a .tflite, a .pt2 or an .onnx file."
+#: Sources the pipeline sees as one float .tflite: a .tflite, and PyTorch / ONNX models once converted.
+FLAT_KINDS = ("tflite", "onnx", "pt2", "module")
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,22 @@ class ModelSource:
     facts: tuple[str, ...] = ()  # what normalising changed (empty: the file is plain float32 already)
     inputs: tuple[InputSpec, ...] | None = field(default=None, compare=False)
     outputs: tuple[str, ...] | None = field(default=None, compare=False)
+    conversion: Any = field(default=None, repr=False, compare=False)  # PyTorch / ONNX: results.Conversion
+    module: Any = field(default=None, repr=False, compare=False)  # an nn.Module (Python API) before it is exported
 
     @property
     def name(self) -> str:
-        return self.path.stem if self.path.is_file() else self.path.name
+        return self.path.stem if self.path.is_file() or self.kind == "module" else self.path.name
+
+    @property
+    def flat(self) -> bool:
+        """The pipeline sees a float .tflite: this one, or the one a PyTorch or ONNX model was converted to."""
+        return self.kind in FLAT_KINDS
+
+    @property
+    def torch(self) -> bool:
+        """A PyTorch or ONNX model (converted once to a float .tflite by litert-torch)."""
+        return self.kind in ("onnx", "pt2", "module")
 
 
 def _fingerprint(path: Path, files: list[Path] | None = None) -> str:
@@ -59,6 +74,11 @@ def _fingerprint(path: Path, files: list[Path] | None = None) -> str:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()[:16]
+
+
+def fingerprint_of(*parts: str) -> str:
+    """One fingerprint from several (a source file's and how it was converted)."""
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
 def _digest(name: str, content: bytes) -> str:
@@ -109,13 +129,19 @@ def is_tflite(data: bytes) -> bool:
     return len(data) >= 8 and data[4:8] == b"TFL3"
 
 
-def open_model(path: str | Path, trust: bool = False, known=None) -> ModelSource:
+def open_model(path, trust: bool = False, known=None) -> ModelSource:
     """Recognise a model file or directory without loading it (cheap, TF-free except for .h5 probing).
 
     A Keras file must carry a readable model config, and none with Python code in it (Lambda layers,
     marshalled functions) unless `trust`: loading a legacy .h5 runs that code. A SavedModel is read with
     TensorFlow (its signature), unless `known` (a `known.Memo`) holds what reading these exact files found.
+    A .pt2 or .onnx file (or, from Python, an nn.Module) is recognised here and converted by
+    `torch_source.prepare` once the data gives its shapes; a .pt2 is inspected now, so a file that would run
+    code is refused before anything reads it.
     """
+    torch_src = _open_torch(path)
+    if torch_src is not None:
+        return torch_src
     p = Path(path)
     if not p.exists():
         raise ModelError(f"No model at {p}.", EXPECTED)
@@ -168,6 +194,29 @@ def _open_savedmodel(p: Path, known=None) -> ModelSource:
     return ModelSource(p, "savedmodel", fingerprint, inputs=tuple(specs), outputs=())
 
 
+def _open_torch(path) -> ModelSource | None:
+    """A PyTorch or ONNX model recognised (an nn.Module, a .pt2, an .onnx), or None for any other model."""
+    from optimize.models import torch_source
+
+    if torch_source.is_module(path):
+        return torch_source.from_module(path)
+    p = Path(path)
+    kind = _torch_kind(p) if p.is_file() else None
+    if kind is None:
+        return None
+    return torch_source.open_file(p, kind, _fingerprint(p) if kind != "torch-file" else "")
+
+
+def _torch_kind(p: Path) -> str | None:
+    """The kind of a PyTorch or ONNX file ("onnx", "pt2", "torch-file"; read bounded), else None."""
+    from optimize.models import torch_source
+
+    regular_file(p, "model", ModelError)
+    with open_regular(p, "model", ModelError) as f:
+        head = f.read(16)
+    return None if is_tflite(head) else torch_source.recognise(p, head)
+
+
 def _check_fingerprint(p: Path) -> None:
     """A fingerprint.pb that does not parse: TensorFlow logs a traceback and carries on; we say so once."""
     fp = p / "fingerprint.pb"
@@ -187,7 +236,7 @@ def output_heads(src: ModelSource, model=None) -> list:
 
         names = list(getattr(model, "output_names", None) or [])
         return [(n, _head(model, i)) for i, n in enumerate(names)]
-    if src.kind != "tflite":
+    if not src.flat:
         return []
     from optimize.models import runtime
     from optimize.models.tasks import heads
@@ -210,6 +259,13 @@ def check_loads(src: ModelSource):
 def load_keras2(src: ModelSource):
     """A fresh tf_keras model from disk. Keras 3 files get a clear line: tfmot needs Keras 2."""
     if src.kind != "keras2":
+        if src.torch:
+            from optimize.models.torch_source import TRAINING
+
+            raise ModelError(
+                f"{src.path.name}: {TRAINING}.",
+                "Use a post-training scheme (optimize quantize), or fine-tune in PyTorch and export again.",
+            )
         if src.kind == "tflite":
             raise ModelError(
                 f"{src.path.name} is already a .tflite: pruning, clustering and QAT need the Keras 2 model.",
@@ -347,6 +403,16 @@ def _config_inputs(config: dict | None) -> list[InputSpec] | None:
         return None
 
 
+def tflite_io(content: bytes) -> tuple[tuple[InputSpec, ...], tuple[str, ...]]:
+    """Inputs and outputs of a .tflite as the techniques see them (its signature's names)."""
+    return _tflite_io(content)
+
+
+def opened_content(src: ModelSource, content: bytes) -> ModelSource:
+    """A source whose float .tflite is `content` (a PyTorch or ONNX model's conversion): normalised, described."""
+    return _opened_tflite(src, content)
+
+
 def _tflite_io(content: bytes) -> tuple[tuple[InputSpec, ...], tuple[str, ...]]:
     """Inputs and outputs of a normalised .tflite as the techniques will see them: read from an interpreter
     built but not allocated, so custom ops that keep it from running here do not matter."""
@@ -373,6 +439,10 @@ def opened(src: ModelSource) -> ModelSource:
     it was recognised)."""
     if src.kind == "tflite" and src.content is None:
         return _opened_tflite(src, read_bounded(src.path, "model", ModelError))
+    if src.torch and src.content is None:
+        raise ModelError(
+            f"{src.path.name} has not been converted yet.", "Open it with open_inputs (it needs the data's shapes)."
+        )
     if src.kind in ("keras2", "keras3") and src.outputs is None:
         return _opened_keras(src, _keras_config(src))
     return src
@@ -412,7 +482,7 @@ def input_specs(src: ModelSource) -> list[InputSpec]:
     """Every model input, in the order the model takes them, to check data before any work."""
     if src.inputs is not None:
         return list(src.inputs)
-    if src.kind == "tflite":
+    if src.flat:
         return list(opened(src).inputs)
     if src.kind == "savedmodel":
         return _savedmodel_inputs(src.path)
@@ -437,7 +507,7 @@ def output_names(src: ModelSource) -> tuple[str, ...]:
     """
     if src.outputs is not None:
         return src.outputs
-    if src.kind in ("keras2", "keras3", "tflite"):
+    if src.kind in ("keras2", "keras3") or src.flat:
         return opened(src).outputs
     return ()
 

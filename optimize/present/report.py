@@ -191,6 +191,33 @@ def _md_recommendation(rec: Recommendation) -> list[str]:
     return lines
 
 
+def conversion_rows(c) -> list[tuple[str, str, str, str]]:
+    """Per output of a PyTorch or ONNX model's float .tflite against the source runtime: name, relative error,
+    max |diff|, top-1 agreement (what converting cost, before any quantization)."""
+    fid = c.fidelity
+    if fid is None:
+        return []
+    return [
+        (o.name, f"{o.relative_error:.1e}" if o.relative_error is not None else "-", f"{o.max_abs_diff:.1e}",
+         f"{o.top1_agreement:.1%}" if o.top1_agreement is not None else "-")
+        for o in fid.outputs
+    ]  # fmt: skip
+
+
+def _md_conversion(c) -> list[str]:
+    """The conversion of a PyTorch or ONNX model: its own error, apart from quantization's."""
+    from optimize.present.report_text import conversion_line
+
+    lines = ["## Conversion", "", _md(conversion_line(c)), ""]
+    rows = conversion_rows(c)
+    if rows:
+        lines += ["| output | rel err | max abs diff | agree |", "|---|---|---|---|"]
+        lines += ["| " + " | ".join(_md(x) for x in r) + " |" for r in rows]
+    if c.facts:
+        lines += ["", "What converting changed: " + _md("; ".join(c.facts)) + "."]
+    return lines
+
+
 def _md_environment(study: Study) -> list[str]:
     env = study.environment
     versions = ", ".join(f"{k} {v}" for k, v in sorted(env.versions.items()))
@@ -314,6 +341,8 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
     Everything that comes from a study is escaped (names, reasons, facts)."""
     head = f"Study created {_md(study.created)}; data: {_md(study.data or 'none')}; baseline: {_md(study.baseline)}."
     sections = [[f"# Optimization report: {_md(study.model)}", "", head, "", f"_{HOST_NOTE}_"]]
+    if study.conversion is not None:
+        sections.append(_md_conversion(study.conversion))
     sections.append(_md_candidates(study, rec))
     if images:
         from optimize.present.plots import captions
@@ -460,9 +489,19 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
         target_col=TARGET_DELEGATE[rec.target] if rec else None,
         matrix=_matrix(study),
         phases=phase_table(study),
+        conversion=_html_conversion(study),
         env=env,
         versions=", ".join(f"{k} {v}" for k, v in sorted(env.versions.items())),
     )
+
+
+def _html_conversion(study: Study) -> dict | None:
+    if study.conversion is None:
+        return None
+    from optimize.present.report_text import conversion_line
+
+    c = study.conversion
+    return {"line": conversion_line(c), "rows": conversion_rows(c), "facts": "; ".join(c.facts)}
 
 
 def write_report(study: Study, out_dir: Path, recommendation: Recommendation | None = None) -> dict[str, Path]:

@@ -431,12 +431,38 @@ def _print_outcome(con, c: Candidate, baseline: Candidate | None = None) -> None
             con.print(f"  {esc(group)}")
 
 
+def conversion_line(c) -> str:
+    """A PyTorch or ONNX model's conversion in one line: what converted it, the layout its image inputs take,
+    and its own error against the source runtime (apart from any quantization error)."""
+    fid = c.fidelity
+    cost = "not measured (no data)"
+    if fid is not None:
+        worst = fid.worst()
+        rel = f"rel err {worst.relative_error:.1e}" if worst is not None and worst.relative_error is not None else ""
+        peak = max((o.max_abs_diff for o in fid.outputs), default=0.0)
+        agree = f", agree {fid.top1_agreement:.1%}" if fid.top1_agreement is not None else ""
+        cost = (
+            f"float32 vs {fid.reference}: {rel} (max |diff| {peak:.1e}){agree}, {fid.samples} samples{_few_star(fid)}"
+        )
+    layout = ", ".join(f"{i.key} {i.layout}" for i in c.inputs if i.layout)
+    moved = f"; {c.transposes} TRANSPOSE op(s) left" if c.transposes else ""
+    return f"conversion of {c.file} ({c.route}{'; ' + layout if layout else ''}{moved}): {cost}"
+
+
+def _few_star(fid) -> str:
+    return "*" if fid.few_samples else ""
+
+
 def print_study(study: Study, folder: Path | None = None, wide: bool = False, width: int | None = None) -> None:
-    """The sweep table (fitted to the terminal), its legend, failures and notes, and what to do next."""
+    """The sweep table (fitted to the terminal), its legend, failures and notes, and what to do next. A
+    PyTorch or ONNX model's conversion is a line of its own under the table: what converting cost, apart
+    from what each scheme costs."""
     con = _console(width)
     base = next((c for c in study.candidates if c.name == study.baseline), None)
     title = f"{esc(study.model)}: {len(study.candidates)} candidates"
     _print_tables(con, study.candidates, base, title, wide)
+    if study.conversion is not None:
+        con.print(esc(conversion_line(study.conversion)))
     for line in legend(study.candidates, base):
         con.print(esc(line))
     for c in study.candidates:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import warnings
 from collections.abc import Callable
 
 from optimize.core.errors import TechniqueFailed
@@ -88,7 +89,11 @@ def isolated(fn: Callable, *args, what: str):
     if not hasattr(os, "fork") or os.environ.get("OPTIMIZE_NO_FORK") == "1":
         return fn(*args)
     r, w = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # JAX (imported by litert-torch for a PyTorch/ONNX model) warns at every fork that a child using JAX
+        # may deadlock; this child runs only the TFLite quantizer or calibrator, never JAX.
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+        pid = os.fork()
     if pid == 0:  # pragma: no cover - the child never returns
         os.close(r)
         _die_with_parent()

@@ -33,6 +33,7 @@ from optimize.core.vocab import CALIBRATED_SCHEMES, IO, PTQ_SCHEMES, Backend, Sc
 from optimize.models import runtime
 from optimize.models.data import take
 from optimize.models.normalize import not_float
+from optimize.models.source import FLAT_KINDS
 from optimize.models.weights import INT4_OPS
 from optimize.transforms.tflite import calibrator, graphfix, repair
 from optimize.transforms.tflite.isolate import isolated
@@ -202,7 +203,7 @@ def _calibrated_scheme(content: bytes, params: QuantizeParams, ctx: Context, sig
         why = "LiteRT Quantizer failed"
     else:
         left = _kernels_left(first, flow)
-        integer_only = params.io != IO.FLOAT and ctx.source_kind in (None, "tflite")
+        integer_only = params.io != IO.FLOAT and ctx.source_kind in (None, *FLAT_KINDS)
         if integer_only and _float_compute(first.data):
             why = "integer-only"
         elif left and params.integer_kernels and not flow:  # the calibrator does not go through control flow

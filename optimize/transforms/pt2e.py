@@ -1,0 +1,120 @@
+"""pt2e: int8 by litert-torch's PT2E quantizer, on the PyTorch graph of a PyTorch or ONNX model.
+
+The other int8 route for these models: LiteRT Quantizer (`quantize`) works on the converted float .tflite;
+this one works before conversion: torch.export -> torchao's `prepare_pt2e` with litert-torch's
+`PT2EQuantizer` (symmetric int8, per-channel weights) -> the calibration samples run through the observed
+graph -> `convert_pt2e` -> `litert_torch.convert(..., quant_config=QuantConfig(pt2e_quantizer=...))`. A sweep
+makes both and the recommender picks on the measurements; each candidate records its route (`backend`:
+`pt2e` or `litert`).
+
+Defaults, and why: min/max activation observers (litert-torch's default, a histogram observer, took 22-175 s
+to calibrate the real models of benchmarks/bench_torch.py, and min/max is what the TFLite calibrator and
+LiteRT Quantizer use), on 32 calibration samples. PT2E quantizes the model's edges too: the result takes and
+gives int8 tensors (the runtime quantizes float data with the input's scale), and it leaves what it does not
+quantize (an LSTM) float, which verification then reports.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from optimize.core.errors import DataError, TechniqueFailed
+from optimize.core.registry import Context, Params, Stage, technique
+from optimize.core.results import write_atomic
+from optimize.core.vocab import Backend, Scheme
+from optimize.models.data import count, take
+
+
+class PT2EParams(Params):
+    scheme: Literal[Scheme.INT8] = Field(
+        Scheme.INT8, description="What PT2E makes: int8 (int8 weights and activations)."
+    )
+    observer: Literal["minmax", "histogram"] = Field(
+        "minmax",
+        description="Activation ranges: min/max (fast, as the TFLite calibrator) or litert-torch's histogram "
+        "observer (clips outliers; 22-175 s of calibration on real models).",
+    )
+    per_channel: bool = Field(True, description="One weight scale per output channel (else one per tensor).")
+    samples: int = Field(32, ge=1, le=2000, description="Calibration samples run through the observed graph.")
+
+
+def _config(params: PT2EParams):
+    """litert-torch's symmetric int8 config, with min/max activation observers unless histogram is asked."""
+    import dataclasses
+
+    from litert_torch.quantize import pt2e_quantizer
+
+    cfg = pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=params.per_channel)
+    if params.observer == "histogram":
+        return cfg
+    from torchao.quantization.pt2e.observer import MinMaxObserver
+
+    act = dataclasses.replace(cfg.input_activation, observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=2**-12))
+    return dataclasses.replace(cfg, input_activation=act, output_activation=act)
+
+
+def _samples(ctx: Context, params: PT2EParams) -> list[dict]:
+    """Calibration samples as {input key: batch of 1}, as the converted .tflite (and the named module) take them."""
+    if ctx.data is None:
+        raise DataError("int8 by PT2E needs calibration data.", "Pass --data DATA.npz.")
+    xs = ctx.data.calibration(params.samples)
+    keys = [i.key for i in ctx.source.conversion.inputs]
+    rows = []
+    for k in range(count(xs)):
+        one = take(xs, slice(k, k + 1))
+        rows.append(one if isinstance(one, dict) else {keys[0]: one})
+    return rows
+
+
+@technique("pt2e", stage=Stage.TFLITE, params=PT2EParams)
+def pt2e(model: Path, params: PT2EParams, ctx: Context) -> Path:
+    """int8 by litert-torch's PT2E quantizer on a PyTorch or ONNX model's torch graph (the other int8 route:
+    LiteRT Quantizer on its float .tflite); min/max observers, int8 input and output tensors.
+
+    Made from the source the float .tflite (`model`) was converted from, with the same names and layout.
+    """
+    src = ctx.source
+    if src is None or not getattr(src, "torch", False) or src.conversion is None:
+        raise TechniqueFailed("pt2e quantizes a PyTorch or ONNX model's torch graph; this model is not one.")
+    from optimize.models import torch_source
+
+    rows = _samples(ctx, params)
+    named = torch_source.named_module(src)
+    t0 = time.perf_counter()
+    content = _quantized(named, rows, params, src.path.name)
+    ctx.records["backend"] = Backend.PT2E
+    ctx.notes.append(
+        f"pt2e: litert-torch PT2E int8, {params.observer} observers, {'channel' if params.per_channel else 'tensor'}-wise "
+        f"weights, calibrated on {len(rows)} samples in {time.perf_counter() - t0:.1f} s; int8 input and output tensors."
+    )
+    return write_atomic(ctx.workdir / "pt2e-int8.tflite", content)
+
+
+def _quantized(named, rows: list[dict], params: PT2EParams, name: str) -> bytes:
+    import torch
+    from litert_torch.quantize import pt2e_quantizer, quant_config
+    from torchao.quantization.pt2e import quantize_pt2e
+
+    from optimize.core.errors import ModelError
+    from optimize.models import torch_source
+
+    plan_rows = [{k: torch.from_numpy(v.copy()) for k, v in r.items()} for r in rows]
+    try:
+        ep = torch_source.export(named, plan_rows[0], name)
+        q = pt2e_quantizer.PT2EQuantizer().set_global(_config(params))
+        with torch_source.quiet(), torch.no_grad():
+            m = quantize_pt2e.prepare_pt2e(ep.module(), q)
+            for r in plan_rows:
+                m(**r)
+            m = quantize_pt2e.convert_pt2e(m, fold_quantize=False)
+        content = torch_source.to_tflite(m, plan_rows[0], name, quant_config=quant_config.QuantConfig(pt2e_quantizer=q))
+    except ModelError as e:
+        raise TechniqueFailed(f"PT2E: {e.problem}") from None
+    except Exception as e:  # noqa: BLE001 - torchao and the converter raise many types; each fails this candidate
+        first = next((ln.strip() for ln in str(e).strip().splitlines() if ln.strip()), e.__class__.__name__)
+        raise TechniqueFailed(f"PT2E could not quantize the model: {first[:240]}") from None
+    return content

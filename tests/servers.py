@@ -36,13 +36,21 @@ def _wait_for(port: int, proc: subprocess.Popen, seconds: float = 60) -> None:
 
 
 @contextlib.contextmanager
-def moto_s3(bucket: str = "optimize-test"):
-    """moto's S3 server on 127.0.0.1, the AWS environment pointing at it, and a bucket."""
+def moto_s3(bucket: str = "optimize-test", unchecked: int | None = None):
+    """moto's S3 server on 127.0.0.1, the AWS environment pointing at it, and a bucket.
+
+    `unchecked`: after making the bucket (one request), moto lets that many more requests through (e.g. to
+    set up IAM users), then authenticates and authorizes every request against its own IAM
+    (INITIAL_NO_AUTH_ACTION_COUNT). None: nothing is ever checked.
+    """
     port = free_port()
     exe = Path(sys.executable).with_name("moto_server")
     cmd = [str(exe)] if exe.is_file() else [sys.executable, "-m", "moto.server"]
+    server_env = {**os.environ}
+    if unchecked is not None:
+        server_env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(1 + unchecked)
     proc = subprocess.Popen(
-        [*cmd, "-H", LOOPBACK, "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*cmd, "-H", LOOPBACK, "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=server_env
     )
     env = {
         "AWS_ENDPOINT_URL": f"http://{LOOPBACK}:{port}",
@@ -54,9 +62,9 @@ def moto_s3(bucket: str = "optimize-test"):
     os.environ.update(env)
     try:
         _wait_for(port, proc)
-        import fsspec
+        import boto3
 
-        fsspec.filesystem("s3", skip_instance_cache=True).mkdir(bucket)
+        boto3.client("s3").create_bucket(Bucket=bucket)  # exactly one request (s3fs's mkdir makes more)
         yield f"s3://{bucket}"
     finally:
         proc.terminate()

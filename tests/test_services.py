@@ -89,6 +89,36 @@ def test_an_s3_cache_whose_bucket_does_not_exist_is_one_line_before_any_work(flo
     one_line_error(r, "Cannot use the cache s3://bucket/opt")
 
 
+def test_an_s3_cache_whose_bucket_refuses_writes_is_one_line_before_any_work(float_tflite, tmp_path, cli):
+    """A real refusal: moto checks every request against its IAM once the bucket, a user allowed only to read
+    and that user's key are made; the CLI runs with that key."""
+    pytest.importorskip("s3fs")
+    import boto3
+
+    with moto_s3("read-only", unchecked=3) as bucket:
+        iam = boto3.client("iam")
+        iam.create_user(UserName="reader")
+        read_only = {"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"], "Resource": "*"}
+        iam.put_user_policy(
+            UserName="reader",
+            PolicyName="read-only",
+            PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [read_only]}),
+        )
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        env = {
+            "AWS_ENDPOINT_URL": os.environ["AWS_ENDPOINT_URL"],
+            "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+            "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+        }
+        r = cli("sweep", str(float_tflite), "-o", str(tmp_path / "a"), "--cache", f"{bucket}/opt", env=env)
+        one_line_error(r, f"Cannot use the cache {bucket}/opt", "permission denied")
+        reader = boto3.client(
+            "s3", aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"]
+        )  # the bucket is there and readable with that key, and the probe was refused, not written
+        assert reader.list_objects_v2(Bucket="read-only")["KeyCount"] == 0
+    assert not (tmp_path / "a").exists()
+
+
 # ---- Ray ----------------------------------------------------------------------------------------------
 def test_an_unreachable_ray_address_is_one_line_in_bounded_time(float_tflite, tmp_path, cli):
     pytest.importorskip("ray")

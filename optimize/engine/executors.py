@@ -216,8 +216,17 @@ class ProcessExecutor(_LocalTiming):
         parent, child = self.ctx.Pipe()
         proc = self.ctx.Process(target=_worker_main, args=(child, self.spawned), daemon=True)
         self.spawned += 1
-        with _quiet_tracker():
-            proc.start()
+        # SIGINT blocked while the worker starts: a Ctrl-C that reaches the whole process group while the new
+        # interpreter is still importing (before it ignores SIGINT) would print its traceback. The child keeps it
+        # blocked, then ignored; here it is delivered as soon as the start returns.
+        block = hasattr(signal, "pthread_sigmask")  # not on Windows
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if block else None
+        try:
+            with _quiet_tracker():
+                proc.start()
+        finally:
+            if block:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         child.close()
         w = _Worker(proc, parent)
         self.workers.append(w)

@@ -50,6 +50,10 @@ from optimize.core.results import Conversion, ConvertedInput
 from optimize.core.vocab import Layout
 from optimize.models.data import Dataset
 
+# litert-torch imports JAX, which then warns at every fork (a quantizer's crash-contained child, a subprocess
+# started by Ray or MLflow) that a child using JAX may deadlock: none of those children uses JAX.
+warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+
 TORCH_KINDS = ("onnx", "pt2", "module")
 INSTALL = 'pip install -e ".[torch]" (or pip install "optimize[torch]"; a CPU build of torch: see the README)'
 #: What each kind of source needs installed (import names).

@@ -66,3 +66,77 @@ def test_sweep_verbose_prints_each_phase(float_tflite, data_npz, tmp_path):
     assert "Where the time went" in r.stdout and "Per candidate" in r.stdout
     assert "quantize" in r.stdout and "latency" in r.stdout
     assert max(len(line) for line in r.stdout.splitlines()) <= 80
+
+
+# ---- measuring no more than the decision needs ------------------------------------------------------------
+def test_what_the_quantizers_check_ran_is_not_probed_again(keras_model, data_npz, tmp_path, monkeypatch):
+    """The failure repair's check runs int8 on every probe input (and more) against the same float model: the
+    probe takes its verdict instead of running them again; the float32 baseline is still probed."""
+    from optimize.measure import probe
+
+    calls = []
+    real = probe.run
+    monkeypatch.setattr(probe, "run", lambda runner, *a, **kw: calls.append(1) or real(runner, *a, **kw))
+    recipes = [build(s, [{"technique": "convert", "scheme": s}]) for s in ("float32", "int8")]
+    st = sweeps.sweep(keras_model, data_npz, tmp_path / "out", recipes=recipes, cache=False, jobs=0, runs=3)
+    by = {c.name: c for c in st.candidates}
+    assert all(c.ok for c in st.candidates), [c.error for c in st.candidates]
+    assert len(calls) == 1  # the baseline's
+    assert by["int8"].probe.inputs == by["float32"].probe.inputs and by["int8"].probe.failures == []
+    assert by["int8"].probe.reference == by["float32"].artifact and "probe" in by["int8"].phases
+
+
+def test_a_slow_variant_is_checked_on_its_edge_inputs_and_a_few_samples(float_tflite, data_npz, monkeypatch):
+    from optimize.models.data import load_data
+    from optimize.transforms.tflite import repair
+
+    content = float_tflite.read_bytes()
+    check = repair.Check.build(content, load_data(data_npz), threads=1)
+    ran = []
+    real = repair.probe.outcome
+    monkeypatch.setattr(repair.probe, "outcome", lambda runner, label, s: ran.append(label) or real(runner, label, s))
+    assert check.first_failure(content) is None
+    assert ran == [label for label, _ in check.inputs]  # a fast model: every input
+    ran.clear()
+    monkeypatch.setattr(repair, "SLOW_SECONDS", -1.0)  # every model is slow
+    assert check.first_failure(content) is None
+    edge = [label for label, _ in check.inputs if "calibration sample" not in label and "test sample" not in label]
+    assert [label for label in ran if label in edge] == edge  # every edge input, the real ones of the probe too
+    for kind in ("calibration sample", "test sample"):
+        assert 0 < sum(label.startswith(kind) for label in ran) <= repair.SLOW_SAMPLES
+
+
+def test_the_longest_groups_are_released_first():
+    from optimize.engine.plan import expected_cost
+
+    groups = [
+        [build("float16", [{"technique": "convert", "scheme": "float16"}])],
+        [build("int8", [{"technique": "convert", "scheme": "int8"}])],
+        [build("int16x8", [{"technique": "convert", "scheme": "int16x8"}])],
+        [build("prune-int8", [{"technique": "prune"}, {"technique": "convert", "scheme": "int8"}])],
+    ]
+    ordered = sorted(groups, key=expected_cost, reverse=True)
+    assert [g[0].name for g in ordered] == ["prune-int8", "int16x8", "int8", "float16"]
+
+
+def test_a_spare_worker_is_taken_by_the_sweep_or_stopped(keras_model, float_tflite, data_npz, tmp_path):
+    """A worker started while the model is opened (it imports TensorFlow meanwhile) is the sweep's first
+    worker, or, never taken, is stopped: no process is left either way. Only Keras/SavedModel runs with
+    worker processes get one."""
+    import psutil
+
+    from optimize.engine import executors
+
+    assert executors.spare("local", 0, keras_model) is None
+    assert executors.spare("ray", 2, keras_model) is None
+    assert executors.spare("local", 2, float_tflite) is None  # its tasks quantize a .tflite: no TensorFlow
+    s = executors.spare("local", 2, keras_model)
+    assert s is not None and s.proc.is_alive()
+    s.close()
+    assert not s.proc.is_alive()
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    recipes = [build(n, [{"technique": "convert", "scheme": n}]) for n in ("float32", "float16")]
+    st = sweeps.sweep(keras_model, data_npz, tmp_path / "out", recipes=recipes, cache=False, jobs=1, runs=3)
+    assert all(c.ok for c in st.candidates), [c.error for c in st.candidates]
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()]
+    assert not [p for p in left if p.status() != psutil.STATUS_ZOMBIE], left

@@ -35,7 +35,7 @@ from optimize.core.results import Candidate
 from optimize.engine.work import CRASH_SIGNALS, Task, TimingTask, Workspaces, crashed, received, run_task, time_task
 from optimize.present.progress import Progress
 
-__all__ = ["CRASH_SIGNALS", "ProcessExecutor", "SerialExecutor", "executor", "describe_exit"]
+__all__ = ["CRASH_SIGNALS", "ProcessExecutor", "SerialExecutor", "Spare", "executor", "describe_exit", "spare"]
 
 log = logging.getLogger(__name__)
 
@@ -136,13 +136,17 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _worker_main(conn, index: int) -> None:
-    """A worker: its workspaces kept across the tasks it is given; events go back over the pipe."""
+def _worker_main(conn, index: int, warm: bool = False) -> None:
+    """A worker: its workspaces kept across the tasks it is given; events go back over the pipe. `warm`: a
+    spare started before the run knew its tasks imports TensorFlow first, and takes the run's temporary folder
+    from a ("tmpdir", folder) message."""
     _die_with_parent()
     root = logging.getLogger("optimize")
     root.handlers[:] = [_PipeHandler(conn)]
     root.setLevel(logging.INFO)
     root.propagate = False
+    if warm:
+        _warm_up()
     workspaces = Workspaces()
     progress = _PipeProgress(conn)
     while True:
@@ -152,6 +156,11 @@ def _worker_main(conn, index: int) -> None:
             return
         if task is None:
             return
+        if isinstance(task, tuple) and task[0] == "tmpdir":
+            import tempfile
+
+            os.environ["TMPDIR"] = tempfile.tempdir = task[1]
+            continue
         try:
             ws = workspaces.get(task, workspace_root(task, f"w{index}"))
             for cand in run_task(ws, task, progress):
@@ -160,6 +169,86 @@ def _worker_main(conn, index: int) -> None:
             _send(conn, ("user_error", (type(e).__name__, e.problem, e.fix)))
             return
         _send(conn, ("idle", None))
+
+
+def _warm_up() -> None:
+    """What a Keras or SavedModel task imports first (TensorFlow, tf_keras: seconds), done while the parent
+    is still opening the model. A failure here is the task's to report, not this one's."""
+    with contextlib.suppress(Exception):
+        from optimize.models import _tf
+
+        _tf.tf()
+        _tf.keras()
+
+
+def _start(proc) -> None:
+    """Start a worker process with SIGINT blocked: a Ctrl-C that reaches the whole process group while the
+    new interpreter is still importing (before it ignores SIGINT) would print its traceback. The child keeps
+    it blocked, then ignored; here it is delivered as soon as the start returns."""
+    block = hasattr(signal, "pthread_sigmask")  # not on Windows
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if block else None
+    try:
+        with _quiet_tracker():
+            proc.start()
+    finally:
+        if block:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+class Spare:
+    """One worker started before the run knows what it needs: while this process opens and checks the model
+    (TensorFlow's import and a Keras load: seconds), the worker imports TensorFlow too, so the float32
+    baseline, the first task, starts warm. The process executor adopts it as its first worker; one never
+    adopted (a warm re-run answered from the cache, bad input, a serial or Ray run) is killed by `close`."""
+
+    def __init__(self) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, 0, True), daemon=True)
+        _start(self.proc)
+        child.close()
+        self.taken = False
+
+    def take(self) -> _Worker | None:
+        """The worker, for an executor (told the run's temporary folder), or None if it died meanwhile."""
+        if self.taken:
+            return None
+        self.taken = True
+        import tempfile
+
+        try:
+            self.conn.send(("tmpdir", tempfile.gettempdir()))
+        except (OSError, EOFError, ValueError):
+            self._stop()
+            return None
+        return _Worker(self.proc, self.conn)
+
+    def close(self) -> None:
+        if not self.taken:
+            self.taken = True
+            self._stop()
+
+    def _stop(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=5)
+        with contextlib.suppress(OSError):
+            self.conn.close()
+
+
+def spare(kind: str, jobs: int | None, model) -> Spare | None:
+    """A warm spare worker for a local run with worker processes whose model needs TensorFlow (Keras or
+    SavedModel; None is the built-in Keras demo); None where no worker process would take it."""
+    from pathlib import Path
+
+    if kind != "local" or jobs == 0 or not _spawnable() or unguarded_main():
+        return None
+    if model is not None and not isinstance(model, (str, os.PathLike)):
+        return None  # an nn.Module: converted here, its tasks quantize a .tflite
+    p = None if model is None else Path(model)
+    if p is not None and not (p.is_dir() or p.suffix.lower() in (".keras", ".h5", ".hdf5")):
+        return None
+    return Spare()
 
 
 def describe_exit(code: int | None) -> str:
@@ -202,33 +291,26 @@ def _quiet_tracker():
 class ProcessExecutor(_LocalTiming):
     """Runs tasks in at most `jobs` spawned worker processes; a crash fails only its candidate."""
 
-    def __init__(self, jobs: int = 1, progress: Progress | None = None):
+    def __init__(self, jobs: int = 1, progress: Progress | None = None, spare: Spare | None = None):
         self.jobs, self.progress = max(1, jobs), progress or Progress()
         self.ctx = mp.get_context("spawn")
         self.queue: deque[Task] = deque()
         self.workers: list[_Worker] = []
         self.spawned = 0
+        self.spare = spare  # a warm worker started before the run: the first one taken
 
     def submit(self, task: Task) -> None:
         self.queue.append(task)
 
     def _spawn(self) -> _Worker:
-        parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_worker_main, args=(child, self.spawned), daemon=True)
+        w = self.spare.take() if self.spare is not None and self.spawned == 0 else None
+        if w is None:
+            parent, child = self.ctx.Pipe()
+            proc = self.ctx.Process(target=_worker_main, args=(child, self.spawned), daemon=True)
+            _start(proc)
+            child.close()
+            w = _Worker(proc, parent)
         self.spawned += 1
-        # SIGINT blocked while the worker starts: a Ctrl-C that reaches the whole process group while the new
-        # interpreter is still importing (before it ignores SIGINT) would print its traceback. The child keeps it
-        # blocked, then ignored; here it is delivered as soon as the start returns.
-        block = hasattr(signal, "pthread_sigmask")  # not on Windows
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if block else None
-        try:
-            with _quiet_tracker():
-                proc.start()
-        finally:
-            if block:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        child.close()
-        w = _Worker(proc, parent)
         self.workers.append(w)
         return w
 
@@ -358,7 +440,7 @@ def check(kind: str = "local", address: str | None = None) -> None:
         check_address(address)
 
 
-def executor(jobs: int, progress: Progress | None = None, kind: str = "local", address: str | None = None):
+def executor(jobs: int, progress: Progress | None = None, kind: str = "local", address: str | None = None, spare=None):
     """kind "local": jobs 0 in this process, otherwise that many crash-isolated worker processes.
     kind "ray": a task per (model, recipe group) on a Ray cluster (`address`; default: a local Ray
     started for the run)."""
@@ -376,7 +458,7 @@ def executor(jobs: int, progress: Progress | None = None, kind: str = "local", a
             os.path.basename(sys.modules["__main__"].__file__),
         )
         jobs = 0
-    return SerialExecutor(progress) if jobs == 0 else ProcessExecutor(jobs, progress)
+    return SerialExecutor(progress) if jobs == 0 else ProcessExecutor(jobs, progress, spare)
 
 
 def _spawnable() -> bool:

@@ -253,6 +253,23 @@ def from_baseline(r: Recipe, base: Recipe) -> bool:
     )
 
 
+def expected_cost(group: list[Recipe]) -> int:
+    """A rough rank of what producing a group costs, so the longest start first and fewer workers sit idle at
+    the end: fine-tuning, then 16-bit activations (reference kernels), then a selective search, then
+    calibrated int8, then the rest."""
+
+    def one(r: Recipe) -> int:
+        if any(registry.get(s.technique).stage is Stage.KERAS for s in r.steps):
+            return 4
+        if r.scheme == "int16x8":
+            return 3
+        if r.uses("selective"):
+            return 2
+        return 1 if r.scheme == "int8" else 0
+
+    return max((one(r) for r in group), default=0)
+
+
 def tasks(recipes: list[Recipe]) -> int:
     """How many tasks a sweep of `recipes` can keep busy at once: one per group sharing a first Keras step,
     plus each recipe that starts from the baseline's artifact on its own (`from_baseline`)."""

@@ -24,7 +24,7 @@ from optimize.core import paths
 from optimize.core.recipe import Recipe
 from optimize.core.results import Candidate, Study
 from optimize.engine.executors import executor
-from optimize.engine.plan import _groups, from_baseline
+from optimize.engine.plan import _groups, expected_cost, from_baseline
 from optimize.engine.runs import Run, remove_if_empty
 from optimize.engine.work import Task, TimingTask
 from optimize.present.progress import Progress
@@ -61,7 +61,7 @@ class _Pending:
         ref = self.run.out_dir / baseline.artifact if ok else None
         base = self.run.baseline
         start = (tuple(base.steps), ref) if ok and base is not None and base.steps else None
-        for g in self.waiting:
+        for g in sorted(self.waiting, key=expected_cost, reverse=True):  # the longest first
             ex.submit(self.task(g, ref=ref, metrics=baseline.metrics if ok else None, start=start))
         self.waiting = []
 
@@ -144,8 +144,10 @@ def run_all(
     kind: str = "local",
     address: str | None = None,
     on_candidate: Callable[[Candidate], None] | None = None,
+    spare=None,
 ) -> list[Study]:
-    """Run every sweep through one executor (`kind` local or ray); each study saved in its folder."""
+    """Run every sweep through one executor (`kind` local or ray); each study saved in its folder. `spare`:
+    a warm worker started before the runs were opened (executors.spare), taken as the first worker."""
     progress = progress or Progress()
     names = [r.tag for r in runs]
     if len(set(names)) != len(names):
@@ -157,7 +159,7 @@ def run_all(
         log.info("Producing candidates in %s process(es)...", n_jobs or "this")
     with _staged(runs), paths.temporaries_in(runs[0].out_dir / paths.TMP):
         try:
-            with executor(n_jobs, progress, kind, address) as ex:
+            with executor(n_jobs, progress, kind, address, spare) as ex:
                 _round(ex, runs, progress, on_candidate)
                 rescued = [r for r in runs if r.rescue()]
                 if rescued:

@@ -63,28 +63,33 @@ def sweep(
     from optimize.delegates.observe import check as observable
 
     observable(observe)  # only what can be observed here: one line, before any work
-    from optimize.engine.executors import check
+    from optimize.engine.executors import check, spare
 
     check(executor, ray_address)  # Ray installed, its address answering: one line, before any work
-    run = open_run(
-        model,
-        data,
-        output,
-        recipes,
-        threads,
-        backend,
-        delegates,
-        runs,
-        eval_samples,
-        cache,
-        target,
-        measuring,
-        calibration_samples,
-        trust_model_code,
-        observe=observe,
-        layout=layout,
-    )
-    (study,) = run_all([run], jobs, progress, executor, ray_address, on_candidate)
+    warm = spare(executor, jobs, model)  # a worker importing TensorFlow while the model is opened here
+    try:
+        run = open_run(
+            model,
+            data,
+            output,
+            recipes,
+            threads,
+            backend,
+            delegates,
+            runs,
+            eval_samples,
+            cache,
+            target,
+            measuring,
+            calibration_samples,
+            trust_model_code,
+            observe=observe,
+            layout=layout,
+        )
+        (study,) = run_all([run], jobs, progress, executor, ray_address, on_candidate, warm)
+    finally:
+        if warm is not None:
+            warm.close()  # if never taken: a warm re-run, bad input, or no worker processes after all
     return study
 
 

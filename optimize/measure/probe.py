@@ -158,6 +158,20 @@ def run(runner: runtime.Runner, data: Dataset | None, reference: str | Path | No
     )
 
 
+def passed(runner: runtime.Runner, data: Dataset | None, reference: str | Path, reference_failures) -> Probe:
+    """The probe of a model that already ran on every probe input, as the failure repair's check runs them
+    (optimize.transforms.tflite.repair.Check: these inputs and more, where the float model runs): no failure,
+    and the inputs its float reference fails on listed, as `run` would find them."""
+    labels = [label for label, _ in inputs_for(runner, data)]
+    theirs = set(reference_failures)
+    return Probe(
+        inputs=labels,
+        reference=Path(reference).name,
+        failures=[],
+        reference_failures=[label for label in labels if label in theirs],
+    )
+
+
 class ProbeFailed(TechniqueFailed):
     """A candidate fails the robustness probe: it is a failed candidate, with the probe on its record."""
 

@@ -15,6 +15,7 @@ the quantizer's recipes:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import logging
 import re
@@ -457,6 +458,12 @@ def _record(made: _Made, params: QuantizeParams, ctx: Context, calibration, flow
         ctx.records["backend"] = made.backend
     ctx.notes.extend(made.notes)
     fixer = made.fixer
+    if fixer is not None and fixer.passed:  # the model the check ran on every probe input: not probed again
+        ctx.records["checked"] = {
+            "sha256": fixer.passed,
+            "float_sha256": hashlib.sha256(fixer.float_model).hexdigest(),  # what it was compared with
+            "reference_failures": list(fixer.check.dropped),
+        }
     if fixer is not None and fixer.rounds:
         ctx.records["repair"] = fixer.record()
         fixes = "; ".join(f"{i.op} {i.tensor} {_kept(i.precision)}" for i in fixer.islands)

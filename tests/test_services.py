@@ -225,6 +225,29 @@ def test_a_local_ray_for_the_run_leaves_no_process_and_no_temporary(float_tflite
     assert alive == []
 
 
+def test_two_local_rays_in_one_process_both_start(tmp_path):
+    """Ray's client keeps the first token it read for the life of the process: a second local Ray for a second
+    run in the same Python session (two zoos, or a benchmark's start-up probe and then its zoo) was refused its
+    own GCS ("InvalidAuthToken") when each run had a token of its own. Both start now, and the environment is
+    left as it was."""
+    pytest.importorskip("ray")
+    import subprocess
+    import sys
+
+    script = (
+        "import os\n"
+        "from optimize.engine.ray_executor import RayExecutor\n"
+        "for i in range(2):\n"
+        "    ex = RayExecutor(); ex._connect(); ex.close(); print('started', i, flush=True)\n"
+        "print('token left', 'RAY_AUTH_TOKEN' in os.environ)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env["HOME"] = str(tmp_path)  # no ~/.ray/auth_token of the machine's
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split("\n")[:3] == ["started 0", "started 1", "token left False"], r.stdout
+
+
 def test_a_client_the_workers_cannot_answer_is_one_line_not_a_hang(float_tflite, tmp_path, cli):
     """A head started without token authentication while this user has a Ray token (so optimize, like
     `ray start`, presents it): the workers' replies are refused and the client would wait for ever. A first

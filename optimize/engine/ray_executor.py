@@ -129,12 +129,19 @@ def _private_token() -> dict[str, str | None]:
     unless the user set Ray's authentication up. Ray 2.60 turns token authentication on for every new local
     cluster and, with no token in the environment, writes one to ~/.ray/auth_token, where it outlives the run
     and makes the next `ray start --head` on this machine demand it. What was in the environment before."""
+    global _TOKEN
     import secrets
 
     before = {k: os.environ.get(k) for k in AUTH_VARS}
     if not any(before.values()):
-        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+        # one token per process: Ray's client keeps the first token it read for the life of the process, so a
+        # second local Ray in the same process (two zoos from one Python session) must be given the same one
+        _TOKEN = _TOKEN or secrets.token_hex(32)
+        os.environ["RAY_AUTH_TOKEN"] = _TOKEN
     return before
+
+
+_TOKEN: str | None = None
 
 
 def _restore(before: dict[str, str | None]) -> None:

@@ -276,14 +276,23 @@ def load_keras2(src: ModelSource):
             "Save it with tf_keras (pip install tf-keras), or use a post-training scheme: optimize quantize.",
         )
     keras = _tf.keras()
-    tfmot = _tf.tfmot()
+    # tfmot's classes are needed only to read back a model saved with its wrappers (QAT); importing tfmot costs
+    # ~2 s, on the float32 baseline's path of every sweep
+    scope = _tf.tfmot().quantization.keras.quantize_scope() if _saved_with_tfmot(src) else contextlib.nullcontext()
     try:
-        with tfmot.quantization.keras.quantize_scope():
+        with scope:
             return keras.models.load_model(src.path, compile=False, safe_mode=not src.trusted)
     except Exception as e:  # corrupt or partial file
         raise ModelError(
             f"Cannot load {src.path.name} with tf_keras: {str(e).splitlines()[0][:200]}", EXPECTED
         ) from None
+
+
+def _saved_with_tfmot(src: ModelSource) -> bool:
+    """Whether a Keras 2 file's stored config names tfmot's quantization classes (QuantizeWrapperV2,
+    QuantizeLayer, their quantizers); an unreadable config counts as yes."""
+    config = _keras_config(src)
+    return config is None or "quantize" in json.dumps(config).lower()
 
 
 def load_keras3(src: ModelSource):

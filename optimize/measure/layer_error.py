@@ -134,10 +134,11 @@ def _weight_share(fm: Model) -> dict[str, float]:
     return {k: v / total for k, v in per.items()}
 
 
-def _load(content: bytes, threads: int) -> runtime.Runner:
+def _load(content: bytes, threads: int, like=None) -> runtime.Runner:
+    """`like`: a sample whose shapes free input dimensions take (the data's, not the runtime's default of 1)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the runtime warns that preserve-all-tensors is for debugging
-        return runtime.Runner(runtime.load(content, threads=threads, keep_tensors=True))
+        return runtime.Runner(runtime.load(content, threads=threads, keep_tensors=True, like=like))
 
 
 def _names(runner: runtime.Runner) -> dict[str, int]:
@@ -150,7 +151,8 @@ def layer_errors(
     """Every quantized op output vs float on `samples`, unranked; and the model-output relative error.
     `reference`, when given a list, receives the float model's outputs per sample (for later comparisons)."""
     fm, qm = read_model(float_model), read_model(quantized)
-    f_run, q_run = _load(float_model, threads), _load(quantized, threads)
+    like = samples.items[0] if samples.items else None
+    f_run, q_run = _load(float_model, threads, like), _load(quantized, threads, like)
     pairs = _pairs(fm, qm, _names(f_run), _names(q_run))
     outs: list[tuple[list[np.ndarray], list[np.ndarray]]] = []
     for sample in samples.items:
@@ -279,7 +281,8 @@ def analyze(
     sensitive = set(feeding_sensitive(full)) if leave_out else set()
     extra = [le for le in ranked[leave_out:] if le.tensor in sensitive]
     for le in ranked[:leave_out] + extra:
-        variant = runtime.Runner(runtime.load(quantize({le.tensor: "float"}), threads=threads))
+        like = samples.items[0] if samples.items else None
+        variant = runtime.Runner(runtime.load(quantize({le.tensor: "float"}), threads=threads, like=like))
         outs = [(r, variant.run_fresh(s)) for r, s in zip(ref_outs, samples.items)]
         measured[le.tensor] = output_error(outs)
     layers = [le.model_copy(update={"output_error_without": measured.get(le.tensor)}) for le in layers]

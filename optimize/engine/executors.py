@@ -302,11 +302,19 @@ class ProcessExecutor(_LocalTiming):
     def submit(self, task: Task) -> None:
         self.queue.append(task)
 
-    def _spawn(self) -> _Worker:
+    def expect(self, n: int, warm: bool = False) -> None:
+        """`n` more tasks will come once a running one is done (a model's groups after its baseline): start the
+        workers they will need now, so their start-up (Python, and with `warm` TensorFlow: seconds) overlaps
+        the running task instead of following it."""
+        want = min(self.jobs, len(self.workers) + n)
+        while len(self.workers) < want:
+            self._spawn(warm)
+
+    def _spawn(self, warm: bool = False) -> _Worker:
         w = self.spare.take() if self.spare is not None and self.spawned == 0 else None
         if w is None:
             parent, child = self.ctx.Pipe()
-            proc = self.ctx.Process(target=_worker_main, args=(child, self.spawned), daemon=True)
+            proc = self.ctx.Process(target=_worker_main, args=(child, self.spawned, warm), daemon=True)
             _start(proc)
             child.close()
             w = _Worker(proc, parent)
@@ -321,7 +329,7 @@ class ProcessExecutor(_LocalTiming):
             idle = [w for w in self.workers if w.task is None and self._alive(w)]
             if not idle and len(self.workers) >= self.jobs:
                 return
-            w = idle.pop() if idle else self._spawn()
+            w = idle.pop(0) if idle else self._spawn()  # the longest-started first: the warmest
             task = self.queue.popleft()
             try:
                 w.conn.send(task)

@@ -83,6 +83,8 @@ def _start(ex, run: Run) -> _Pending | None:
         first, alone = _split_off(first, base)
         pending.waiting += alone
         ex.submit(pending.task(first, baseline_name=base.name))
+        if pending.waiting and hasattr(ex, "expect"):  # workers for what follows the baseline, started now
+            ex.expect(len(pending.waiting) + 1, warm=run.src.kind in ("keras2", "keras3", "savedmodel"))
     else:
         pending.release(ex, known)
     return pending

@@ -27,6 +27,7 @@ from optimize.engine.executors import executor
 from optimize.engine.plan import _groups, expected_cost, from_baseline
 from optimize.engine.runs import Run, remove_if_empty
 from optimize.engine.work import Task, TimingTask
+from optimize.models.source import TF_KINDS
 from optimize.present.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def _start(ex, run: Run) -> _Pending | None:
         pending.waiting += alone
         ex.submit(pending.task(first, baseline_name=base.name))
         if pending.waiting and hasattr(ex, "expect"):  # workers for what follows the baseline, started now
-            ex.expect(len(pending.waiting) + 1, warm=run.src.kind in ("keras2", "keras3", "savedmodel"))
+            ex.expect(len(pending.waiting) + 1, warm=run.src.kind in TF_KINDS)
     else:
         pending.release(ex, known)
     return pending

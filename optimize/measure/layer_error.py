@@ -280,8 +280,8 @@ def analyze(
     measured = {}
     sensitive = set(feeding_sensitive(full)) if leave_out else set()
     extra = [le for le in ranked[leave_out:] if le.tensor in sensitive]
+    like = samples.items[0] if samples.items else None  # free input dimensions at the samples' shape
     for le in ranked[:leave_out] + extra:
-        like = samples.items[0] if samples.items else None
         variant = runtime.Runner(runtime.load(quantize({le.tensor: "float"}), threads=threads, like=like))
         outs = [(r, variant.run_fresh(s)) for r, s in zip(ref_outs, samples.items)]
         measured[le.tensor] = output_error(outs)

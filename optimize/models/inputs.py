@@ -47,7 +47,7 @@ def check_data(src: models.ModelSource, data: Dataset | None, known: Memo | None
     _check_labels_fit(data, heads())
 
 
-KNOWABLE = ("keras2", "keras3", "savedmodel")  # the kinds whose checks need TensorFlow
+KNOWABLE = models.TF_KINDS  # the kinds whose checks need TensorFlow
 
 
 def _once(fn):

@@ -28,6 +28,8 @@ Kind = Literal["keras2", "keras3", "savedmodel", "tflite", "onnx", "pt2", "modul
 EXPECTED = "Pass a Keras .keras/.h5 file, a SavedModel directory, a .tflite, a .pt2 or an .onnx file."
 #: Sources the pipeline sees as one float .tflite: a .tflite, and PyTorch / ONNX models once converted.
 FLAT_KINDS = ("tflite", "onnx", "pt2", "module")
+#: Sources that TensorFlow opens, checks and converts (a worker for them imports it first).
+TF_KINDS = ("keras2", "keras3", "savedmodel")
 
 
 @dataclass(frozen=True)

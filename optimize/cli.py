@@ -580,7 +580,7 @@ def _converted(src, threads: int, ds, folder: Path):
 
 def _show_conversion(converted) -> None:
     if converted is not None:
-        from optimize.present.report_text import conversion_line
+        from optimize.present.lines import conversion_line
 
         _show(conversion_line(converted))
 

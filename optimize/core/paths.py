@@ -438,6 +438,22 @@ def publish(stage: Path, final: Path, last: tuple[str, ...] = ("study.json",), r
     _release(stage)
 
 
+def absent_folders(path: str | Path) -> list[Path]:
+    """The folders of `path` that do not exist yet (deepest first): what making it creates, and what an
+    interrupted or aborted run removes again (`remove_if_empty`), so it leaves no empty `-o` behind."""
+    p = Path(path)
+    return [q for q in [p, *p.parents] if not q.exists() and not q.is_symlink()]
+
+
+def remove_if_empty(folders: list[Path]) -> None:
+    """Remove each folder (deepest first) while it is empty; one that holds anything stays, with its parents."""
+    for q in folders:
+        try:
+            os.rmdir(q)
+        except OSError:
+            return
+
+
 def discard(stage: Path) -> None:
     """Remove a staging (or `locked_folder`) folder and everything in it (an interrupted or failed run)."""
     import shutil

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from optimize.core import registry
 from optimize.core.bounded import loads_toml
-from optimize.core.errors import ModelError, RecipeError, from_validation
+from optimize.core.errors import RecipeError, from_validation
 from optimize.core.paths import read_bounded
 from optimize.core.registry import Stage
 from optimize.core.results import Goals, Step
@@ -118,8 +118,21 @@ class Recipe(BaseModel):
         Quantizer when a quantize step runs, else the converter."""
         if any(s.technique == "pt2e" for s in self.steps):
             return Backend.PT2E
-        tflite_steps = any(registry.get(s.technique).stage is Stage.TFLITE for s in self.steps)
+        tflite_steps = any(s.stage is Stage.TFLITE for s in self.steps)
         return Backend.LITERT if tflite_steps else Backend.CONVERTER
+
+    @property
+    def io(self) -> str:
+        """The I/O type the last step that sets one asks for ('float' when none does)."""
+        io = "float"
+        for s in self.steps:
+            io = str(getattr(s.params, "io", None) or io)
+        return io
+
+    @property
+    def trains(self) -> bool:
+        """A step works on the Keras model (prune, cluster, QAT: fine-tuning)."""
+        return any(s.stage is Stage.KERAS for s in self.steps)
 
     def uses(self, *techniques: str) -> bool:
         return any(s.technique in techniques for s in self.steps)
@@ -213,28 +226,6 @@ def make_steps(raw_steps: list[dict]) -> tuple[Step, ...]:
         except ValidationError as e:
             raise from_validation(e, Step, where=f"step {i}: ", kind=RecipeError) from None
     return tuple(steps)
-
-
-def on_tflite(recipe: Recipe, model_name: str) -> Recipe:
-    """The recipe as it runs on a float .tflite (`model_name`, for messages): conversions become quantize steps,
-    float32 ones drop out; anything but a .tflite step is refused."""
-    flat = [s.flat() for s in recipe.steps]
-    if [s["technique"] for s in flat] == ["convert"] and flat[0]["scheme"] == "float32":
-        raise RecipeError(
-            f"{model_name} is already a float32 .tflite.", "Pick a scheme: float16, dynamic, int8 or int16x8."
-        )
-    out = []
-    for s in flat:
-        if s["technique"] == "convert" and s["scheme"] in PTQ_SCHEMES:
-            out.append({"technique": "quantize", "scheme": s["scheme"], "io": s["io"], "samples": s["samples"]})
-        elif not (s["technique"] == "convert" and s["scheme"] == "float32"):  # it is float32 already
-            out.append(s)
-    if any(registry.get(s["technique"]).stage is not Stage.TFLITE for s in out):
-        raise ModelError(
-            f"{model_name} is already a .tflite: only .tflite steps (quantize) apply to it.",
-            "Pass the Keras or SavedModel model for prune/cluster/qat/convert.",
-        )
-    return recipe.model_copy(update={"steps": make_steps(out)})
 
 
 def build(name: str, steps: list[dict], **fields) -> Recipe:

@@ -497,6 +497,13 @@ class Step(Record):
         """A step from a technique name and raw params: `Step.of("convert", scheme="int8")`."""
         return cls(technique=technique, params=params)
 
+    @property
+    def stage(self):
+        """Where the step's technique works (`registry.Stage`: on the Keras model, converting, on the .tflite)."""
+        from optimize.core import registry
+
+        return registry.get(self.technique).stage
+
     def flat(self) -> dict:
         """`{"technique": ..., **params}`: the shape of a TOML [[steps]] table."""
         return {"technique": self.technique, **self.params.model_dump(mode="json")}

@@ -23,7 +23,7 @@ from optimize.core.recipe import Recipe, build
 from optimize.core.registry import Context, Stage
 from optimize.core.results import PHASES, Candidate, Composition, Metrics, Probe, Step, write_atomic
 from optimize.core.vocab import Backend
-from optimize.engine.plan import _key, resolve
+from optimize.engine.plan import _key, checked, resolve
 from optimize.measure import metrics as measure
 from optimize.measure import probe, verify
 from optimize.models import rebuild
@@ -551,7 +551,7 @@ def prepare(
 ) -> Recipe:
     """The recipe as it will run on this model and data: implicit steps filled in, post-training schemes
     expressed with the backend (`None`: the recipe's own, by default auto), data checked up front."""
-    recipe = resolve(recipe, src, ds).with_backend(backend)
+    recipe = checked(recipe, src, ds).with_backend(backend)
     if recipe.uses("pt2e") and not src.torch:
         raise RecipeError(
             f"{recipe.name}: pt2e quantizes a PyTorch or ONNX model's torch graph; {src.path.name} is {src.kind}.",

@@ -8,13 +8,12 @@ import hashlib
 import json
 import logging
 
-from optimize.core import registry
 from optimize.core.errors import ModelError, RecipeError
-from optimize.core.recipe import Recipe, as_given, build, load_recipe, make_steps, on_tflite
+from optimize.core.recipe import Recipe, as_given, build, load_recipe, make_steps
 from optimize.core.registry import Stage
 from optimize.core.results import Dropped
 from optimize.core.vocab import PTQ_SCHEMES, Target
-from optimize.models import facts, rebuild
+from optimize.models import facts
 from optimize.models import source as models
 from optimize.models.data import Dataset
 
@@ -67,9 +66,8 @@ def default_recipes(include_training: bool = True, backend: str | None = None) -
 TRAINING = ("prune", "cluster", "qat")
 
 
-def _defaults(src: models.ModelSource, ds: Dataset | None, backend, dropped: list[Dropped]) -> list[Recipe]:
+def _defaults(src: models.ModelSource, can: facts.PlanFacts, backend, dropped: list[Dropped]) -> list[Recipe]:
     """The default sweep; int4 (4-bit Dense/MatMul weights) only where those hold most of the weights."""
-    can = facts.for_planning(src, ds)
     int4 = [build("int4", [{"technique": "quantize", "scheme": "int4"}])] if can.mostly_dense else []
     if src.torch:
         return _torch_defaults(int4, dropped)
@@ -129,23 +127,36 @@ def _with_baseline(recipes: list[Recipe], src: models.ModelSource) -> list[Recip
 
 def _with_target_recipe(
     recipes: list[Recipe],
-    target: Target,
+    extra: Recipe,
     src: models.ModelSource,
-    backend,
+    can: facts.PlanFacts,
     dropped: list[Dropped],
-    ds: Dataset | None = None,
 ) -> list[Recipe]:
     """The target's own shipped recipe added, unless a recipe with the same resolved steps is there already
     (or it needs a technique this model cannot take: then it is dropped, with the reason)."""
-    extra = load_recipe(TARGET_RECIPE[target]).with_backend(backend)
     try:
-        extra = resolve(extra, src, ds) if extra.steps else extra
+        resolved = resolve(extra, src, can.keras_refusal) if extra.steps else extra
     except ModelError as e:
         dropped.append(Dropped(recipes=[extra.name], reason=e.problem))
         return recipes
-    if any(r.steps and resolve(r, src, ds).hash == extra.hash for r in recipes):
+    if any(r.steps and resolve(r, src, can.keras_refusal).hash == resolved.hash for r in recipes):
         return recipes
-    return [*recipes, extra.model_copy(update={"targets": (target,)})]
+    return [*recipes, resolved.model_copy(update={"targets": extra.targets})]
+
+
+def _target_recipe(target: Target | None, src: models.ModelSource, backend) -> Recipe | None:
+    """The target's own shipped recipe (none for a .tflite, whose recipes are the post-training schemes)."""
+    if target is None or src.flat:
+        return None
+    extra = load_recipe(TARGET_RECIPE[Target(target)]).with_backend(backend)
+    return extra.model_copy(update={"targets": (Target(target),)})
+
+
+def asks_training(recipes: list[Recipe] | None, target: Target | None = None) -> bool:
+    """Whether a recipe asked for, or the target's own, fine-tunes the Keras model (prune, cluster, QAT):
+    then planning asks the model whether tfmot can load it (`facts.for_planning`)."""
+    extra = [load_recipe(TARGET_RECIPE[Target(target)])] if target is not None else []
+    return any(r.trains for r in [*(recipes or []), *extra])
 
 
 def plan(
@@ -156,25 +167,44 @@ def plan(
     target: Target | None = None,
     dropped: list[Dropped] | None = None,
 ) -> list[Recipe]:
+    """The resolved recipes a sweep will run (`plan_from`), the model asked what planning needs first."""
+    can = facts.for_planning(src, ds, trains=asks_training(recipes, target))
+    return plan_from(src, ds, can, recipes, backend, target, dropped)
+
+
+def plan_from(
+    src: models.ModelSource,
+    ds: Dataset | None,
+    can: facts.PlanFacts,
+    recipes: list[Recipe] | None,
+    backend: str | None,
+    target: Target | None = None,
+    dropped: list[Dropped] | None = None,
+) -> list[Recipe]:
     """The resolved recipes a sweep will run: the defaults for this kind of model, or the given ones, plus
-    the target's own recipe when a target is named. Default recipes left out are added to `dropped`, with
-    the reason, and logged."""
+    the target's own recipe when a target is named. `can`: what the model answered (`facts.for_planning`).
+    Default recipes left out are added to `dropped`, with the reason, and logged."""
     dropped = [] if dropped is None else dropped
+    extra = _target_recipe(target, src, backend)
     if recipes is None:
-        recipes = _defaults(src, ds, backend, dropped)
+        recipes = _defaults(src, can, backend, dropped)
     else:
         recipes = _with_baseline([r.with_backend(backend) for r in recipes], src)
-    if target is not None and not src.flat:
-        recipes = _with_target_recipe(recipes, Target(target), src, backend, dropped, ds)
+    if extra is not None:
+        recipes = _with_target_recipe(recipes, extra, src, can, dropped)
     if ds is None:
         recipes = _without_data(recipes, dropped)
     for d in dropped:
         log.warning("Dropped %s: %s", ", ".join(d.recipes), d.reason)
+    _check_names(recipes)
+    return [resolve(r, src, can.keras_refusal) if r.steps else r for r in recipes]
+
+
+def _check_names(recipes: list[Recipe]) -> None:
     names = [r.name for r in recipes]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
         raise RecipeError(f"Two recipes are named {dup!r}.", "Give every recipe in a sweep its own name.")
-    return [resolve(r, src, ds) if r.steps else r for r in recipes]
 
 
 def _without_data(recipes: list[Recipe], dropped: list[Dropped]) -> list[Recipe]:
@@ -192,33 +222,60 @@ def with_samples(recipe: Recipe, n: int) -> Recipe:
     return recipe.model_copy(update={"steps": build(recipe.name, flat).steps})
 
 
-def resolve(recipe: Recipe, src: models.ModelSource, ds: Dataset | None = None) -> Recipe:
+def checked(recipe: Recipe, src: models.ModelSource, ds: Dataset | None = None) -> Recipe:
+    """`resolve`, with the model asked whether a Keras step can load it (a Keras 3 model's tf_keras rebuild is
+    checked on `ds`, the user's data, as the sweep checks it)."""
+    return resolve(recipe, src, facts.keras_refusal(src, ds) if recipe.trains else None)
+
+
+def resolve(recipe: Recipe, src: models.ModelSource, keras_refusal: ModelError | None = None) -> Recipe:
     """Fill in what a recipe leaves implicit for this model.
 
     A Keras or SavedModel model without a convert step gets a float32 conversion; a float .tflite gets
     its post-training conversions as `quantize` steps (it is converted already). Refused up front: Keras
-    steps on a model tfmot cannot read, and anything but quantization on a .tflite. A Keras 3 model's tf_keras
-    rebuild is checked on `ds` (the user's data), as the sweep checks it.
+    steps on a model tfmot cannot read (`keras_refusal`, found by `models.facts`), and anything but
+    quantization on a .tflite.
     """
-    stages = [registry.get(s.technique).stage for s in recipe.steps]
+    stages = [s.stage for s in recipe.steps]
     if Stage.KERAS in stages and src.torch:
         from optimize.models.torch_source import TRAINING
 
         raise ModelError(
             f"{recipe.name}: {TRAINING}.", "Use a post-training scheme, or fine-tune in PyTorch and export again."
         )
-    if Stage.KERAS in stages and src.kind == "keras3":
-        rebuild.require_keras2(src, ds)  # a Keras 3 model that rebuilds in tf_keras, or the one line saying why not
-    elif Stage.KERAS in stages and src.kind == "savedmodel":
-        models.load_keras2(src)  # raises the one-line "needs a Keras 2 (tf_keras) model" error
+    if Stage.KERAS in stages and keras_refusal is not None:
+        raise ModelError(keras_refusal.problem, keras_refusal.fix)
     if src.flat:
-        return on_tflite(recipe, src.path.name)
+        return _on_tflite(recipe, src.path.name)
     if Stage.CONVERT in stages:
         return recipe
     flat = [s.flat() for s in recipe.steps]
     at = stages.index(Stage.TFLITE) if Stage.TFLITE in stages else len(flat)
     flat.insert(at, {"technique": "convert", "scheme": "float32"})
     return recipe.model_copy(update={"steps": make_steps(flat)})
+
+
+def _on_tflite(recipe: Recipe, model_name: str) -> Recipe:
+    """The recipe as it runs on a float .tflite (`model_name`, for messages): conversions become quantize steps,
+    float32 ones drop out; anything but a .tflite step is refused."""
+    flat = [s.flat() for s in recipe.steps]
+    if [s["technique"] for s in flat] == ["convert"] and flat[0]["scheme"] == "float32":
+        raise RecipeError(
+            f"{model_name} is already a float32 .tflite.", "Pick a scheme: float16, dynamic, int8 or int16x8."
+        )
+    out = []
+    for s in flat:
+        if s["technique"] == "convert" and s["scheme"] in PTQ_SCHEMES:
+            out.append({"technique": "quantize", "scheme": s["scheme"], "io": s["io"], "samples": s["samples"]})
+        elif not (s["technique"] == "convert" and s["scheme"] == "float32"):  # it is float32 already
+            out.append(s)
+    steps = make_steps(out)
+    if any(s.stage is not Stage.TFLITE for s in steps):
+        raise ModelError(
+            f"{model_name} is already a .tflite: only .tflite steps (quantize) apply to it.",
+            "Pass the Keras or SavedModel model for prune/cluster/qat/convert.",
+        )
+    return recipe.model_copy(update={"steps": steps})
 
 
 def _groups(recipes: list[Recipe]) -> list[list[Recipe]]:
@@ -232,7 +289,7 @@ def _groups(recipes: list[Recipe]) -> list[list[Recipe]]:
 
 def group_key(steps) -> str:
     """Which task a recipe (or candidate) joins: the recipes sharing their first Keras step run together."""
-    keras = [s.model_dump(mode="json") for s in steps if registry.get(s.technique).stage is Stage.KERAS]
+    keras = [s.model_dump(mode="json") for s in steps if s.stage is Stage.KERAS]
     return _key(keras[:1])
 
 
@@ -246,11 +303,7 @@ def from_baseline(r: Recipe, base: Recipe) -> bool:
     baseline's artifact in any worker, with nothing converted again."""
     n = len(base.steps)
     rest = r.steps[n:]
-    return (
-        list(r.steps[:n]) == list(base.steps)
-        and bool(rest)
-        and all(registry.get(s.technique).stage is Stage.TFLITE for s in rest)
-    )
+    return list(r.steps[:n]) == list(base.steps) and bool(rest) and all(s.stage is Stage.TFLITE for s in rest)
 
 
 def expected_cost(group: list[Recipe]) -> int:
@@ -259,7 +312,7 @@ def expected_cost(group: list[Recipe]) -> int:
     calibrated int8, then the rest."""
 
     def one(r: Recipe) -> int:
-        if any(registry.get(s.technique).stage is Stage.KERAS for s in r.steps):
+        if r.trains:
             return 4
         if r.scheme == "int16x8":
             return 3

@@ -6,26 +6,25 @@ and why), the inputs checked, results cached by content, and the study assembled
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optimize.core import paths, registry
+from optimize.core import paths
 from optimize.core.recipe import Recipe, build
-from optimize.core.registry import Stage
 from optimize.core.results import Candidate, Dropped, Study
 from optimize.core.vocab import Backend, Target
 from optimize.engine.cache import ResultCache, key_for, result_cache
-from optimize.engine.plan import _is_baseline, plan, resolve, tasks, with_samples
+from optimize.engine.plan import _is_baseline, asks_training, plan_from, resolve, tasks, with_samples
 from optimize.engine.work import Settings
 from optimize.measure import metrics as measure
-from optimize.models import _tf
+from optimize.models import _tf, facts
 from optimize.models import source as models
 from optimize.models.data import Dataset, take
 from optimize.models.inputs import MeasureOptions, open_inputs
+from optimize.models.known import KnownRebuild
 from optimize.present.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -161,16 +160,17 @@ def open_run(
     started = time.perf_counter()
     store = result_cache(cache)  # a cache that cannot be used: one line, before any work
     known = store.known(trust_model_code)  # what earlier runs' checks found: a warm re-run needs no TensorFlow
+    trains = asks_training(recipes, target)
     src, ds = open_inputs(
         model, data, measuring=measuring, trust=trust_model_code, check=True, known=known, layout=layout
     )
     src = conversion.measure(src, ds, threads)  # before any write, as everything above
     dropped: list[Dropped] = []
-    with _rebuild_known(known, src, ds):
-        planned = plan(src, ds, recipes, backend, target, dropped)
+    can = _planning_facts(known, src, ds, trains)
+    planned = plan_from(src, ds, can, recipes, backend, target, dropped)
     if calibration_samples is not None:
         planned = [with_samples(r, calibration_samples) for r in planned]
-    created = absent_folders(output)
+    created = paths.absent_folders(output)
     out_dir = paths.output_dir(output)
     settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
     settings["versions"] = _tf.versions()
@@ -181,42 +181,17 @@ def open_run(
     )  # fmt: skip
 
 
-def absent_folders(path: str | Path) -> list[Path]:
-    """The folders of `path` that do not exist yet (deepest first): what making it creates, and what an
-    interrupted or aborted run removes again (`remove_if_empty`), so it leaves no empty `-o` behind."""
-    p = Path(path)
-    return [q for q in [p, *p.parents] if not q.exists() and not q.is_symlink()]
-
-
-def remove_if_empty(folders: list[Path]) -> None:
-    """Remove each folder (deepest first) while it is empty; one that holds anything stays, with its parents."""
-    import os
-
-    for q in folders:
-        try:
-            os.rmdir(q)
-        except OSError:
-            return
-
-
-@contextlib.contextmanager
-def _rebuild_known(known, src: models.ModelSource, ds: Dataset | None):
-    """Planning a Keras 3 model asks whether it rebuilds in tf_keras (TensorFlow): the answer an earlier run
-    found for these bytes and data is taken from `known`, and a new answer is handed to it."""
-    if known is None or src.kind != "keras3":
-        yield
-        return
-    from optimize.models import rebuild
-    from optimize.models.known import KnownRebuild
-
+def _planning_facts(known, src: models.ModelSource, ds: Dataset | None, trains: bool) -> facts.PlanFacts:
+    """What planning asks of the model, in one visit (`facts.for_planning`). Whether a Keras 3 model rebuilds in
+    tf_keras (TensorFlow) is taken from `known` when an earlier run found it for these bytes and data, and a
+    new answer is handed to it: a warm re-run plans without TensorFlow."""
     data = ds.fingerprint if ds is not None else None
-    record = known.rebuild(src.fingerprint, data)
-    if record is not None:
-        rebuild.remember(src.fingerprint, record.why, record.note)
-    yield
-    found = rebuild.verdict(src.fingerprint)
-    if record is None and found is not None:
-        known.put_rebuild(KnownRebuild(fingerprint=src.fingerprint, data=data, why=found[0], note=found[1]))
+    record = known.rebuild(src.fingerprint, data) if known is not None and src.kind == "keras3" else None
+    can = facts.for_planning(src, ds, trains, record)
+    if known is not None and record is None and can.rebuild is not None:
+        why, note = can.rebuild
+        known.put_rebuild(KnownRebuild(fingerprint=src.fingerprint, data=data, why=why, note=note))
+    return can
 
 
 def _study(run: Run, model, threads: int, executor: str = "local") -> Study:
@@ -251,13 +226,11 @@ RESCUE_INCREASE = 0.05  # regression: 5% more error
 
 def _plain_int8(run: Run) -> Candidate | None:
     """The sweep's post-training int8 candidate with float I/O and no Keras step, if it ran."""
-    from optimize.measure.verify import recipe_io
     from optimize.transforms.tflite.calibrator import CALIBRATOR_OPS
 
     for r in run.recipes:
-        keras = any(registry.get(s.technique).stage is Stage.KERAS for s in r.steps)
         made = run.done.get(r.name)
-        if made is not None and r.scheme == "int8" and r.made_by == "litert" and not keras and recipe_io(r) == "float":
+        if made is not None and r.scheme == "int8" and r.made_by == "litert" and not r.trains and r.io == "float":
             # LiteRT Quantizer cannot quantize the fused LSTM ops at all: no per-op search through it there
             lstm = made.backend == Backend.CALIBRATOR and any(op in n for n in made.notes for op in CALIBRATOR_OPS)
             return None if lstm else made

@@ -25,7 +25,7 @@ from optimize.core.recipe import Recipe
 from optimize.core.results import Candidate, Study
 from optimize.engine.executors import executor
 from optimize.engine.plan import _groups, expected_cost, from_baseline
-from optimize.engine.runs import Run, remove_if_empty
+from optimize.engine.runs import Run
 from optimize.engine.work import Task, TimingTask
 from optimize.models.source import TF_KINDS
 from optimize.present.progress import Progress
@@ -107,10 +107,10 @@ def produce(ex, runs: list[Run], progress: Progress) -> dict[str, _Pending]:
         for tag, cand in ex.results():
             p = pending[tag]
             p.fresh.append(cand)
-            progress.advance(p.run.label(cand.name), cand.ok)
             base = p.run.baseline
             if p.waiting and base is not None and cand.name == base.name:
-                p.release(ex, cand)
+                p.release(ex, cand)  # before anything else: idle workers wait for these
+            progress.advance(p.run.label(cand.name), cand.ok)
         stuck = [p for p in pending.values() if p.waiting]
         if not stuck:
             return pending
@@ -155,12 +155,11 @@ def run_all(
     names = [r.tag for r in runs]
     if len(set(names)) != len(names):
         raise ValueError("every run needs its own tag")
-    progress.start(sum(len(r.recipes) for r in runs))
     groups = sum(r.groups for r in runs)
     n_jobs = default_jobs(groups) if jobs is None else jobs
     if kind == "local":
         log.info("Producing candidates in %s process(es)...", n_jobs or "this")
-    with _staged(runs), paths.temporaries_in(runs[0].out_dir / paths.TMP):
+    with _staged(runs, progress):
         try:
             with executor(n_jobs, progress, kind, address, spare) as ex:
                 _round(ex, runs, progress, on_candidate)
@@ -181,21 +180,23 @@ def run_all(
 
 
 @contextlib.contextmanager
-def _staged(runs: list[Run]):
-    """Each run writes into a staging folder inside its output folder; what `publish` did not move (an
+def _staged(runs: list[Run], progress: Progress):
+    """What the runs set up before any work: the progress bar, counting every recipe, and the folders. Each run writes into a staging folder inside its output folder; what `publish` did not move (an
     interrupted or failed run) is removed, so -o holds a whole sweep or what it held before (issue 18).
     Every temporary of the run (this process's and its workers') lives in the first run's staging folder too
     (`paths.temporaries_in`), so nothing is left in the system's temp folder, whatever ends the run; staging
     folders of a run that was killed are removed by the next run into the same folder (`paths.staging`)."""
+    progress.start(sum(len(r.recipes) for r in runs))
     for r in runs:
         r.final, r.out_dir = r.out_dir, paths.staging(r.out_dir)
     try:
-        yield
+        with paths.temporaries_in(runs[0].out_dir / paths.TMP):
+            yield
     finally:
         for r in runs:
             paths.discard(r.out_dir)
             r.out_dir = r.final
-            remove_if_empty(r.created)  # an -o this run made and never published into: gone again
+            paths.remove_if_empty(r.created)  # an -o this run made and never published into: gone again
 
 
 def default_jobs(n_groups: int) -> int:

@@ -16,7 +16,6 @@ from optimize.core.results import Candidate
 from optimize.core.vocab import Backend
 from optimize.engine.executors import executor
 from optimize.engine.pipeline import prepare
-from optimize.engine.runs import absent_folders, remove_if_empty
 from optimize.engine.work import Settings, Task
 from optimize.measure import metrics as measure
 from optimize.models.data import Dataset
@@ -62,7 +61,7 @@ def run(
     if out_dir.suffix == ".tflite":  # the artifact's own name; the candidate keeps the recipe's
         file_name, out_dir = out_dir.name, out_dir.parent
         paths.inside(out_dir, file_name)  # a plain file name, checked before any work
-    created = absent_folders(out_dir)
+    created = paths.absent_folders(out_dir)
     paths.output_dir(out_dir)
     work = out_dir / ".work" / "result" if file_name else out_dir
     settings = Settings(threads, measure.DEFAULT_SAMPLES, delegates, timing=measure_it)
@@ -84,23 +83,21 @@ def run(
             ex.submit(task)
             cand = next(iter(ex.results()))[1]
         if src.conversion is not None:
-            from optimize.present.report_text import conversion_line
+            from optimize.present.lines import conversion_line
 
             cand = cand.model_copy(update={"notes": [conversion_line(src.conversion), *cand.notes]})
         return _placed(cand, work, out_dir, file_name)
     finally:
         shutil.rmtree(out_dir / ".work", ignore_errors=True)
-        remove_if_empty(created)  # a folder made for a result that never came (failed, interrupted) goes again
+        paths.remove_if_empty(created)  # a folder made for a result that never came (failed, interrupted) goes again
 
 
 def _refuse_training(recipe: Recipe, model) -> None:
     """Pruning, clustering and QAT asked for a PyTorch or ONNX model: the one line saying why not, at once."""
-    from optimize.core import registry
     from optimize.core.errors import ModelError
-    from optimize.core.registry import Stage
     from optimize.models import torch_source
 
-    keras = any(registry.get(s.technique).stage is Stage.KERAS for s in recipe.steps)
+    keras = recipe.trains
     if not keras or model is None:
         return
     if torch_source.is_module(model) or Path(str(model)).suffix in (".pt2", ".onnx"):

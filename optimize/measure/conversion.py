@@ -10,13 +10,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 
-import numpy as np
-
-from optimize.core.results import Conversion, Fidelity
+from optimize.core.results import Fidelity
 from optimize.measure.metrics import fidelity_of
-from optimize.models import runtime, torch_source
+from optimize.models import torch_source
 from optimize.models.data import Dataset, count, take
-from optimize.models.source import ModelSource, output_heads
+from optimize.models.source import ModelSource
 
 
 def measure(src: ModelSource, ds: Dataset | None, threads: int = 2, samples: int = torch_source.FIDELITY_SAMPLES):
@@ -46,38 +44,9 @@ def fidelity(src: ModelSource, ds: Dataset, threads: int = 2, samples: int = tor
         cached = read_below(root, path, 2**24, "conversion fidelity")
         if cached is not None:
             return Fidelity.model_validate_json(cached)
-    result = _measured(src, take(ds.x_test, slice(0, n)), threads)
+    mine, theirs, names, reference, heads = torch_source.side_by_side(src, take(ds.x_test, slice(0, n)), threads)
+    result = fidelity_of(mine, theirs, names, reference, hs=heads or None)
     with contextlib.suppress(OSError):
         root.mkdir(parents=True, exist_ok=True)
         write_atomic(path, result.model_dump_json().encode(), root=root)
     return result
-
-
-def _measured(src: ModelSource, xs, threads: int) -> Fidelity:
-    record: Conversion = src.conversion
-    loaded = runtime.load(src.content, threads=threads, like=take(xs, slice(0, 1)))
-    runner = runtime.Runner(loaded)
-    mine = runner.predict(xs)
-    names = runner.output_names()
-    feeds = [torch_source.source_feeds(record, take(xs, slice(i, i + 1))) for i in range(count(xs))]
-    with torch_source.quiet():
-        reference, per_sample = torch_source.source_outputs(src, feeds)
-    ref = _stacked(per_sample, record)
-    theirs = [ref[record.outputs.index(n)] if n in record.outputs else np.zeros_like(m) for n, m in zip(names, mine)]
-    heads = [h for _, h in output_heads(src)]
-    return fidelity_of(mine, theirs, names, reference, hs=heads or None)
-
-
-def _stacked(per_sample: list[list[np.ndarray]], record: Conversion) -> list[np.ndarray]:
-    """The source's outputs as the .tflite runner stacks its own: per sample, without the batch axis of 1 (a
-    whole output keeps all of itself), NHWC where the conversion made that output so."""
-    out = []
-    for j, name in enumerate(record.outputs):
-        rows = [np.asarray(s[j]) for s in per_sample]
-        if name not in record.whole_outputs:
-            rows = [r[0] for r in rows]
-        a = np.stack(rows).astype(np.float32, copy=False)
-        if name in record.channel_last_outputs:
-            a = np.moveaxis(a, 1, -1)
-        out.append(a)
-    return out

@@ -108,15 +108,7 @@ def counts(model: Model) -> tuple[int, int, int]:
 
 def integer_only(recipe) -> bool:
     """Whether the recipe's name promises integer-only compute: full int8 or int16x8 with integer I/O."""
-    return str(recipe.scheme) in (Scheme.INT8, Scheme.INT16X8) and recipe_io(recipe) in ("int8", "uint8", "int16")
-
-
-def recipe_io(recipe) -> str:
-    """The I/O type the recipe's last step that sets one asks for ('float' when none does)."""
-    io = "float"
-    for s in recipe.steps:
-        io = str(getattr(s.params, "io", None) or io)
-    return io
+    return str(recipe.scheme) in (Scheme.INT8, Scheme.INT16X8) and recipe.io in ("int8", "uint8", "int16")
 
 
 def _sparsity(big: list) -> float | None:
@@ -168,7 +160,7 @@ def check(recipe, c: Composition) -> str | None:
 def _float_compute_problem(recipe, c: Composition) -> str | None:
     if integer_only(recipe) and c.float_compute_ops:
         ops = ", ".join(c.float_compute_ops[:4]) + (" ..." if len(c.float_compute_ops) > 4 else "")
-        return f"{recipe.scheme} with {recipe_io(recipe)} I/O still computes {ops} in float (not integer-only)"
+        return f"{recipe.scheme} with {recipe.io} I/O still computes {ops} in float (not integer-only)"
     return None
 
 

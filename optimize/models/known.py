@@ -16,6 +16,8 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from optimize.models.spec import InputSpec
+
 FORMAT = 1
 
 
@@ -79,8 +81,6 @@ def heads_of(record: KnownModel) -> list:
 
 
 def specs_of(record: KnownModel) -> tuple | None:
-    from optimize.models.source import InputSpec
-
     if record.inputs is None:
         return None
     return tuple(InputSpec(i.name, tuple(i.shape), i.dtype) for i in record.inputs)

@@ -13,55 +13,28 @@ import io
 import json
 import os
 import zipfile
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
-
-import numpy as np
 
 from optimize.core.bounded import loads_json, member_json
 from optimize.core.errors import ModelError
 from optimize.core.paths import check_tree, open_regular, read_bounded, regular_file, write_atomic
 from optimize.models import _tf
 
-Kind = Literal["keras2", "keras3", "savedmodel", "tflite", "onnx", "pt2", "module"]
+# the opened model's record and its description, known to every caller as source.X too
+from optimize.models.spec import FLAT_KINDS as FLAT_KINDS
+from optimize.models.spec import TF_KINDS as TF_KINDS
+from optimize.models.spec import InputSpec as InputSpec
+from optimize.models.spec import Kind as Kind
+from optimize.models.spec import ModelSource as ModelSource
+from optimize.models.spec import digest as digest
+from optimize.models.spec import fingerprint_of as fingerprint_of
+from optimize.models.spec import opened_content as opened_content
+from optimize.models.spec import opened_tflite as opened_tflite
+from optimize.models.spec import tflite_heads as tflite_heads
+from optimize.models.spec import tflite_io as tflite_io
+
 EXPECTED = "Pass a Keras .keras/.h5 file, a SavedModel directory, a .tflite, a .pt2 or an .onnx file."
-#: Sources the pipeline sees as one float .tflite: a .tflite, and PyTorch / ONNX models once converted.
-FLAT_KINDS = ("tflite", "onnx", "pt2", "module")
-#: Sources that TensorFlow opens, checks and converts (a worker for them imports it first).
-TF_KINDS = ("keras2", "keras3", "savedmodel")
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """A model, opened once: where it is, what kind, its fingerprint, and (after `opened`) what every later
-    step asks of it: for a .tflite its normalised float32 bytes and what normalising changed; for every
-    kind its inputs and outputs. It is a plain value: it travels with each task to any worker or node."""
-
-    path: Path
-    kind: Kind
-    fingerprint: str
-    trusted: bool = False  # the user vouched for Python code in the file (--trust-model-code)
-    content: bytes | None = field(default=None, repr=False, compare=False)  # .tflite: normalised bytes
-    facts: tuple[str, ...] = ()  # what normalising changed (empty: the file is plain float32 already)
-    inputs: tuple[InputSpec, ...] | None = field(default=None, compare=False)
-    outputs: tuple[str, ...] | None = field(default=None, compare=False)
-    conversion: Any = field(default=None, repr=False, compare=False)  # PyTorch / ONNX: results.Conversion
-    module: Any = field(default=None, repr=False, compare=False)  # an nn.Module (Python API) before it is exported
-
-    @property
-    def name(self) -> str:
-        return self.path.stem if self.path.is_file() or self.kind == "module" else self.path.name
-
-    @property
-    def flat(self) -> bool:
-        """The pipeline sees a float .tflite: this one, or the one a PyTorch or ONNX model was converted to."""
-        return self.kind in FLAT_KINDS
-
-    @property
-    def torch(self) -> bool:
-        """A PyTorch or ONNX model (converted once to a float .tflite by litert-torch)."""
-        return self.kind in ("onnx", "pt2", "module")
 
 
 def _fingerprint(path: Path, files: list[Path] | None = None) -> str:
@@ -78,26 +51,14 @@ def _fingerprint(path: Path, files: list[Path] | None = None) -> str:
     return h.hexdigest()[:16]
 
 
-def fingerprint_of(*parts: str) -> str:
-    """One fingerprint from several (a source file's and how it was converted)."""
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
-
-
-def _digest(name: str, content: bytes) -> str:
-    """A model file's fingerprint from its name and bytes (what `_fingerprint` computes for one file)."""
-    h = hashlib.sha256(os.fsencode(name))
-    h.update(content)
-    return h.hexdigest()[:16]
-
-
 KERAS_JSON = "a readable Keras model config"
 MAX_KERAS_JSON = 64 * 2**20  # config.json and metadata.json: a large functional model's config is ~1 MiB
 
 
-def _keras_json(path: Path, z: zipfile.ZipFile, name: str):
-    """One JSON member of a .keras archive: size and compression ratio checked before reading, nesting
-    before parsing (a zip bomb or a 200,000-deep config is one line, not MemoryError or RecursionError)."""
-    return member_json(z, name, MAX_KERAS_JSON, str(path), ModelError, "Save the model again with Keras.", KERAS_JSON)
+#: A .keras archive's config.json and metadata.json are read by `member_json`: size and compression ratio
+#: checked before reading, nesting before parsing (a zip bomb or a 200,000-deep config is one line, not
+#: MemoryError or RecursionError); what it says when one is not readable ends with this fix.
+KERAS_FIX = "Save the model again with Keras."
 
 
 def _keras_major(path: Path) -> int | None:
@@ -107,7 +68,7 @@ def _keras_major(path: Path) -> int | None:
     if head.startswith(b"PK"):
         try:
             with zipfile.ZipFile(path) as z:
-                meta = _keras_json(path, z, "metadata.json")
+                meta = member_json(z, "metadata.json", MAX_KERAS_JSON, str(path), ModelError, KERAS_FIX, KERAS_JSON)
             if not isinstance(meta, dict):
                 raise ModelError(f"{path}: its metadata.json is not a Keras metadata object.", EXPECTED)
             return int(str(meta.get("keras_version", "0")).split(".")[0])
@@ -162,7 +123,7 @@ def open_model(path, trust: bool = False, known=None) -> ModelSource:
             runtime.describe(content)
         except ModelError as e:
             raise ModelError(f"{p}: {e.problem}", e.fix) from None
-        return _opened_tflite(ModelSource(p, "tflite", _digest(p.name, content)), content)
+        return opened_tflite(ModelSource(p, "tflite", digest(p.name, content)), content)
     if p.suffix == ".tflite":
         raise ModelError(
             f"{p} is not a TFLite flatbuffer (no 'TFL3' identifier).", "Pass a .tflite written by a converter."
@@ -240,12 +201,7 @@ def output_heads(src: ModelSource, model=None) -> list:
         return [(n, _head(model, i)) for i, n in enumerate(names)]
     if not src.flat:
         return []
-    from optimize.models import runtime
-    from optimize.models.tasks import heads
-
-    content = opened(src).content
-    _, _, _, names, outs = runtime.io_details(runtime.describe(content))
-    return list(zip(names, heads(content, outputs=outs)))
+    return tflite_heads(opened(src).content)
 
 
 def check_loads(src: ModelSource):
@@ -362,29 +318,19 @@ def _export_fixed(model, out: Path, batch: int) -> None:
     archive.write_out(str(out))
 
 
-@dataclass(frozen=True)
-class InputSpec:
-    """One model input: its name (the signature key of the converted model), shape (batch first, -1
-    unknown) and dtype."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str = "float32"
-
-
 def _keras_config(src: ModelSource) -> dict | None:
     try:
         with open_regular(src.path, "model", ModelError) as f:
             zipped = f.read(2) == b"PK"
         if zipped:
             with zipfile.ZipFile(src.path) as z:
-                config = _keras_json(src.path, z, "config.json")
+                config = member_json(z, "config.json", MAX_KERAS_JSON, str(src.path), ModelError, KERAS_FIX, KERAS_JSON)
         else:
             import h5py
 
             with h5py.File(src.path, "r") as f:
                 raw = f.attrs.get("model_config")
-            config = loads_json(raw, str(src.path), ModelError, "Save the model again with Keras.", KERAS_JSON)
+            config = loads_json(raw, str(src.path), ModelError, KERAS_FIX, KERAS_JSON)
         return config if isinstance(config, dict) else None
     except (KeyError, TypeError, ValueError, OSError, zipfile.BadZipFile, NotImplementedError, RuntimeError):
         return None
@@ -414,42 +360,12 @@ def _config_inputs(config: dict | None) -> list[InputSpec] | None:
         return None
 
 
-def tflite_io(content: bytes) -> tuple[tuple[InputSpec, ...], tuple[str, ...]]:
-    """Inputs and outputs of a .tflite as the techniques see them (its signature's names)."""
-    return _tflite_io(content)
-
-
-def opened_content(src: ModelSource, content: bytes) -> ModelSource:
-    """A source whose float .tflite is `content` (a PyTorch or ONNX model's conversion): normalised, described."""
-    return _opened_tflite(src, content)
-
-
-def _tflite_io(content: bytes) -> tuple[tuple[InputSpec, ...], tuple[str, ...]]:
-    """Inputs and outputs of a normalised .tflite as the techniques will see them: read from an interpreter
-    built but not allocated, so custom ops that keep it from running here do not matter."""
-    from optimize.models import runtime
-
-    it = runtime.describe(content)
-    key = runtime.signature_key(it)
-    if key is not None:
-        items = list(it.get_signature_runner(key).get_input_details().items())
-        outputs = tuple(it.get_signature_list()[key]["outputs"])
-    else:
-        items = [(d["name"], d) for d in it.get_input_details()]
-        outputs = tuple(d["name"] for d in it.get_output_details())
-    inputs = tuple(
-        InputSpec(name, tuple(int(x) for x in d.get("shape_signature", d["shape"])), np.dtype(d["dtype"]).name)
-        for name, d in items
-    )
-    return inputs, outputs
-
-
 def opened(src: ModelSource) -> ModelSource:
     """The source with what every later step needs read once: a .tflite normalised (its bytes and facts)
     and described; a Keras file's inputs and outputs from its config; a SavedModel's signature (read when
     it was recognised)."""
     if src.kind == "tflite" and src.content is None:
-        return _opened_tflite(src, read_bounded(src.path, "model", ModelError))
+        return opened_tflite(src, read_bounded(src.path, "model", ModelError))
     if src.torch and src.content is None:
         raise ModelError(
             f"{src.path.name} has not been converted yet.", "Open it with open_inputs (it needs the data's shapes)."
@@ -463,15 +379,6 @@ def _opened_keras(src: ModelSource, config: dict | None) -> ModelSource:
     """A Keras source with its inputs and outputs read from its stored config (None where it does not say)."""
     specs = _config_inputs(config)
     return replace(src, inputs=tuple(specs) if specs is not None else None, outputs=_config_outputs(config))
-
-
-def _opened_tflite(src: ModelSource, content: bytes) -> ModelSource:
-    """A .tflite source with its normalised bytes, what normalising changed, and its inputs and outputs."""
-    from optimize.models.normalize import normalize
-
-    n = normalize(content)
-    inputs, outputs = _tflite_io(n.content)
-    return replace(src, content=n.content, facts=tuple(n.facts), inputs=inputs, outputs=outputs)
 
 
 def _savedmodel_inputs(path: Path) -> list[InputSpec]:

@@ -48,7 +48,8 @@ import numpy as np
 from optimize.core.errors import DataError, ModelError
 from optimize.core.results import Conversion, ConvertedInput
 from optimize.core.vocab import Layout
-from optimize.models.data import Dataset
+from optimize.models.data import Dataset, count, take
+from optimize.models.spec import ModelSource, fingerprint_of, opened_content, tflite_heads, tflite_io
 
 # litert-torch imports JAX, which then warns at every fork (a quantizer's crash-contained child, a subprocess
 # started by Ray or MLflow) that a child using JAX may deadlock: none of those children uses JAX.
@@ -119,7 +120,6 @@ def installed(module: str) -> bool:
 def open_file(p: Path, kind: str, fingerprint: str):
     """A PyTorch or ONNX source recognised (not yet converted: that needs the data's shapes). A .pt2 is
     inspected without running anything from it; any other torch file is refused in one line."""
-    from optimize.models.source import ModelSource
 
     if kind == "torch-file":
         if not installed("torch"):
@@ -180,7 +180,6 @@ def is_module(model) -> bool:
 def from_module(model):
     """A ModelSource for an nn.Module (optionally `(module, sample_inputs)`): converted in `prepare`, where
     the data (or the sample inputs) give its shapes."""
-    from optimize.models.source import ModelSource
 
     require("module", "the nn.Module")
     module, sample = model if isinstance(model, tuple) else (model, None)
@@ -556,7 +555,6 @@ def _store(key: str, content: bytes, record: Conversion) -> None:
 def prepare(src, ds: Dataset | None, layout: str = Layout.SOURCE):
     """The source converted to its float .tflite (from the cache when made before), and the data as that
     .tflite takes it: a ModelSource the rest of the pipeline treats as a float .tflite."""
-    from optimize.models.source import fingerprint_of, opened_content
 
     with _quiet():  # torch, torchao and litert-torch talk on import and while converting
         if src.kind == "module":
@@ -570,10 +568,12 @@ def prepare(src, ds: Dataset | None, layout: str = Layout.SOURCE):
             record = record.model_copy(update={"cached": True})
         else:
             content, record = _convert(src, model, plan, ds)
-            _store(key, content, record)
     converted = opened_content(replace(src, fingerprint=fingerprint_of(src.fingerprint, plan.key())), content)
     converted = replace(converted, conversion=record, facts=tuple(record.facts), module=None)
-    return converted, (convert_data(ds, record) if ds is not None else None)
+    data = convert_data(ds, record) if ds is not None else None
+    if hit is None:
+        _store(key, content, record)  # once it opened and described: a conversion kept is one that opens
+    return converted, data
 
 
 def _declared(src) -> tuple[list[Declared], object]:
@@ -710,8 +710,6 @@ def _output_shapes(inner, plan: Plan, rows: dict[str, np.ndarray]) -> list[tuple
 def _record(src, plan: Plan, content: bytes, outputs, last_out, facts, seconds) -> Conversion:
     from importlib import metadata
 
-    from optimize.models.source import tflite_io
-
     specs, _ = tflite_io(content)
     by_key = {s.name: s for s in specs}
     inputs = [i.model_copy(update={"shape": list(by_key[i.key].shape) if i.key in by_key else []}) for i in plan.inputs]
@@ -768,13 +766,47 @@ def source_feeds(record: Conversion, x: dict | np.ndarray) -> dict[str, np.ndarr
     return out
 
 
+def side_by_side(src, xs, threads: int = 2) -> tuple[list, list, list[str], str, list]:
+    """The converted .tflite and the source runtime on the same samples `xs`: (the .tflite's outputs, the
+    source's stacked alike and in the same order, the output names, the reference runtime's name, each
+    output's head) - what `measure.conversion` turns into the conversion's fidelity."""
+    from optimize.models import runtime
+
+    record: Conversion = src.conversion
+    loaded = runtime.load(src.content, threads=threads, like=take(xs, slice(0, 1)))
+    runner = runtime.Runner(loaded)
+    mine = runner.predict(xs)
+    names = runner.output_names()
+    feeds = [source_feeds(record, take(xs, slice(i, i + 1))) for i in range(count(xs))]
+    with quiet():
+        reference, per_sample = source_outputs(src, feeds)
+    ref = _stacked(per_sample, record)
+    theirs = [ref[record.outputs.index(n)] if n in record.outputs else np.zeros_like(m) for n, m in zip(names, mine)]
+    return mine, theirs, names, reference, [h for _, h in tflite_heads(src.content)]
+
+
+def _stacked(per_sample: list[list[np.ndarray]], record: Conversion) -> list[np.ndarray]:
+    """The source's outputs as the .tflite runner stacks its own: per sample, without the batch axis of 1 (a
+    whole output keeps all of itself), NHWC where the conversion made that output so."""
+    out = []
+    for j, name in enumerate(record.outputs):
+        rows = [np.asarray(s[j]) for s in per_sample]
+        if name not in record.whole_outputs:
+            rows = [r[0] for r in rows]
+        a = np.stack(rows).astype(np.float32, copy=False)
+        if name in record.channel_last_outputs:
+            a = np.moveaxis(a, 1, -1)
+        out.append(a)
+    return out
+
+
 def source_outputs(src, xs: list[dict[str, np.ndarray]]) -> tuple[str, list[list[np.ndarray]]]:
     """(the reference runtime's name, its outputs per sample in the .tflite's output order) for samples in
     the source model's terms (`source_feeds`): ONNX Runtime on the original file, or PyTorch."""
     record = src.conversion
-    if src.kind == "onnx":
-        return _onnx_runtime(src.path, xs, record)
-    return _torch_eager(src, xs, record)
+    if src.kind != "onnx":
+        return _torch_eager(src, xs, record)
+    return _onnx_runtime(src.path, xs, record)
 
 
 def _onnx_runtime(path: Path, xs: list[dict], record: Conversion):

@@ -15,6 +15,7 @@ from optimize.core.results import PHASES, Candidate, DelegateReport, Study, writ
 from optimize.core.vocab import Delegate
 from optimize.decide.choose import Recommendation, pareto_front
 from optimize.delegates.observe import OBSERVED
+from optimize.present.lines import conversion_line, fmt_bytes, island_cost, island_groups
 
 DELEGATE_COLUMNS = tuple(Delegate)
 PLOT_TITLES = {"size_vs_accuracy": "Size vs accuracy", "latency_vs_accuracy": "Latency vs accuracy"}
@@ -22,12 +23,6 @@ HOST_NOTE = "Latency is host-CPU latency in the LiteRT interpreter, not a device
 
 
 # ------------------------------------------------------------------------------------ formatting
-def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return ""
-    return f"{n / 1e6:.2f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
-
-
 def _accuracy(c: Candidate) -> str:
     m = c.metrics
     if m is None or m.accuracy is None:
@@ -206,7 +201,6 @@ def conversion_rows(c) -> list[tuple[str, str, str, str]]:
 
 def _md_conversion(c) -> list[str]:
     """The conversion of a PyTorch or ONNX model: its own error, apart from quantization's."""
-    from optimize.present.report_text import conversion_line
 
     lines = ["## Conversion", "", _md(conversion_line(c)), ""]
     rows = conversion_rows(c)
@@ -271,49 +265,6 @@ def _md_phases(study: Study) -> list[str]:
     lines.append("|" + "---|" * len(headers))
     lines += ["| " + " | ".join(_md(x) for x in r) + " |" for r in rows]
     return lines
-
-
-def island_cost(c: Candidate, baseline: Candidate | None = None) -> str:
-    """What a quantized candidate's float islands cost, in one line: the ops computing in float, their float
-    weights, the conversions at their edges, XNNPACK's partitions, the latency, and the repair's time."""
-    comp = c.composition
-    if comp is None or not comp.compute_ops:
-        return ""
-    share = comp.float_compute_count / comp.compute_ops
-    parts = [f"{comp.float_compute_count} of {comp.compute_ops} ops compute in float ({share:.0%})"]
-    weights = sum(i.weight_bytes for i in c.islands)
-    if weights:
-        parts.append(f"{fmt_bytes(weights)} of float weights")
-    parts.append(f"{comp.conversions} QUANTIZE/DEQUANTIZE")
-    x = c.delegates.get("xnnpack")
-    if x is not None:
-        parts.append(f"XNNPACK {x.nodes_delegated}/{x.nodes_total} nodes in {x.partitions} partition(s)")
-    if c.p50_ms is not None and baseline is not None and baseline.p50_ms:
-        parts.append(f"p50 {c.p50_ms / baseline.p50_ms:.2f}x {baseline.name}")
-    if c.repair is not None:
-        parts.append(f"repaired in {c.repair.rounds} round(s), {c.repair.seconds:.1f} s ({c.repair.route})")
-    return ", ".join(parts)
-
-
-def island_groups(c: Candidate) -> list[str]:
-    """The islands grouped by reason: `DIV truediv (kept int8, divisor clamped): fails on ...`, `LOG x3,
-    RFFT2D: LiteRT Quantizer has no integer version of it`."""
-    by_reason: dict[str, list] = {}
-    for i in c.islands:
-        by_reason.setdefault(i.reason, []).append(i)
-    out = []
-    for reason, items in by_reason.items():
-        if len(items) <= 2:
-            what = ", ".join(
-                f"{i.op} {i.tensor}" + ("" if i.precision == "float" else f" ({i.precision})") for i in items
-            )
-        else:
-            counts: dict[str, int] = {}
-            for i in items:
-                counts[i.op] = counts.get(i.op, 0) + 1
-            what = ", ".join(f"{op} x{n}" if n > 1 else op for op, n in counts.items())
-        out.append(f"{what}: {reason}")
-    return out
 
 
 def _md_islands(study: Study) -> list[str]:
@@ -498,7 +449,6 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
 def _html_conversion(study: Study) -> dict | None:
     if study.conversion is None:
         return None
-    from optimize.present.report_text import conversion_line
 
     c = study.conversion
     return {"line": conversion_line(c), "rows": conversion_rows(c), "facts": "; ".join(c.facts)}

@@ -12,7 +12,7 @@ from optimize.core.vocab import Delegate, Target
 from optimize.decide.advice import describe
 from optimize.decide.guard import unlabelled_outputs
 from optimize.delegates.observe import OBSERVED
-from optimize.present.report import fmt_bytes
+from optimize.present.lines import conversion_line, fmt_bytes, island_cost, island_groups
 
 
 def esc(text: str) -> str:
@@ -419,8 +419,6 @@ def _others_legend(fid: list, others: list[str]) -> str:
 
 
 def _print_outcome(con, c: Candidate, baseline: Candidate | None = None) -> None:
-    from optimize.present.report import island_cost, island_groups
-
     if c.error:
         con.print(f"[red]{esc(c.name)} failed:[/red] {esc(c.error)}")
     for note in dict.fromkeys(c.notes):  # each note once (a candidate and its reference may both say it)
@@ -429,28 +427,6 @@ def _print_outcome(con, c: Candidate, baseline: Candidate | None = None) -> None
         con.print(f"{esc(c.name)}: float islands: {esc(island_cost(c, baseline))}")
         for group in island_groups(c)[:6]:
             con.print(f"  {esc(group)}")
-
-
-def conversion_line(c) -> str:
-    """A PyTorch or ONNX model's conversion in one line: what converted it, the layout its image inputs take,
-    and its own error against the source runtime (apart from any quantization error)."""
-    fid = c.fidelity
-    cost = "not measured (no data)"
-    if fid is not None:
-        worst = fid.worst()
-        rel = f"rel err {worst.relative_error:.1e}" if worst is not None and worst.relative_error is not None else ""
-        peak = max((o.max_abs_diff for o in fid.outputs), default=0.0)
-        agree = f", agree {fid.top1_agreement:.1%}" if fid.top1_agreement is not None else ""
-        cost = (
-            f"float32 vs {fid.reference}: {rel} (max |diff| {peak:.1e}){agree}, {fid.samples} samples{_few_star(fid)}"
-        )
-    layout = ", ".join(f"{i.key} {i.layout}" for i in c.inputs if i.layout)
-    moved = f"; {c.transposes} TRANSPOSE op(s) left" if c.transposes else ""
-    return f"conversion of {c.file} ({c.route}{'; ' + layout if layout else ''}{moved}): {cost}"
-
-
-def _few_star(fid) -> str:
-    return "*" if fid.few_samples else ""
 
 
 def print_study(study: Study, folder: Path | None = None, wide: bool = False, width: int | None = None) -> None:

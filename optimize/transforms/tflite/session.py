@@ -26,6 +26,7 @@ from optimize.core.errors import OptimizeError, TechniqueFailed
 from optimize.core.registry import Context
 from optimize.core.vocab import Precision
 from optimize.transforms.tflite.isolate import isolated
+from optimize.transforms.tflite.quantizer import calibrate, quiet, recipe
 
 
 def scope_regex(tensor_name: str) -> str:
@@ -64,20 +65,17 @@ def finite_samples(content: bytes, calibration: dict, threads: int = 2) -> tuple
 
 def _calibrate_in_child(content: bytes, calibration: dict, params, threads: int) -> tuple[dict, dict]:
     from optimize.core.registry import Context as Ctx
-    from optimize.transforms.tflite.quantize import _calibrate, _quiet, _recipe
 
     ctx = Ctx(workdir=None, data=None, threads=threads)  # ranges: only `auto` reads samples, from `calibration`
-    with _quiet():
-        qsvs = _calibrate(content, calibration, _recipe(params), params, ctx)
+    with quiet():
+        qsvs = calibrate(content, calibration, recipe(params), params, ctx)
     return qsvs, dict(ctx.records)
 
 
 def _quantize_in_child(content: bytes, recipe: list, qsvs) -> bytes:
     from litert_quantizer import quantizer
 
-    from optimize.transforms.tflite.quantize import _quiet
-
-    with _quiet():
+    with quiet():
         qt = quantizer.Quantizer(bytearray(content), recipe)
         return bytes(qt.quantize(qsvs, enable_progress_bar=False, enable_progress_report=False).quantized_model)
 
@@ -97,9 +95,7 @@ class Session:
     dropped: int = 0  # calibration samples dropped for non-finite float outputs
 
     def __post_init__(self) -> None:
-        from optimize.transforms.tflite.quantize import _recipe
-
-        if self.qsvs is not None or self.calibration is None or not _recipe(self.params).need_calibration():
+        if self.qsvs is not None or self.calibration is None or not recipe(self.params).need_calibration():
             return
         self.qsvs = self._calibrate()
         bad = nonfinite_ranges(self.qsvs)
@@ -156,9 +152,8 @@ class Session:
         from litert_quantizer.algorithm_manager import AlgorithmName
 
         from optimize.transforms.tflite import graphfix
-        from optimize.transforms.tflite.quantize import _recipe
 
-        rm = _recipe(self.params)
+        rm = recipe(self.params)
         op = qtyping.TFLOperationName
         gran = (
             qtyping.QuantGranularity.CHANNELWISE

@@ -1,0 +1,121 @@
+"""What an opened model is: a `ModelSource` (where, what kind, its fingerprint, and what every later step asks
+of it) and its `InputSpec`s; how a float .tflite is described (normalised, its inputs, outputs and heads).
+`source` opens Keras, SavedModel and .tflite files into one, `torch_source` PyTorch and ONNX models."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+Kind = Literal["keras2", "keras3", "savedmodel", "tflite", "onnx", "pt2", "module"]
+#: Sources the pipeline sees as one float .tflite: a .tflite, and PyTorch / ONNX models once converted.
+FLAT_KINDS = ("tflite", "onnx", "pt2", "module")
+#: Sources that TensorFlow opens, checks and converts (a worker for them imports it first).
+TF_KINDS = ("keras2", "keras3", "savedmodel")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: its name (the signature key of the converted model), shape (batch first, -1
+    unknown) and dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model, opened once: where it is, what kind, its fingerprint, and (after `opened`) what every later
+    step asks of it: for a .tflite its normalised float32 bytes and what normalising changed; for every
+    kind its inputs and outputs. It is a plain value: it travels with each task to any worker or node."""
+
+    path: Path
+    kind: Kind
+    fingerprint: str
+    trusted: bool = False  # the user vouched for Python code in the file (--trust-model-code)
+    content: bytes | None = field(default=None, repr=False, compare=False)  # .tflite: normalised bytes
+    facts: tuple[str, ...] = ()  # what normalising changed (empty: the file is plain float32 already)
+    inputs: tuple[InputSpec, ...] | None = field(default=None, compare=False)
+    outputs: tuple[str, ...] | None = field(default=None, compare=False)
+    conversion: Any = field(default=None, repr=False, compare=False)  # PyTorch / ONNX: results.Conversion
+    module: Any = field(default=None, repr=False, compare=False)  # an nn.Module (Python API) before it is exported
+
+    @property
+    def name(self) -> str:
+        return self.path.stem if self.path.is_file() or self.kind == "module" else self.path.name
+
+    @property
+    def flat(self) -> bool:
+        """The pipeline sees a float .tflite: this one, or the one a PyTorch or ONNX model was converted to."""
+        return self.kind in FLAT_KINDS
+
+    @property
+    def torch(self) -> bool:
+        """A PyTorch or ONNX model (converted once to a float .tflite by litert-torch)."""
+        return self.kind in ("onnx", "pt2", "module")
+
+
+def fingerprint_of(*parts: str) -> str:
+    """One fingerprint from several (a source file's and how it was converted)."""
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def digest(name: str, content: bytes) -> str:
+    """A model file's fingerprint from its name and bytes (what `_fingerprint` computes for one file)."""
+    h = hashlib.sha256(os.fsencode(name))
+    h.update(content)
+    return h.hexdigest()[:16]
+
+
+def tflite_io(content: bytes) -> tuple[tuple[InputSpec, ...], tuple[str, ...]]:
+    """Inputs and outputs of a .tflite as the techniques see them (its signature's names)."""
+    return _tflite_io(content)
+
+
+def opened_content(src: ModelSource, content: bytes) -> ModelSource:
+    """A source whose float .tflite is `content` (a PyTorch or ONNX model's conversion): normalised, described."""
+    return opened_tflite(src, content)
+
+
+def _tflite_io(content: bytes) -> tuple[tuple[InputSpec, ...], tuple[str, ...]]:
+    """Inputs and outputs of a normalised .tflite as the techniques will see them: read from an interpreter
+    built but not allocated, so custom ops that keep it from running here do not matter."""
+    from optimize.models import runtime
+
+    it = runtime.describe(content)
+    key = runtime.signature_key(it)
+    if key is not None:
+        items = list(it.get_signature_runner(key).get_input_details().items())
+        outputs = tuple(it.get_signature_list()[key]["outputs"])
+    else:
+        items = [(d["name"], d) for d in it.get_input_details()]
+        outputs = tuple(d["name"] for d in it.get_output_details())
+    inputs = tuple(
+        InputSpec(name, tuple(int(x) for x in d.get("shape_signature", d["shape"])), np.dtype(d["dtype"]).name)
+        for name, d in items
+    )
+    return inputs, outputs
+
+
+def opened_tflite(src: ModelSource, content: bytes) -> ModelSource:
+    """A .tflite source with its normalised bytes, what normalising changed, and its inputs and outputs."""
+    from optimize.models.normalize import normalize
+
+    n = normalize(content)
+    inputs, outputs = _tflite_io(n.content)
+    return replace(src, content=n.content, facts=tuple(n.facts), inputs=inputs, outputs=outputs)
+
+
+def tflite_heads(content: bytes) -> list:
+    """(output name, tasks.Head) per output of a normalised .tflite, described without allocating."""
+    from optimize.models import runtime
+    from optimize.models.tasks import heads
+
+    _, _, _, names, outs = runtime.io_details(runtime.describe(content))
+    return list(zip(names, heads(content, outputs=outs)))

@@ -140,3 +140,30 @@ def test_a_spare_worker_is_taken_by_the_sweep_or_stopped(keras_model, float_tfli
     assert all(c.ok for c in st.candidates), [c.error for c in st.candidates]
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()]
     assert not [p for p in left if p.status() != psutil.STATUS_ZOMBIE], left
+
+
+def test_the_baseline_converts_what_the_checks_loaded(keras_model, data_npz, tmp_path, monkeypatch):
+    """The Keras model the sweep's checks load is exported once, by the sweep's own process, and the float32
+    baseline converts that export: the model is loaded once in all (not again for the baseline), the
+    artifact is byte for byte what the worker's own export made, and a zoo (many models) keeps none."""
+    import hashlib
+
+    from optimize.engine import runs
+    from optimize.models import source
+
+    loads = []
+    real = source.load_keras2
+    monkeypatch.setattr(source, "load_keras2", lambda src: loads.append(src.path) or real(src))
+    recipes = [build(s, [{"technique": "convert", "scheme": s}]) for s in ("float32", "float16")]
+    st = sweeps.sweep(keras_model, data_npz, tmp_path / "a", recipes=recipes, cache=False, jobs=0)
+    assert all(c.ok for c in st.candidates), [c.error for c in st.candidates]
+    assert len(loads) == 1  # the check's load; the baseline converted its export
+    monkeypatch.setattr(source, "load_keras2", real)
+
+    run = runs.open_run(keras_model, data_npz, tmp_path / "b", recipes=recipes[:1], cache=False)
+    assert run.keras is None  # not kept unless asked: a zoo opens many models
+    from optimize.engine.schedule import run_all
+
+    (again,) = run_all([run], jobs=0)
+    digest = [hashlib.sha256((d / "float32.tflite").read_bytes()).hexdigest() for d in (tmp_path / "a", tmp_path / "b")]
+    assert again.candidates[0].ok and digest[0] == digest[1]

@@ -83,6 +83,7 @@ class Workspace:
         self.phases: dict[str, float] | None = None  # where produce's time goes (set by make_candidate)
         self._teacher: list | None = None
         self.root = _key(src.fingerprint, data.fingerprint if data else None)
+        self._exported: Path | None = None  # the source's SavedModel, exported already (seed_export)
 
     def seed(self, steps: Iterable[Step], path: Path) -> None:
         """What `steps` make is at `path` already (another worker made it: the sweep's float32 baseline),
@@ -90,6 +91,11 @@ class Workspace:
         key = _key(self.root, [s.model_dump() for s in steps])
         if key not in self.memo:
             self.memo[key] = _State("tflite", Path(path))
+
+    def seed_export(self, path: Path) -> None:
+        """The source Keras model's SavedModel is at `path` already: the sweep's own process exported it from
+        the model it loaded to check it (`runs.Run.export`), so converting it loads and exports nothing here."""
+        self._exported = Path(path)
 
     def _context(self, key: str, state: _State) -> Context:
         folder = self.workdir / key
@@ -132,6 +138,10 @@ class Workspace:
             return state.saved_model
         if state.kind == "source" and self.src.kind == "savedmodel":
             state.saved_model = self.src.path
+        elif state.kind == "source" and self._exported is not None and self._exported.is_dir():
+            state.saved_model = self._exported
+            if self.src.kind == "keras3":
+                state.notes.append(KERAS3_ROUTE)
         elif state.kind == "source" and self.src.kind == "keras3":
             state.saved_model = models.export_saved_model(
                 models.load_keras3(self.src), self.workdir / key / "saved_model", batch=1

@@ -58,6 +58,22 @@ class Run:
     started: float = field(default_factory=time.perf_counter)  # when it was opened (perf_counter)
     open_seconds: float = 0.0  # opening and checking the model and data, planning
     created: list[Path] = field(default_factory=list)  # folders `-o` made that did not exist (deepest first)
+    keras: object = field(default=None, repr=False)  # the Keras model the checks loaded (this process only)
+
+    def export(self) -> Path | None:
+        """The source Keras model exported as its SavedModel (into the run's work folder), from the model the
+        checks loaded: the float32 baseline then converts it without loading and exporting it again, in a
+        worker that was importing TensorFlow meanwhile. None when there is none to export (a warm re-run, a
+        .tflite, a SavedModel) or the export fails here (the worker then exports it itself, as before)."""
+        model, self.keras = self.keras, None  # exported once; the model is not kept past it
+        if model is None or self.src.kind not in ("keras2", "keras3"):
+            return None
+        out = self.out_dir / ".work" / "export" / self.src.fingerprint / "saved_model"
+        try:
+            return models.export_saved_model(model, out, batch=1 if self.src.kind == "keras3" else None)
+        except Exception as e:  # noqa: BLE001 - the worker's own export meets it again, as a failed candidate
+            log.debug("exporting %s here failed (%s); the worker exports it", self.src.name, e)
+            return None
 
     @property
     def baseline(self) -> Recipe | None:
@@ -151,19 +167,23 @@ def open_run(
     tag: str = "",
     observe: tuple[str, ...] = (),
     layout: str = "source",
+    keep_keras: bool = False,
 ) -> Run:
     """One model's sweep, planned and checked (one clear line for bad inputs, before anything is written).
     A PyTorch or ONNX model is converted here (`layout`: its image I/O), and the conversion's own error
-    against the source runtime measured on the data."""
+    against the source runtime measured on the data. `keep_keras`: the Keras model the checks load is kept on the
+    run for its baseline (`Run.export`; a one-model sweep keeps it, a zoo of many does not hold them all)."""
     from optimize.measure import conversion
 
     started = time.perf_counter()
     store = result_cache(cache)  # a cache that cannot be used: one line, before any work
     known = store.known(trust_model_code)  # what earlier runs' checks found: a warm re-run needs no TensorFlow
     trains = asks_training(recipes, target)
+    loaded: list = []  # the Keras model the checks load, exported for the baseline (Run.export)
     src, ds = open_inputs(
-        model, data, measuring=measuring, trust=trust_model_code, check=True, known=known, layout=layout
-    )
+        model, data, measuring=measuring, trust=trust_model_code, check=True, known=known, layout=layout,
+        on_loaded=loaded.append if keep_keras else None,
+    )  # fmt: skip
     src = conversion.measure(src, ds, threads)  # before any write, as everything above
     dropped: list[Dropped] = []
     can = _planning_facts(known, src, ds, trains)
@@ -178,6 +198,7 @@ def open_run(
     return Run(
         src, ds, out_dir, planned, settings, store, model=label, tag=tag, dropped=dropped, observe=observe,
         groups=tasks(planned), started=started, open_seconds=time.perf_counter() - started, created=created,
+        keras=loaded[0] if loaded else None,
     )  # fmt: skip
 
 

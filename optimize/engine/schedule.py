@@ -41,7 +41,9 @@ class _Pending:
     waiting: list[list[Recipe]]
     fresh: list[Candidate] = field(default_factory=list)
 
-    def task(self, group: list[Recipe], baseline_name: str | None = None, ref=None, metrics=None, start=None) -> Task:
+    def task(
+        self, group: list[Recipe], baseline_name: str | None = None, ref=None, metrics=None, start=None, exported=None
+    ) -> Task:
         r = self.run
         return Task(
             r.src,
@@ -54,6 +56,7 @@ class _Pending:
             baseline_name=baseline_name,
             tag=r.tag,
             start=start,
+            exported=exported,
         )
 
     def release(self, ex, baseline: Candidate | None) -> None:
@@ -83,12 +86,18 @@ def _start(ex, run: Run) -> _Pending | None:
     if first is not None:
         first, alone = _split_off(first, base)
         pending.waiting += alone
-        ex.submit(pending.task(first, baseline_name=base.name))
+        exported = run.export() if ex.name == "local" and _converts_source(base) else None  # workers see this disk
+        ex.submit(pending.task(first, baseline_name=base.name, exported=exported))
         if pending.waiting and hasattr(ex, "expect"):  # workers for what follows the baseline, started now
             ex.expect(len(pending.waiting) + 1, warm=run.src.kind in TF_KINDS)
     else:
         pending.release(ex, known)
     return pending
+
+
+def _converts_source(base: Recipe) -> bool:
+    """The baseline begins by converting the source model (a Keras model: what `Run.export` exports)."""
+    return bool(base.steps) and base.steps[0].technique == "convert"
 
 
 def _split_off(group: list[Recipe], base: Recipe) -> tuple[list[Recipe], list[list[Recipe]]]:

@@ -85,6 +85,7 @@ def sweep(
             trust_model_code,
             observe=observe,
             layout=layout,
+            keep_keras=True,
         )
         (study,) = run_all([run], jobs, progress, executor, ray_address, on_candidate, warm)
     finally:

@@ -58,6 +58,7 @@ class Task:
     baseline_name: str | None = None  # a recipe of this task whose result is the reference for those after it
     own_reference: bool = False  # compare with a float32 conversion made for this task (single runs)
     start: tuple | None = None  # (steps, artifact): what those steps made, for recipes that begin with them
+    exported: Path | None = None  # the source model's SavedModel, exported by the parent from the model it checked
     tag: str = ""  # which run (model) the task belongs to; executors hand it back with each candidate
 
     def after(self, cand: Candidate) -> Task:
@@ -108,6 +109,8 @@ def run_task(ws: Workspace, task: Task, progress: Progress) -> Iterator[Candidat
     s = task.settings
     if task.start is not None:
         ws.seed(*task.start)
+    if task.exported is not None:
+        ws.seed_export(task.exported)
     if task.own_reference and task.recipes:
         ref, base = own_reference(ws, task.recipes[0])
         task = replace(task, reference=ref, baseline=base)

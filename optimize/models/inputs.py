@@ -16,17 +16,20 @@ from optimize.models.known import Memo, heads_of, record_model, specs_of
 from optimize.models.normalize import not_float
 
 
-def check_data(src: models.ModelSource, data: Dataset | None, known: Memo | None = None) -> None:
+def check_data(src: models.ModelSource, data: Dataset | None, known: Memo | None = None, on_loaded=None) -> None:
     """Check the model and data before any work starts (one clear line if they do not fit): a .tflite must
     be a float model once normalised, and the data must fit the model's inputs.
 
     A Keras model is loaded to check it (TensorFlow), unless `known` holds what loading these exact bytes
-    found (`optimize.models.known`); what a load finds is handed to `known` for the next run."""
+    found (`optimize.models.known`); what a load finds is handed to `known` for the next run, and the loaded
+    model to `on_loaded` (a sweep exports it for its float32 baseline instead of loading it again)."""
     record = known.model(src.fingerprint) if known is not None and src.kind in KNOWABLE else None
     if record is not None and record.kind == src.kind:
         heads, specs = (lambda: heads_of(record)), (lambda: _specs(src, record))
     else:
         loaded = models.check_loads(src)  # a Keras file that does not load: one line now, not a failed candidate
+        if loaded is not None and on_loaded is not None:
+            on_loaded(loaded)
         heads = _once(lambda: models.output_heads(src, loaded))
         specs = _once(lambda: models.input_specs(src))
         if known is not None and src.kind in KNOWABLE:
@@ -109,6 +112,7 @@ def open_inputs(
     check: bool = False,
     known: Memo | None = None,
     layout: str = "source",
+    on_loaded=None,
 ):
     """The model source and dataset; the built-in demo (and its data) when no model is given.
 
@@ -119,6 +123,7 @@ def open_inputs(
     what earlier runs' checks found about this model file (a warm re-run then needs no TensorFlow). A PyTorch
     or ONNX model (`model` may be an nn.Module from Python) is converted here, once, to its float .tflite,
     and the data made to fit it (`torch_source.prepare`; `layout` "channels-last" makes image I/O NHWC).
+    `on_loaded` receives the Keras model the check loaded (`check_data`).
     """
     if model is None or str(model) == "demo":
         from optimize.models.demo import demo
@@ -139,7 +144,7 @@ def open_inputs(
         if ds.task == Task.REGRESSION and ds.split is not None and ds.split.test_classes:  # values, not classes
             ds = replace(ds, split=ds.split.model_copy(update={"test_classes": {}, "warnings": []}))
     if check:
-        check_data(src, ds, known)
+        check_data(src, ds, known, on_loaded)
     warn_split(ds)
     return src, ds
 

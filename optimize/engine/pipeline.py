@@ -84,6 +84,8 @@ class Workspace:
         self._teacher: list | None = None
         self.root = _key(src.fingerprint, data.fingerprint if data else None)
         self._exported: Path | None = None  # the source's SavedModel, exported already (seed_export)
+        self._export_seconds = 0.0  # what exporting it took where it was done, not yet counted on a candidate
+        self.carried = 0.0  # seconds of the candidate being made that were spent elsewhere (that export)
 
     def seed(self, steps: Iterable[Step], path: Path) -> None:
         """What `steps` make is at `path` already (another worker made it: the sweep's float32 baseline),
@@ -92,10 +94,11 @@ class Workspace:
         if key not in self.memo:
             self.memo[key] = _State("tflite", Path(path))
 
-    def seed_export(self, path: Path) -> None:
+    def seed_export(self, path: Path, seconds: float = 0.0) -> None:
         """The source Keras model's SavedModel is at `path` already: the sweep's own process exported it from
-        the model it loaded to check it (`runs.Run.export`), so converting it loads and exports nothing here."""
-        self._exported = Path(path)
+        the model it loaded to check it (`runs.Run.export`, in `seconds`), so converting it loads and exports
+        nothing here; the candidate that converts it counts those seconds in its convert phase and total."""
+        self._exported, self._export_seconds = Path(path), seconds
 
     def _context(self, key: str, state: _State) -> Context:
         folder = self.workdir / key
@@ -140,6 +143,9 @@ class Workspace:
             state.saved_model = self.src.path
         elif state.kind == "source" and self._exported is not None and self._exported.is_dir():
             state.saved_model = self._exported
+            self.carried, self._export_seconds = self.carried + self._export_seconds, 0.0
+            if self.phases is not None:
+                self.phases["convert"] = self.phases.get("convert", 0.0) + self.carried
             if self.src.kind == "keras3":
                 state.notes.append(KERAS3_ROUTE)
         elif state.kind == "source" and self.src.kind == "keras3":
@@ -383,9 +389,10 @@ def make_candidate(
     t0 = time.perf_counter()
     artifact = artifact_path(out_dir, recipe.name)
     phases: dict[str, float] = {}
-    ws.phases = phases
+    ws.phases, ws.carried = phases, 0.0
     try:
         made, state, composition, parsed = produce_verified(ws, recipe)
+        t0 -= ws.carried  # its source's export, done in the sweep's own process, is part of its time
         with timed(phases, "verify"):
             _copy_out(state.path, artifact)
         metrics = None

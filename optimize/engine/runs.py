@@ -60,20 +60,23 @@ class Run:
     created: list[Path] = field(default_factory=list)  # folders `-o` made that did not exist (deepest first)
     keras: object = field(default=None, repr=False)  # the Keras model the checks loaded (this process only)
 
-    def export(self) -> Path | None:
+    def export(self) -> tuple[Path, float] | None:
         """The source Keras model exported as its SavedModel (into the run's work folder), from the model the
         checks loaded: the float32 baseline then converts it without loading and exporting it again, in a
         worker that was importing TensorFlow meanwhile. None when there is none to export (a warm re-run, a
-        .tflite, a SavedModel) or the export fails here (the worker then exports it itself, as before)."""
+        .tflite, a SavedModel) or the export fails here (the worker then exports it itself, as before). With
+        the seconds it took (the baseline's convert phase counts them)."""
         model, self.keras = self.keras, None  # exported once; the model is not kept past it
         if model is None or self.src.kind not in ("keras2", "keras3"):
             return None
         out = self.out_dir / ".work" / "export" / self.src.fingerprint / "saved_model"
+        t0 = time.perf_counter()
         try:
-            return models.export_saved_model(model, out, batch=1 if self.src.kind == "keras3" else None)
+            path = models.export_saved_model(model, out, batch=1 if self.src.kind == "keras3" else None)
         except Exception as e:  # noqa: BLE001 - the worker's own export meets it again, as a failed candidate
             log.debug("exporting %s here failed (%s); the worker exports it", self.src.name, e)
             return None
+        return path, time.perf_counter() - t0
 
     @property
     def baseline(self) -> Recipe | None:

@@ -44,6 +44,8 @@ class _Pending:
     def task(
         self, group: list[Recipe], baseline_name: str | None = None, ref=None, metrics=None, start=None, exported=None
     ) -> Task:
+        """The task for a group of this run's recipes; `exported`: (the source's SavedModel, seconds) for the
+        baseline's (`Run.export`)."""
         r = self.run
         return Task(
             r.src,
@@ -56,7 +58,8 @@ class _Pending:
             baseline_name=baseline_name,
             tag=r.tag,
             start=start,
-            exported=exported,
+            exported=exported[0] if exported else None,
+            exported_seconds=exported[1] if exported else 0.0,
         )
 
     def release(self, ex, baseline: Candidate | None) -> None:

@@ -59,6 +59,7 @@ class Task:
     own_reference: bool = False  # compare with a float32 conversion made for this task (single runs)
     start: tuple | None = None  # (steps, artifact): what those steps made, for recipes that begin with them
     exported: Path | None = None  # the source model's SavedModel, exported by the parent from the model it checked
+    exported_seconds: float = 0.0  # what that export took there (the baseline's convert phase counts it)
     tag: str = ""  # which run (model) the task belongs to; executors hand it back with each candidate
 
     def after(self, cand: Candidate) -> Task:
@@ -110,7 +111,7 @@ def run_task(ws: Workspace, task: Task, progress: Progress) -> Iterator[Candidat
     if task.start is not None:
         ws.seed(*task.start)
     if task.exported is not None:
-        ws.seed_export(task.exported)
+        ws.seed_export(task.exported, task.exported_seconds)
     if task.own_reference and task.recipes:
         ref, base = own_reference(ws, task.recipes[0])
         task = replace(task, reference=ref, baseline=base)

@@ -147,6 +147,7 @@ def test_the_baseline_converts_what_the_checks_loaded(keras_model, data_npz, tmp
     baseline converts that export: the model is loaded once in all (not again for the baseline), the
     artifact is byte for byte what the worker's own export made, and a zoo (many models) keeps none."""
     import hashlib
+    import logging
 
     from optimize.engine import runs
     from optimize.models import source
@@ -155,9 +156,12 @@ def test_the_baseline_converts_what_the_checks_loaded(keras_model, data_npz, tmp
     real = source.load_keras2
     monkeypatch.setattr(source, "load_keras2", lambda src: loads.append(src.path) or real(src))
     recipes = [build(s, [{"technique": "convert", "scheme": s}]) for s in ("float32", "float16")]
+    monkeypatch.setattr(logging.root, "handlers", [])  # as in a plain Python session: absl would add one
+    handlers = list(logging.root.handlers)
     st = sweeps.sweep(keras_model, data_npz, tmp_path / "a", recipes=recipes, cache=False, jobs=0)
     assert all(c.ok for c in st.candidates), [c.error for c in st.candidates]
     assert len(loads) == 1  # the check's load; the baseline converted its export
+    assert logging.root.handlers == handlers  # exporting here left the caller's logging as it was (absl)
     monkeypatch.setattr(source, "load_keras2", real)
 
     run = runs.open_run(keras_model, data_npz, tmp_path / "b", recipes=recipes[:1], cache=False)

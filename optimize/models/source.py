@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import io
 import json
+import logging
 import os
 import zipfile
 from dataclasses import replace
@@ -275,11 +276,15 @@ def export_saved_model(model, out: Path, batch: int | None = None) -> Path:
 
     out.parent.mkdir(parents=True, exist_ok=True)
     model, cleared = inference_ready(model)  # training-only parts that change how a layer converts
-    with contextlib.redirect_stdout(io.StringIO()):
-        if batch is None:
-            model.export(str(out))
-        else:
-            _export_fixed(model, out, batch)
+    handlers = list(logging.root.handlers)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            if batch is None:
+                model.export(str(out))
+            else:
+                _export_fixed(model, out, batch)
+    finally:  # absl's first message configures the root logger (a stderr handler): the caller's stays as it was
+        logging.root.handlers[:] = handlers
     if cleared:
         note = (
             f"convert: dropout of {', '.join(cleared)} cleared before export (it acts only in training; with "

@@ -161,6 +161,43 @@ def test_no_node_named_is_bisected(tmp_path):
     assert fixer.islands and all("(bisected)" in i.reason for i in fixer.islands)
 
 
+def test_every_collapsed_clamp_bound_is_kept_float_in_one_round(tmp_path):
+    """Layers whose outputs are all but zero (dead weights: ranges that collapsed) get, at 16-bit activations, an output scale at
+    which their fused RELU6 bound does not fit int32: the model does not load, and the runtime names only the first
+    such op. The repair keeps every one of them float in one round, read from the flatbuffer's scales."""
+    from optimize.transforms.tflite import repair
+    from optimize.transforms.tflite.quantize import _calibration_data, _inspect
+    from optimize.transforms.tflite.session import Session
+
+    tf = _tf.tf()
+    dead1, dead2 = _weights((32, 32)) * 1e-30, _weights((32, 32), 2) * 1e-30
+    live, head = _weights((32, 32), 3), _weights((32, 4), 4)
+
+    def net(x):
+        h = tf.nn.relu6(tf.matmul(x, dead1))
+        h = tf.nn.relu6(tf.matmul(h, dead2) + tf.matmul(x, live))
+        return {"y": tf.matmul(tf.nn.relu6(tf.matmul(x, live)) + h, head)}
+
+    content = _convert(net, tf.TensorSpec([1, 32], tf.float32))
+    (tmp_path / "dead.tflite").write_bytes(content)
+    np.savez(tmp_path / "d.npz", x=np.random.default_rng(0).normal(size=(64, 32)).astype(np.float32))
+    ds = load_data(tmp_path / "d.npz")
+    params = get("quantize").params(scheme="int16x8")
+    ctx = Context(workdir=tmp_path, data=ds)
+    sig, inputs = _inspect(content, tmp_path / "dead.tflite")
+    session = Session(content, params, ctx, _calibration_data(params, ctx, sig, inputs, tmp_path / "dead.tflite"))
+    check = repair.Check.build(content, ds, 1)
+    plain = session.quantize()
+    failure = check.first_failure(plain)
+    assert failure is not None and failure.kind == "load" and repair.OVERFLOW in failure.message
+    bad = repair.overflowing(plain)
+    assert bad and all(op == "FULLY_CONNECTED" for _, op in bad)
+    fixer = repair.Repairer(session.quantize, content, check, "LiteRT Quantizer")
+    fixed = fixer.run()
+    assert check.first_failure(fixed) is None and repair.overflowing(fixed) == []
+    assert fixer.rounds == 1 and {i.tensor for i in fixer.islands} == {t for t, _ in bad}
+
+
 def test_a_leaky_relu_net_gets_the_int8_kernels_and_says_what_it_costs(tmp_path):
     tf = _tf.tf()
     w1, w2 = _weights((32, 32)), _weights((32, 4), 1)

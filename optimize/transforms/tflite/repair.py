@@ -206,6 +206,10 @@ class Repairer:
 
     # -------------------------------------------------------------------------------------- one fix
     def _fix(self, current: bytes, failure: Failure) -> bytes:
+        if failure.kind == "load" and OVERFLOW in failure.message:
+            fixed = self._fix_overflows(current, failure)
+            if fixed is not None:
+                return fixed
         tensor, op = _located(current, self.float_model, failure)
         if tensor is None or tensor in self.overrides or tensor in self.clamps:
             return self._bisect(failure)
@@ -222,6 +226,21 @@ class Repairer:
                 return trial
         self.overrides[tensor] = "float"
         self.islands.append(FloatIsland(op=op, tensor=tensor, precision="float", reason=why))
+        return self.build()
+
+    def _fix_overflows(self, current: bytes, failure: Failure) -> bytes | None:
+        """Every op whose clamp bound cannot be quantized at its output's scale kept float in one round (the
+        runtime names only the first it meets: a model whose ranges collapsed has many), or None when the
+        flatbuffer shows none of them."""
+        ours = set(_op_outputs(self.float_model))
+        found = [(t, op) for t, op in overflowing(current) if t in ours and t not in self.overrides]
+        if not found:
+            return None
+        why = _why(failure)
+        for tensor, op in found:
+            self.overrides[tensor] = "float"
+            self.islands.append(FloatIsland(op=op, tensor=tensor, precision="float", reason=why))
+        self.log.append(f"{len(found)} op(s) whose fused activation bound overflows int32 at their output scale")
         return self.build()
 
     def _try_clamp(self, tensor: str, op: str, why: str, failure: Failure) -> bytes | None:
@@ -274,6 +293,31 @@ class Repairer:
         self.overrides[tensor] = "float"
         self.islands.append(FloatIsland(op=op, tensor=tensor, precision="float", reason=f"{_why(failure)} (bisected)"))
         return self.build()
+
+
+#: The runtime's words when a fused activation's bound does not fit int32 at the output's scale
+#: (kernel_util's Quantize: round(bound / scale) must be an int32).
+OVERFLOW = "no_integer_overflow_from_quantization"
+#: The bounds a fused activation quantizes when the op is prepared (RELU's 0 always fits).
+_BOUNDS = {"RELU6": 6.0, "RELU_N1_TO_1": 1.0}
+_INT32 = 2**31 - 1
+
+
+def overflowing(content: bytes) -> list[tuple[str, str]]:
+    """(output tensor, op) of every quantized op whose fused activation bound does not fit int32 at its
+    output's scale: each fails to load with `OVERFLOW` (a scale that collapsed to ~0 on dead ranges)."""
+    sg = read_model(content).main
+    out = []
+    for op in sg.ops:
+        bound = _BOUNDS.get(op.options.get("fused_activation_function", "")) if op.outputs else None
+        t = sg.tensors[op.outputs[0]] if bound and op.outputs[0] >= 0 else None
+        q = t.quant if t is not None else None
+        if q is None or not q.count:
+            continue
+        scale = float(q.scales[0])
+        if not scale > 0 or not abs(np.float32(bound) / np.float32(scale)) <= _INT32:
+            out.append((t.name, op.name))
+    return out
 
 
 def _why(f: Failure) -> str:

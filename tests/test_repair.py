@@ -136,24 +136,33 @@ def test_mixed_int8_and_debug_work_on_a_model_whose_plain_int8_cannot_run(div, t
     assert "Kept out of int8 first" in r.stdout and "DIV" in r.stdout
 
 
-def test_no_node_named_is_bisected(tmp_path):
-    """LOG of an int8 value that silence makes exactly 0 (float: log(1e-6)): NaN/inf with no node named.
-    LiteRT Quantizer leaves LOG float; bisecting finds the op whose int8 output feeds it the zero."""
+def _session(content: bytes, tmp_path, width: int, scheme: str):
+    """A calibrated LiteRT Quantizer session on `content` (seeded normal samples of `width` features) and the
+    failure check the repair runs, as the quantize technique builds them."""
     from optimize.transforms.tflite import repair
     from optimize.transforms.tflite.quantize import _calibration_data, _inspect
     from optimize.transforms.tflite.session import Session
 
+    model = tmp_path / "model.tflite"
+    model.write_bytes(content)
+    np.savez(tmp_path / "d.npz", x=np.random.default_rng(0).normal(size=(64, width)).astype(np.float32))
+    ds = load_data(tmp_path / "d.npz")
+    params = get("quantize").params(scheme=scheme)
+    ctx = Context(workdir=tmp_path, data=ds)
+    sig, inputs = _inspect(content, model)
+    session = Session(content, params, ctx, _calibration_data(params, ctx, sig, inputs, model))
+    return session, repair.Check.build(content, ds, 1)
+
+
+def test_no_node_named_is_bisected(tmp_path):
+    """LOG of an int8 value that silence makes exactly 0 (float: log(1e-6)): NaN/inf with no node named.
+    LiteRT Quantizer leaves LOG float; bisecting finds the op whose int8 output feeds it the zero."""
+    from optimize.transforms.tflite import repair
+
     tf = _tf.tf()
     w = _weights((16, 8))
     content = _convert(lambda x: {"y": tf.math.log(tf.matmul(x, w) ** 2 + 1e-6)}, tf.TensorSpec([1, 16], tf.float32))
-    (tmp_path / "log.tflite").write_bytes(content)
-    np.savez(tmp_path / "d.npz", x=np.random.default_rng(0).normal(size=(64, 16)).astype(np.float32))
-    ds = load_data(tmp_path / "d.npz")
-    params = get("quantize").params(scheme="int8")
-    ctx = Context(workdir=tmp_path, data=ds)
-    sig, inputs = _inspect(content, tmp_path / "log.tflite")
-    session = Session(content, params, ctx, _calibration_data(params, ctx, sig, inputs, tmp_path / "log.tflite"))
-    check = repair.Check.build(content, ds, 1)
+    session, check = _session(content, tmp_path, 16, "int8")
     assert check.first_failure(session.quantize()).kind == "non-finite"
     fixer = repair.Repairer(session.quantize, content, check, "LiteRT Quantizer")
     fixed = fixer.run()
@@ -162,12 +171,10 @@ def test_no_node_named_is_bisected(tmp_path):
 
 
 def test_every_collapsed_clamp_bound_is_kept_float_in_one_round(tmp_path):
-    """Layers whose outputs are all but zero (dead weights: ranges that collapsed) get, at 16-bit activations, an output scale at
-    which their fused RELU6 bound does not fit int32: the model does not load, and the runtime names only the first
-    such op. The repair keeps every one of them float in one round, read from the flatbuffer's scales."""
+    """Layers whose outputs are all but zero (dead weights: ranges that collapsed) get, at 16-bit activations, an
+    output scale at which their fused RELU6 bound does not fit int32: the model does not load, and the runtime names
+    only the first such op. The repair keeps every one of them float in one round, read from the flatbuffer's scales."""
     from optimize.transforms.tflite import repair
-    from optimize.transforms.tflite.quantize import _calibration_data, _inspect
-    from optimize.transforms.tflite.session import Session
 
     tf = _tf.tf()
     dead1, dead2 = _weights((32, 32)) * 1e-30, _weights((32, 32), 2) * 1e-30
@@ -178,15 +185,8 @@ def test_every_collapsed_clamp_bound_is_kept_float_in_one_round(tmp_path):
         h = tf.nn.relu6(tf.matmul(h, dead2) + tf.matmul(x, live))
         return {"y": tf.matmul(tf.nn.relu6(tf.matmul(x, live)) + h, head)}
 
-    content = _convert(net, tf.TensorSpec([1, 32], tf.float32))
-    (tmp_path / "dead.tflite").write_bytes(content)
-    np.savez(tmp_path / "d.npz", x=np.random.default_rng(0).normal(size=(64, 32)).astype(np.float32))
-    ds = load_data(tmp_path / "d.npz")
-    params = get("quantize").params(scheme="int16x8")
-    ctx = Context(workdir=tmp_path, data=ds)
-    sig, inputs = _inspect(content, tmp_path / "dead.tflite")
-    session = Session(content, params, ctx, _calibration_data(params, ctx, sig, inputs, tmp_path / "dead.tflite"))
-    check = repair.Check.build(content, ds, 1)
+    session, check = _session(_convert(net, tf.TensorSpec([1, 32], tf.float32)), tmp_path, 32, "int16x8")
+    content = session.content
     plain = session.quantize()
     failure = check.first_failure(plain)
     assert failure is not None and failure.kind == "load" and repair.OVERFLOW in failure.message

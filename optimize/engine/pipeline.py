@@ -143,9 +143,10 @@ class Workspace:
             state.saved_model = self.src.path
         elif state.kind == "source" and self._exported is not None and self._exported.is_dir():
             state.saved_model = self._exported
-            self.carried, self._export_seconds = self.carried + self._export_seconds, 0.0
+            moved, self._export_seconds = self._export_seconds, 0.0  # counted once, on this candidate
+            self.carried += moved
             if self.phases is not None:
-                self.phases["convert"] = self.phases.get("convert", 0.0) + self.carried
+                self.phases["convert"] = self.phases.get("convert", 0.0) + moved
             if self.src.kind == "keras3":
                 state.notes.append(KERAS3_ROUTE)
         elif state.kind == "source" and self.src.kind == "keras3":

@@ -148,6 +148,19 @@ class Memory(Record):
     method: str = Field(default="child process: VmHWM after one run minus VmRSS after importing the runtime")
 
 
+class SliceError(Record):
+    """One slice of an output (channels along its feature axis) against the same slice of the reference: an
+    output whose channels carry quantities of different scales (boxes beside scores) is measured per slice."""
+
+    name: str = Field(description="What the slice holds: 'boxes', 'scores', or 'channels 4-14'.")
+    axis: int = Field(description="The output's axis the channels are on (batch is 0).")
+    channels: str = Field(description="The channels, in runs: '0-3', '4-14'.")
+    range: float = Field(description="The slice's range in the reference (max - min).")
+    mean_abs_diff: float
+    max_abs_diff: float
+    relative_error: float = Field(description="mean |diff| over the slice's own range in the reference (0..1).")
+
+
 class OutputFidelity(Record):
     """Per-output difference from the float reference, as TFLite's inference_diff reports it."""
 
@@ -155,7 +168,18 @@ class OutputFidelity(Record):
     mean_abs_diff: float
     std_abs_diff: float
     max_abs_diff: float
-    relative_error: float | None = Field(None, description="mean |diff| over the reference output's range (0..1).")
+    relative_error: float | None = Field(
+        None,
+        description="mean |diff| over the reference output's range (0..1); for an output measured in slices, the "
+        "worst slice's (each over its own range).",
+    )
+    slices: list[SliceError] = Field(
+        default_factory=list,
+        description="The output's slices when its channels carry quantities of different scales (else none).",
+    )
+    tensor_relative_error: float | None = Field(
+        None, description="With slices: mean |diff| over the whole output's range (one figure for the tensor)."
+    )
     iou: float | None = Field(None, description="For mask outputs: IoU of the two masks thresholded at 0.5.")
     nonfinite_samples: int = Field(
         0, description="Samples where this output is NaN/inf and the reference's is not (left out of the figures)."
@@ -168,6 +192,27 @@ class OutputFidelity(Record):
     )
 
 
+class DetectionFidelity(Record):
+    """A detector's detections against float32's on the same inputs: each of float32's detections (score at
+    least `score_threshold`, after per-class non-maximum suppression for decoded boxes) is kept when the
+    candidate has one of the same class overlapping it at IoU >= `iou_threshold` (for a raw anchor head: at the
+    same anchor)."""
+
+    layout: str = Field(description="The head: yolo ([1, 4+C, N] or [1, N, 4+C]), ssd (boxes + scores) or anchors.")
+    outputs: list[str] = Field(description="The outputs that hold the boxes and scores.")
+    score_threshold: float
+    iou_threshold: float = 0.5
+    reference_detections: int = Field(description="Detections float32 makes on the samples.")
+    kept: int = Field(description="Of those, the ones the candidate makes too (same class, IoU >= threshold).")
+    extra: int = Field(0, description="The candidate's detections float32 does not make.")
+    mean_iou: float | None = Field(None, description="Mean IoU of the kept detections with float32's.")
+
+    @property
+    def kept_fraction(self) -> float | None:
+        """Share of float32's detections kept (None when float32 detects nothing on the samples)."""
+        return self.kept / self.reference_detections if self.reference_detections else None
+
+
 class Fidelity(Record):
     """Every output against the float reference. The figures a goal or the guard reads are the worst output's:
     a candidate is as good as the output it breaks most, labelled or not."""
@@ -177,6 +222,9 @@ class Fidelity(Record):
     outputs: list[OutputFidelity]
     top1_agreement: float | None = Field(
         None, description="Fraction of samples whose argmax matches: the worst class output's (class outputs only)."
+    )
+    detection: DetectionFidelity | None = Field(
+        None, description="A detector's detections kept against float32's (a recognised or declared detector head)."
     )
 
     @property
@@ -222,6 +270,28 @@ class Accuracy(Record):
     rmse: float | None = Field(None, description="Regression: root mean squared error, in the target's units.")
 
 
+class TargetFidelity(Fidelity):
+    """Fidelity to float32 (and accuracy, with labels) as a target's hardware computes the candidate, where its
+    arithmetic differs from the CPU's: the GPU dequantizes weights and computes in float (float16 for a float16
+    model), the CPU's hybrid kernels quantize activations on the fly. Emulated on the CPU, or observed on the
+    device."""
+
+    method: Literal["emulated", "observed"] = Field(
+        description="emulated: a copy in the target's arithmetic run by the CPU interpreter; observed: run on it."
+    )
+    how: str = Field("", description="What was run, in a line (the emulation's rewrite, or the device).")
+    accuracy: Accuracy | None = None
+    accuracy_delta: float | None = Field(None, description="Top-1 minus the float baseline's (CPU float32).")
+    error_ratio: float | None = Field(None, description="Regression: MAE over the float baseline's (CPU float32).")
+    flagged: str | None = Field(None, description="Why the target computes this candidate badly, when it does.")
+
+
+class OnTarget(Record):
+    """Per target whose arithmetic is not the CPU's, the candidate's quality as that target computes it."""
+
+    gpu: TargetFidelity | None = None
+
+
 class Metrics(Record):
     size: Size
     accuracy: Accuracy | None = None
@@ -233,6 +303,9 @@ class Metrics(Record):
     latency: Latency | None = None
     memory: Memory | None = None
     memory_error: str | None = Field(None, description="Why peak memory could not be measured, when it could not.")
+    on_target: OnTarget | None = Field(
+        None, description="Quality as each target whose arithmetic differs from the CPU's computes it (gpu)."
+    )
 
 
 class ProbeFailure(Record):

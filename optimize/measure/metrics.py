@@ -13,7 +13,7 @@ import numpy as np
 
 from optimize.core.errors import DataError, ModelError
 from optimize.core.results import Accuracy, Fidelity, Latency, Memory, Metrics, OutputFidelity, Size
-from optimize.measure import timing
+from optimize.measure import detection, slices, timing
 from optimize.measure.memory import peak_memory_bytes
 from optimize.measure.timing import time_invoke
 from optimize.models import runtime, tasks
@@ -117,6 +117,11 @@ def accuracy_on(ds: Dataset, outs: list[np.ndarray], hs: list[Head], runner: run
         return None
     y = np.asarray(y)[:n]
     task = tasks.detect(hs[i], y, ds.task)
+    if task in (tasks.Task.DETECT, tasks.Task.SEGMENT):
+        raise DataError(
+            f"{ds.source}: --task {task} compares the model's {task} outputs with float32's; it does not score labels.",
+            "Leave the labels out of the data (x only), or pick the task the labels are for.",
+        )
     y = tasks.check_labels(task, hs[i], y, "y_test")
     return Accuracy(samples=len(y), task=task, output=name, **tasks.scores(task, outs[i], y, hs[i]))
 
@@ -130,10 +135,20 @@ def fidelity_of(
     task: str | None = None,
     label_at: int = 0,
     scored: bool = False,
+    detector: str | None = None,
+    score_threshold: float = detection.DEFAULT_SCORE,
 ) -> Fidelity:
-    """Every output against the reference: mean/std/max |diff|, relative error, IoU for masks, and argmax
-    agreement where an output is classes (a softmax head; for the output the labels or --task describe,
-    `label_at`, the task decides). `scored`: that output is scored against labels (marked `labelled`)."""
+    """Every output against the reference: mean/std/max |diff|, relative error (per slice where its channels
+    carry quantities of different scales: the worst slice's), IoU for masks, and argmax agreement where an
+    output is classes (a softmax head; for the output the labels or --task describe, `label_at`, the task
+    decides). `scored`: that output is scored against labels (marked `labelled`). A detector head (recognised
+    from the shapes and the reference's values, or `detector`: the layout named, "" to recognise it under
+    --task detect) adds the detections kept against the reference's, at `score_threshold`."""
+    shapes = [tuple(h.shape) if hs else tuple(b.shape) for h, b in zip(hs or ref, ref)]
+    if task == tasks.Task.DETECT and detector is None:
+        detector = ""
+    layout = detection.recognise(shapes, ref, detector) if ref and all(len(b) for b in ref) else None
+    named = layout.slices([tuple(b.shape) for b in ref]) if layout else {}
     per = []
     for j, (name, a, b) in enumerate(zip(names, outs, ref)):
         head = hs[j] if hs else None
@@ -143,15 +158,25 @@ def fidelity_of(
             )
         else:
             classes = head is not None and head.activation == "softmax"
-        o = _output_fidelity(name, a, b, head is not None and head.is_mask)
+        segment = task == tasks.Task.SEGMENT and j == label_at
+        whole = head is not None and (head.activation == "softmax" or head.is_mask) or segment
+        o = _output_fidelity(name, a, b, head is not None and head.is_mask, named.get(j, None if not whole else []))
+        if segment:
+            o = o.model_copy(update={"iou": tasks.segmentation_iou(a, b, head)})
         agree = _agreement(a, b) if classes else None
         per.append(o.model_copy(update={"top1_agreement": agree, "labelled": scored and j == label_at}))
     agreements = [o.top1_agreement for o in per if o.top1_agreement is not None]
+    found = None
+    if layout is not None:
+        both = np.logical_and.reduce([_finite_rows(a) & _finite_rows(b) for a, b in zip(outs, ref)])
+        kept = [a[both] for a in outs], [b[both] for b in ref]
+        found = detection.compare(kept[0], kept[1], names, layout, score_threshold)
     return Fidelity(
         reference=reference,
         samples=len(outs[0]) if outs else 0,
         outputs=per,
         top1_agreement=min(agreements) if agreements else None,
+        detection=found,
     )
 
 
@@ -169,19 +194,24 @@ def _finite_rows(a: np.ndarray) -> np.ndarray:
     return np.isfinite(a.reshape(len(a), -1)).all(axis=1) if a.size else np.ones(len(a), bool)
 
 
-def _output_fidelity(name: str, a: np.ndarray, b: np.ndarray, is_mask: bool) -> OutputFidelity:
+def _output_fidelity(name: str, a: np.ndarray, b: np.ndarray, is_mask: bool, cut: list | None = None) -> OutputFidelity:
     """One output against the reference, over the samples where both are finite; the samples where only
-    the reference is finite are counted (a quantized model going NaN where float32 does not)."""
+    the reference is finite are counted (a quantized model going NaN where float32 does not). `cut`: the
+    output's named slices ([]: measure it whole; None: cut it by scale, `slices.scale_slices`)."""
     mine, theirs = _finite_rows(a), _finite_rows(b)
     both = mine & theirs
     a, b = a[both], b[both]
     d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    whole = tasks.relative_error(a, b) if d.size else None
+    parts = slices.slice_errors(a, b, slices.scale_slices(b) if cut is None else cut) if d.size else []
     return OutputFidelity(
         name=name,
         mean_abs_diff=float(d.mean()) if d.size else 0.0,
         std_abs_diff=float(d.std()) if d.size else 0.0,
         max_abs_diff=float(d.max()) if d.size else 0.0,
-        relative_error=tasks.relative_error(a, b) if d.size else None,
+        relative_error=max([whole, *(p.relative_error for p in parts)]) if parts else whole,
+        slices=parts,
+        tensor_relative_error=whole if parts else None,
         iou=tasks.mask_iou(a, b) if is_mask and d.size else None,
         nonfinite_samples=int((~mine & theirs).sum()),
     )

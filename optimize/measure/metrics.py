@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from optimize.core.errors import DataError, ModelError
-from optimize.core.results import Accuracy, Fidelity, Latency, Memory, Metrics, OutputFidelity, Size
+from optimize.core.results import Accuracy, Fidelity, Latency, Memory, Metrics, OnTarget, OutputFidelity, Size
 from optimize.measure import detection, slices, timing
 from optimize.measure.memory import peak_memory_bytes
+from optimize.measure.on_target import emulated
 from optimize.measure.timing import time_invoke
 from optimize.models import runtime, tasks
 from optimize.models.data import Dataset, check_inputs, count, load_data, take
@@ -240,6 +241,7 @@ def evaluate(
     baseline_accuracy: Accuracy | None = None,
     timing: bool = True,
     loaded: runtime.Loaded | None = None,
+    on_target: bool | str = True,
 ) -> Metrics:
     """Every measurement of one .tflite. Without data, latency and memory use a zero input.
 
@@ -247,27 +249,45 @@ def evaluate(
     `baseline_accuracy` (the float model's on the same data) fills `accuracy_delta` or `error_ratio`.
     `timing=False` leaves latency and memory to `add_timing`, so a sweep can time every candidate
     on a quiet machine after the parallel work is done. `loaded`: the model's interpreter, when the
-    caller has one (`runtime.load(model, threads=threads)`), so it is built once.
+    caller has one (`runtime.load(model, threads=threads)`), so it is built once. `on_target`: with a
+    reference, also the figures in the GPU's arithmetic (`metrics.on_target.gpu`, emulated on the CPU); "self":
+    the model is the reference (the float32 baseline), its GPU figures against its own CPU outputs.
     """
     path = Path(model)
     _check_tflite(path)
     ds = _dataset(data)
     like = take(ds.x_test, slice(0, 1)) if ds is not None else None
     runner = runtime.Runner(loaded or runtime.load(path, threads=threads, like=like))
-    acc = fid = xs = None
+    acc = fid = xs = gpu = None
     if ds is not None:
         check_inputs(ds, runner_specs(runner))
         xs = take(ds.x_test, slice(0, samples)) if samples else ds.x_test
         outs = _predict(runner, xs, path, ds.source)
         hs = heads(path, runner)
         acc = accuracy_on(ds, outs, hs, runner, count(xs))
-        if reference is not None:
-            ref = _reference_outputs(Path(reference), xs, threads)
+        if reference is not None or on_target == "self":
+            ref = _reference_outputs(Path(reference), xs, threads) if reference is not None else outs
             task = acc.task if acc else ds.task
             at = label_index(ds, runner)
             names = source_names(ds, runner)
-            fid = fidelity_of(outs, ref, names, Path(reference).name, hs, task, at, scored=acc is not None)
-    metrics = Metrics(size=size_of(path), accuracy=acc, fidelity=fid, **compare(acc, baseline_accuracy))
+            name = Path(reference or path).name
+            fid = fidelity_of(outs, ref, names, name, hs, task, at, scored=acc is not None)
+            if on_target:
+
+                def score(outs: list[np.ndarray], runner: runtime.Runner):
+                    a = accuracy_on(ds, outs, hs, runner, count(xs))
+                    f = fidelity_of(outs, ref, names, name, hs, task, at, scored=a is not None)
+                    return f, a, compare(a, baseline_accuracy or acc)
+
+                gpu = emulated(path, xs, score, threads)
+            fid = fid if reference is not None else None
+    metrics = Metrics(
+        size=size_of(path),
+        accuracy=acc,
+        fidelity=fid,
+        on_target=OnTarget(gpu=gpu) if gpu is not None else None,
+        **compare(acc, baseline_accuracy),
+    )
     if timing:
         sample = take(xs, slice(0, 1)) if xs is not None else None
         metrics = add_timing(metrics, path, sample, threads=threads, runs=runs, warmup=warmup, memory=memory)

@@ -147,6 +147,7 @@ def _boxes_scores(outs: list[np.ndarray], lay: Layout, k: int) -> tuple[np.ndarr
 
 def _corners_of(cxcywh: np.ndarray) -> np.ndarray:
     cx, cy, w, h = cxcywh.T
+    w, h = np.abs(w), np.abs(h)  # a raw regression's size can come out negative; its extent is the same
     return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
 
 
@@ -159,7 +160,8 @@ def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
     area = lambda c: np.clip(c[:, 2] - c[:, 0], 0, None) * np.clip(c[:, 3] - c[:, 1], 0, None)  # noqa: E731
     union = area(a)[:, None] + area(b)[None, :] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+    same = np.all(a[:, None, :] == b[None, :, :], axis=-1)  # two empty boxes that are one box overlap fully
+    return np.where(union > 0, inter / np.where(union > 0, union, 1), same.astype(np.float64))
 
 
 def _nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray) -> np.ndarray:

@@ -1,0 +1,196 @@
+"""Fidelity that sees slices, detection and segmentation as tasks, and the GPU's arithmetic: seeded models
+with a YOLO-style head, a segmentation head and dense weights, measured as a sweep measures them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from optimize.measure import detection, metrics, slices
+from optimize.measure.gpu_arithmetic import INT16X8, NotEmulated, gpu_copy
+from optimize.models.data import from_arrays
+
+CLASSES, SIDE = 3, 32
+
+
+def _tflite(model, folder, name: str, xs: np.ndarray | None = None, whole_int8: bool = False):
+    """The tf_keras model converted by the TFLite converter: float32, or (xs given) full int8 calibrated on xs."""
+    from optimize.models import _tf
+
+    tf = _tf.tf()
+    conv = tf.lite.TFLiteConverter.from_keras_model(model)
+    if xs is not None:
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+        conv.representative_dataset = lambda: ([xs[i : i + 1]] for i in range(len(xs)))
+        if whole_int8:
+            conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    path = folder / f"{name}.tflite"
+    path.write_bytes(conv.convert())
+    return path
+
+
+@pytest.fixture(scope="module")
+def yolo(tmp_path_factory):
+    """A YOLO-style detector: [1, 4+C, N] with pixel boxes (cx, cy, w, h, 10..300) beside C sigmoid scores,
+    float32 and int8 (one scale for the whole head, as the converter makes it)."""
+    from optimize.models import _tf
+
+    keras = _tf.keras()
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((SIDE, SIDE, 3))
+    h = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(inp)
+    h = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(h)
+    wide = keras.initializers.RandomNormal(stddev=2.0, seed=0)
+    centres = keras.layers.Conv2D(2, 1, activation="relu", kernel_initializer=wide)(h)
+    centres = keras.layers.Rescaling(100.0)(centres)  # spread over the image: few boxes overlap
+    sizes = keras.layers.Rescaling(10.0, offset=10.0)(keras.layers.Conv2D(2, 1, activation="relu")(h))
+    init = keras.initializers.Constant(-0.5)
+    scores = keras.layers.Conv2D(CLASSES, 1, activation="sigmoid", kernel_initializer=wide, bias_initializer=init)(h)
+    head = keras.layers.Concatenate()([centres, sizes, scores])
+    n = (SIDE // 2) ** 2
+    out = keras.layers.Permute((2, 1))(keras.layers.Reshape((n, 4 + CLASSES))(head))
+    model = keras.Model(inp, out)
+    xs = np.random.default_rng(1).random((48, SIDE, SIDE, 3)).astype(np.float32)
+    folder = tmp_path_factory.mktemp("yolo")
+    f32 = _tflite(model, folder, "float32")
+    int8 = _tflite(model, folder, "int8", xs[:24], whole_int8=True)
+    return f32, int8, from_arrays(x_train=xs[:24], x_test=xs[24:])
+
+
+def test_a_yolo_head_is_recognised_and_its_scores_measured_as_a_slice(yolo):
+    f32, int8, ds = yolo
+    m = metrics.evaluate(int8, ds, reference=f32, timing=False)
+    det = m.fidelity.detection
+    assert det is not None and det.layout == "yolo" and det.score_threshold == detection.DEFAULT_SCORE
+    assert det.reference_detections > 10
+    out = m.fidelity.outputs[0]
+    assert [s.name for s in out.slices] == ["boxes", "scores"]
+    boxes, scores = out.slices
+    # one int8 scale for the head: the boxes keep well, the scores do not, and the tensor-wide figure hides it
+    assert scores.relative_error > 5 * out.tensor_relative_error
+    assert out.relative_error == max(boxes.relative_error, scores.relative_error, out.tensor_relative_error)
+    assert det.kept_fraction < 0.9  # detections are lost
+    same = metrics.evaluate(f32, ds, reference=f32, timing=False).fidelity
+    assert same.detection.kept_fraction == 1.0 and same.detection.extra == 0 and same.detection.mean_iou == 1.0
+
+
+def test_detections_kept_counts_class_and_overlap():
+    rng = np.random.default_rng(0)
+    ref = np.zeros((2, 4 + CLASSES, 64), np.float32)
+    ref[:, :4] = rng.uniform(20, 40, (2, 4, 64))
+    ref[:, 0] += np.arange(64) * 50  # anchors far apart: no suppression between them
+    ref[:, 4:] = 0.01
+    ref[:, 4, :5] = 0.9  # five class-0 detections per sample
+    lay = detection.recognise([ref.shape], [ref])
+    assert lay is not None and lay.kind == "yolo" and lay.axis == 1
+    same = detection.compare([ref], [ref], ["out"], lay)
+    assert (same.reference_detections, same.kept, same.extra) == (10, 10, 0)
+    moved = ref.copy()
+    moved[0, 0, :2] += 1000  # two boxes moved away: lost there, and two detections float32 does not make
+    other = moved.copy()
+    other[1, 4, 0], other[1, 5, 0] = 0.0, 0.9  # one detection of another class
+    got = detection.compare([other], [ref], ["out"], lay)
+    assert (got.kept, got.extra) == (7, 3) and got.kept_fraction == pytest.approx(0.7)
+    transposed = np.swapaxes(ref, 1, 2)  # [1, N, 4+C] is the same head
+    assert detection.recognise([transposed.shape], [transposed]).axis == 2
+
+
+def test_a_pair_of_boxes_and_logit_scores_is_an_anchor_head():
+    rng = np.random.default_rng(0)
+    boxes = rng.normal(0, 20, (2, 896, 16)).astype(np.float32)  # offsets, not corners
+    logits = rng.normal(-4, 3, (2, 896, 1)).astype(np.float32)
+    lay = detection.recognise([boxes.shape, logits.shape], [boxes, logits])
+    assert lay is not None and (lay.kind, lay.outputs, lay.logits) == ("anchors", (0, 1), True)
+    got = detection.compare([boxes, logits], [boxes, logits], ["box", "score"], lay)
+    assert got.kept == got.reference_detections > 0
+    assert detection.recognise([(1, 10)], [np.zeros((2, 10))]) is None  # a classifier is no detector
+
+
+def test_scale_slices_cut_only_outputs_of_several_scales():
+    rng = np.random.default_rng(0)
+    one = rng.normal(size=(8, 20)).astype(np.float32)
+    assert slices.scale_slices(one) == []
+    mixed = np.concatenate([rng.uniform(0, 224, (8, 21, 2)), rng.uniform(0, 1, (8, 21, 1))], axis=2)
+    got = slices.scale_slices(mixed)
+    assert [s.channels for s in got] == [(0, 1), (2,)] and got[0].axis == 2
+    q = np.round(mixed / (224 / 255)) * (224 / 255)  # one int8 scale for the tensor
+    f = metrics.fidelity_of([q.astype(np.float32)], [mixed.astype(np.float32)], ["landmarks"], "float32")
+    out = f.outputs[0]
+    assert out.slices[1].name == "channels 2" and out.slices[1].relative_error > 0.1
+    assert out.tensor_relative_error < 0.01 and out.relative_error == out.slices[1].relative_error
+    assert f.worst().relative_error > 0.1  # what the guard and the table read
+
+
+def test_a_segmentation_head_gets_mask_iou(tmp_path):
+    from optimize.models import _tf
+
+    keras = _tf.keras()
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((16, 16, 3))
+    h = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inp)
+    out = keras.layers.Conv2D(4, 1, activation="softmax")(h)
+    model = keras.Model(inp, out)
+    xs = np.random.default_rng(2).random((24, 16, 16, 3)).astype(np.float32)
+    f32 = _tflite(model, tmp_path, "float32")
+    int8 = _tflite(model, tmp_path, "int8", xs[:12])
+    ds = replace(from_arrays(x_train=xs[:12], x_test=xs[12:]), task="segment")
+    o = metrics.evaluate(int8, ds, reference=f32, timing=False).fidelity.outputs[0]
+    assert o.iou is not None and 0.5 < o.iou <= 1.0
+    assert metrics.evaluate(f32, ds, reference=f32, timing=False).fidelity.outputs[0].iou == 1.0
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory):
+    """A model with weights big enough for dynamic range (>= 1024 elements), float32 and its quantized files."""
+    from optimize.models import _tf
+
+    keras = _tf.keras()
+    tf = _tf.tf()
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((64,))
+    h = keras.layers.Dense(128, activation="relu")(inp)
+    out = keras.layers.Dense(8)(keras.layers.Dense(64, activation="tanh")(h))
+    model = keras.Model(inp, out)
+    xs = np.random.default_rng(3).normal(size=(64, 64)).astype(np.float32)
+    folder = tmp_path_factory.mktemp("dense")
+    files = {"float32": _tflite(model, folder, "float32"), "int8": _tflite(model, folder, "int8", xs[:32])}
+    for name, types in (("dynamic", None), ("float16", [tf.float16])):
+        conv = tf.lite.TFLiteConverter.from_keras_model(model)
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+        if types:
+            conv.target_spec.supported_types = types
+        files[name] = folder / f"{name}.tflite"
+        files[name].write_bytes(conv.convert())
+    return files, from_arrays(x_train=xs[:32], x_test=xs[32:])
+
+
+def test_every_candidate_has_its_figures_in_the_gpus_arithmetic(dense):
+    files, ds = dense
+    got = {n: metrics.evaluate(p, ds, reference=files["float32"], timing=False) for n, p in files.items()}
+    for name, m in got.items():
+        gpu = m.on_target.gpu
+        assert gpu.method == "emulated" and gpu.outputs[0].relative_error is not None, name
+    cpu = {n: m.fidelity.outputs[0].relative_error for n, m in got.items()}
+    gpu = {n: m.on_target.gpu.outputs[0].relative_error for n, m in got.items()}
+    assert gpu["float32"] == cpu["float32"] == 0.0
+    assert gpu["dynamic"] != cpu["dynamic"]  # weights dequantized and float math, not hybrid kernels
+    assert gpu["dynamic"] < cpu["dynamic"]  # activations are not quantized on the fly there
+    assert "dequantized" in got["dynamic"].on_target.gpu.how
+    assert "float16" in got["float16"].on_target.gpu.how and gpu["float16"] < 0.01
+    assert "rounded to their scales" in got["int8"].on_target.gpu.how
+    assert abs(gpu["int8"] - cpu["int8"]) < 0.5 * cpu["int8"]  # the same int8 grid, float accumulation
+
+
+def test_the_gpu_copy_computes_in_float(dense):
+    from optimize.models.tflite import read_model
+
+    files, _ = dense
+    for name in ("dynamic", "int8"):
+        content, _ = gpu_copy(files[name].read_bytes())
+        ops = {op.name for op in read_model(content).main.ops}
+        assert {"QUANTIZE", "DEQUANTIZE"} >= ops - {"FULLY_CONNECTED", "RELU", "TANH"}, ops
+    with pytest.raises(NotEmulated, match="as on the CPU"):
+        gpu_copy(files["float32"].read_bytes())
+    assert "int16x8" in INT16X8

@@ -10,6 +10,7 @@ candidate is never offered). No line points at the command that printed it. Pure
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from optimize.core.results import Candidate, Study
 from optimize.core.vocab import Objective, Scheme, Target
@@ -134,15 +135,20 @@ def why_lines(
     return lines
 
 
-def guard_warnings(guard: Guard, kept_out: list[Candidate]) -> list[str]:
+Hint = Callable[[Candidate], str]
+
+
+def guard_warnings(guard: Guard, kept_out: list[Candidate], hint: Hint | None = None) -> list[str]:
     """Words for each candidate the default guard kept out that would otherwise have ranked above the choice
-    (the same words whatever the target, so a summary over targets says each once)."""
+    (the same words whatever the target, so a summary over targets says each once). `hint`: the options that
+    accept a candidate (the recommender checks they do), else the guard's own remedy."""
+    hint = hint or (lambda c: accept_hint(guard, c))
     lines = []
     for c in kept_out[:3]:
         if measured(guard, c):
             lines.append(
                 f"{c.name} not picked: it {loss_words(c, guard)}, beyond the default guard ({guard.words}; "
-                f"{guard.unstated}). To accept it: {accept_hint(guard, c)}."
+                f"{guard.unstated}). To accept it: {hint(c)}."
             )
         else:
             lines.append(
@@ -167,11 +173,17 @@ def _tried(study: Study | None, reasons: dict[str, str], test) -> bool:
 
 
 def what_to_try(
-    best: Candidate, target: Target, guard: Guard, study: Study | None = None, reasons: dict[str, str] | None = None
+    best: Candidate,
+    target: Target,
+    guard: Guard,
+    study: Study | None = None,
+    reasons: dict[str, str] | None = None,
+    hint: Hint | None = None,
 ) -> list[str]:
     """When nothing passes the guard: what to try next (never the command just run, never what the study
     measured and rejected for this target)."""
     reasons = reasons or {}
+    hint = hint or (lambda c: accept_hint(guard, c))
     lines = []
     if best.scheme in (Scheme.INT8, Scheme.INT16X8, Scheme.DYNAMIC, Scheme.INT4):
         scheme = Scheme.INT16X8 if best.scheme == Scheme.INT16X8 else Scheme.INT8
@@ -191,7 +203,7 @@ def what_to_try(
                 lines.append(f"Or keep the breaking ops at higher precision: {', or '.join(ways)}.")
         else:
             lines.append("More, and more representative, calibration samples: --calibration-samples 500")
-    lines.append(f"Or accept the loss: {accept_hint(guard, best)}.")
+    lines.append(f"Or accept the loss: {hint(best)}.")
     return lines
 
 

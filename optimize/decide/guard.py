@@ -147,9 +147,10 @@ def loss_words(c: Candidate, guard: Guard | None = None) -> str:
     m = c.metrics
     if m is None:
         return "not measured"
-    if guard is not None and guard.unlabelled_only and _labelled_ok(guard, c) and _outputs_broken(guard, c):
+    if guard is not None and guard.unlabelled_only and _outputs_broken(guard, c):
         kept = _labelled_words(c) or "keeps its labelled output"
-        return f"{kept}, but differs from float32 ({fidelity_words(c, unlabelled_only=True)})"
+        joint = "but" if _labelled_ok(guard, c) else "and"
+        return f"{kept}, {joint} differs from float32 ({fidelity_words(c, unlabelled_only=True)})"
     words = _labelled_words(c)
     return words or f"differs from float32 ({fidelity_words(c)})"
 

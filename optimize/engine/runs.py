@@ -297,7 +297,8 @@ def _lost(int8: Candidate) -> tuple[str, dict] | None:
     fid = m.fidelity if m.accuracy is None else None
     if fid is None:
         return None
-    err, agree = fid.relative_error or 0.0, fid.top1_agreement
+    least = fid.least_agreeing()
+    err, agree = fid.relative_error or 0.0, least.agreement if least is not None else None
     if err > RESCUE_OUTPUT_ERROR or (agree is not None and agree < RESCUE_AGREEMENT):
         return f"is {err:.1%} off float32", {"max_output_error": 0.01}
     return None

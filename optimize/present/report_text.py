@@ -204,18 +204,22 @@ def _study_has(cands: list[Candidate]) -> dict[str, bool]:
 def table_columns(cands: list[Candidate], every: bool = False) -> list[_Col]:
     """The columns this study needs (`every`: all of them), each with its drop order when the terminal is
     narrow (highest goes first). Chosen by what matters here: the gzip size is never dropped when a
-    pruned or clustered candidate exists (its whole benefit is there); without labels the fidelity to
-    float32 takes the accuracy columns' place and is never dropped. The candidate name is never cut."""
+    pruned or clustered candidate exists (its whole benefit is there), unless the figures that decide (the
+    agreement beside the relative error) need its room; without labels, or for outputs the labels do not
+    score, the fidelity to float32 (rel err, and agreement where an output decides) is what the guard
+    judges, and is never dropped. The candidate name is never cut."""
     found = _study_has(cands)
     has = {k: v or every for k, v in found.items()}
     # without labels, or with outputs the labels do not score, fidelity (the worst output's) is the only word
     # on some output's quality: kept, so a candidate that breaks an output nobody labelled shows it
     fidelity = 4 if has["labels"] and not found["unlabelled"] else 0
+    deciding = fidelity == 0 and has["classes"]  # agreement judges some output: it keeps its column
+    gzip = (1 if deciding else 0) if has["sparse"] else 5
     cols = [
         _Col("candidate", lambda c, b: esc(c.name), 0),
         _Col("size", lambda c, b: _kb(c.metrics.size.bytes), 0),
         _Col("x", _size_x, 3, "size x"),
-        _Col("gzip", lambda c, b: _kb(c.metrics.size.gzip_bytes), 0 if has["sparse"] else 5),
+        _Col("gzip", lambda c, b: _kb(c.metrics.size.gzip_bytes), gzip),
         _Col("x", lambda c, b: _ratio(c.metrics.size.gzip_bytes, b.size.gzip_bytes if b.size else None), 7, "gzip x"),
     ]
     cols += [_Col("acc", _accuracy, 2), _Col("Δ", _delta, 0)] if has["labels"] else []

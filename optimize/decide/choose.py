@@ -27,7 +27,7 @@ from optimize.core.errors import GoalsNotMet, OptimizeError
 from optimize.core.results import Candidate, Goals, Record, Study, labelled
 from optimize.core.vocab import IO, TARGET_DELEGATE, Objective, Scheme, Target
 from optimize.decide import explain, kinds
-from optimize.decide.advice import EPS, PRUNE_FACT, Advice, advise, check_target, recipe_toml
+from optimize.decide.advice import EPS, PASSED_OVER, PRUNE_FACT, Advice, advise, check_target, recipe_toml
 from optimize.decide.guard import WORST, Guard, axes, default_guard, has_quality_goal, quality, remedy
 from optimize.measure.noise import speed, versus
 
@@ -70,6 +70,9 @@ class Recommendation(Record):
     )
     made_and_rejected: list[str] = Field(
         default_factory=list, description="The rule of thumb's pipelines measured here and rejected, with why."
+    )
+    path_update: str = Field(
+        "", description="When the measured pick is another scheme than the decision path's: the path, updated."
     )
 
 
@@ -474,6 +477,7 @@ class _Choice:
 
     def __init__(self, study: Study, target: Target, goals: Goals):
         self.study, self.target, self.goals = study, target, goals
+        self.path_rule: str | None = None
         self.by_labels = labelled(study.candidates)
         self.base = study.float_reference
         self.guard: Guard | None = default_guard(goals, study)
@@ -483,8 +487,28 @@ class _Choice:
         self.kept_out: list[Candidate] = []
         self.pull_apart: str | None = None
         self._speed_over_size()
+        self._honour_path()
         if self.guard is not None:
             self._guarded()
+
+    def _honour_path(self) -> None:
+        """Where the decision path rules out a scheme the delegate still takes (NNAPI: dynamic range runs as
+        float), candidates of that scheme rank after every other eligible one, and one line says which one the
+        pick passed over, and why."""
+        rule = PASSED_OVER.get(self.target)
+        if rule is None or not self.ranked or self.ranked[0].scheme not in rule[0]:
+            return
+        out = [c for c in self.ranked if c.scheme in rule[0]]
+        kept = [c for c in self.ranked if c.scheme not in rule[0]]
+        if not kept:
+            return
+        top, pick = self.ranked[0], kept[0]
+        why = explain.beats(top, pick, self.goals.objective, self.by_labels, self.study.baseline)
+        self.path_rule = (
+            f"{top.name} ranks above {pick.name} on the measurements: {why}; but {rule[1].format(scheme=top.scheme)}: "
+            f"{pick.name}, as the decision path says."
+        )
+        self.ranked = kept + out
 
     def _speed_over_size(self) -> None:
         """On a target where latency matters, ranking by size does not pick a candidate measured slower than
@@ -661,13 +685,14 @@ def recommend(
         guard=choice.guard.words if choice.guard else None,
         warnings=choice.warnings(),
         to_try=choice.to_try(reasons),
-        why=why + ([choice.pull_apart] if choice.pull_apart else []),
+        why=why + [line for line in (choice.pull_apart, choice.path_rule) if line],
         alternatives=explain.alternatives(
             study, [(a.label, a.steps) for a in advice.alternative_pipelines], chosen, reasons
         ),
         quality_by="labels" if choice.by_labels else "fidelity",
         make=make,
         made_and_rejected=tried,
+        path_update=explain.path_update(study, advice.pipeline, chosen, reasons, target),
     )
 
 

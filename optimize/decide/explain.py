@@ -76,7 +76,7 @@ def _quality_words(c: Candidate, by_labels: bool, baseline: str) -> str:
     return loss_words(c) if by_labels else fidelity_words(c, baseline)
 
 
-def _beats(chosen: Candidate, other: Candidate, objective: Objective, by_labels: bool, baseline: str) -> str:
+def beats(chosen: Candidate, other: Candidate, objective: Objective, by_labels: bool, baseline: str) -> str:
     """Why `chosen` ranked above `other`, on the first axis that told them apart."""
     ax = axes(chosen, other, by_labels, baseline)
     if objective is Objective.LATENCY and ax[Objective.LATENCY] < 0:
@@ -118,7 +118,7 @@ def why_lines(
         eligible = [c for c in found if c.name not in reasons]
         if eligible:
             other = eligible[0]
-            why = _beats(chosen, other, objective, by_labels, study.baseline)
+            why = beats(chosen, other, objective, by_labels, study.baseline)
             lines = [f"The rule of thumb says {rule}; measured, {chosen.name} ranks above {other.name}: {why}."]
         elif found:
             other = found[0]
@@ -136,6 +136,26 @@ def why_lines(
 
 
 Hint = Callable[[Candidate], str]
+
+
+def path_update(study: Study, pipeline: list[dict], chosen: Candidate | None, reasons: dict[str, str], target) -> str:
+    """One line under the decision path when the measured pick is another scheme than the path's, so the path
+    and the pick never contradict each other: the path updated to what was measured (the delegate's rules took
+    the pick whole, and it ranked above; or the path's own scheme was rejected, failed or not measured). Empty
+    when they agree."""
+    scheme = shape_of_steps(pipeline)[0]
+    if chosen is None or str(chosen.scheme) == scheme:
+        return ""
+    found = matching(study, pipeline)
+    eligible = [c for c in found if c.name not in reasons and c.ok]
+    if eligible:
+        why = f"{target} runs it fully and it ranks above {eligible[0].name} on the measurements"
+    elif found:
+        why = f"the path's {scheme} ({found[0].name}) was {'rejected' if found[0].ok else 'failed'} here"
+    else:
+        why = f"the path's {scheme} was not measured here"
+    label = chosen.name if chosen.name == chosen.scheme else f"{chosen.name} ({chosen.scheme})"
+    return f"Updated by measurement: {label}, not {scheme}: {why} (see Why)."
 
 
 def guard_warnings(guard: Guard, kept_out: list[Candidate], hint: Hint | None = None) -> list[str]:

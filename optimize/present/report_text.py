@@ -659,6 +659,7 @@ def format_recommendation(rec) -> str:
     lines += ["", "Decision path (rule of thumb):"]
     lines += [f"  {i}. {q.question} {q.answer} -> {q.decided}" for i, q in enumerate(adv.path, 1)]
     lines.append(f"  Rule-of-thumb pipeline: {describe(adv.pipeline)}")
+    lines += [f"  {rec.path_update}"] if rec.path_update else []
     lines += ["", *_answer(rec)]
     if len(rec.ranked) > 1:
         lines += ["", "Also eligible, in order: " + ", ".join(rec.ranked[1:])]

@@ -161,37 +161,6 @@ class SliceError(Record):
     relative_error: float = Field(description="mean |diff| over the slice's own range in the reference (0..1).")
 
 
-class OutputFidelity(Record):
-    """Per-output difference from the float reference, as TFLite's inference_diff reports it."""
-
-    name: str
-    mean_abs_diff: float
-    std_abs_diff: float
-    max_abs_diff: float
-    relative_error: float | None = Field(
-        None,
-        description="mean |diff| over the reference output's range (0..1); for an output measured in slices, the "
-        "worst slice's (each over its own range).",
-    )
-    slices: list[SliceError] = Field(
-        default_factory=list,
-        description="The output's slices when its channels carry quantities of different scales (else none).",
-    )
-    tensor_relative_error: float | None = Field(
-        None, description="With slices: mean |diff| over the whole output's range (one figure for the tensor)."
-    )
-    iou: float | None = Field(None, description="For mask outputs: IoU of the two masks thresholded at 0.5.")
-    nonfinite_samples: int = Field(
-        0, description="Samples where this output is NaN/inf and the reference's is not (left out of the figures)."
-    )
-    top1_agreement: float | None = Field(
-        None, description="Fraction of samples whose argmax matches the reference's (class outputs only)."
-    )
-    labelled: bool = Field(
-        False, description="The output the labels score: judged by its accuracy; every other output by fidelity."
-    )
-
-
 class DetectionFidelity(Record):
     """A detector's detections against float32's on the same inputs: each of float32's detections (score at
     least `score_threshold`, after per-class non-maximum suppression for decoded boxes) is kept when the
@@ -213,6 +182,50 @@ class DetectionFidelity(Record):
         return self.kept / self.reference_detections if self.reference_detections else None
 
 
+class OutputFidelity(Record):
+    """Per-output difference from the float reference, as TFLite's inference_diff reports it."""
+
+    name: str
+    mean_abs_diff: float
+    std_abs_diff: float
+    max_abs_diff: float
+    relative_error: float | None = Field(
+        None,
+        description="mean |diff| over the reference output's range (0..1); for an output measured in slices, the "
+        "worst slice's (each over its own range).",
+    )
+    slices: list[SliceError] = Field(
+        default_factory=list,
+        description="The output's slices when its channels carry quantities of different scales (else none).",
+    )
+    tensor_relative_error: float | None = Field(
+        None, description="With slices: mean |diff| over the whole output's range (one figure for the tensor)."
+    )
+    detection: DetectionFidelity | None = Field(
+        None, description="On a detector head's outputs: its detections kept against float32's (judged by them)."
+    )
+    iou: float | None = Field(None, description="For mask outputs: IoU of the two masks thresholded at 0.5.")
+    nonfinite_samples: int = Field(
+        0, description="Samples where this output is NaN/inf and the reference's is not (left out of the figures)."
+    )
+    top1_agreement: float | None = Field(
+        None, description="Fraction of samples whose argmax matches the reference's (class outputs only)."
+    )
+    decision_agreement: float | None = Field(
+        None,
+        description="Sigmoid (yes/no, multi-label) outputs: fraction of the decisions at 0.5, every unit of every "
+        "sample, that match the reference's.",
+    )
+    labelled: bool = Field(
+        False, description="The output the labels score: judged by its accuracy; every other output by fidelity."
+    )
+
+    @property
+    def agreement(self) -> float | None:
+        """What an agreement goal (min_agreement) reads: top-1 agreement of classes, else decisions at 0.5."""
+        return self.top1_agreement if self.top1_agreement is not None else self.decision_agreement
+
+
 class Fidelity(Record):
     """Every output against the float reference. The figures a goal or the guard reads are the worst output's:
     a candidate is as good as the output it breaks most, labelled or not."""
@@ -223,9 +236,11 @@ class Fidelity(Record):
     top1_agreement: float | None = Field(
         None, description="Fraction of samples whose argmax matches: the worst class output's (class outputs only)."
     )
-    detection: DetectionFidelity | None = Field(
-        None, description="A detector's detections kept against float32's (a recognised or declared detector head)."
-    )
+
+    @property
+    def detection(self) -> DetectionFidelity | None:
+        """A detector's detections kept against float32's (on the outputs of its head), or None."""
+        return next((o.detection for o in self.outputs if o.detection is not None), None)
 
     @property
     def few_samples(self) -> bool:
@@ -248,12 +263,13 @@ class Fidelity(Record):
         return max(outs, key=lambda o: o.relative_error) if outs else None
 
     def least_agreeing(self, unlabelled_only: bool = False) -> OutputFidelity | None:
-        """The judged class output with the lowest top-1 agreement, or None when no judged output is classes.
-        (A study written before agreement was measured per output has it only on the first output.)"""
-        outs = [o for o in self.judged(unlabelled_only) if o.top1_agreement is not None]
+        """The judged output with the lowest agreement (top-1 for classes, decisions at 0.5 for sigmoid
+        outputs), or None when no judged output has one. (A study written before agreement was measured per
+        output has it only on the first output.)"""
+        outs = [o for o in self.judged(unlabelled_only) if o.agreement is not None]
         if not outs and self.top1_agreement is not None and self.outputs and not any(o.labelled for o in self.outputs):
             return self.outputs[0].model_copy(update={"top1_agreement": self.top1_agreement})
-        return min(outs, key=lambda o: o.top1_agreement) if outs else None
+        return min(outs, key=lambda o: o.agreement) if outs else None
 
 
 class Accuracy(Record):
@@ -878,7 +894,17 @@ class Study(Record):
 
 
 MAX_STUDY_BYTES = 256 * 2**20  # a study of thousands of candidates is a few MiB
-FRACTIONS = {"top1", "topk", "top1_agreement", "relative_error", "iou", "sparsity", "auc", "coverage"}
+FRACTIONS = {
+    "top1",
+    "topk",
+    "top1_agreement",
+    "decision_agreement",
+    "relative_error",
+    "iou",
+    "sparsity",
+    "auc",
+    "coverage",
+}
 PLAUSIBLE = (  # (how a numeric field's name ends, its unit, the largest value a real study can hold)
     ("bytes", "bytes", 2**48),
     ("_ms", "ms", 1e9),

@@ -34,9 +34,16 @@ COVERAGE_WARNING = 0.05  # warn when more of the test values than this lie outsi
 
 
 def _as_baseline(c: Candidate) -> Candidate:
-    """The baseline's accuracy delta is zero by definition (it is what the others are compared with)."""
-    if c.ok and c.metrics.accuracy is not None and c.metrics.accuracy_delta is None:
-        return c.model_copy(update={"metrics": c.metrics.model_copy(update={"accuracy_delta": 0.0})})
+    """The baseline is what the others are compared with, in its labelled output's own measure: a top-1
+    (classes, yes/no) delta of zero, or an error ratio of one (regression). Never a delta for values: a zero
+    accuracy delta on a regression baseline read as classes, and the guard judged MAE by points of top-1."""
+    m = c.metrics if c.ok else None
+    if m is None or m.accuracy is None or m.accuracy_delta is not None or m.error_ratio is not None:
+        return c
+    if m.accuracy.top1 is not None:
+        return c.model_copy(update={"metrics": m.model_copy(update={"accuracy_delta": 0.0})})
+    if m.accuracy.mae is not None:
+        return c.model_copy(update={"metrics": m.model_copy(update={"error_ratio": 1.0})})
     return c
 
 
@@ -289,7 +296,8 @@ def _lost(int8: Candidate) -> tuple[str, dict] | None:
     fid = m.fidelity if m.accuracy is None else None
     if fid is None:
         return None
-    err, agree = fid.relative_error or 0.0, fid.top1_agreement
+    least = fid.least_agreeing()
+    err, agree = fid.relative_error or 0.0, least.agreement if least is not None else None
     if err > RESCUE_OUTPUT_ERROR or (agree is not None and agree < RESCUE_AGREEMENT):
         return f"is {err:.1%} off float32", {"max_output_error": 0.01}
     return None

@@ -140,44 +140,47 @@ def fidelity_of(
     score_threshold: float = detection.DEFAULT_SCORE,
 ) -> Fidelity:
     """Every output against the reference: mean/std/max |diff|, relative error (per slice where its channels
-    carry quantities of different scales: the worst slice's), IoU for masks, and argmax agreement where an
-    output is classes (a softmax head; for the output the labels or --task describe, `label_at`, the task
-    decides). `scored`: that output is scored against labels (marked `labelled`). A detector head (recognised
-    from the shapes and the reference's values, or `detector`: the layout named, "" to recognise it under
-    --task detect) adds the detections kept against the reference's, at `score_threshold`."""
+    carry quantities of different scales: the worst slice's), IoU for masks, argmax agreement where an output is
+    classes (a softmax head) and decision agreement at 0.5 where it is yes/no decisions (a sigmoid head that is
+    not a mask); for the output the labels or --task describe, `label_at`, the task decides
+    (tasks.output_kind). `scored`: that output is scored against labels (marked `labelled`). A detector head
+    (recognised from the shapes and the reference's values, or `detector`: the layout named, "" to recognise it
+    under --task detect) adds the detections kept against the reference's, at `score_threshold`, on the
+    outputs that hold its boxes and scores."""
     shapes = [tuple(h.shape) if hs else tuple(b.shape) for h, b in zip(hs or ref, ref)]
     if task == tasks.Task.DETECT and detector is None:
         detector = ""
     layout = detection.recognise(shapes, ref, detector) if ref and all(len(b) for b in ref) else None
     named = layout.slices([tuple(b.shape) for b in ref]) if layout else {}
-    per = []
-    for j, (name, a, b) in enumerate(zip(names, outs, ref)):
-        head = hs[j] if hs else None
-        if j == label_at:
-            classes = task == tasks.Task.CLASSIFICATION or (
-                task is None and head is not None and head.activation == "softmax"
-            )
-        else:
-            classes = head is not None and head.activation == "softmax"
-        segment = task == tasks.Task.SEGMENT and j == label_at
-        whole = head is not None and (head.activation == "softmax" or head.is_mask) or segment
-        o = _output_fidelity(name, a, b, head is not None and head.is_mask, named.get(j, None if not whole else []))
-        if segment:
-            o = o.model_copy(update={"iou": tasks.segmentation_iou(a, b, head)})
-        agree = _agreement(a, b) if classes else None
-        per.append(o.model_copy(update={"top1_agreement": agree, "labelled": scored and j == label_at}))
-    agreements = [o.top1_agreement for o in per if o.top1_agreement is not None]
     found = None
     if layout is not None:
         both = np.logical_and.reduce([_finite_rows(a) & _finite_rows(b) for a, b in zip(outs, ref)])
-        kept = [a[both] for a in outs], [b[both] for b in ref]
-        found = detection.compare(kept[0], kept[1], names, layout, score_threshold)
+        found = detection.compare([a[both] for a in outs], [b[both] for b in ref], names, layout, score_threshold)
+    per = []
+    for j, (name, a, b) in enumerate(zip(names, outs, ref)):
+        head = hs[j] if hs else None
+        kind = tasks.output_kind(head, task if j == label_at else None)
+        segment = kind is tasks.Task.SEGMENT
+        whole = head is not None and (head.activation == "softmax" or head.is_mask) or segment
+        o = _output_fidelity(name, a, b, head is not None and head.is_mask, named.get(j, None if not whole else []))
+        detector_output = found is not None and j in layout.outputs
+        agree = _agreement(a, b) if kind is tasks.Task.CLASSIFICATION and not detector_output else None
+        decides = kind in (tasks.Task.BINARY, tasks.Task.MULTILABEL) and not detector_output
+        update = {
+            "top1_agreement": agree,
+            "decision_agreement": _decisions(a, b, head) if decides else None,
+            "labelled": scored and j == label_at,
+            "detection": found if detector_output else None,
+        }
+        if segment:
+            update["iou"] = tasks.segmentation_iou(a, b, head)
+        per.append(o.model_copy(update=update))
+    agreements = [o.top1_agreement for o in per if o.top1_agreement is not None]
     return Fidelity(
         reference=reference,
         samples=len(outs[0]) if outs else 0,
         outputs=per,
         top1_agreement=min(agreements) if agreements else None,
-        detection=found,
     )
 
 
@@ -189,6 +192,17 @@ def _agreement(a: np.ndarray, b: np.ndarray) -> float | None:
         return None
     both = _finite_rows(a) & _finite_rows(b)
     return float((a[both].argmax(-1) == b[both].argmax(-1)).mean()) if both.any() else None
+
+
+def _decisions(a: np.ndarray, b: np.ndarray, head: Head | None) -> float | None:
+    """Decision agreement of a sigmoid output with the reference's: the share of its yes/no decisions at 0.5
+    (every unit of every sample where both are finite) that match, as top-1 agreement is for classes."""
+    both = _finite_rows(a) & _finite_rows(b)
+    if not both.any():
+        return None
+    head = head or Head(a.shape)
+    pa, pb = tasks.probabilities(a[both], head), tasks.probabilities(b[both], head)
+    return float(((pa > 0.5) == (pb > 0.5)).mean())
 
 
 def _finite_rows(a: np.ndarray) -> np.ndarray:

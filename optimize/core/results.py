@@ -547,6 +547,10 @@ class Goals(Record):
         None, gt=0, le=1, description="No labels needed: mean |diff| from float32 over the output range."
     )
     min_agreement: float | None = Field(None, ge=0, le=1, description="No labels needed: top-1 agreement.")
+    min_detections_kept: float | None = Field(
+        None, ge=0, le=1, description="Detectors: share of float32's detections kept (0.95 = at most 5% lost)."
+    )
+    min_mask_iou: float | None = Field(None, ge=0, le=1, description="Segmentation: mask IoU with float32's.")
     max_size_bytes: int | None = Field(None, gt=0)
     max_latency_ms: float | None = Field(None, gt=0)
     objective: Objective = Objective.SIZE

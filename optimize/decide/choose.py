@@ -84,6 +84,8 @@ def make_goals(
     max_output_error: float | None = None,
     max_error_increase: float | None = None,
     min_agreement: float | None = None,
+    min_detections_kept: float | None = None,
+    min_mask_iou: float | None = None,
 ) -> Goals:
     """Goals from CLI options; an impossible goal or an unknown objective is one clear line."""
     from pydantic import ValidationError
@@ -99,6 +101,8 @@ def make_goals(
             max_output_error=max_output_error,
             max_error_increase=max_error_increase,
             min_agreement=min_agreement,
+            min_detections_kept=min_detections_kept,
+            min_mask_iou=min_mask_iou,
         )
     except ValidationError as e:
         raise from_validation(
@@ -272,6 +276,12 @@ def _fidelity_problem(m, goals: Goals, is_base: bool, unlabelled_only: bool = Fa
         if worst is None:
             if check.bound.lower and unlabelled_only and f is not None:
                 continue  # no output that decides among those judged: agreement does not apply
+            if (
+                outputs
+                and check.bound is kinds.OUTPUT_ERROR
+                and all(kinds.of_output(o) in kinds.OWN_FIGURE for o in outputs)
+            ):
+                continue  # detections and masks are judged by their own figure
             return _unmeasured(check)
         if check.broken(check.read(worst), goal):
             return _broken(check, worst, goal, named)
@@ -281,6 +291,10 @@ def _fidelity_problem(m, goals: Goals, is_base: bool, unlabelled_only: bool = Fa
 def _unmeasured(check: kinds.Check) -> str:
     if check.bound.goal == "max_output_error":
         return "not compared with float32, so max_output_error cannot be checked"
+    if check.bound is kinds.DETECTIONS_KEPT:
+        return "no detector head whose detections were counted, so min_detections_kept cannot be checked"
+    if check.bound is kinds.MASK_IOU:
+        return "no mask output whose IoU was measured, so min_mask_iou cannot be checked"
     return "agreement not measured (no output decides: classes or yes/no), so min_agreement cannot be checked"
 
 
@@ -291,6 +305,11 @@ def _broken(check: kinds.Check, o, goal: float, named: bool) -> str:
             return f"output {o.name} off by {o.relative_error * 100:.3g}% of its range > {goal * 100:g}%"
         return f"output error {o.relative_error:.3g} of the output range > {goal:g}"
     which = f"output {o.name} " if named else ""
+    if check.bound is kinds.DETECTIONS_KEPT:
+        d = o.detection
+        return f"keeps {d.kept} of float32's {d.reference_detections} detections ({check.read(o) * 100:.1f}% < {goal * 100:g}%)"
+    if check.bound is kinds.MASK_IOU:
+        return f"{which}mask IoU {check.read(o) * 100:.1f}% with float32's < {goal * 100:g}%"
     return f"{which}{kinds.agreement_name(o)} {check.read(o) * 100:.2f}% < {goal * 100:g}%"
 
 

@@ -33,7 +33,7 @@ def _tflite(model, folder, name: str, xs: np.ndarray | None = None, whole_int8: 
 
 @pytest.fixture(scope="module")
 def yolo(tmp_path_factory):
-    """A YOLO-style detector: [1, 4+C, N] with pixel boxes (cx, cy, w, h, 10..300) beside C sigmoid scores,
+    """A YOLO-style detector: [1, 4+C, N] with pixel boxes (cx, cy, w, h: -150..550) beside C sigmoid scores,
     float32 and int8 (one scale for the whole head, as the converter makes it)."""
     from optimize.models import _tf
 
@@ -42,11 +42,10 @@ def yolo(tmp_path_factory):
     inp = keras.Input((SIDE, SIDE, 3))
     h = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(inp)
     h = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(h)
-    wide = keras.initializers.RandomNormal(stddev=2.0, seed=0)
-    centres = keras.layers.Conv2D(2, 1, activation="relu", kernel_initializer=wide)(h)
-    centres = keras.layers.Rescaling(100.0)(centres)  # spread over the image: few boxes overlap
-    sizes = keras.layers.Rescaling(10.0, offset=10.0)(keras.layers.Conv2D(2, 1, activation="relu")(h))
-    init = keras.initializers.Constant(-0.5)
+    wide = keras.initializers.RandomNormal(stddev=6.0, seed=0)
+    centres = keras.layers.Rescaling(40.0, offset=160.0)(keras.layers.Conv2D(2, 1, kernel_initializer=wide)(h))
+    sizes = keras.layers.Rescaling(10.0, offset=30.0)(keras.layers.Conv2D(2, 1, activation="relu")(h))
+    init = keras.initializers.Constant(-2.0)
     scores = keras.layers.Conv2D(CLASSES, 1, activation="sigmoid", kernel_initializer=wide, bias_initializer=init)(h)
     head = keras.layers.Concatenate()([centres, sizes, scores])
     n = (SIDE // 2) ** 2
@@ -56,6 +55,8 @@ def yolo(tmp_path_factory):
     folder = tmp_path_factory.mktemp("yolo")
     f32 = _tflite(model, folder, "float32")
     int8 = _tflite(model, folder, "int8", xs[:24], whole_int8=True)
+    model.save(folder / "yolo.keras")
+    np.savez(folder / "images.npz", x_train=xs[:24], x_test=xs[24:])
     return f32, int8, from_arrays(x_train=xs[:24], x_test=xs[24:])
 
 
@@ -194,3 +195,18 @@ def test_the_gpu_copy_computes_in_float(dense):
     with pytest.raises(NotEmulated, match="as on the CPU"):
         gpu_copy(files["float32"].read_bytes())
     assert "int16x8" in INT16X8
+
+
+def test_the_int8_rescue_keeps_a_detectors_output_stage_and_its_detections(yolo, tmp_path):
+    import optimize
+    from optimize.core.recipe import build
+
+    f32, _, _ = yolo
+    folder = f32.parent
+    steps = [{"technique": "convert"}, {"technique": "selective", "min_detections_kept": 0.95}]
+    cand = optimize.run(build("mixed-int8", steps), folder / "yolo.keras", folder / "images.npz", tmp_path, jobs=0)
+    assert cand.ok, cand.error
+    det = cand.metrics.fidelity.detection
+    assert det is not None and det.kept_fraction >= 0.9, det
+    assert cand.search and cand.search[-1].kept  # the output stage, raised
+    assert any("detections kept" in n for n in cand.notes), cand.notes

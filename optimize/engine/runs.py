@@ -270,6 +270,7 @@ def _plain_int8(run: Run) -> Candidate | None:
 #: Without labels, plain int8 worse than the default guard (optimize.decide.guard) gets the rescue too.
 RESCUE_OUTPUT_ERROR = 0.05  # the worst output's mean |diff| over its range
 RESCUE_AGREEMENT = 0.98  # top-1 agreement with float32, for class outputs
+RESCUE_DETECTIONS = 0.95  # a detector: the share of float32's detections int8 must keep
 
 
 def _rescue(run: Run) -> Recipe | None:
@@ -293,6 +294,9 @@ def _lost(int8: Candidate) -> tuple[str, dict] | None:
         return f"lost {-m.accuracy_delta * 100:.1f} points", {"max_accuracy_drop": 0.005}
     if m.error_ratio is not None and m.error_ratio > 1 + RESCUE_INCREASE:
         return f"made the error x{m.error_ratio:.2f}", {"max_error_increase": 0.10}
+    det = m.fidelity.detection if m.fidelity is not None else None
+    if det is not None and det.kept_fraction is not None and det.kept_fraction < RESCUE_DETECTIONS:
+        return f"keeps {det.kept_fraction:.0%} of float32's detections", {"min_detections_kept": RESCUE_DETECTIONS}
     fid = m.fidelity if m.accuracy is None else None
     if fid is None:
         return None

@@ -480,6 +480,28 @@ class LayerError(Record):
     )
 
 
+class OutputStage(Record):
+    """`optimize debug` on an output whose channels carry quantities of different scales (a detector's boxes and
+    scores in one head): what quantizing the output stage (the last op that joins them, and the reshapes after
+    it) costs, measured by keeping that stage float."""
+
+    op: str = Field(description="The op that makes the output stage (CONCATENATION, ...).")
+    op_index: int = Field(description="Its index in the quantized model's main subgraph.")
+    tensors: list[str] = Field(description="The output stage's tensors kept float in the measurement.")
+    slices: list[SliceError] = Field(description="Each slice of the output, fully quantized.")
+    slices_float: list[SliceError] = Field(description="The same slices with the output stage kept float.")
+    detections: DetectionFidelity | None = Field(None, description="A detector's detections kept, fully quantized.")
+    detections_float: DetectionFidelity | None = Field(None, description="And with the output stage kept float.")
+
+    @property
+    def worst(self) -> float:
+        return max((s.relative_error for s in self.slices), default=0.0)
+
+    @property
+    def worst_float(self) -> float:
+        return max((s.relative_error for s in self.slices_float), default=0.0)
+
+
 class DebugReport(Record):
     """Where a quantized model loses accuracy: every quantized op ranked, worst first."""
 
@@ -494,6 +516,9 @@ class DebugReport(Record):
     seconds: float = 0.0
     fixes: list[str] = Field(
         default_factory=list, description="The fix to try, from the ranking: what to change, and the command for it."
+    )
+    output_stage: OutputStage | None = Field(
+        None, description="An output of several scales: its slices' error and what keeping its last stage float buys."
     )
     repaired: list[FloatIsland] = Field(
         default_factory=list,

@@ -293,12 +293,48 @@ DEBUG_GAIN = 1 / 3
 DEBUG_CLIPPING = 0.7
 
 
+def _output_stage_lines(report, model: str) -> list[str]:
+    """The cause and its measured fix when the output stage is what breaks the model: an output joining
+    quantities of different scales (a detector's boxes and scores) in one int8 tensor, whose small slice (or
+    detections) keeping that stage float wins back. [] when it is not the cause."""
+    st = report.output_stage
+    if st is None or not st.slices:
+        return []
+    worst = max(st.slices, key=lambda e: e.relative_error)
+    after = next((e for e in st.slices_float if e.name == worst.name and e.channels == worst.channels), None)
+    det, det_f = st.detections, st.detections_float
+    lost = det is not None and det.kept_fraction is not None and det.kept_fraction < 0.95
+    helps = after is not None and after.relative_error <= worst.relative_error * DEBUG_GAIN
+    if det is not None and det_f is not None and det.kept_fraction is not None:
+        helps = helps or (det_f.kept_fraction or 0) > det.kept_fraction + 0.05
+    if not (helps and (lost or worst.relative_error >= DEBUG_FINE * 10)):
+        return []
+    others = [e for e in st.slices if e is not worst]
+    big = f" beside {others[0].name} (range {others[0].range:.4g})" if others else ""
+    cause = (
+        f"Cause: the output stage. {st.op} #{st.op_index} joins quantities of different scales in one {report.scheme} "
+        f"tensor: {worst.name} (range {worst.range:.4g}){big} share one scale, so {worst.name} is off by "
+        f"{worst.relative_error * 100:.1f}% of its range"
+    )
+    if det is not None and det.kept_fraction is not None:
+        cause += f" and {det.kept} of float32's {det.reference_detections} detections are kept"
+    fix = f"Fix to try (measured): keep the output stage ({st.op} #{st.op_index} and after) float: {worst.name} "
+    fix += f"{worst.relative_error * 100:.1f}% -> {after.relative_error * 100:.1f}%" if after is not None else ""
+    if det_f is not None and det_f.kept_fraction is not None:
+        fix += f", detections kept {det.kept} -> {det_f.kept} of {det_f.reference_detections}"
+    fix += f". `optimize run mixed-int8 {model}` makes it (the output stage at 16 bits or float first)."
+    return [cause + ".", fix]
+
+
 def debug_fixes(report) -> list[str]:
     """The fix to try from a per-layer debug report (optimize debug), each with the command that makes it:
     keep the op whose leave-one-out measurement recovers most of the error float (or at 16-bit activations);
     other activation ranges where the worst op clips; int16x8 or QAT where no op stands out."""
     scheme, err = str(report.scheme), report.output_error
     model = "MODEL --data D.npz"
+    stage = _output_stage_lines(report, model)
+    if stage:
+        return stage
     if err < DEBUG_FINE:
         return [f"Nothing to fix: {scheme} is within {err * 100:.2f}% of float32's output range on these samples."]
     measured = [

@@ -231,6 +231,20 @@ class _Move:
         return self.tensors[0]
 
 
+def output_stage(content: bytes) -> tuple[str, int, list[str]] | None:
+    """A quantized model's output stage: the last island's op, its index, and its tensors with every quantized
+    tensor after it (the reshapes and transposes before the outputs); None when nothing is quantized."""
+    from optimize.models.tflite import read_model
+
+    moves = _moves(content)
+    if not moves:
+        return None
+    head = moves[-1].head
+    sg = read_model(content).main
+    index = next(op.index for op in sg.ops for o in op.outputs if o >= 0 and sg.tensors[o].name == head)
+    return moves[-1].op, index, tensors_after(content, head)
+
+
 def _moves(content: bytes) -> list[_Move]:
     """Every island worth raising in a quantized model, in graph order."""
     from optimize.models.tflite import read_model
@@ -539,7 +553,7 @@ def _output_stage(search: _Search, moves: list[_Move], start: _Result) -> _Resul
         return None
     for k in OUTPUT_STAGE:
         tail = moves[-k:]
-        tensors = _after(start.content, tail[0].head)  # and the reshapes and transposes after them
+        tensors = tensors_after(start.content, tail[0].head)  # and the reshapes and transposes after them
         for way in ("int16", "float"):
             if search.left <= 0:
                 return None
@@ -558,7 +572,7 @@ def _output_stage(search: _Search, moves: list[_Move], start: _Result) -> _Resul
     return None
 
 
-def _after(content: bytes, head: str) -> list[str]:
+def tensors_after(content: bytes, head: str) -> list[str]:
     """The quantized output tensors of the op making `head` and of every op after it (graph order)."""
     from optimize.models.tflite import read_model
 

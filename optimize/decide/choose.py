@@ -29,6 +29,7 @@ from optimize.core.vocab import IO, TARGET_DELEGATE, Objective, Scheme, Target
 from optimize.decide import explain, kinds
 from optimize.decide.advice import EPS, PASSED_OVER, PRUNE_FACT, Advice, advise, check_target, recipe_toml
 from optimize.decide.guard import WORST, Guard, axes, default_guard, has_quality_goal, quality, remedy
+from optimize.decide.on_target import as_computed_on
 from optimize.measure.noise import speed, versus
 
 
@@ -679,8 +680,10 @@ def recommend(
     target = check_target(target)
     goals = goals or Goals()
     _check_study(study)
+    study, target_facts = as_computed_on(study, target)  # the gpu target judges the GPU's arithmetic
     advice = _advice(study, target, goals, have_calibration_data, have_training_data)
     goals, label_facts = _without_labels(study, goals)
+    label_facts = [*label_facts, *target_facts]
     choice = _Choice(study, target, goals)
     chosen = choice.chosen
     keep = choice.keep_float32(folder)

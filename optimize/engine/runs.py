@@ -155,8 +155,12 @@ class Run:
         study = _study(self, self.model, self.settings["threads"], executor)
         if self.observe:  # after timing, so the accelerator's threads never disturb a measurement
             from optimize.delegates.observe import observe_study
+            from optimize.engine.on_gpu import observe_arithmetic
 
             study = observe_study(study, self.out_dir, Progress())
+            study = observe_arithmetic(
+                study, self.out_dir, self.ds, self.settings["threads"], self.settings["eval_samples"]
+            )
         study.save(self.out_dir / "study.json")
         return study
 

@@ -96,7 +96,7 @@ def _op(code: int, inputs: list[int], outputs: list[int], cast: tuple[int, int] 
     return op
 
 
-def gpu_copy(content: bytes) -> tuple[bytes, str]:
+def gpu_copy(content: bytes, fp16: bool | None = None) -> tuple[bytes, str]:
     """The candidate rewritten into the GPU's arithmetic, and what was done in a line; NotEmulated when the
     GPU computes it as the CPU does (a plain float32 model) or runs it on the CPU (int16x8)."""
     s = _schema()
@@ -119,8 +119,15 @@ def gpu_copy(content: bytes) -> tuple[bytes, str]:
             model.buffers.append(buf)
             t.buffer, t.type, t.quantization = len(model.buffers) - 1, FLOAT32, None
             weights += 1
-    half = any(sg.tensors[int(op.inputs[0])].type == FLOAT16 and int(op.inputs[0]) in consts
-               for op in ops if codes[op.opcodeIndex] == deq)  # fmt: skip
+    half = (
+        fp16
+        if fp16 is not None
+        else any(
+            sg.tensors[int(op.inputs[0])].type == FLOAT16 and int(op.inputs[0]) in consts
+            for op in ops
+            if codes[op.opcodeIndex] == deq
+        )
+    )
     acts = {
         i for i in produced | {int(x) for x in sg.inputs} if sg.tensors[i].type in QUANTIZED and _scale(sg.tensors[i])
     }

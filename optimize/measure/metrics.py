@@ -3,6 +3,7 @@ latency and peak memory. Honest figures: host CPU, thread count and XNNPACK reco
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import hashlib
@@ -243,6 +244,45 @@ def compare(acc: Accuracy | None, base: Accuracy | None) -> dict:
     return {}
 
 
+@dataclasses.dataclass(frozen=True)
+class Scorer:
+    """Outputs of one candidate on the samples `xs` -> (its Fidelity to the reference outputs `ref`, its
+    Accuracy with labels, the change against the baseline's): the one measure the CPU's figures and those in
+    another arithmetic (the GPU's, emulated or observed) share."""
+
+    ds: Dataset
+    xs: object
+    ref: list[np.ndarray]
+    names: list[str]
+    reference: str
+    hs: list[Head]
+    task: str | None
+    label_at: int
+    baseline: Accuracy | None
+
+    def __call__(self, outs: list[np.ndarray], runner: runtime.Runner):
+        a = accuracy_on(self.ds, outs, self.hs, runner, count(self.xs))
+        f = fidelity_of(outs, self.ref, self.names, self.reference, self.hs, self.task, self.label_at, a is not None)
+        return f, a, compare(a, self.baseline)
+
+
+def scorer(
+    model: str | Path, ds: Dataset, reference: str | Path, threads: int = 2, samples: int | None = DEFAULT_SAMPLES,
+    baseline_accuracy: Accuracy | None = None,
+) -> tuple[Scorer, runtime.Runner]:  # fmt: skip
+    """The Scorer a sweep measured `model` with (the same samples, reference outputs, names and task), and the
+    model's CPU runner (its inputs' and outputs' types and order)."""
+    runner = runtime.Runner(runtime.load(model, threads=threads, like=take(ds.x_test, slice(0, 1))))
+    xs = take(ds.x_test, slice(0, samples)) if samples else ds.x_test
+    ref = _reference_outputs(Path(reference), xs, threads)
+    hs = heads(Path(model), runner)
+    acc = accuracy_on(ds, ref, hs, runner, count(xs))
+    task = acc.task if acc else ds.task
+    names = source_names(ds, runner)
+    score = Scorer(ds, xs, ref, names, Path(reference).name, hs, task, label_index(ds, runner), baseline_accuracy)
+    return score, runner
+
+
 def evaluate(
     model: str | Path,
     data: str | Path | Dataset | None = None,
@@ -287,12 +327,7 @@ def evaluate(
             name = Path(reference or path).name
             fid = fidelity_of(outs, ref, names, name, hs, task, at, scored=acc is not None)
             if on_target:
-
-                def score(outs: list[np.ndarray], runner: runtime.Runner):
-                    a = accuracy_on(ds, outs, hs, runner, count(xs))
-                    f = fidelity_of(outs, ref, names, name, hs, task, at, scored=a is not None)
-                    return f, a, compare(a, baseline_accuracy or acc)
-
+                score = Scorer(ds, xs, ref, names, name, hs, task, at, baseline_accuracy or acc)
                 gpu = emulated(path, xs, score, threads)
             fid = fid if reference is not None else None
     metrics = Metrics(

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from study_fixtures import study as study_of
 
 from optimize.measure import detection, metrics, slices
 from optimize.measure.gpu_arithmetic import INT16X8, NotEmulated, gpu_copy
@@ -210,3 +211,103 @@ def test_the_int8_rescue_keeps_a_detectors_output_stage_and_its_detections(yolo,
     assert det is not None and det.kept_fraction >= 0.9, det
     assert cand.search and cand.search[-1].kept  # the output stage, raised
     assert any("detections kept" in n for n in cand.notes), cand.notes
+
+
+def _device():
+    """This machine's Vulkan device the GPU accelerator accepts, or skip (fail where CI set lavapipe up)."""
+    import os
+
+    from optimize.delegates import observe
+
+    icd = observe.gpu_device()
+    if icd is None:
+        why = "no Vulkan device the LiteRT GPU accelerator accepts (Mesa's lavapipe 25: see .ci/run)"
+        if os.environ.get("OPTIMIZE_REQUIRE_GPU_DEVICE"):
+            pytest.fail(f"{why}, although .ci/run set it up")
+        pytest.skip(why)
+    return icd
+
+
+def test_the_gpu_emulation_matches_the_observed_gpu(dense, tmp_path):
+    """Each candidate's emulated GPU figure against the GPU accelerator's own numbers on the same samples: they
+    agree within the float16 arithmetic the device adds to every float model (its float32 candidate's error)."""
+    from optimize.engine.on_gpu import observe_arithmetic
+
+    icd = _device()
+    files, ds = dense
+    cands = []
+    for name, path in files.items():
+        m = metrics.evaluate(path, ds, reference=files["float32"], timing=False)
+        cands.append(_candidate(name, path.name, m))
+    folder = files["float32"].parent
+    study = observe_arithmetic(study_of(cands), folder, ds)
+    got = {c.name: c.metrics.on_target.gpu for c in study.candidates}
+    assert all(g.method == "observed" and icd.name in g.how for g in got.values())
+    emulated = {c.name: c.metrics.on_target.gpu for c in cands}
+    floor = got["float32"].outputs[0].relative_error  # the device's float16 arithmetic on a float32 model
+    for name in ("dynamic", "int8"):
+        obs, emu = got[name].outputs[0].relative_error, emulated[name].outputs[0].relative_error
+        assert abs(obs - emu) <= max(0.2 * obs, 2 * floor), (name, obs, emu, floor)
+        assert got[name].flagged is None
+
+
+def _candidate(name: str, artifact: str, metrics_):
+    from optimize.core.recipe import build
+    from optimize.core.results import Candidate
+
+    recipe = build(name, [{"technique": "convert", "scheme": "float32"}])
+    return Candidate(
+        name=name,
+        steps=list(recipe.steps),
+        recipe_hash=recipe.hash,
+        scheme="float32",
+        artifact=artifact,
+        metrics=metrics_,
+    )
+
+
+def test_recommend_for_the_gpu_judges_the_gpus_arithmetic(dense):
+    from optimize.core.results import TargetFidelity
+    from optimize.decide.choose import recommend
+
+    files, ds = dense
+    cands = []
+    for name, path in files.items():
+        m = metrics.evaluate(path, ds, reference=files["float32"], timing=False)
+        cands.append(
+            _candidate(name, path.name, m.model_copy(update={"fidelity": None if name == "float32" else m.fidelity}))
+        )
+    study = study_of(cands)
+    gpu = recommend(study, "gpu")
+    assert any("as the gpu computes each candidate" in f for f in gpu.facts)
+    assert not any("as the gpu computes" in f for f in recommend(study, "cpu").facts)
+    # a candidate the observed GPU computes badly is named, and judged by those figures
+    bad = cands[1].metrics.on_target.gpu.model_copy(update={"flagged": "the GPU computes it badly: test"})
+    bad = TargetFidelity(**{**dict(bad), "method": "observed"})
+    broken = [
+        c
+        if i != 1
+        else c.model_copy(
+            update={
+                "metrics": c.metrics.model_copy(
+                    update={"on_target": c.metrics.on_target.model_copy(update={"gpu": bad})}
+                )
+            }
+        )
+        for i, c in enumerate(cands)
+    ]
+    facts = recommend(study_of(broken), "gpu").facts
+    assert any(f.startswith(f"{cands[1].name}: the GPU computes it badly") for f in facts)
+
+
+def test_debug_names_the_output_stage_of_a_detector(yolo):
+    from optimize.engine.debug import debug_model
+
+    f32, _, _ = yolo
+    report = debug_model(f32.parent / "yolo.keras", f32.parent / "images.npz", samples=12, leave_out=1)
+    st = report.output_stage
+    assert st is not None and st.op == "CONCATENATION"
+    assert st.detections.kept_fraction < 0.5 < st.detections_float.kept_fraction
+    assert report.fixes[0].startswith("Cause: the output stage.")
+    assert "Fix to try (measured): keep the output stage" in report.fixes[1]
+    assert not any("Nothing to fix" in f for f in report.fixes)

@@ -328,7 +328,8 @@ def evaluate(
             fid = fidelity_of(outs, ref, names, name, hs, task, at, scored=acc is not None)
             if on_target:
                 score = Scorer(ds, xs, ref, names, name, hs, task, at, baseline_accuracy or acc)
-                gpu = emulated(path, xs, score, threads)
+                same = (fid, acc, compare(acc, baseline_accuracy or acc))
+                gpu = emulated(path, xs, score, threads, cpu=same)
             fid = fid if reference is not None else None
     metrics = Metrics(
         size=size_of(path),

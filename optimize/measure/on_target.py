@@ -31,13 +31,16 @@ def _target(fid: Fidelity, method: str, how: str, acc: Accuracy | None = None, *
     return TargetFidelity(**dict(fid), method=method, how=how, accuracy=acc, **delta)
 
 
-def emulated(path: Path, xs, score, threads: int = 2) -> TargetFidelity | None:
+def emulated(path: Path, xs, score, threads: int = 2, cpu: tuple | None = None) -> TargetFidelity | None:
     """The candidate's figures in the GPU's arithmetic, emulated on the CPU. `score(outs, runner)` turns outputs
-    into (Fidelity, Accuracy | None, the change against the baseline): the same measure as the CPU's figures.
-    None when the emulated copy cannot be run here (said in the log)."""
+    into (Fidelity, Accuracy | None, the change against the baseline): the same measure as the CPU's figures,
+    `cpu` (those figures, taken as they are where the GPU computes as the CPU does). None when the emulated copy
+    cannot be run here (said in the log)."""
     try:
         content, how = gpu_copy(Path(path).read_bytes())
     except NotEmulated as e:
+        if cpu is not None and cpu[0] is not None:
+            return _target(cpu[0], "emulated", f"{e}: the CPU's figures", cpu[1], **cpu[2])
         content, how = Path(path).read_bytes(), f"{e}: the CPU's figures"
     except Exception as e:  # a flatbuffer the rewrite does not understand: no figure, not a failed candidate
         logging.getLogger(__name__).warning("%s: the GPU's arithmetic was not emulated (%s)", Path(path).name, e)

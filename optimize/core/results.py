@@ -165,7 +165,7 @@ class DetectionFidelity(Record):
     """A detector's detections against float32's on the same inputs: each of float32's detections (score at
     least `score_threshold`, after per-class non-maximum suppression for decoded boxes) is kept when the
     candidate has one of the same class overlapping it at IoU >= `iou_threshold` (for a raw anchor head: at the
-    same anchor)."""
+    same anchor) scoring at least the threshold less a margin of 0.05 (a borderline score is not a loss)."""
 
     layout: str = Field(description="The head: yolo ([1, 4+C, N] or [1, N, 4+C]), ssd (boxes + scores) or anchors.")
     outputs: list[str] = Field(description="The outputs that hold the boxes and scores.")

@@ -4,7 +4,8 @@ A detector's outputs are not judged well by a tensor-wide error: YOLOv8's one he
 class scores, and an int8 scale for the whole tensor turns every score into 0 or one step (measured: 0 of 23
 detections kept) while the tensor's relative error reads 0.15%. What the user ships is the detections, so that
 is what is compared: float32's detections on the samples (score at least a stated threshold, per-class
-non-maximum suppression), each kept when the candidate has one of the same class at IoU >= 0.5.
+non-maximum suppression), each kept when the candidate has one of the same class at IoU >= 0.5 (scoring at
+least the threshold less `MARGIN`: a borderline score that crosses the threshold by a rounding is not a loss).
 
 Heads recognised (from the output shapes and float32's values on the data, or named with `--task detect`):
 - `yolo`: one output [1, 4+C, N] or [1, N, 4+C]: cx, cy, w, h then C class scores in 0..1 (YOLOv8, v11).
@@ -30,6 +31,9 @@ LAYOUTS = ("yolo", "yolov5", "ssd", "anchors")
 DEFAULT_SCORE = 0.25
 IOU = 0.5
 NMS_IOU = 0.5
+#: A detection whose score lies at most this far below the threshold on the other side still counts as made
+#: there: a score that crosses the threshold by less is rounding (a borderline anchor), not a detection lost.
+MARGIN = 0.05
 #: Detections per sample considered before suppression (the highest scores): a model whose scores all read
 #: one step above the threshold (a broken int8 head) does not make suppression quadratic in its anchors.
 TOP_K = 1000
@@ -228,11 +232,13 @@ def compare(
     """The candidate's detections against float32's, over the samples where both outputs are finite."""
     total = kept = extra = 0
     ious: list[float] = []
+    low = max(0.0, threshold - MARGIN)
+    anchors = lay.kind == "anchors"
     for k in range(len(ref[lay.outputs[0]])):
-        r = detections(ref, lay, k, threshold)
-        m = detections(outs, lay, k, threshold)
-        n, got, more = _match(r, m, lay.kind == "anchors")
-        total, kept, extra = total + len(r.anchors), kept + n, extra + more
+        r, m = detections(ref, lay, k, threshold), detections(outs, lay, k, threshold)
+        n, got, _ = _match(r, detections(outs, lay, k, low), anchors)
+        made, _, _ = _match(m, detections(ref, lay, k, low), anchors)  # the candidate's that float32 makes too
+        total, kept, extra = total + len(r.anchors), kept + n, extra + len(m.anchors) - made
         ious += got
     return DetectionFidelity(
         layout=lay.kind,

@@ -44,7 +44,12 @@ OBSERVE = typer.Option(
     "--observe",
     help="Also observe these delegates in the runtime where this machine can: gpu (LiteRT's GPU accelerator).",
 )
-TASK = typer.Option(None, "--task", help="What the labels are (default: guessed from the output and labels).")
+TASK = typer.Option(
+    None,
+    "--task",
+    help="What the labels are (default: guessed from the output and labels), or that the outputs are a detector's "
+    "boxes and scores (detections kept against float32's) or a segmentation map (mask IoU).",
+)
 LABEL_OUTPUT = typer.Option(None, "--label-output", help="The output the labels belong to (default: the first).")
 MAX_ERROR_INCREASE = typer.Option(
     None, help="Regression labels: MAE at most this much above float32's, e.g. 0.05 = 5% more."

@@ -311,3 +311,42 @@ def test_debug_names_the_output_stage_of_a_detector(yolo):
     assert report.fixes[0].startswith("Cause: the output stage.")
     assert "Fix to try (measured): keep the output stage" in report.fixes[1]
     assert not any("Nothing to fix" in f for f in report.fixes)
+
+
+def _detector(name: str, scheme: str, size: int, kept: int, rel: float):
+    """A detector candidate measured without labels: its head's detections kept of float32's 200."""
+    from study_fixtures import candidate
+
+    from optimize.core.results import DetectionFidelity, Fidelity, OutputFidelity
+
+    c = candidate(name, scheme, size=size, delta=None)
+    det = DetectionFidelity(
+        layout="yolo", outputs=["output0"], score_threshold=0.25, reference_detections=200, kept=kept
+    )
+    out = OutputFidelity(
+        name="output0", mean_abs_diff=rel, std_abs_diff=0.0, max_abs_diff=rel, relative_error=rel, detection=det
+    )
+    fid = Fidelity(reference="float32.tflite", samples=40, outputs=[out])
+    return c.model_copy(update={"metrics": c.metrics.model_copy(update={"fidelity": fid})})
+
+
+def test_a_detector_is_guarded_by_the_detections_it_keeps():
+    from optimize.decide.choose import recommend
+    from optimize.decide.guard import accept_hint, default_guard
+    from optimize.present.report_text import format_recommendation
+
+    cands = [
+        _detector("float32", "float32", 12_000_000, 200, 0.0),
+        _detector("float16", "float16", 6_000_000, 200, 0.0001),
+        _detector("int8", "int8", 3_200_000, 0, 0.0015),  # 0.15% off over the tensor, no detection left
+        _detector("mixed-int8", "int8", 3_300_000, 196, 0.09),  # a slice 9% off, 98% of the detections kept
+    ]
+    s = study_of(cands, data=None)
+    guard = default_guard(recommend(s, "cpu").goals, s)
+    assert "at least 95% of float32's detections kept" in guard.words
+    rec = recommend(s, "cpu")
+    assert rec.chosen == "mixed-int8"  # the output error of its score slice is not what judges a detector
+    why = {r.candidate: r.reason for r in rec.rejected}
+    assert "keeps 0 of float32's 200 detections" in why["int8"]
+    assert accept_hint(guard, cands[2]) == "--min-detections-kept 0"
+    assert "at least 95% of float32's detections kept" in format_recommendation(rec)

@@ -89,7 +89,7 @@ def _start(ex, run: Run) -> _Pending | None:
     if first is not None:
         first, alone = _split_off(first, base)
         pending.waiting += alone
-        exported = run.export() if ex.name == "local" and _converts_source(base) else None  # workers see this disk
+        exported = run.export(_plain(base)) if ex.name == "local" and _converts_source(base) else None  # same disk
         ex.submit(pending.task(first, baseline_name=base.name, exported=exported))
         if pending.waiting and hasattr(ex, "expect"):  # workers for what follows the baseline, started now
             ex.expect(len(pending.waiting) + 1, warm=run.src.kind in TF_KINDS)
@@ -101,6 +101,12 @@ def _start(ex, run: Run) -> _Pending | None:
 def _converts_source(base: Recipe) -> bool:
     """The baseline begins by converting the source model (a Keras model: what `Run.export` exports)."""
     return bool(base.steps) and base.steps[0].technique == "convert"
+
+
+def _plain(base: Recipe) -> bool:
+    """The baseline is the plain float32 conversion (no Flex ops): what the direct route makes."""
+    p = base.steps[0].params
+    return len(base.steps) == 1 and p.scheme == "float32" and not getattr(p, "select_tf_ops", False)
 
 
 def _split_off(group: list[Recipe], base: Recipe) -> tuple[list[Recipe], list[list[Recipe]]]:

@@ -120,3 +120,21 @@ def test_a_sweep_baseline_made_directly_matches_the_keras_model(tmp_path, keras_
     want = np.asarray(model(x[:8], training=False))
     got = np.concatenate([_outputs(content, {next(iter(inputs)): x[i : i + 1]})["output_0"] for i in range(8)])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_candidates_released_before_the_baseline_is_measured_get_its_deltas(tmp_path, keras_model, data_npz):
+    """With the float32 converted in the sweep's process, the quantized candidates start at once (compared with
+    that file) and their accuracy deltas are filled in from the measured baseline."""
+    from optimize.core.recipe import build
+    from optimize.engine import sweeps
+
+    recipes = [
+        build("float32", [{"technique": "convert"}]),
+        build("dynamic", [{"technique": "convert"}, {"technique": "quantize", "scheme": "dynamic"}]),
+    ]
+    study = sweeps.sweep(keras_model, data_npz, tmp_path / "out", recipes=recipes, cache=False, delegates=False, jobs=2)
+    base, dyn = study.candidates
+    assert base.ok and dyn.ok, (base.error, dyn.error)
+    assert dyn.metrics.accuracy_delta == pytest.approx(dyn.metrics.accuracy.top1 - base.metrics.accuracy.top1)
+    assert dyn.probe is not None and dyn.probe.reference == "float32.tflite"
+    assert dyn.metrics.fidelity is not None and dyn.metrics.fidelity.reference == "float32.tflite"

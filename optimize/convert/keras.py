@@ -122,6 +122,7 @@ def float32_direct(model, ds: Dataset | None, batch: int | None = None) -> Direc
     from optimize.models.source import has_recurrent
 
     tf = _tf.tf()
+    handlers = list(logging.root.handlers)
     try:
         if has_recurrent(model):
             return None
@@ -150,6 +151,8 @@ def float32_direct(model, ds: Dataset | None, batch: int | None = None) -> Direc
     except Exception as e:  # noqa: BLE001 - any failure here: the SavedModel route, as before
         logging.getLogger(__name__).debug("the direct float32 route did not take %s: %s", model, e)
         return None
+    finally:  # absl's first message configures the root logger (a stderr handler): the caller's stays as it was
+        logging.root.handlers[:] = handlers
     return Direct(content, (_cleared_note(cleared),) if cleared else ())
 
 

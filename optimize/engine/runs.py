@@ -66,6 +66,7 @@ class Run:
     open_seconds: float = 0.0  # opening and checking the model and data, planning
     created: list[Path] = field(default_factory=list)  # folders `-o` made that did not exist (deepest first)
     keras: object = field(default=None, repr=False)  # the Keras model the checks loaded (this process only)
+    rescued: str | None = None  # the accuracy-rescue recipe the run added itself (mixed-int8), by name
 
     def export(self) -> tuple[Path, float] | None:
         """The source Keras model exported as its SavedModel (into the run's work folder), from the model the
@@ -146,6 +147,7 @@ class Run:
         extra = _rescue(self)
         if extra is not None:
             self.recipes.append(extra)
+            self.rescued = extra.name
         return extra is not None
 
     def study(self, executor: str = "local") -> Study:
@@ -231,6 +233,7 @@ def _study(run: Run, model, threads: int, executor: str = "local") -> Study:
         run.done[base.name] = _as_baseline(run.done[base.name])
     labelled = next((c.metrics.accuracy for c in run.done.values() if c.ok and c.metrics.accuracy), None)
     outside = _coverage(run)
+    duplicates = _duplicate_rescue(run)
     return Study(
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         model=model,
@@ -241,8 +244,8 @@ def _study(run: Run, model, threads: int, executor: str = "local") -> Study:
         baseline=base.name if base else "float32",
         environment=_tf.environment(threads),
         executor=executor,
-        candidates=[run.done[r.name] for r in run.recipes],
-        dropped=run.dropped,
+        candidates=[run.done[r.name] for r in run.recipes if r.name not in duplicates],
+        dropped=run.dropped + [Dropped(recipes=[name], reason=why) for name, why in duplicates.items()],
         open_seconds=round(run.open_seconds, 3),
         seconds=round(time.perf_counter() - run.started, 3),
         split=run.ds.split if run.ds else None,
@@ -302,6 +305,25 @@ def _lost(int8: Candidate) -> tuple[str, dict] | None:
     if err > RESCUE_OUTPUT_ERROR or (agree is not None and agree < RESCUE_AGREEMENT):
         return f"is {err:.1%} off float32", {"max_output_error": 0.01}
     return None
+
+
+def _duplicate_rescue(run: Run) -> dict[str, str]:
+    """The mixed-int8 candidate the run added itself, when its search raised no op and its rescue kept no step:
+    it is plain int8 again (judged on held-out samples, int8 met the budget there), so it is left out, with why,
+    rather than shown beside int8 as if it were something else."""
+    c = run.done.get(run.rescued) if run.rescued else None
+    if c is None or not c.ok:
+        return {}
+    if any(s.kept and s.precision != "int8" for s in c.search) or any(r.kept for r in c.rescue):
+        return {}
+    judged = next((n.split(" (not the test split", 1)[0] for n in c.notes if n.startswith("selective: on ")), "")
+    where = judged.removeprefix("selective: on ") or "its validation samples"
+    why = (
+        f"int8 met the selective search's budget on {where}, so it raised no op and kept no rescue step: it "
+        "would duplicate int8 (whose table figures are on the test split)"
+    )
+    log.warning("Dropped %s: %s", c.name, why)
+    return {c.name: why}
 
 
 def _coverage(run: Run) -> dict[str, float]:

@@ -9,7 +9,6 @@ candidate is never offered). No line points at the command that printed it. Pure
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from optimize.core.results import Candidate, Study
@@ -283,54 +282,3 @@ def describe_pipeline(advice) -> str:
     from optimize.decide.advice import describe
 
     return f"{describe(advice.pipeline)} ({command_for(advice.pipeline)})."
-
-
-#: A debug output error under this (of the output's range) leaves nothing worth fixing.
-DEBUG_FINE = 0.005
-#: Keeping one op float "fixes" the model when the output error falls at least this much (a third of it left).
-DEBUG_GAIN = 1 / 3
-#: RMSE over the output's scale beyond this points at clipping or a poor range, not rounding (~0.29).
-DEBUG_CLIPPING = 0.7
-
-
-def debug_fixes(report) -> list[str]:
-    """The fix to try from a per-layer debug report (optimize debug), each with the command that makes it:
-    keep the op whose leave-one-out measurement recovers most of the error float (or at 16-bit activations);
-    other activation ranges where the worst op clips; int16x8 or QAT where no op stands out."""
-    scheme, err = str(report.scheme), report.output_error
-    model = "MODEL --data D.npz"
-    if err < DEBUG_FINE:
-        return [f"Nothing to fix: {scheme} is within {err * 100:.2f}% of float32's output range on these samples."]
-    measured = [
-        le for le in report.layers if le.output_error_without is not None and math.isfinite(le.output_error_without)
-    ]
-    best = min(measured, key=lambda le: le.output_error_without, default=None)
-    lines = []
-    if best is not None and best.output_error_without <= err * DEBUG_GAIN:
-        after = best.output_error_without
-        before = f"{err:.4f}" if math.isfinite(err) else "inf (non-finite outputs)"
-        lines.append(
-            f"Fix to try: keep {best.op} #{best.op_index} float (output error {before} -> {after:.4f}): "
-            f"`optimize run mixed-int8 {model}` finds such ops and keeps them float or 16-bit (a bounded search)."
-        )
-        if scheme == Scheme.INT8:
-            lines.append(
-                f"Or 16-bit activations throughout: `optimize quantize {model.replace('--data', '-c')} --scheme int16x8`."
-            )
-        return lines
-    worst = report.layers[0] if report.layers else None
-    if worst is not None and worst.rmse_over_scale is not None and worst.rmse_over_scale > DEBUG_CLIPPING:
-        lines.append(
-            f"Fix to try: other activation ranges ({worst.op} #{worst.op_index} errs by {worst.rmse_over_scale:.2f} "
-            f"steps, clipping or a poor range): `optimize quantize {model.replace('--data', '-c')} --ranges auto`."
-        )
-    elif best is not None:
-        lines.append(
-            f"Fix to try: no single op holds the error (keeping {best.op} #{best.op_index} float leaves "
-            f"{best.output_error_without:.4f} of {err:.4f}): `optimize run mixed-int8 {model}` raises several."
-        )
-    else:
-        lines.append(f"Fix to try: `optimize run mixed-int8 {model}` keeps the ops that break {scheme} float.")
-    if scheme == Scheme.INT8:
-        lines.append(f"Where the error is spread: 16-bit activations (`--scheme int16x8`) or `optimize qat {model}`.")
-    return lines

@@ -568,7 +568,9 @@ def debug_lines(report, width: int = 80, top: int = 25) -> list[str]:
     """The per-layer error table as plain lines that fit `width`: one line of figures per op, its output
     tensor's whole name on the line below (folded, never cut), rows in the report's ranking."""
     head = f"{'rank':>4}  {'op (#index)':22}  {'added':>8}  {'rel rmse':>8}  {'rmse/scale':>10}  {'weights':>7}  {'if float':>8}"
-    lines = [f"{report.scheme}: output error {report.output_error:.4f} over {report.samples} samples", head]
+    over = report.held_out or f"{report.samples} samples"
+    lines = [f"{report.scheme}: output error {report.output_error:.4f} (the worst output's, as a sweep measures it) "
+             f"over {over}", head]  # fmt: skip
     room = max(20, width - 6)
     for rank, le in enumerate(report.layers[:top], 1):
         step = "-" if le.rmse_over_scale is None else f"{le.rmse_over_scale:.2f}"
@@ -618,7 +620,7 @@ def print_debug(report, width: int | None = None) -> None:
         "rmse/scale ~0.29 is pure rounding; above ~0.7 points at clipping or a poor range."
     )
     for line in report.fixes:
-        con.print(esc(line), highlight=False)
+        con.print(esc(line), highlight=False, soft_wrap=False)
 
 
 def format_advice(advice) -> str:

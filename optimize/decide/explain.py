@@ -150,7 +150,8 @@ def path_update(study: Study, pipeline: list[dict], chosen: Candidate | None, re
     if eligible:
         why = f"{target} runs it fully and it ranks above {eligible[0].name} on the measurements"
     elif found:
-        why = f"the path's {scheme} ({found[0].name}) was {'rejected' if found[0].ok else 'failed'} here"
+        which = scheme if found[0].name == scheme else f"{scheme} ({found[0].name})"
+        why = f"the path's {which} {'was rejected' if found[0].ok else 'failed'} here"
     else:
         why = f"the path's {scheme} was not measured here"
     label = chosen.name if chosen.name == chosen.scheme else f"{chosen.name} ({chosen.scheme})"

@@ -10,7 +10,7 @@ from optimize.core.results import FEW_SAMPLES, PHASES, Candidate, Metrics, Study
 from optimize.core.shown import clip
 from optimize.core.vocab import Delegate, Target
 from optimize.decide.advice import describe
-from optimize.decide.guard import unlabelled_outputs
+from optimize.decide.guard import has_labelled_goal, unlabelled_outputs
 from optimize.delegates.observe import OBSERVED
 from optimize.present.lines import conversion_line, fmt_bytes, island_cost, island_groups
 
@@ -568,9 +568,11 @@ def debug_lines(report, width: int = 80, top: int = 25) -> list[str]:
     """The per-layer error table as plain lines that fit `width`: one line of figures per op, its output
     tensor's whole name on the line below (folded, never cut), rows in the report's ranking."""
     head = f"{'rank':>4}  {'op (#index)':22}  {'added':>8}  {'rel rmse':>8}  {'rmse/scale':>10}  {'weights':>7}  {'if float':>8}"
+    import textwrap
+
     over = report.held_out or f"{report.samples} samples"
-    lines = [f"{report.scheme}: output error {report.output_error:.4f} (the worst output's, as a sweep measures it) "
-             f"over {over}", head]  # fmt: skip
+    title = f"{report.scheme}: output error {report.output_error:.4f} (the worst output's, as a sweep measures it) over {over}"
+    lines = [*textwrap.wrap(title, width, subsequent_indent="  "), head]
     room = max(20, width - 6)
     for rank, le in enumerate(report.layers[:top], 1):
         step = "-" if le.rmse_over_scale is None else f"{le.rmse_over_scale:.2f}"
@@ -657,7 +659,12 @@ def format_recommendation(rec) -> str:
     adv = rec.advice
     lines = [f"Target: {rec.target}    Goals: {goals}"]
     if rec.guard:
-        lines.append(f"No accuracy goal given: the default guard applies ({rec.guard}).")
+        unstated = (
+            "No goal for the outputs without labels given"
+            if has_labelled_goal(rec.goals)
+            else ("No accuracy goal given")
+        )
+        lines.append(f"{unstated}: the default guard applies ({rec.guard}).")
     lines += ["", "Decision path (rule of thumb):"]
     lines += [f"  {i}. {q.question} {q.answer} -> {q.decided}" for i, q in enumerate(adv.path, 1)]
     lines.append(f"  Rule-of-thumb pipeline: {describe(adv.pipeline)}")

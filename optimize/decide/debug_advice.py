@@ -76,23 +76,23 @@ def debug_fixes(report, tried: list[Tried] | None = None, cause: str = "") -> li
     tried = tried or []
     lines = [f"Cause: {cause}"] if cause else []
     helped = sorted((t for t in tried if t.helped), key=lambda t: (t.where != "here", _left(t)))
-    for t in helped:
-        lines.append(f"Fix to try: {t.what}: {t.figures()}, {t.source}: `{t.command}`.")
+    lines += [f"Fix to try: {t.what}: {t.figures()}, {t.source}: `{t.command}`." for t in helped]
     if not helped:
         lines.append(
             f"No fix measured helps: none takes {HELPS:.0%} of {scheme}'s error away (what was tried is below)."
         )
-    for t in tried:
-        if t.measured and not t.helped:
-            lines.append(f"Measured, did not help: {t.what}: {t.figures()}, {t.source}.")
-    for t in tried:
-        if t.failed:
-            where = "Not possible here" if t.where == "here" else f"Failed in the sweep, as {t.where}"
-            lines.append(f"{where}: {t.what}: {t.failed}; not suggested.")
-    for t in tried:
-        if not t.measured and not t.failed:
-            lines.append(f"Not measured: {t.what} (`{t.command}`).")
-    return lines
+    return lines + _not_fixes(tried)
+
+
+def _not_fixes(tried: list[Tried]) -> list[str]:
+    """What was measured and did not help, what could not be made (never suggested), what nobody measured."""
+    lines = [
+        f"Measured, did not help: {t.what}: {t.figures()}, {t.source}." for t in tried if t.measured and not t.helped
+    ]
+    for t in (t for t in tried if t.failed):
+        where = "Not possible here" if t.where == "here" else f"Failed in the sweep, as {t.where}"
+        lines.append(f"{where}: {t.what}: {t.failed}; not suggested.")
+    return lines + [f"Not measured: {t.what} (`{t.command}`)." for t in tried if not t.measured and not t.failed]
 
 
 def _left(t: Tried) -> float:

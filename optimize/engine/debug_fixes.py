@@ -170,35 +170,32 @@ def _figure(c: Candidate) -> tuple[str, float] | None:
     return None
 
 
+def _plain_int8(study: Study) -> Candidate | None:
+    """The study's post-training int8 with float I/O and no other technique: what the fixes are compared with."""
+    for c in study.candidates:
+        if c.ok and c.scheme == Scheme.INT8 and c.io == "float" and not c.uses("prune", "cluster", "qat", "selective"):
+            return c
+    return None
+
+
 def from_study(study: Study, where: str) -> list[Tried]:
     """The fixes a study measured, each against the study's own plain int8 (the same samples): failed ones
     with why."""
-    plain = next(
-        (
-            c
-            for c in study.candidates
-            if c.ok
-            and c.scheme == Scheme.INT8
-            and c.io == "float"
-            and not c.uses("prune", "cluster", "qat", "selective")
-        ),
-        None,
-    )
+    plain = _plain_int8(study)
     base = _figure(plain) if plain is not None else None
     out = []
     for what, command, kind in FROM_STUDY:
         found = [c for c in study.candidates if _kind(c) == kind]
-        if not found:
+        c = next((c for c in found if c.ok), found[0]) if found else None
+        if c is None:
             continue
-        c = next((c for c in found if c.ok), found[0])
         label = f"{c.name} in {where}"
         if not c.ok:
             out.append(Tried(what, command, where=label, failed=(c.error or "failed").rstrip(".")))
             continue
         fig = _figure(c)
-        if fig is None or base is None or fig[0] != base[0]:
-            continue
-        out.append(Tried(what, command, base[1], fig[1], unit=fig[0], where=label))
+        if fig is not None and base is not None and fig[0] == base[0]:
+            out.append(Tried(what, command, base[1], fig[1], unit=fig[0], where=label))
     return out
 
 

@@ -649,23 +649,26 @@ def _answer(rec) -> list[str]:
     return lines
 
 
+def _heading(rec) -> list[str]:
+    """The target and goals, and the default guard in force with what the user left unstated."""
+    goals = ", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None)
+    lines = [f"Target: {rec.target}    Goals: {goals}"]
+    if rec.guard:
+        unstated = "No accuracy goal given"
+        if has_labelled_goal(rec.goals):
+            unstated = "No goal for the outputs without labels given"
+        lines.append(f"{unstated}: the default guard applies ({rec.guard}).")
+    return lines
+
+
 def format_recommendation(rec) -> str:
     """A recommendation (or bare advice) as terminal text: path, pipeline, choice, ranking, rejections, facts."""
     from optimize.decide.advice import Advice
 
     if isinstance(rec, Advice):
         return format_advice(rec)
-    goals = ", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None)
     adv = rec.advice
-    lines = [f"Target: {rec.target}    Goals: {goals}"]
-    if rec.guard:
-        unstated = (
-            "No goal for the outputs without labels given"
-            if has_labelled_goal(rec.goals)
-            else ("No accuracy goal given")
-        )
-        lines.append(f"{unstated}: the default guard applies ({rec.guard}).")
-    lines += ["", "Decision path (rule of thumb):"]
+    lines = _heading(rec) + ["", "Decision path (rule of thumb):"]
     lines += [f"  {i}. {q.question} {q.answer} -> {q.decided}" for i, q in enumerate(adv.path, 1)]
     lines.append(f"  Rule-of-thumb pipeline: {describe(adv.pipeline)}")
     lines += [f"  {rec.path_update}"] if rec.path_update else []

@@ -52,7 +52,7 @@ class Tried:
         """`output error 0.1985 -> 0.0012 (-99%)`, `8.3 -> 1.0 points of top-1 lost`, `MAE x1.12 -> x1.02`."""
         b, a = self.before, self.after
         if self.unit == "points":
-            return f"{b * 100:.1f} -> {a * 100:.1f} points of top-1 lost"
+            return f"{_points(b)} -> {_points(a)} points of top-1 lost"
         if self.unit == "mae":
             return f"MAE x{b:.3f} -> x{a:.3f} of float32's"
         change = ""
@@ -75,7 +75,7 @@ def debug_fixes(report, tried: list[Tried] | None = None, cause: str = "") -> li
         return [f"Nothing to fix: {scheme} is within {err * 100:.2f}% of float32's output range on these samples."]
     tried = tried or []
     lines = [f"Cause: {cause}"] if cause else []
-    helped = sorted((t for t in tried if t.helped), key=lambda t: (t.where != "here", _left(t)))
+    helped = sorted((t for t in tried if t.helped), key=_left)
     lines += [f"Fix to try: {t.what}: {t.figures()}, {t.source}: `{t.command}`." for t in helped]
     if not helped:
         lines.append(
@@ -93,6 +93,11 @@ def _not_fixes(tried: list[Tried]) -> list[str]:
         where = "Not possible here" if t.where == "here" else f"Failed in the sweep, as {t.where}"
         lines.append(f"{where}: {t.what}: {t.failed}; not suggested.")
     return lines + [f"Not measured: {t.what} (`{t.command}`)." for t in tried if not t.measured and not t.failed]
+
+
+def _points(x: float) -> str:
+    """Points of top-1 lost, a gain shown as a negative loss, never `-0.0`."""
+    return f"{x * 100:.1f}".replace("-0.0", "0.0")
 
 
 def _left(t: Tried) -> float:

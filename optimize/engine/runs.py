@@ -7,11 +7,14 @@ and why), the inputs checked, results cached by content, and the study assembled
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optimize.convert import keras as exporting
+from optimize.convert.front import open_inputs
 from optimize.core import paths
 from optimize.core.recipe import Recipe, build
 from optimize.core.results import Candidate, Dropped, Study
@@ -23,7 +26,7 @@ from optimize.measure import metrics as measure
 from optimize.models import _tf, facts
 from optimize.models import source as models
 from optimize.models.data import Dataset, take
-from optimize.models.inputs import MeasureOptions, open_inputs
+from optimize.models.inputs import MeasureOptions
 from optimize.models.known import KnownRebuild
 from optimize.present.progress import Progress
 
@@ -68,19 +71,28 @@ class Run:
     keras: object = field(default=None, repr=False)  # the Keras model the checks loaded (this process only)
     rescued: str | None = None  # the accuracy-rescue recipe the run added itself (mixed-int8), by name
 
-    def export(self) -> tuple[Path, float] | None:
-        """The source Keras model exported as its SavedModel (into the run's work folder), from the model the
-        checks loaded: the float32 baseline then converts it without loading and exporting it again, in a
-        worker that was importing TensorFlow meanwhile. None when there is none to export (a warm re-run, a
-        .tflite, a SavedModel) or the export fails here (the worker then exports it itself, as before). With
-        the seconds it took (the baseline's convert phase counts them)."""
+    def export(self, direct: bool = True) -> tuple[Path, float] | None:
+        """The source Keras model made ready for the float32 baseline (into the run's work folder), from the model
+        the checks loaded, so the worker that takes the baseline (importing TensorFlow meanwhile) neither loads
+        nor exports it again: with `direct`, its float32 .tflite converted straight from the loaded model
+        (`convert.keras.float32_direct`, checked equal to it on test samples); else, or where that route does not
+        take the model, its SavedModel. None when there is nothing to export (a warm re-run, a .tflite, a
+        SavedModel) or the export fails here (the worker then exports it itself, as before). With the seconds it
+        took (the baseline's convert phase counts them)."""
         model, self.keras = self.keras, None  # exported once; the model is not kept past it
         if model is None or self.src.kind not in ("keras2", "keras3"):
             return None
-        out = self.out_dir / ".work" / "export" / self.src.fingerprint / "saved_model"
+        folder = self.out_dir / ".work" / "export" / self.src.fingerprint
+        batch = 1 if self.src.kind == "keras3" else None
         t0 = time.perf_counter()
         try:
-            path = models.export_saved_model(model, out, batch=1 if self.src.kind == "keras3" else None)
+            made = exporting.float32_direct(model, self.ds, batch) if direct else None
+            if made is not None:
+                if made.notes:
+                    paths.write_atomic(folder / exporting.EXPORT_NOTES, json.dumps(list(made.notes)).encode())
+                path = paths.write_atomic(folder / "float32.tflite", made.content)
+            else:
+                path = exporting.export_saved_model(model, folder / "saved_model", batch=batch)
         except Exception as e:  # noqa: BLE001 - the worker's own export meets it again, as a failed candidate
             log.debug("exporting %s here failed (%s); the worker exports it", self.src.name, e)
             return None
@@ -185,8 +197,6 @@ def open_run(
     A PyTorch or ONNX model is converted here (`layout`: its image I/O), and the conversion's own error
     against the source runtime measured on the data. `keep_keras`: the Keras model the checks load is kept on the
     run for its baseline (`Run.export`; a one-model sweep keeps it, a zoo of many does not hold them all)."""
-    from optimize.measure import conversion
-
     started = time.perf_counter()
     store = result_cache(cache)  # a cache that cannot be used: one line, before any work
     known = store.known(trust_model_code)  # what earlier runs' checks found: a warm re-run needs no TensorFlow
@@ -194,9 +204,8 @@ def open_run(
     loaded: list = []  # the Keras model the checks load, exported for the baseline (Run.export)
     src, ds = open_inputs(
         model, data, measuring=measuring, trust=trust_model_code, check=True, known=known, layout=layout,
-        on_loaded=loaded.append if keep_keras else None,
+        on_loaded=loaded.append if keep_keras else None, threads=threads,
     )  # fmt: skip
-    src = conversion.measure(src, ds, threads)  # before any write, as everything above
     dropped: list[Dropped] = []
     can = _planning_facts(known, src, ds, trains)
     planned = plan_from(src, ds, can, recipes, backend, target, dropped)

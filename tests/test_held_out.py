@@ -177,3 +177,18 @@ def test_the_mixed_int8_search_judges_on_samples_its_calibration_never_saw(keras
     note = next(n for n in cand.notes if n.startswith("selective: on "))
     assert "20 samples held out of the calibration (it draws from the other 32)" in note
     assert "not the test split the table reports" in note
+
+
+def test_a_sweep_says_when_its_test_samples_are_its_calibration_samples(caplog):
+    import logging
+
+    from optimize.engine.runs import _judged_on_calibration
+
+    int8 = build("int8", [{"technique": "convert", "scheme": "int8"}])
+    only_test = from_arrays(x_test=np.ones((10, 2)), y_test=np.zeros(10), source="t.npz")
+    with caplog.at_level(logging.WARNING):
+        _judged_on_calibration(only_test, [int8])
+        _judged_on_calibration(from_arrays(x=np.ones((10, 2)), y=np.zeros(10)), [int8])  # split 80/20: held out
+        _judged_on_calibration(only_test, [build("f16", [{"technique": "convert", "scheme": "float16"}])])
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith("t.npz has no training split: int8 is calibrated on the same samples")

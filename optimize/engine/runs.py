@@ -211,6 +211,7 @@ def open_run(
     planned = plan_from(src, ds, can, recipes, backend, target, dropped)
     if calibration_samples is not None:
         planned = [with_samples(r, calibration_samples) for r in planned]
+    _judged_on_calibration(ds, planned)
     created = paths.absent_folders(output)
     out_dir = paths.output_dir(output)
     settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
@@ -333,6 +334,19 @@ def _duplicate_rescue(run: Run) -> dict[str, str]:
     )
     log.warning("Dropped %s: %s", c.name, why)
     return {c.name: why}
+
+
+def _judged_on_calibration(ds: Dataset | None, recipes: list[Recipe]) -> None:
+    """Say so when the data has no split apart from its test samples (only x_test, or only x_cal): calibration
+    then draws from the samples every figure is measured on, and no decision is held out of it."""
+    if ds is None or ds.x_train is not None or ds.x_cal is not ds.x_test:
+        return
+    if any(r.needs_calibration for r in recipes):
+        log.warning(
+            "%s has no training split: int8 is calibrated on the same samples its accuracy and fidelity are "
+            "measured on. Give x/y (split 80/20) or x_train/x_test, or calibration samples of their own (x_cal).",
+            Path(ds.source).name,
+        )
 
 
 def _coverage(run: Run) -> dict[str, float]:

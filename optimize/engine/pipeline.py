@@ -77,8 +77,11 @@ KERAS3_ROUTE = (
 class Workspace:
     """Produces artifacts for step lists, sharing every step prefix within one run."""
 
-    def __init__(self, src: models.ModelSource, data: Dataset | None, workdir: Path, threads: int = 2):
+    def __init__(
+        self, src: models.ModelSource, data: Dataset | None, workdir: Path, threads: int = 2, shared: Path | None = None
+    ):
         self.src, self.data, self.workdir, self.threads = src, data, workdir, threads
+        self.shared = shared  # shared by the run's workspaces on this machine (calibrations: one per model and data)
         self.memo: dict[str, _State] = {}
         self._source: _State | None = None
         self.phases: dict[str, float] | None = None  # where produce's time goes (set by make_candidate)
@@ -116,6 +119,7 @@ class Workspace:
             skipped_layers=list(state.skipped),
             records=dict(state.records),
             teacher=self.teacher,
+            shared=self.shared,
         )
 
     def teacher(self) -> list:

@@ -767,6 +767,9 @@ def debug(
     scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="int8 or int16x8.", **DEBUG_SCHEMES),
     samples: int = typer.Option(16, min=1, max=10000, help="Samples run through both models (errors settle fast)."),
     leave_out: int = typer.Option(3, min=0, max=50, help="Worst ops also measured with only them kept float."),
+    study: Path | None = typer.Option(
+        None, "--study", help="A sweep's study.json of this model: its measured fixes are quoted, not suggested again."
+    ),
     label_output: str | None = LABEL_OUTPUT,
     trust_model_code: bool = TRUST,
     layout: Layout = LAYOUT,
@@ -775,7 +778,7 @@ def debug(
 ) -> None:
     """Which ops break quantization: per-layer error vs float, ranked.
 
-    With what keeping each of the worst ops in float buys.
+    With the fixes measured on held-out samples, and only those that helped offered.
 
     \b
     Example:
@@ -795,6 +798,7 @@ def debug(
         trust_model_code=trust_model_code,
         measuring=_measuring(None, label_output, 0),
         layout=layout,
+        study=study,
     )
     if as_json:
         _print_json(report)

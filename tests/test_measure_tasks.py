@@ -308,8 +308,8 @@ def test_debug_names_the_output_stage_of_a_detector(yolo):
     st = report.output_stage
     assert st is not None and st.op == "CONCATENATION"
     assert st.detections.kept_fraction < 0.5 < st.detections_float.kept_fraction
-    assert report.fixes[0].startswith("Cause: the output stage.")
-    assert "Fix to try (measured): keep the output stage" in report.fixes[1]
+    assert report.fixes[0].startswith("Cause: the output stage: CONCATENATION")
+    assert report.fixes[1].startswith("Fix to try: the output stage (CONCATENATION"), report.fixes
     assert not any("Nothing to fix" in f for f in report.fixes)
 
 

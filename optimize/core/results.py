@@ -508,7 +508,10 @@ class DebugReport(Record):
     scheme: Scheme
     samples: int
     method: str = Field(description="How the tensors were compared (which library facility).")
-    output_error: float = Field(description="Mean |quantized - float| over the float output range, all outputs.")
+    output_error: float = Field(
+        description="The worst output's mean |quantized - float| over the float output's range: the sweep's measure."
+    )
+    held_out: str = Field("", description="Which samples it was measured on, kept from the calibration.")
     layers: list[LayerError] = Field(description="Ranked: most harmful first.")
     kept_float: list[str] = Field(
         default_factory=list, description="Ops the quantizer left in float (unsupported), by op and tensor."

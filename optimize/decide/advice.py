@@ -171,7 +171,9 @@ class Advisor:
 
     @property
     def drop_answer(self) -> str:
-        drop = self.goals.max_accuracy_drop
+        drop, increase = self.goals.max_accuracy_drop, self.goals.max_error_increase
+        if drop is None and increase is not None:
+            return f"MAE at most {increase * 100:g}% above float32's"
         return "not stated" if drop is None else f"at most {drop * 100:g} point(s)"
 
     @property

@@ -9,7 +9,6 @@ candidate is never offered). No line points at the command that printed it. Pure
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from optimize.core.results import Candidate, Study
@@ -151,7 +150,8 @@ def path_update(study: Study, pipeline: list[dict], chosen: Candidate | None, re
     if eligible:
         why = f"{target} runs it fully and it ranks above {eligible[0].name} on the measurements"
     elif found:
-        why = f"the path's {scheme} ({found[0].name}) was {'rejected' if found[0].ok else 'failed'} here"
+        which = scheme if found[0].name == scheme else f"{scheme} ({found[0].name})"
+        why = f"the path's {which} {'was rejected' if found[0].ok else 'failed'} here"
     else:
         why = f"the path's {scheme} was not measured here"
     label = chosen.name if chosen.name == chosen.scheme else f"{chosen.name} ({chosen.scheme})"
@@ -283,90 +283,3 @@ def describe_pipeline(advice) -> str:
     from optimize.decide.advice import describe
 
     return f"{describe(advice.pipeline)} ({command_for(advice.pipeline)})."
-
-
-#: A debug output error under this (of the output's range) leaves nothing worth fixing.
-DEBUG_FINE = 0.005
-#: Keeping one op float "fixes" the model when the output error falls at least this much (a third of it left).
-DEBUG_GAIN = 1 / 3
-#: RMSE over the output's scale beyond this points at clipping or a poor range, not rounding (~0.29).
-DEBUG_CLIPPING = 0.7
-
-
-def _output_stage_lines(report, model: str) -> list[str]:
-    """The cause and its measured fix when the output stage is what breaks the model: an output joining
-    quantities of different scales (a detector's boxes and scores) in one int8 tensor, whose small slice (or
-    detections) keeping that stage float wins back. [] when it is not the cause."""
-    st = report.output_stage
-    if st is None or not st.slices:
-        return []
-    worst = max(st.slices, key=lambda e: e.relative_error)
-    after = next((e for e in st.slices_float if e.name == worst.name and e.channels == worst.channels), None)
-    det, det_f = st.detections, st.detections_float
-    lost = det is not None and det.kept_fraction is not None and det.kept_fraction < 0.95
-    helps = after is not None and after.relative_error <= worst.relative_error * DEBUG_GAIN
-    if det is not None and det_f is not None and det.kept_fraction is not None:
-        helps = helps or (det_f.kept_fraction or 0) > det.kept_fraction + 0.05
-    if not (helps and (lost or worst.relative_error >= DEBUG_FINE * 10)):
-        return []
-    others = [e for e in st.slices if e is not worst]
-    big = f" beside {others[0].name} (range {others[0].range:.4g})" if others else ""
-    cause = (
-        f"Cause: the output stage. {st.op} #{st.op_index} joins quantities of different scales in one {report.scheme} "
-        f"tensor: {worst.name} (range {worst.range:.4g}){big} share one scale, so {worst.name} is off by "
-        f"{worst.relative_error * 100:.1f}% of its range"
-    )
-    if det is not None and det.kept_fraction is not None:
-        cause += f" and {det.kept} of float32's {det.reference_detections} detections are kept"
-    fix = f"Fix to try (measured): keep the output stage ({st.op} #{st.op_index} and after) float: {worst.name} "
-    fix += f"{worst.relative_error * 100:.1f}% -> {after.relative_error * 100:.1f}%" if after is not None else ""
-    if det_f is not None and det_f.kept_fraction is not None:
-        fix += f", detections kept {det.kept} -> {det_f.kept} of {det_f.reference_detections}"
-    fix += f". `optimize run mixed-int8 {model}` makes it (the output stage at 16 bits or float first)."
-    return [cause + ".", fix]
-
-
-def debug_fixes(report) -> list[str]:
-    """The fix to try from a per-layer debug report (optimize debug), each with the command that makes it:
-    keep the op whose leave-one-out measurement recovers most of the error float (or at 16-bit activations);
-    other activation ranges where the worst op clips; int16x8 or QAT where no op stands out."""
-    scheme, err = str(report.scheme), report.output_error
-    model = "MODEL --data D.npz"
-    stage = _output_stage_lines(report, model)
-    if stage:
-        return stage
-    if err < DEBUG_FINE:
-        return [f"Nothing to fix: {scheme} is within {err * 100:.2f}% of float32's output range on these samples."]
-    measured = [
-        le for le in report.layers if le.output_error_without is not None and math.isfinite(le.output_error_without)
-    ]
-    best = min(measured, key=lambda le: le.output_error_without, default=None)
-    lines = []
-    if best is not None and best.output_error_without <= err * DEBUG_GAIN:
-        after = best.output_error_without
-        before = f"{err:.4f}" if math.isfinite(err) else "inf (non-finite outputs)"
-        lines.append(
-            f"Fix to try: keep {best.op} #{best.op_index} float (output error {before} -> {after:.4f}): "
-            f"`optimize run mixed-int8 {model}` finds such ops and keeps them float or 16-bit (a bounded search)."
-        )
-        if scheme == Scheme.INT8:
-            lines.append(
-                f"Or 16-bit activations throughout: `optimize quantize {model.replace('--data', '-c')} --scheme int16x8`."
-            )
-        return lines
-    worst = report.layers[0] if report.layers else None
-    if worst is not None and worst.rmse_over_scale is not None and worst.rmse_over_scale > DEBUG_CLIPPING:
-        lines.append(
-            f"Fix to try: other activation ranges ({worst.op} #{worst.op_index} errs by {worst.rmse_over_scale:.2f} "
-            f"steps, clipping or a poor range): `optimize quantize {model.replace('--data', '-c')} --ranges auto`."
-        )
-    elif best is not None:
-        lines.append(
-            f"Fix to try: no single op holds the error (keeping {best.op} #{best.op_index} float leaves "
-            f"{best.output_error_without:.4f} of {err:.4f}): `optimize run mixed-int8 {model}` raises several."
-        )
-    else:
-        lines.append(f"Fix to try: `optimize run mixed-int8 {model}` keeps the ops that break {scheme} float.")
-    if scheme == Scheme.INT8:
-        lines.append(f"Where the error is spread: 16-bit activations (`--scheme int16x8`) or `optimize qat {model}`.")
-    return lines

@@ -10,7 +10,7 @@ from optimize.core.results import FEW_SAMPLES, PHASES, Candidate, Metrics, Study
 from optimize.core.shown import clip
 from optimize.core.vocab import Delegate, Target
 from optimize.decide.advice import describe
-from optimize.decide.guard import unlabelled_outputs
+from optimize.decide.guard import has_labelled_goal, unlabelled_outputs
 from optimize.delegates.observe import OBSERVED
 from optimize.present.lines import conversion_line, fmt_bytes, island_cost, island_groups
 
@@ -612,7 +612,11 @@ def debug_lines(report, width: int = 80, top: int = 25) -> list[str]:
     """The per-layer error table as plain lines that fit `width`: one line of figures per op, its output
     tensor's whole name on the line below (folded, never cut), rows in the report's ranking."""
     head = f"{'rank':>4}  {'op (#index)':22}  {'added':>8}  {'rel rmse':>8}  {'rmse/scale':>10}  {'weights':>7}  {'if float':>8}"
-    lines = [f"{report.scheme}: output error {report.output_error:.4f} over {report.samples} samples", head]
+    import textwrap
+
+    over = report.held_out or f"{report.samples} samples"
+    title = f"{report.scheme}: output error {report.output_error:.4f} (the worst output's, as a sweep measures it) over {over}"
+    lines = [*textwrap.wrap(title, width, subsequent_indent="  "), head]
     room = max(20, width - 6)
     for rank, le in enumerate(report.layers[:top], 1):
         step = "-" if le.rmse_over_scale is None else f"{le.rmse_over_scale:.2f}"
@@ -662,7 +666,7 @@ def print_debug(report, width: int | None = None) -> None:
         "rmse/scale ~0.29 is pure rounding; above ~0.7 points at clipping or a poor range."
     )
     for line in report.fixes:
-        con.print(esc(line), highlight=False)
+        con.print(esc(line), highlight=False, soft_wrap=False)
 
 
 def format_advice(advice) -> str:
@@ -689,18 +693,26 @@ def _answer(rec) -> list[str]:
     return lines
 
 
+def _heading(rec) -> list[str]:
+    """The target and goals, and the default guard in force with what the user left unstated."""
+    goals = ", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None)
+    lines = [f"Target: {rec.target}    Goals: {goals}"]
+    if rec.guard:
+        unstated = "No accuracy goal given"
+        if has_labelled_goal(rec.goals):
+            unstated = "No goal for the outputs without labels given"
+        lines.append(f"{unstated}: the default guard applies ({rec.guard}).")
+    return lines
+
+
 def format_recommendation(rec) -> str:
     """A recommendation (or bare advice) as terminal text: path, pipeline, choice, ranking, rejections, facts."""
     from optimize.decide.advice import Advice
 
     if isinstance(rec, Advice):
         return format_advice(rec)
-    goals = ", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None)
     adv = rec.advice
-    lines = [f"Target: {rec.target}    Goals: {goals}"]
-    if rec.guard:
-        lines.append(f"No accuracy goal given: the default guard applies ({rec.guard}).")
-    lines += ["", "Decision path (rule of thumb):"]
+    lines = _heading(rec) + ["", "Decision path (rule of thumb):"]
     lines += [f"  {i}. {q.question} {q.answer} -> {q.decided}" for i, q in enumerate(adv.path, 1)]
     lines.append(f"  Rule-of-thumb pipeline: {describe(adv.pipeline)}")
     lines += [f"  {rec.path_update}"] if rec.path_update else []

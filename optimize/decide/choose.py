@@ -275,18 +275,22 @@ def _fidelity_problem(m, goals: Goals, is_base: bool, unlabelled_only: bool = Fa
             continue
         worst = check.worst(outputs)
         if worst is None:
-            if check.bound.lower and unlabelled_only and f is not None:
-                continue  # no output that decides among those judged: agreement does not apply
-            if (
-                outputs
-                and check.bound is kinds.OUTPUT_ERROR
-                and all(kinds.of_output(o) in kinds.OWN_FIGURE for o in outputs)
-            ):
-                continue  # detections and masks are judged by their own figure
+            if _not_applicable(check, outputs, f is not None and unlabelled_only):
+                continue
             return _unmeasured(check)
         if check.broken(check.read(worst), goal):
             return _broken(check, worst, goal, named)
     return None
+
+
+def _not_applicable(check: kinds.Check, outputs: list, others_only: bool) -> bool:
+    """Whether a goal no output has a figure for does not apply to them: agreement where none of the outputs
+    the labels leave decides, the output error where every output is judged by a figure of its own (a
+    detector's detections, a mask's IoU)."""
+    if check.bound.lower and others_only:
+        return True
+    own = bool(outputs) and all(kinds.of_output(o) in kinds.OWN_FIGURE for o in outputs)
+    return own and check.bound is kinds.OUTPUT_ERROR
 
 
 def _unmeasured(check: kinds.Check) -> str:

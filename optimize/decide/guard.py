@@ -238,11 +238,7 @@ def _fidelity_part(found: dict[str, Kind], bounds: dict[str, float]) -> str:
     outputs, each agreement naming its outputs when they are of several kinds."""
     error = any(kinds.OUTPUT_ERROR in k.against_float for k in found.values())
     words = [kinds.OUTPUT_ERROR.words(bounds.get("max_output_error"))] if error else []
-    for k in kinds.OWN_FIGURE:
-        if k in found.values():
-            which = [n for n, kk in found.items() if kk is k]
-            named = f" ({_names(which)})" if len(set(found.values())) > 1 else ""
-            words += [b.words(bounds.get(b.goal)) + named for b in k.against_float]
+    words += _own_figure_words(found, bounds)
     deciding = [k for k in kinds.KINDS if k.agreement and k in found.values()]
     for k in deciding:
         agree = next(b for b in k.against_float if b.goal == "min_agreement")
@@ -250,6 +246,17 @@ def _fidelity_part(found: dict[str, Kind], bounds: dict[str, float]) -> str:
         named = f" ({_names(which)})" if len(set(found.values())) > 1 else ""
         words.append(agree.words(bounds.get("min_agreement")) + named)
     return ", ".join(words)
+
+
+def _own_figure_words(found: dict[str, Kind], bounds: dict[str, float]) -> list[str]:
+    """`at least 95% of float32's detections kept`: the bounds of the outputs judged by a figure of their own,
+    naming those outputs when the study has outputs of several kinds."""
+    words = []
+    for k in kinds.OWN_FIGURE:
+        which = [n for n, kk in found.items() if kk is k]
+        named = f" ({_names(which)})" if which and len(set(found.values())) > 1 else ""
+        words += [b.words(bounds.get(b.goal)) + named for b in k.against_float] if which else []
+    return words
 
 
 def default_guard(goals: Goals, study: Study) -> Guard | None:

@@ -45,22 +45,24 @@ def observe_arithmetic(study: Study, folder: Path, ds: Dataset | None, threads: 
     if ds is None or base is None or observe.gpu_device() is None:
         return study
     reference = Path(folder) / base.artifact
-    cands = []
-    for c in study.candidates:
-        path = Path(folder) / c.artifact if c.ok and c.artifact else None
-        if path is None or not path.is_file() or c.metrics is None:
-            cands.append(c)
-            continue
-        try:
-            score, runner = scorer(path, ds, reference, threads, samples, base.metrics.accuracy)
-            outs, device = observe.gpu_outputs(path, _feeds(runner, score.xs))
-            fid, acc, delta = score(_floats(outs, runner), runner)
-        except (ValueError, runtime.ModelError) as e:
-            log.warning("%s: not observed on the GPU (%s); its GPU figures stay emulated.", c.name, e)
-            cands.append(c)
-            continue
-        emulated = c.metrics.on_target.gpu if c.metrics.on_target else None
-        gpu = on_target.observed(fid, device, acc, expected=emulated or c.metrics.fidelity, **delta)
-        metrics = c.metrics.model_copy(update={"on_target": OnTarget(gpu=gpu)})
-        cands.append(c.model_copy(update={"metrics": metrics}))
+    cands = [
+        _observed(c, Path(folder), reference, ds, threads, samples, base.metrics.accuracy) for c in study.candidates
+    ]
     return study.model_copy(update={"candidates": cands})
+
+
+def _observed(c, folder: Path, reference: Path, ds: Dataset, threads: int, samples: int, baseline):
+    """One candidate with its GPU figures observed (as it was when it cannot be: said in the log)."""
+    path = folder / c.artifact if c.ok and c.artifact else None
+    if path is None or not path.is_file() or c.metrics is None:
+        return c
+    try:
+        score, runner = scorer(path, ds, reference, threads, samples, baseline)
+        outs, device = observe.gpu_outputs(path, _feeds(runner, score.xs))
+        fid, acc, delta = score(_floats(outs, runner), runner)
+    except (ValueError, runtime.ModelError) as e:
+        log.warning("%s: not observed on the GPU (%s); its GPU figures stay emulated.", c.name, e)
+        return c
+    emulated = c.metrics.on_target.gpu if c.metrics.on_target else None
+    gpu = on_target.observed(fid, device, acc, expected=emulated or c.metrics.fidelity, **delta)
+    return c.model_copy(update={"metrics": c.metrics.model_copy(update={"on_target": OnTarget(gpu=gpu)})})

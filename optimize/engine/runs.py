@@ -312,9 +312,9 @@ def _lost(int8: Candidate) -> tuple[str, dict] | None:
         return f"lost {-m.accuracy_delta * 100:.1f} points", {"max_accuracy_drop": 0.005}
     if m.error_ratio is not None and m.error_ratio > 1 + RESCUE_INCREASE:
         return f"made the error x{m.error_ratio:.2f}", {"max_error_increase": 0.10}
-    det = m.fidelity.detection if m.fidelity is not None else None
-    if det is not None and det.kept_fraction is not None and det.kept_fraction < RESCUE_DETECTIONS:
-        return f"keeps {det.kept_fraction:.0%} of float32's detections", {"min_detections_kept": RESCUE_DETECTIONS}
+    lost = _lost_detections(m)
+    if lost is not None:
+        return lost
     fid = m.fidelity if m.accuracy is None else None
     if fid is None:
         return None
@@ -355,6 +355,14 @@ def _judged_on_calibration(ds: Dataset | None, recipes: list[Recipe]) -> None:
             "measured on. Give x/y (split 80/20) or x_train/x_test, or calibration samples of their own (x_cal).",
             Path(ds.source).name,
         )
+
+
+def _lost_detections(m) -> tuple[str, dict] | None:
+    """A detector's int8 that keeps too few of float32's detections: the search's budget is the detections."""
+    det = m.fidelity.detection if m.fidelity is not None else None
+    if det is None or det.kept_fraction is None or det.kept_fraction >= RESCUE_DETECTIONS:
+        return None
+    return f"keeps {det.kept_fraction:.0%} of float32's detections", {"min_detections_kept": RESCUE_DETECTIONS}
 
 
 def _coverage(run: Run) -> dict[str, float]:

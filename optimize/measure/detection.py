@@ -77,16 +77,26 @@ def _yolo(i: int, shape: tuple[int, ...], ref: np.ndarray, declared: bool) -> La
     return Layout("yolo", (i,), axis=axis, logits=not _unit(scores))
 
 
+def _boxes_output(shape: tuple[int, ...]) -> bool:
+    """[1, N, 4+2K]: boxes (and K keypoints) per anchor, N at least 16."""
+    return len(shape) == 3 and 4 <= shape[2] <= 44 and shape[2] % 2 == 0 and shape[1] >= 16
+
+
+def _scores_axis(boxes: tuple[int, ...], scores: tuple[int, ...]) -> int:
+    """Where a scores output keeps the boxes' N anchors: axis 2 of [1, N, C] or 1 of [1, C, N] (0: neither)."""
+    if len(scores) != 3:
+        return 0
+    return 2 if scores[1] == boxes[1] else (1 if scores[2] == boxes[1] else 0)
+
+
 def _pair(shapes: list[tuple[int, ...]], ref: list[np.ndarray]) -> Layout | None:
     """A boxes output [1, N, 4+2K] and a scores output sharing its N (on axis 1 or 2)."""
     for b, sb in enumerate(shapes):
-        if len(sb) != 3 or sb[2] < 4 or (sb[2] - 4) % 2 or sb[2] > 44 or sb[1] < 16:
+        if not _boxes_output(sb):
             continue
         for s, ss in enumerate(shapes):
-            if s == b or len(ss) != 3:
-                continue
-            axis = 2 if ss[1] == sb[1] else (1 if ss[2] == sb[1] else 0)
-            if not axis or (axis == 2 and ss[2] == sb[2] and s < b):
+            axis = _scores_axis(sb, ss) if s != b else 0
+            if not axis or (axis == 2 and ss[2] == sb[2] and s < b):  # two of a kind: the first holds the boxes
                 continue
             kind = "ssd" if sb[2] == 4 and _corners(ref[b]) else "anchors"
             return Layout(kind, (b, s), logits=not _unit(ref[s]), scores_axis=axis)
@@ -98,23 +108,31 @@ def _corners(boxes: np.ndarray) -> bool:
     return bool((boxes[..., 2] >= boxes[..., 0]).all() and (boxes[..., 3] >= boxes[..., 1]).all())
 
 
+def _first_yolo(shapes: list[tuple[int, ...]], ref: list[np.ndarray], declared: bool) -> Layout | None:
+    return next((lay for i, sh in enumerate(shapes) if (lay := _yolo(i, sh, ref[i], declared))), None)
+
+
+def _named(shapes: list[tuple[int, ...]], ref: list[np.ndarray], declared: str) -> Layout | None:
+    """The head of the layout the user named."""
+    if declared in ("ssd", "anchors"):
+        found = _pair(shapes, ref)
+        return found and Layout(declared, found.outputs, found.axis, found.logits, found.scores_axis)
+    found = _first_yolo(shapes, ref, True)
+    if found and declared == "yolov5":
+        return Layout("yolov5", found.outputs, 2, not _unit(np.take(ref[found.outputs[0]], range(4, 5), 2)))
+    return found
+
+
 def recognise(shapes: list[tuple[int, ...]], ref: list[np.ndarray], declared: str | None = None) -> Layout | None:
     """The detector head among the outputs (`shapes` batch first, `ref` float32's outputs on the data), or
     None. `declared`: the layout the user named (`--task detect`, `yolo`, ... or "" to recognise one): a head
     that does not fit it is one clear error."""
-    found = None
-    if declared in ("yolo", "yolov5"):
-        found = next((lay for i, sh in enumerate(shapes) if (lay := _yolo(i, sh, ref[i], True))), None)
-        if found and declared == "yolov5":
-            found = Layout("yolov5", found.outputs, 2, not _unit(np.take(ref[found.outputs[0]], range(4, 5), 2)))
-    elif declared in ("ssd", "anchors"):
-        found = _pair(shapes, ref)
-        found = found and Layout(declared, found.outputs, found.axis, found.logits, found.scores_axis)
+    if declared:
+        found = _named(shapes, ref, declared)
     else:
-        found = next((lay for i, sh in enumerate(shapes) if (lay := _yolo(i, sh, ref[i], False))), None)
-        found = found or _pair(shapes, ref)
-        if found is None and declared is not None:
-            found = next((lay for i, sh in enumerate(shapes) if (lay := _yolo(i, sh, ref[i], True))), None)
+        found = _first_yolo(shapes, ref, False) or _pair(shapes, ref)
+        if found is None and declared is not None:  # --task detect: a yolo head whose scores are logits
+            found = _first_yolo(shapes, ref, True)
     if found is None and declared is not None:
         raise DataError(
             f"--task detect: no {declared or 'detector'} head among the outputs "

@@ -96,83 +96,108 @@ def _op(code: int, inputs: list[int], outputs: list[int], cast: tuple[int, int] 
     return op
 
 
+class _Rewrite:
+    """The main subgraph of one model and what its rewrite into the GPU's arithmetic needs to know."""
+
+    def __init__(self, content: bytes):
+        s = _schema()
+        self.model = _load(content)
+        self.sg = self.model.subgraphs[0]
+        self.ops = list(self.sg.operators)
+        self.codes = [max(c.builtinCode or 0, c.deprecatedBuiltinCode or 0) for c in self.model.operatorCodes]
+        self.deq, self.quant = s.BuiltinOperator.DEQUANTIZE, s.BuiltinOperator.QUANTIZE
+        self.produced = {int(o) for op in self.ops for o in op.outputs}
+        self.consts = {
+            i for i, t in enumerate(self.sg.tensors) if i not in self.produced and _data(self.model, t) is not None
+        }
+        self.alias: dict[int, int] = {}
+        self.out: list = []
+
+    def code(self, op) -> int:
+        return self.codes[op.opcodeIndex]
+
+    def int16(self) -> bool:
+        t = self.sg.tensors
+        return any(t[i].type == INT16 and _scale(t[i]) for i in self.produced | {int(x) for x in self.sg.inputs})
+
+    def dequantize_weights(self) -> int:
+        """Quantized weights and biases (not those a DEQUANTIZE reads) made float32 constants; how many."""
+        into_deq = {int(i) for op in self.ops if self.code(op) == self.deq for i in op.inputs}
+        done = 0
+        for i in sorted(self.consts - into_deq):
+            t = self.sg.tensors[i]
+            if t.type in (*QUANTIZED, INT4, INT32) and _scale(t) is not None:
+                buf = _schema().BufferT()
+                buf.data = np.frombuffer(_dequantized(_data(self.model, t), t).tobytes(), np.uint8)
+                self.model.buffers.append(buf)
+                t.buffer, t.type, t.quantization = len(self.model.buffers) - 1, FLOAT32, None
+                done += 1
+        return done
+
+    def float16_weights(self) -> bool:
+        """Whether the model keeps float16 weights behind DEQUANTIZE (a float16 candidate)."""
+        ins = [int(op.inputs[0]) for op in self.ops if self.code(op) == self.deq]
+        return any(self.sg.tensors[i].type == FLOAT16 and i in self.consts for i in ins)
+
+    def activations(self) -> set[int]:
+        """The quantized activation tensors (graph inputs included)."""
+        t = self.sg.tensors
+        return {i for i in self.produced | {int(x) for x in self.sg.inputs} if t[i].type in QUANTIZED and _scale(t[i])}
+
+    def after(self, i: int, acts: set[int], fp16: bool, codes: tuple[int, int]) -> None:
+        """Consumers read a float view of tensor i: dequantized (an int8 activation) or rounded to float16."""
+        t, (d_code, c_code) = self.sg.tensors[i], codes
+        if i in acts:
+            self.alias[i] = _tensor(self.sg, t, FLOAT32, "gpu")
+            self.out.append(_op(d_code, [i], [self.alias[i]]))
+        elif fp16 and t.type == FLOAT32:
+            h, back = _tensor(self.sg, t, FLOAT16, "fp16"), _tensor(self.sg, t, FLOAT32, "gpu")
+            self.out += [_op(c_code, [i], [h], (FLOAT32, FLOAT16)), _op(c_code, [h], [back], (FLOAT16, FLOAT32))]
+            self.alias[i] = back
+
+    def float_math(self, acts: set[int], half: bool) -> None:
+        """Every op in float: an op that made an int8 activation makes a float one, rounded to the int8 one's
+        grid (QUANTIZE) and read back (DEQUANTIZE); QUANTIZE and DEQUANTIZE ops keep their integer side."""
+        s = _schema()
+        q_code = _code(self.model, self.quant, 3)
+        codes = (_code(self.model, self.deq, 4), _code(self.model, s.BuiltinOperator.CAST, 1) if half else -1)
+        for i in [int(x) for x in self.sg.inputs]:
+            self.after(i, acts, half, codes)
+        for op in self.ops:
+            outputs = self.in_float(op, acts, q_code)
+            from_const = self.code(op) == self.deq and int(op.inputs[0]) in self.consts  # float16 weights already
+            for o in (o for o in outputs if o >= 0):
+                self.after(o, acts, half and not from_const, codes)
+        self.sg.operators = self.out
+
+    def in_float(self, op, acts: set[int], q_code: int) -> list[int]:
+        """One op reading the float views of its inputs and, where it made an int8 activation, making a float one
+        rounded to that (QUANTIZE after it); its original outputs."""
+        keeps_ints = self.code(op) in (self.deq, self.quant)
+        op.inputs = [i if keeps_ints or i < 0 else self.alias.get(i, i) for i in (int(x) for x in op.inputs)]
+        made, outputs = [], [int(x) for x in op.outputs]
+        for k, o in enumerate(outputs):
+            if o in acts and not keeps_ints:
+                op.outputs[k] = _tensor(self.sg, self.sg.tensors[o], FLOAT32, "float")
+                made.append(_op(q_code, [int(op.outputs[k])], [o]))
+        self.out += [op, *made]
+        return outputs
+
+
 def gpu_copy(content: bytes, fp16: bool | None = None) -> tuple[bytes, str]:
     """The candidate rewritten into the GPU's arithmetic, and what was done in a line; NotEmulated when the
-    GPU computes it as the CPU does (a plain float32 model) or runs it on the CPU (int16x8)."""
-    s = _schema()
-    model = _load(content)
-    sg = model.subgraphs[0]
-    ops = list(sg.operators)
-    codes = [max(c.builtinCode or 0, c.deprecatedBuiltinCode or 0) for c in model.operatorCodes]
-    deq, quant = s.BuiltinOperator.DEQUANTIZE, s.BuiltinOperator.QUANTIZE
-    produced = {int(o) for op in ops for o in op.outputs}
-    consts = {i for i, t in enumerate(sg.tensors) if i not in produced and _data(model, t) is not None}
-    into_deq = {int(i) for op in ops if codes[op.opcodeIndex] == deq for i in op.inputs}
-    if any(sg.tensors[i].type == INT16 and _scale(sg.tensors[i]) for i in produced | set(sg.inputs)):
+    GPU computes it as the CPU does (a plain float32 model) or runs it on the CPU (int16x8). `fp16`: round every
+    float activation to float16 (default: for a model with float16 weights)."""
+    rw = _Rewrite(content)
+    if rw.int16():
         raise NotEmulated(INT16X8)
-    weights = 0
-    for i in sorted(consts - into_deq):  # quantized weights and biases -> float32 constants
-        t = sg.tensors[i]
-        if t.type in (*QUANTIZED, INT4, INT32) and _scale(t) is not None:
-            buf = s.BufferT()
-            buf.data = np.frombuffer(_dequantized(_data(model, t), t).tobytes(), np.uint8)
-            model.buffers.append(buf)
-            t.buffer, t.type, t.quantization = len(model.buffers) - 1, FLOAT32, None
-            weights += 1
-    half = (
-        fp16
-        if fp16 is not None
-        else any(
-            sg.tensors[int(op.inputs[0])].type == FLOAT16 and int(op.inputs[0]) in consts
-            for op in ops
-            if codes[op.opcodeIndex] == deq
-        )
-    )
-    acts = {
-        i for i in produced | {int(x) for x in sg.inputs} if sg.tensors[i].type in QUANTIZED and _scale(sg.tensors[i])
-    }
+    weights = rw.dequantize_weights()
+    half = rw.float16_weights() if fp16 is None else fp16
+    acts = rw.activations()
     if not weights and not acts and not half:
         raise NotEmulated("float32 arithmetic, as on the CPU")
-    d_code, q_code = _code(model, deq, 4), _code(model, quant, 3)
-    c_code = _code(model, s.BuiltinOperator.CAST, 1) if half else -1
-    alias: dict[int, int] = {}
-    out: list = []
-
-    def after(i: int, fp16: bool) -> None:
-        """Consumers read a float view of tensor i: dequantized (an int8 activation) or rounded to float16."""
-        t = sg.tensors[i]
-        if i in acts:
-            alias[i] = _tensor(sg, t, FLOAT32, "gpu")
-            out.append(_op(d_code, [i], [alias[i]]))
-        elif fp16 and t.type == FLOAT32:
-            h, back = _tensor(sg, t, FLOAT16, "fp16"), _tensor(sg, t, FLOAT32, "gpu")
-            out.extend([_op(c_code, [i], [h], (FLOAT32, FLOAT16)), _op(c_code, [h], [back], (FLOAT16, FLOAT32))])
-            alias[i] = back
-
-    for i in [int(x) for x in sg.inputs]:
-        after(i, half)
-    for op in ops:
-        code = codes[op.opcodeIndex]
-        keeps_ints = code in (deq, quant)
-        op.inputs = [int(i) if keeps_ints or int(i) < 0 else alias.get(int(i), int(i)) for i in op.inputs]
-        made, outputs = [], [int(x) for x in op.outputs]
-        if not keeps_ints:
-            for k, o in enumerate(int(x) for x in op.outputs):
-                if o in acts:  # the op computes in float; its int8 output is the rounding of that
-                    f = _tensor(sg, sg.tensors[o], FLOAT32, "float")
-                    op.outputs[k] = f
-                    made.append(_op(q_code, [f], [o]))
-        out.extend([op, *made])
-        from_const = code == deq and int(op.inputs[0]) in consts  # a float16 weight: float16 already
-        for o in outputs:
-            if o >= 0:
-                after(o, half and not from_const)
-    sg.operators = out
-    words = []
-    if weights:
-        words.append(f"{weights} quantized weight tensors dequantized to float32")
-    if acts:
-        words.append(f"{len(acts)} int8 activations rounded to their scales, float math")
-    if half:
-        words.append("float16 computation (every activation rounded to float16)")
-    return _save(model), "; ".join(words)
+    rw.float_math(acts, half)
+    words = [f"{weights} quantized weight tensors dequantized to float32"] if weights else []
+    words += [f"{len(acts)} int8 activations rounded to their scales, float math"] if acts else []
+    words += ["float16 computation (every activation rounded to float16)"] if half else []
+    return _save(rw.model), "; ".join(words)

@@ -148,34 +148,16 @@ def fidelity_of(
     (recognised from the shapes and the reference's values, or `detector`: the layout named, "" to recognise it
     under --task detect) adds the detections kept against the reference's, at `score_threshold`, on the
     outputs that hold its boxes and scores."""
-    shapes = [tuple(h.shape) if hs else tuple(b.shape) for h, b in zip(hs or ref, ref)]
-    if task == tasks.Task.DETECT and detector is None:
-        detector = ""
-    layout = detection.recognise(shapes, ref, detector) if ref and all(len(b) for b in ref) else None
+    layout, found = _detections(outs, ref, names, hs, task, detector, score_threshold)
     named = layout.slices([tuple(b.shape) for b in ref]) if layout else {}
-    found = None
-    if layout is not None:
-        both = np.logical_and.reduce([_finite_rows(a) & _finite_rows(b) for a, b in zip(outs, ref)])
-        found = detection.compare([a[both] for a in outs], [b[both] for b in ref], names, layout, score_threshold)
     per = []
     for j, (name, a, b) in enumerate(zip(names, outs, ref)):
         head = hs[j] if hs else None
-        kind = tasks.output_kind(head, task if j == label_at else None)
-        segment = kind is tasks.Task.SEGMENT
-        whole = head is not None and (head.activation == "softmax" or head.is_mask) or segment
-        o = _output_fidelity(name, a, b, head is not None and head.is_mask, named.get(j, None if not whole else []))
-        detector_output = found is not None and j in layout.outputs
-        agree = _agreement(a, b) if kind is tasks.Task.CLASSIFICATION and not detector_output else None
-        decides = kind in (tasks.Task.BINARY, tasks.Task.MULTILABEL) and not detector_output
-        update = {
-            "top1_agreement": agree,
-            "decision_agreement": _decisions(a, b, head) if decides else None,
-            "labelled": scored and j == label_at,
-            "detection": found if detector_output else None,
-        }
-        if segment:
-            update["iou"] = tasks.segmentation_iou(a, b, head)
-        per.append(o.model_copy(update=update))
+        o = _one_output(name, a, b, head, tasks.output_kind(head, task if j == label_at else None), named.get(j))
+        mine = found if found is not None and j in layout.outputs else None
+        if mine is not None:  # a detector's output: judged by its detections, not agreement
+            o = o.model_copy(update={"top1_agreement": None, "decision_agreement": None})
+        per.append(o.model_copy(update={"labelled": scored and j == label_at, "detection": mine}))
     agreements = [o.top1_agreement for o in per if o.top1_agreement is not None]
     return Fidelity(
         reference=reference,
@@ -183,6 +165,36 @@ def fidelity_of(
         outputs=per,
         top1_agreement=min(agreements) if agreements else None,
     )
+
+
+def _detections(outs, ref, names, hs, task, detector, threshold):
+    """(the detector head among the outputs or None, its detections kept against the reference's or None)."""
+    if task == tasks.Task.DETECT and detector is None:
+        detector = ""
+    shapes = [tuple(h.shape) if hs else tuple(b.shape) for h, b in zip(hs or ref, ref)]
+    layout = detection.recognise(shapes, ref, detector) if ref and all(len(b) for b in ref) else None
+    if layout is None:
+        return None, None
+    both = np.logical_and.reduce([_finite_rows(a) & _finite_rows(b) for a, b in zip(outs, ref)])
+    return layout, detection.compare([a[both] for a in outs], [b[both] for b in ref], names, layout, threshold)
+
+
+def _one_output(name: str, a, b, head: Head | None, kind, cut: list | None) -> OutputFidelity:
+    """One output against the reference, with the figures of its kind: agreement for classes, decisions at 0.5
+    for sigmoid outputs, mask IoU for a segmentation map; cut by scale unless it is one quantity (`cut`: named
+    slices)."""
+    segment = kind is tasks.Task.SEGMENT
+    whole = head is not None and (head.activation == "softmax" or head.is_mask) or segment
+    o = _output_fidelity(
+        name, a, b, head is not None and head.is_mask, cut if cut is not None else (None if not whole else [])
+    )
+    update = {
+        "top1_agreement": _agreement(a, b) if kind is tasks.Task.CLASSIFICATION else None,
+        "decision_agreement": _decisions(a, b, head) if kind in (tasks.Task.BINARY, tasks.Task.MULTILABEL) else None,
+    }
+    if segment:
+        update["iou"] = tasks.segmentation_iou(a, b, head)
+    return o.model_copy(update=update)
 
 
 def _agreement(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -260,10 +272,22 @@ class Scorer:
     label_at: int
     baseline: Accuracy | None
 
+    def fidelity(self, outs: list[np.ndarray], acc: Accuracy | None) -> Fidelity:
+        return fidelity_of(
+            outs, self.ref, self.names, self.reference, self.hs, self.task, self.label_at, acc is not None
+        )
+
     def __call__(self, outs: list[np.ndarray], runner: runtime.Runner):
         a = accuracy_on(self.ds, outs, self.hs, runner, count(self.xs))
-        f = fidelity_of(outs, self.ref, self.names, self.reference, self.hs, self.task, self.label_at, a is not None)
-        return f, a, compare(a, self.baseline)
+        return self.fidelity(outs, a), a, compare(a, self.baseline)
+
+
+def _scorer_of(ds, xs, outs, hs, runner, acc, reference, path, threads, baseline) -> Scorer:
+    """The Scorer of a candidate being evaluated (its reference's outputs; its own without one: the baseline)."""
+    ref = _reference_outputs(Path(reference), xs, threads) if reference is not None else outs
+    task = acc.task if acc else ds.task
+    name = Path(reference or path).name
+    return Scorer(ds, xs, ref, source_names(ds, runner), name, hs, task, label_index(ds, runner), baseline or acc)
 
 
 def scorer(
@@ -320,16 +344,10 @@ def evaluate(
         hs = heads(path, runner)
         acc = accuracy_on(ds, outs, hs, runner, count(xs))
         if reference is not None or on_target == "self":
-            ref = _reference_outputs(Path(reference), xs, threads) if reference is not None else outs
-            task = acc.task if acc else ds.task
-            at = label_index(ds, runner)
-            names = source_names(ds, runner)
-            name = Path(reference or path).name
-            fid = fidelity_of(outs, ref, names, name, hs, task, at, scored=acc is not None)
+            score = _scorer_of(ds, xs, outs, hs, runner, acc, reference, path, threads, baseline_accuracy)
+            fid = score.fidelity(outs, acc)
             if on_target:
-                score = Scorer(ds, xs, ref, names, name, hs, task, at, baseline_accuracy or acc)
-                same = (fid, acc, compare(acc, baseline_accuracy or acc))
-                gpu = emulated(path, xs, score, threads, cpu=same)
+                gpu = emulated(path, xs, score, threads, cpu=(fid, acc, compare(acc, score.baseline)))
             fid = fid if reference is not None else None
     metrics = Metrics(
         size=size_of(path),

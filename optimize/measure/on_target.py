@@ -66,22 +66,34 @@ def observed(
 ) -> TargetFidelity:
     """The figures of outputs the GPU computed (on `device`), flagged where they are far worse than the
     arithmetic says they should be (`expected`: the emulation's, or the CPU's)."""
-    flag = None
+    flag = _far(fid, expected) or _lost(fid, expected)
+    return _target(fid, "observed", device, acc, flagged=flag, **delta)
+
+
+def _far(fid: Fidelity, expected: Fidelity | None) -> str | None:
+    """The worst output further from float32 than `BAD_ERROR`, and `BAD_FACTOR` times what was expected."""
     mine = fid.worst()
     theirs = expected.worst() if expected is not None else None
-    if mine is not None and mine.relative_error is not None and mine.relative_error > BAD_ERROR:
-        base = theirs.relative_error if theirs is not None and theirs.relative_error is not None else 0.0
-        if mine.relative_error > BAD_FACTOR * max(base, 1e-4):
-            flag = (
-                f"the GPU computes it badly: output {mine.name} is {mine.relative_error * 100:.2f}% of its range off "
-                f"float32 there, against {base * 100:.2f}% in its arithmetic on the CPU"
-            )
+    if mine is None or mine.relative_error is None or mine.relative_error <= BAD_ERROR:
+        return None
+    base = theirs.relative_error if theirs is not None and theirs.relative_error is not None else 0.0
+    if mine.relative_error <= BAD_FACTOR * max(base, 1e-4):
+        return None
+    return (
+        f"the GPU computes it badly: output {mine.name} is {mine.relative_error * 100:.2f}% of its range off "
+        f"float32 there, against {base * 100:.2f}% in its arithmetic on the CPU"
+    )
+
+
+def _lost(fid: Fidelity, expected: Fidelity | None) -> str | None:
+    """A detector keeping under 90% of float32's detections there, 5 points fewer than expected."""
     det = fid.detection
-    if det is not None and det.kept_fraction is not None and det.kept_fraction < 0.9 and flag is None:
-        exp = expected.detection.kept_fraction if expected is not None and expected.detection else None
-        if exp is None or exp - det.kept_fraction > 0.05:
-            flag = f"the GPU computes it badly: it keeps {det.kept_fraction * 100:.0f}% of float32's detections"
-    return _target(fid, "observed", device, acc, flagged=flag, **delta)
+    if det is None or det.kept_fraction is None or det.kept_fraction >= 0.9:
+        return None
+    exp = expected.detection.kept_fraction if expected is not None and expected.detection else None
+    if exp is not None and exp - det.kept_fraction <= 0.05:
+        return None
+    return f"the GPU computes it badly: it keeps {det.kept_fraction * 100:.0f}% of float32's detections"
 
 
 def differs(cpu: Fidelity | None, gpu: TargetFidelity | None) -> bool:

@@ -205,13 +205,9 @@ def _budget(float_model: bytes, params: SelectiveParams, ctx: Context, where: Va
     if not finite.all() and finite.any():  # samples the float model itself answers NaN/inf on measure nothing
         pick, xs = pick[finite], take(xs, np.flatnonzero(finite))
         reference = [r[finite] for r in reference]
-    layout, cuts = _detector(float_model, runner, reference, ds.task)
-    if layout is not None and params.max_output_error is None and (not labelled or params.min_detections_kept):
-        limit = 1 - (params.min_detections_kept or DEFAULT_DETECTIONS_KEPT)
-        return _Budget("detections", limit, xs, None, reference, 0.0, layout=layout, cuts=cuts, held_out=where.words)
-    if not labelled or params.max_output_error is not None:
-        limit = params.max_output_error or DEFAULT_OUTPUT_ERROR
-        return _Budget("output", limit, xs, None, reference, 0.0, cuts=cuts, held_out=where.words)
+    unlabelled = _unlabelled_budget(float_model, runner, reference, xs, params, labelled, where, ds.task)
+    if unlabelled is not None:
+        return unlabelled
     i = label_index(ds, runner)
     head = heads(float_model, runner)[i]
     y = np.asarray(ds.labels("train", source_names(ds, runner)[i] if ds.outputs else None))[pick]
@@ -227,6 +223,19 @@ def _budget(float_model: bytes, params: SelectiveParams, ctx: Context, where: Va
     budget = _Budget(kind, limit, xs, y, reference, 0.0, task=task, head=head, output=i, held_out=where.words)
     budget.base = _score(budget, reference)
     return budget
+
+
+def _unlabelled_budget(float_model, runner, reference, xs, params, labelled: bool, where, task) -> _Budget | None:
+    """A budget against float32: a detector's detections kept (its default without labels, or asked for), else
+    the output error (every slice of an output of several scales over its own range); None: the labels'."""
+    layout, cuts = _detector(float_model, runner, reference, task)
+    if layout is not None and params.max_output_error is None and (not labelled or params.min_detections_kept):
+        limit = 1 - (params.min_detections_kept or DEFAULT_DETECTIONS_KEPT)
+        return _Budget("detections", limit, xs, None, reference, 0.0, layout=layout, cuts=cuts, held_out=where.words)
+    if not labelled or params.max_output_error is not None:
+        limit = params.max_output_error or DEFAULT_OUTPUT_ERROR
+        return _Budget("output", limit, xs, None, reference, 0.0, cuts=cuts, held_out=where.words)
+    return None
 
 
 def _detector(float_model: bytes, runner, reference: list[np.ndarray], task) -> tuple[object, dict]:

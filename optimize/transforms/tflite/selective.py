@@ -611,27 +611,29 @@ def _output_stage(search: _Search, moves: list[_Move], start: _Result) -> _Resul
     """The output stage at a precision that holds every quantity of the output: where the output's channels
     carry quantities of different scales (a detector's boxes and scores in one head), one int8 scale for the
     tensor wipes the small ones. The last island (the concatenation that joins them), then the last 2 and 4,
-    are tried at 16-bit activations and kept float; the first that meets the budget is taken. None: not such
-    an output, or the output stage is not what breaks it."""
+    are measured at 16-bit activations and kept float; the better of those that meet the budget is taken (the
+    smaller on a tie). None: not such an output, or the output stage is not what breaks it."""
     if not search.budget.cuts or not moves:
         return None
     for k in OUTPUT_STAGE:
         tail = moves[-k:]
         tensors = tensors_after(start.content, tail[0].head)  # and the reshapes and transposes after them
+        tried = []
         for way in ("int16", "float"):
             if search.left <= 0:
-                return None
+                break
             try:
-                r = search.evaluate({**search.overrides, **dict.fromkeys(tensors, way)})
+                tried.append((search.evaluate({**search.overrides, **dict.fromkeys(tensors, way)}), way))
             except TechniqueFailed:
                 continue
-            ok = search.budget.meets(r.value)
-            for m in tail:
-                search.steps.append(_step(m, way, r, kept=ok))
-            if ok:
-                search.overrides = {**search.overrides, **dict.fromkeys(tensors, way)}
-                return r
-        if k >= len(moves):
+        good = [(r, way) for r, way in tried if search.budget.meets(r.value)]
+        best = min(good, key=lambda rw: (round(rw[0].value, 9), len(rw[0].content))) if good else None
+        for r, way in tried:
+            search.steps += [_step(m, way, r, kept=best is not None and r is best[0]) for m in tail]
+        if best is not None:
+            search.overrides = {**search.overrides, **dict.fromkeys(tensors, best[1])}
+            return best[0]
+        if k >= len(moves) or search.left <= 0:
             break
     return None
 

@@ -288,7 +288,8 @@ def _plain_int8(run: Run) -> Candidate | None:
 #: Without labels, plain int8 worse than the default guard (optimize.decide.guard) gets the rescue too.
 RESCUE_OUTPUT_ERROR = 0.05  # the worst output's mean |diff| over its range
 RESCUE_AGREEMENT = 0.98  # top-1 agreement with float32, for class outputs
-RESCUE_DETECTIONS = 0.95  # a detector: the share of float32's detections int8 must keep
+RESCUE_DETECTIONS = 0.95  # a detector: the share of float32's detections int8 must keep (the default guard's)
+RESCUE_DETECTIONS_BUDGET = 0.98  # what the search aims at on its few held-out samples, so the guard's holds
 
 
 def _rescue(run: Run) -> Recipe | None:
@@ -362,7 +363,7 @@ def _lost_detections(m) -> tuple[str, dict] | None:
     det = m.fidelity.detection if m.fidelity is not None else None
     if det is None or det.kept_fraction is None or det.kept_fraction >= RESCUE_DETECTIONS:
         return None
-    return f"keeps {det.kept_fraction:.0%} of float32's detections", {"min_detections_kept": RESCUE_DETECTIONS}
+    return f"keeps {det.kept_fraction:.0%} of float32's detections", {"min_detections_kept": RESCUE_DETECTIONS_BUDGET}
 
 
 def _coverage(run: Run) -> dict[str, float]:

@@ -64,6 +64,7 @@ import json, sys
 import numpy as np
 from ai_edge_litert.compiled_model import CompiledModel
 from ai_edge_litert.hardware_accelerator import HardwareAccelerator as HA
+from ai_edge_litert.tensor_buffer import TensorBuffer
 feeds = np.load(sys.argv[2])
 try:
     m = CompiledModel.from_file(sys.argv[1], hardware_accel=HA.GPU | HA.CPU)
@@ -71,7 +72,8 @@ try:
     ins, outs = m.get_input_tensor_details(key), m.get_output_tensor_details(key)
     got = {}
     for k in range(int(feeds["n"])):
-        inputs, outputs = m.create_input_buffers(0), m.create_output_buffers(0)
+        inputs = m.create_input_buffers(0)  # outputs in host memory: some GPU buffers cannot be locked to read
+        outputs = [TensorBuffer.create_from_host_memory(np.zeros(d["shape"], d["dtype"])) for d in outs.values()]
         for i, (b, d) in enumerate(zip(inputs, ins.values())):
             b.write(feeds[f"in{i}_{k}"].astype(d["dtype"]).reshape(d["shape"]))
         m.run_by_index(0, inputs, outputs)

@@ -32,8 +32,8 @@ from optimize.models.normalize import not_float
 from optimize.models.source import FLAT_KINDS
 from optimize.transforms.tflite import calibrator, graphfix, repair
 from optimize.transforms.tflite.isolate import isolated
-from optimize.transforms.tflite.quantizer import quiet as _quiet
-from optimize.transforms.tflite.quantizer import recipe as _recipe
+from optimize.transforms.tflite.quantizer_setup import quiet as _quiet
+from optimize.transforms.tflite.quantizer_setup import recipe as _recipe
 from optimize.transforms.tflite.session import Session
 
 RECIPES = {

@@ -17,8 +17,9 @@ from optimize.core.errors import OptimizeError, RecipeError  # noqa: E402
 from optimize.core.vocab import IO, Backend, Delegate, Layout, Objective, Scheme, Target, Task  # noqa: E402
 
 app = typer.Typer(
-    help="Optimize TensorFlow models for LiteRT: quantize, prune, cluster, QAT; measure every variant; "
-    "check GPU/NNAPI/Hexagon/Core ML/XNNPACK; recommend one.\n\nStart with: optimize sweep",
+    help="Optimize TensorFlow (Keras, SavedModel, .tflite), PyTorch (.pt2) and ONNX models for LiteRT: "
+    "quantize, prune, cluster, QAT; measure every variant; check GPU/NNAPI/Hexagon/Core ML/XNNPACK; "
+    "recommend one.\n\nStart with: optimize sweep   (the built-in demo)",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -26,6 +27,23 @@ app = typer.Typer(
 )
 recipes_app = typer.Typer(help="List, show and validate recipes.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(recipes_app, name="recipes")
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from optimize import __version__
+
+        typer.echo(f"optimize {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _top(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """The options before any command (the help text is the app's)."""
 
 
 THREADS = typer.Option(
@@ -532,6 +550,8 @@ def evaluate(
     from optimize.models.inputs import open_inputs
     from optimize.present import report_text
 
+    if reference is not None and data is None:  # fidelity is measured on inputs: none given, none invented
+        raise OptimizeError("--reference needs inputs to compare outputs on:", "add --data D.npz.")
     src, ds = open_inputs(model, data, measuring=_measuring(task, label_output, 0), layout=layout)
     with tempfile.TemporaryDirectory(prefix="optimize-evaluate-") as tmp:
         flat, converted = _converted(src, threads, ds, Path(tmp))

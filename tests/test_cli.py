@@ -27,6 +27,23 @@ def test_help_lists_every_command_with_an_example(cli):
             assert "Example:" in sub.stdout, cmd
 
 
+def test_version_and_what_the_help_says_it_takes(cli):
+    import optimize
+
+    r = cli("--version")
+    assert r.returncode == 0 and r.stdout == f"optimize {optimize.__version__}\n", r.stdout + r.stderr
+    top = " ".join(cli("--help").stdout.split())
+    for kind in ("TensorFlow", "Keras", "SavedModel", ".tflite", "PyTorch", ".pt2", "ONNX"):
+        assert kind in top, kind
+
+
+def test_evaluate_reference_without_data_is_refused_before_any_work(cli, float_tflite):
+    """Fidelity is measured on inputs: --reference without --data was dropped in silence (exit 0)."""
+    r = cli("evaluate", str(float_tflite), "--reference", str(float_tflite))
+    assert_one_line_error(r, "--reference needs inputs", "--data")
+    assert r.stdout == ""
+
+
 @pytest.fixture
 def bad_files(tmp_path):
     truncated = tmp_path / "truncated.tflite"

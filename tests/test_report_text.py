@@ -5,6 +5,7 @@ differ per verdict without colour, columns chosen by what matters with a note on
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from study_fixtures import candidate, full_study, report, reports, study
 
@@ -124,8 +125,12 @@ def test_quantize_table_fills_x_and_names_the_file(tmp_path, capsys):
     print_candidates([c], tmp_path, width=80)
     out = _plain(capsys)
     row = next(line for line in out.splitlines() if "│ int8 " in line)
+    header = next(line for line in out.splitlines() if "┃ candidate" in line)
     path = str(tmp_path / "m.tflite")
-    assert "w0.25" in row and f"Wrote {path}" in " ".join(out.split())  # one message, wrapped or not
+    assert "0.25" in row and f"Wrote {path}" in " ".join(out.split())  # one message, wrapped or not
+    # "x" is a ratio to the float32 baseline's file in a sweep; one run's weight ratio is a column named apart
+    assert " w x " in header and " x " not in header.replace(" w x ", " "), header
+    assert "w x = the weights' bytes over the same weights in float32" in _words(out)
     assert any(line.strip().endswith(path) for line in out.splitlines()), out  # the path whole, to be copied
 
 
@@ -181,3 +186,48 @@ def test_debug_table_shows_whole_tensor_names_in_ranked_order():
 def test_report_fixture_has_partial_and_none_verdicts():
     # a guard on the fixtures the glyph test relies on
     assert report("gpu", "partial").verdict == "partial" and report("gpu", "none").verdict == "none"
+
+
+def _sweep_text(st, capsys, width: int = 80) -> str:
+    print_study(st, Path("out"), width=width)
+    return _plain(capsys)
+
+
+def test_the_sweep_ends_with_a_file_or_a_blocker_for_every_target(capsys):
+    """Every target gets a line: the .tflite to ship and why, or what keeps each candidate off it."""
+    from optimize.present.report_text import SHIP_TARGETS
+
+    st = full_study()
+    partly = {"coreml": report("coreml", "partial", reason="RESHAPE to 2-D is not supported")}
+    st = st.model_copy(
+        update={"candidates": [c.model_copy(update={"delegates": {**c.delegates, **partly}}) for c in st.candidates]}
+    )
+    out = _sweep_text(st, capsys)
+    tail = out[out.index("What to ship") :]
+    answers = {}
+    for line in tail.splitlines()[1:]:
+        if line[:2] == "  " and line[2:].split(" ", 1)[0] in SHIP_TARGETS:
+            target, _, answer = line.strip().partition(" ")
+            answers[target] = answer.strip()
+    assert set(answers) == set(SHIP_TARGETS), tail
+    assert answers["cpu"].startswith("out/") and ".tflite (" in answers["cpu"], answers
+    words = _words(tail)
+    assert "coreml nothing runs fully on coreml: float32 comes closest (10/12 nodes); QUANTIZE: RESHAPE to 2-D" in words
+    assert "hexagon nothing runs fully on hexagon:" in words or "hexagon out/" in words
+
+
+def test_identical_notes_are_said_once_naming_every_candidate(capsys):
+    note = "quantize: LiteRT Quantizer recipe static_wi8_ai8, channel-wise weights, float I/O."
+    cands = [candidate("float32")] + [
+        candidate(n, "int8").model_copy(update={"notes": [note]}) for n in ("int8", "prune-int8", "cluster-int8")
+    ]
+    out = _sweep_text(study(cands), capsys)
+    assert out.count("static_wi8_ai8") == 1, out
+    assert f"int8, prune-int8, cluster-int8: {note}" in _words(out)
+
+
+def test_no_line_ends_in_a_space(capsys):
+    """A centred title's padding and the space rich breaks a line at are trimmed (17 lines had them)."""
+    for width in (80, 120):
+        out = _sweep_text(full_study(), capsys, width)
+        assert not [line for line in out.splitlines() if line != line.rstrip()], out

@@ -231,3 +231,63 @@ def test_no_line_ends_in_a_space(capsys):
     for width in (80, 120):
         out = _sweep_text(full_study(), capsys, width)
         assert not [line for line in out.splitlines() if line != line.rstrip()], out
+
+
+def test_recommend_prints_its_recipe_only_when_asked():
+    """The TOML recipe was 25 lines in the middle of the advice: now one line says how to get it."""
+    import tomllib
+
+    from optimize.decide.choose import recommend
+    from optimize.present.report_text import format_recommendation
+
+    rec = recommend(full_study(), "gpu")
+    assert rec.chosen_recipe_toml
+    text = format_recommendation(rec)
+    assert "[[steps]]" not in text and "Its recipe, as TOML for `optimize run`: add --recipe." in text
+    asked = format_recommendation(rec, recipe=True)
+    toml = asked[asked.index("Recipe (") :].split("\n", 2)[2]
+    assert asked.rstrip().endswith(toml.rstrip()) and tomllib.loads(toml)["name"] == rec.chosen
+
+
+def test_the_pareto_front_is_of_what_runs_on_the_target():
+    """int16x8 is on the study's front (no accuracy lost) but the GPU runs none of it: not on gpu's front."""
+    from optimize.decide.choose import pareto_front, recommend
+
+    st = full_study()
+    assert "int16x8" in pareto_front(st.candidates, st.baseline)
+    rec = recommend(st, "gpu")
+    assert "int16x8" in {r.candidate for r in rec.rejected}
+    assert rec.pareto and set(rec.pareto) <= set(rec.ranked)
+
+
+def test_a_variant_of_an_alternative_is_named_not_called_unmeasured():
+    """QAT then int8 with int8 I/O (the mcu's alternative) was measured with float I/O as qat-int8."""
+    from optimize.core.results import Step
+    from optimize.decide.choose import recommend
+
+    qat = [Step(technique="qat", params={}), Step(technique="convert", params={"scheme": "int8", "io": "float"})]
+    st = study(
+        [
+            candidate("float32"),
+            candidate("int8-int8io", "int8", io="int8", size=41_000),
+            candidate("qat-int8", "int8", size=41_000, steps=qat),
+        ]
+    )
+    rec = recommend(st, "mcu")
+    qat_alt = [a for a in rec.alternatives if a.startswith("quantization-aware")]
+    assert qat_alt and "not measured in this study" not in qat_alt[0], rec.alternatives
+    assert "measured with int8, float I/O as qat-int8" in qat_alt[0]
+
+
+def test_each_fact_is_said_once():
+    """int16x8's reference kernels were three facts on cpu (the rule of thumb, XNNPACK's coverage, its
+    measured slowdown): one line now holds all three."""
+    from optimize.decide.choose import recommend
+
+    slow = candidate(
+        "int16x8", "int16x8", size=48_000, p50=25.0, delegates=reports(xnnpack="partial", gpu="none", nnapi="none")
+    )
+    rec = recommend(study([candidate("float32"), candidate("int8", "int8", size=42_000, p50=0.6), slow]), "cpu")
+    about = [f for f in rec.facts if "int16x8" in f]
+    assert len(about) == 1, rec.facts
+    assert "reference kernels" in about[0] and "XNNPACK takes 10/12" in about[0] and "25 ms vs 1 ms" in about[0]

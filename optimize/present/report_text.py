@@ -678,36 +678,47 @@ def print_debug(report, width: int | None = None) -> None:
         con.print(esc(line), highlight=False)
 
 
-def format_advice(advice) -> str:
-    """The decision tree's answer as terminal text."""
+def _recipe_lines(toml: str | None, recipe: bool) -> list[str]:
+    """The chosen pipeline's recipe as TOML where asked for (`--recipe`), else one line saying how to get it:
+    the advice reads on without 25 lines of TOML in the middle."""
+    if not toml:
+        return []
+    if recipe:
+        return ["", "Recipe (save it as a .toml file: `optimize run FILE MODEL` runs it):", "", toml.rstrip()]
+    return ["", "Its recipe, as TOML for `optimize run`: add --recipe."]
+
+
+def format_advice(advice, recipe: bool = False) -> str:
+    """The decision tree's answer as terminal text (`recipe`: with the pipeline's TOML recipe, at the end)."""
     lines = [f"Target: {advice.target}", "", "Decision path:"]
     for i, q in enumerate(advice.path, 1):
         lines.append(f"  {i}. {q.question} {q.answer} -> {q.decided}")
-    lines += ["", f"Recommended pipeline: {describe(advice.pipeline)}", "", advice.recipe_toml.rstrip()]
+    lines += ["", f"Recommended pipeline: {describe(advice.pipeline)}"]
     if advice.alternatives:
         lines += ["", "Alternatives:"] + [f"  - {a}" for a in advice.alternatives]
     if advice.facts:
         lines += ["", "Good to know:"] + [f"  - {f}" for f in advice.facts]
+    lines += _recipe_lines(advice.recipe_toml, recipe)
     return "\n".join(lines) + "\n"
 
 
 def _answer(rec) -> list[str]:
-    """The measured answer: the choice (or why there is none), its recipe or the float32 file to keep, why
-    it differs from the rule of thumb, the default guard's warnings (in words: `WARNING:`), what to try."""
+    """The measured answer: the choice (or why there is none) or the float32 file to keep, why it differs
+    from the rule of thumb, the default guard's warnings (in words: `WARNING:`), what to try."""
     lines = [rec.headline or (f"Chosen from measurements: {rec.chosen}" if rec.chosen else "No choice.")]
-    lines += ["", rec.chosen_recipe_toml.rstrip()] if rec.chosen_recipe_toml and not rec.keep_float32 else []
     lines += [""] + [f"Why: {w}" for w in rec.why] if rec.why else []
     lines += [""] + [f"WARNING: {w}" for w in rec.warnings] if rec.warnings else []
     lines += ["", "What to try:"] + [f"  - {t}" for t in rec.to_try] if rec.to_try else []
     return lines
 
 
-def format_recommendation(rec) -> str:
-    """A recommendation (or bare advice) as terminal text: path, pipeline, choice, ranking, rejections, facts."""
+def format_recommendation(rec, recipe: bool = False) -> str:
+    """A recommendation (or bare advice) as terminal text: path, pipeline, choice, ranking, rejections, facts;
+    the chosen recipe's TOML only with `recipe` (else a line saying how to ask for it)."""
     from optimize.decide.advice import Advice
 
     if isinstance(rec, Advice):
-        return format_advice(rec)
+        return format_advice(rec, recipe)
     goals = ", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None)
     adv = rec.advice
     lines = [f"Target: {rec.target}    Goals: {goals}"]
@@ -719,13 +730,15 @@ def format_recommendation(rec) -> str:
     lines += ["", *_answer(rec)]
     if len(rec.ranked) > 1:
         lines += ["", "Also eligible, in order: " + ", ".join(rec.ranked[1:])]
-    lines += ["", "Pareto front (size, latency, accuracy): " + (", ".join(rec.pareto) or "none")]
+    if rec.pareto:
+        lines += ["", f"Pareto front of what runs on {rec.target} (size, latency, accuracy): " + ", ".join(rec.pareto)]
     if rec.rejected:
         lines += ["", "Rejected:"] + [f"  - {r.candidate}: {r.reason}" for r in rec.rejected]
     if rec.alternatives:
         lines += ["", "Alternatives:"] + [f"  - {a}" for a in rec.alternatives]
     if rec.facts:
         lines += ["", "Good to know:"] + [f"  - {f}" for f in rec.facts]
+    lines += _recipe_lines(None if rec.keep_float32 else rec.chosen_recipe_toml, recipe)
     return "\n".join(lines) + "\n"
 
 

@@ -291,3 +291,19 @@ def test_each_fact_is_said_once():
     about = [f for f in rec.facts if "int16x8" in f]
     assert len(about) == 1, rec.facts
     assert "reference kernels" in about[0] and "XNNPACK takes 10/12" in about[0] and "25 ms vs 1 ms" in about[0]
+
+
+def test_accuracy_from_a_thin_test_split_is_starred_and_said_so(capsys):
+    """A 5-sample file tests on one sample: '100.00%' alone read as a real figure."""
+    from optimize.core.results import Accuracy
+
+    def thin(c):
+        acc = Accuracy(samples=1, top1=1.0)
+        return c.model_copy(update={"metrics": c.metrics.model_copy(update={"accuracy": acc})})
+
+    out = _sweep_text(study([thin(candidate("float32")), thin(candidate("int8", "int8", size=42_000))]), capsys)
+    row = next(line for line in out.splitlines() if "│ int8 " in line)
+    assert "+0.00*" in row, out
+    assert "* on acc and Δ = measured on 1 test sample(s), fewer than 32: a rough figure." in _words(out)
+    out = _sweep_text(full_study(), capsys)
+    assert "*" not in out.replace("**", "") and "rough figure" not in out

@@ -59,6 +59,7 @@ class Run:
     open_seconds: float = 0.0  # opening and checking the model and data, planning
     created: list[Path] = field(default_factory=list)  # folders `-o` made that did not exist (deepest first)
     keras: object = field(default=None, repr=False)  # the Keras model the checks loaded (this process only)
+    replaces: list[str] = field(default_factory=list)  # the .tflite files the study already in -o lists (schedule)
 
     def export(self) -> tuple[Path, float] | None:
         """The source Keras model exported as its SavedModel (into the run's work folder), from the model the

@@ -143,21 +143,29 @@ class _Base:
         return cls(m.size, baseline.p50_ms, m.accuracy.mae if m.accuracy else None)
 
 
+def _thin(c: Candidate) -> str:
+    """A star on accuracy measured on fewer than FEW_SAMPLES test samples (a 5-sample file tests on one)."""
+    a = c.metrics.accuracy
+    return "*" if a is not None and a.samples < FEW_SAMPLES else ""
+
+
 def _accuracy(c: Candidate, base: _Base) -> str:
     a = c.metrics.accuracy
     if a is None:
         return "-"
-    return _pct(a.top1) if a.top1 is not None else (f"MAE {a.mae:.4g}" if a.mae is not None else "-")
+    shown = _pct(a.top1) if a.top1 is not None else (f"MAE {a.mae:.4g}" if a.mae is not None else "-")
+    return shown + _thin(c) if shown != "-" else shown
 
 
 def _delta(c: Candidate, base: _Base) -> str:
     """Classification: the top-1 change in points; regression: the error as a multiple of float32's."""
     m = c.metrics
     if m.error_ratio is not None:
-        return f"x{m.error_ratio:.2f}"
+        return f"x{m.error_ratio:.2f}" + _thin(c)
     if m.accuracy is not None and m.accuracy.mae is not None:
-        return f"x{m.accuracy.mae / base.mae:.2f}" if base.mae else "-"
-    return _pct(m.accuracy_delta, signed=True)
+        return f"x{m.accuracy.mae / base.mae:.2f}" + _thin(c) if base.mae else "-"
+    shown = _pct(m.accuracy_delta, signed=True)
+    return shown + _thin(c) if shown != "-" else shown
 
 
 def _few(c: Candidate) -> str:
@@ -432,7 +440,7 @@ def _blocker(study: Study, target: Target, rec) -> str:
 
 def legend(cands: list[Candidate], baseline: Candidate | None) -> list[str]:
     """What the table's columns mean, in plain words (nothing in the table depends on colour)."""
-    lines = [_latency_legend(cands, baseline), _fidelity_legend(cands)]
+    lines = [_latency_legend(cands, baseline), _fidelity_legend(cands), _thin_legend(cands)]
     if any(c.ok and c.islands for c in cands):
         lines.append("float = ops computing on float tensors, of all ops (float islands: each listed below, with why).")
     if any(c.delegates for c in cands):
@@ -449,6 +457,15 @@ def legend(cands: list[Candidate], baseline: Candidate | None) -> list[str]:
             )
         )
     return [line for line in lines if line]
+
+
+def _thin_legend(cands: list[Candidate]) -> str:
+    """What a star on acc and Δ means, when a candidate's accuracy comes from a thin test split."""
+    thin = sorted({c.metrics.accuracy.samples for c in cands if c.ok and _thin(c)})
+    if not thin:
+        return ""
+    n = f"{thin[0]}" if len(thin) == 1 else f"{thin[0]}-{thin[-1]}"
+    return f"* on acc and Δ = measured on {n} test sample(s), fewer than {FEW_SAMPLES}: a rough figure."
 
 
 def _latency_legend(cands: list[Candidate], baseline: Candidate | None) -> str:

@@ -120,8 +120,8 @@ def speaker_encoder(path: Path):
     to the CPU; the loss's similarity_weight/bias are not part of the encoder)."""
     import torch
 
+    from optimize.convert.torch_files import safe_torch_load
     from optimize.core.paths import read_bounded
-    from optimize.models.torch_files import safe_torch_load
 
     class SpeakerEncoder(torch.nn.Module):
         def __init__(self):

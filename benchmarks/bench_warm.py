@@ -45,10 +45,11 @@ def _models(tmp: Path, everything: bool) -> list[tuple[str, list[str]]]:
     out = [("demo sweep (Keras 2 CNN)", [])]
     if not everything:
         return out
+    from optimize.convert.keras import export_saved_model
     from optimize.models import demo, source
 
     model, data = demo.demo()
-    sm = source.export_saved_model(source.load_keras2(source.open_model(model)), tmp / "demo_savedmodel")
+    sm = export_saved_model(source.load_keras2(source.open_model(model)), tmp / "demo_savedmodel")
     from optimize.core.registry import Context, get
 
     tech = get("convert")

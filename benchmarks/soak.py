@@ -74,6 +74,7 @@ def build_models(folder: Path) -> dict[str, dict]:
     import numpy as np
     from sklearn.datasets import load_digits
 
+    from optimize.convert.keras import export_saved_model
     from optimize.core.registry import Context, get
     from optimize.models import _tf
     from optimize.models import source as models
@@ -112,9 +113,7 @@ def build_models(folder: Path) -> dict[str, dict]:
     m3.fit(x, y, epochs=5, verbose=0)
     m3.save(folder / "mlp3.keras")
 
-    sm = models.export_saved_model(
-        models.load_keras2(models.open_model(folder / "cnn.keras")), folder / "cnn_savedmodel"
-    )
+    sm = export_saved_model(models.load_keras2(models.open_model(folder / "cnn.keras")), folder / "cnn_savedmodel")
     tech = get("convert")
     tfl = tech.fn(sm, tech.params(scheme="float32"), Context(workdir=folder / "conv"))
     shutil.copy(tfl, folder / "cnn.tflite")

@@ -546,15 +546,15 @@ def evaluate(
     """
     import tempfile
 
+    from optimize.convert.front import open_inputs
     from optimize.measure.metrics import evaluate as run_eval
-    from optimize.models.inputs import open_inputs
     from optimize.present import report_text
 
     if reference is not None and data is None:  # fidelity is measured on inputs: none given, none invented
         raise OptimizeError("--reference needs inputs to compare outputs on:", "add --data D.npz.")
-    src, ds = open_inputs(model, data, measuring=_measuring(task, label_output, 0), layout=layout)
+    src, ds = open_inputs(model, data, measuring=_measuring(task, label_output, 0), layout=layout, threads=threads)
     with tempfile.TemporaryDirectory(prefix="optimize-evaluate-") as tmp:
-        flat, converted = _converted(src, threads, ds, Path(tmp))
+        flat, converted = _converted(src, Path(tmp))
         metrics = run_eval(flat or model, ds, reference=reference, threads=threads, runs=runs)
     if as_json:
         _print_json(metrics)
@@ -566,36 +566,34 @@ def evaluate(
 def _compat_model(model: Path, data: Path | None, layout: str, threads: int, folder: Path):
     """The .tflite `compat` checks: the file itself, or a PyTorch or ONNX model's float .tflite (converted
     with `data` fixing its shapes), and that conversion's record."""
-    from optimize.models import torch_source
+    from optimize.convert import pytorch
     from optimize.models.source import is_tflite
 
     head = b""
     if model.is_file():
         with open(model, "rb") as f:
             head = f.read(16)
-    if not head or is_tflite(head) or torch_source.recognise(model, head) is None:
+    if not head or is_tflite(head) or pytorch.recognise(model, head) is None:
         if data is not None:
             raise OptimizeError(
                 "--data is for a PyTorch or ONNX model (it fixes the shapes it converts at).", "Leave it out."
             )
         return model, None
-    from optimize.models.inputs import open_inputs
+    from optimize.convert.front import open_inputs
 
-    src, ds = open_inputs(model, data, layout=layout)
-    flat, converted = _converted(src, threads, ds, folder)
+    src, ds = open_inputs(model, data, layout=layout, threads=threads)
+    flat, converted = _converted(src, folder)
     return flat or model, converted
 
 
-def _converted(src, threads: int, ds, folder: Path):
+def _converted(src, folder: Path):
     """(a PyTorch or ONNX model's float .tflite written to `folder`, its conversion record with the conversion's
-    own error measured on `ds`), or (None, None) for any other model."""
+    own error measured on the data, if given), or (None, None) for any other model."""
     if not src.torch:
         return None, None
-    from optimize.measure import conversion
-
     path = folder / f"{src.name}.tflite"
     path.write_bytes(src.content)
-    return path, conversion.measure(src, ds, threads).conversion
+    return path, src.conversion
 
 
 def _show_conversion(converted) -> None:

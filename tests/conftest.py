@@ -86,12 +86,13 @@ def keras_model(tmp_path_factory, digits) -> Path:
 
 @pytest.fixture(scope="session")
 def float_tflite(tmp_path_factory, keras_model) -> Path:
+    from optimize.convert.keras import export_saved_model
     from optimize.core.registry import Context, get
     from optimize.models import source as models
 
     src = models.open_model(keras_model)
     folder = tmp_path_factory.mktemp("float")
-    sm = models.export_saved_model(models.load_keras2(src), folder / "sm")
+    sm = export_saved_model(models.load_keras2(src), folder / "sm")
     tech = get("convert")
     return tech.fn(sm, tech.params(scheme="float32"), Context(workdir=folder))
 

@@ -92,7 +92,7 @@ def test_the_float32_baseline_matches_keras_on_a_stateful_lstm(rnn_models):
 
 
 def test_converter_failures_are_one_line_with_the_full_text_kept():
-    from optimize.transforms.convert import _converter_error
+    from optimize.convert.keras import _converter_error
 
     text = (
         "loc(callsite(fused[...])): error: 'tf.TensorListReserve' op requires element_shape to be static during "

@@ -107,8 +107,8 @@ def test_without_labels_fine_tuning_distils_instead_of_being_dropped(detector):
 def test_without_distillation_the_unlabelled_output_drifts(detector, monkeypatch):
     """The defect distillation fixes, measured: the same pruning with the box's distillation weighed 0 (the
     labels alone, as before issue 29) moves the box several times further from float32."""
+    from optimize.convert.front import open_inputs
     from optimize.core.registry import Context
-    from optimize.models.inputs import open_inputs
     from optimize.models.source import load_keras2
     from optimize.transforms.keras import common
     from optimize.transforms.keras.prune import PruneParams, prune
@@ -173,9 +173,9 @@ def test_qat_on_a_softmax_output_trains_probabilities(softmax_cnn):
 def test_prune_checks_a_keras3_rebuild_on_the_users_data(tmp_path, digits, monkeypatch):
     """Issue 24: `optimize prune` checked the rebuild on random normal inputs (EfficientNet: "outputs differ by up
     to 1") while the sweep checked it on the data (7e-07): both judge it on the data now."""
+    from optimize.convert.front import open_inputs
     from optimize.engine.pipeline import prepare
     from optimize.models import rebuild
-    from optimize.models.inputs import open_inputs
 
     k = _tf.keras3()
     k.utils.set_random_seed(0)

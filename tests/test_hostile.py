@@ -391,11 +391,12 @@ def test_hostile_savedmodels_are_one_line_without_hanging(tmp_path, keras_model)
     import shutil
     import signal
 
+    from optimize.convert.keras import export_saved_model
     from optimize.core.errors import ModelError
     from optimize.models import source as models
 
     base = tmp_path / "sm"
-    models.export_saved_model(models.load_keras2(models.open_model(keras_model)), base)
+    export_saved_model(models.load_keras2(models.open_model(keras_model)), base)
 
     def variant(name, change):
         d = tmp_path / name

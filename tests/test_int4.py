@@ -106,7 +106,7 @@ def test_block_size_belongs_to_int4(dense, tmp_path):
 def test_the_converter_backend_leaves_int4_to_litert_quantizer():
     r = build("int4", [{"technique": "convert", "scheme": "int4"}]).with_backend("converter")
     assert [(s.technique, str(s.params.scheme)) for s in r.steps] == [("convert", "float32"), ("quantize", "int4")]
-    from optimize.transforms.convert import ConvertParams, configure
+    from optimize.convert.keras import ConvertParams, configure
 
     with pytest.raises(TechniqueFailed, match="makes no int4 weights"):
         configure(object(), ConvertParams(scheme="int4"), None)

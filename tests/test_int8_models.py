@@ -194,8 +194,8 @@ def test_debug_takes_a_tflite_without_a_signature(unsigned, cli):
 
 
 def test_a_tflite_sweep_plans_integer_only_int8(unsigned, tmp_path):
+    from optimize.convert.front import open_inputs
     from optimize.engine.plan import plan
-    from optimize.models.inputs import open_inputs
 
     src, ds = open_inputs(unsigned / "bare.tflite", unsigned / "d.npz")
     names = [r.name for r in plan(src, ds, None, None)]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from optimize.convert.keras import export_saved_model
 from optimize.core.errors import ModelError
 from optimize.models import source as models
 
@@ -14,7 +15,7 @@ from optimize.models import source as models
 def test_kinds(keras_model, float_tflite, tmp_path):
     assert models.open_model(keras_model).kind == "keras2"
     assert models.open_model(float_tflite).kind == "tflite"
-    sm = models.export_saved_model(models.load_keras2(models.open_model(keras_model)), tmp_path / "sm")
+    sm = export_saved_model(models.load_keras2(models.open_model(keras_model)), tmp_path / "sm")
     src = models.open_model(sm)
     assert src.kind == "savedmodel" and models.input_shape(src) == (-1, 8, 8, 1)
     assert [s.name for s in models.input_specs(models.open_model(keras_model))] == [

@@ -17,8 +17,8 @@ if importlib.util.find_spec("onnx2torch") is None:  # not imported here: torch_o
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from optimize.models import torch_ops  # noqa: E402
-from optimize.models.onnx_graph import normalize  # noqa: E402
+from optimize.convert import onnx_ops  # noqa: E402
+from optimize.convert.onnx_graph import normalize  # noqa: E402
 
 RNG = np.random.default_rng(0)
 
@@ -48,8 +48,8 @@ def _check(model, feeds, atol=1e-5, freeze=None):
     """Our route's module against the reference, in eager mode and after torch.export."""
     ref = _reference(model, {**feeds, **(freeze or {})})
     norm = normalize(model, {k: v.shape for k, v in feeds.items()}, freeze)
-    assert not torch_ops.unsupported_ops(norm.model)
-    mod = torch_ops.convert(norm.model)
+    assert not onnx_ops.unsupported_ops(norm.model)
+    mod = onnx_ops.convert(norm.model)
     args = tuple(torch.from_numpy(v) for v in feeds.values())
     ep = torch.export.export(mod, args, strict=False)
     for out in (mod(*args), ep.module()(*args)):
@@ -169,7 +169,7 @@ def test_scalar_constants_become_python_numbers():
     inits = [("c", np.array([1.5], np.float32)), ("d", np.array([0.25], np.float32))]
     m = _model(nodes, [_vi("x", [1, 2, 3, 3])], [_vi("y", None)], inits)
     _check(m, {"x": RNG.normal(size=(1, 2, 3, 3)).astype(np.float32)})
-    mod = torch_ops.convert(normalize(m, {"x": (1, 2, 3, 3)}).model)
+    mod = onnx_ops.convert(normalize(m, {"x": (1, 2, 3, 3)}).model)
     assert all(not list(sub.buffers()) for name, sub in mod.named_children() if "Mul" in name or "Add" in name)
 
 
@@ -213,7 +213,7 @@ def test_an_if_on_run_time_data_is_named():
     m = _model(nodes, [_vi("x", [1, 4])], [_vi("y", None)], [("zero", np.array(0.0, np.float32))], opset=12)
     norm = normalize(m, {"x": (1, 4)})
     with pytest.raises(NotImplementedError, match="If node gate branches on a value computed at run time"):
-        torch_ops.convert(norm.model)
+        onnx_ops.convert(norm.model)
 
 
 def test_constant_weights_become_initializers_and_conv_bn_folds():
@@ -252,12 +252,12 @@ def test_hardswish_fusion_in_an_old_opset():
 def test_unsupported_ops_are_named():
     node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"], name="dq")
     m = _model([node], [_vi("x", [4])], [_vi("y", None)], opset=12)
-    bad = torch_ops.unsupported_ops(m)
+    bad = onnx_ops.unsupported_ops(m)
     assert bad == ["DynamicQuantizeLinear (opset 12, node dq)"]
 
 
 def test_free_dimensions_without_data_are_named():
-    from optimize.models.onnx_graph import NormalizeError
+    from optimize.convert.onnx_graph import NormalizeError
 
     m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["batch", 3, "h", "w"])], [_vi("y", None)])
     with pytest.raises(NormalizeError, match=r"input x has free dimensions \[batch, 3, h, w\]"):

@@ -23,8 +23,8 @@ pytest.importorskip("onnxruntime", reason="the torch extra is not installed")
 
 from tests_support import one_line_error as assert_one_line_error  # noqa: E402
 
+from optimize.convert.front import open_inputs  # noqa: E402
 from optimize.core.errors import DataError, ModelError, OptimizeError  # noqa: E402
-from optimize.models.inputs import open_inputs  # noqa: E402
 
 
 class SmallCNN(torch.nn.Module):
@@ -82,7 +82,7 @@ def files(tmp_path_factory, cnn):
 
 
 def test_pt2_converts_to_a_float_tflite_with_its_own_error_measured(files):
-    from optimize.measure import conversion
+    from optimize.convert import fidelity as conversion
 
     src, ds = open_inputs(files / "cnn.pt2", files / "data.npz", check=True)
     assert src.kind == "pt2" and src.flat and src.content[4:8] == b"TFL3"
@@ -94,7 +94,7 @@ def test_pt2_converts_to_a_float_tflite_with_its_own_error_measured(files):
 
 
 def test_onnx_converts_against_onnx_runtime(files):
-    from optimize.measure import conversion
+    from optimize.convert import fidelity as conversion
 
     src, ds = open_inputs(files / "cnn.onnx", files / "data.npz", check=True)
     c = conversion.measure(src, ds).conversion
@@ -106,7 +106,7 @@ def test_onnx_converts_against_onnx_runtime(files):
 
 
 def test_channel_last_io_takes_nhwc_and_keeps_the_data_in_nchw(files):
-    from optimize.measure import conversion
+    from optimize.convert import fidelity as conversion
 
     src, ds = open_inputs(files / "cnn.onnx", files / "data.npz", layout="channels-last")
     assert src.inputs[0].shape == (1, 16, 16, 3) and ds.x_test.shape[1:] == (16, 16, 3)
@@ -128,7 +128,7 @@ def test_an_nn_module_from_python(cnn, files):
 def test_a_batch_axis_that_is_not_first(tmp_path):
     """The state's rows are whole inputs ([2, 1, 8] each); the .tflite takes them with a leading 1, and its
     state output comes back the same way, ready to feed back."""
-    from optimize.measure import conversion
+    from optimize.convert import fidelity as conversion
 
     torch.manual_seed(1)
     rng = np.random.default_rng(1)

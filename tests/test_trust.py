@@ -104,9 +104,10 @@ def test_bogus_keras_files_are_one_line_up_front(cli, tmp_path, keras_model):
 def test_corrupt_savedmodels_are_one_line_up_front(cli, tmp_path, keras_model):
     import shutil
 
+    from optimize.convert.keras import export_saved_model
     from optimize.models import source as models
 
-    sm = models.export_saved_model(models.load_keras2(models.open_model(keras_model)), tmp_path / "sm")
+    sm = export_saved_model(models.load_keras2(models.open_model(keras_model)), tmp_path / "sm")
     garbage = tmp_path / "garbage"
     shutil.copytree(sm, garbage)
     (garbage / "saved_model.pb").write_bytes(b"\x00garbage" * 10)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from optimize.convert.keras import export_saved_model
 from optimize.core.recipe import build
 from optimize.engine import sweeps
 
@@ -55,7 +56,7 @@ def test_a_warm_rerun_of_a_savedmodel_and_a_keras3_model_imports_no_tensorflow(t
     from optimize.models import _tf
     from optimize.models import source as models
 
-    sm = models.export_saved_model(models.load_keras2(models.open_model(keras_model)), tmp_path / "sm")
+    sm = export_saved_model(models.load_keras2(models.open_model(keras_model)), tmp_path / "sm")
     k = _tf.keras3()
     k.utils.set_random_seed(0)
     m3 = k.Sequential([k.Input((8, 8, 1)), k.layers.Flatten(), k.layers.Dense(10)])
@@ -72,8 +73,8 @@ def test_a_warm_rerun_of_a_savedmodel_and_a_keras3_model_imports_no_tensorflow(t
 @pytest.mark.parametrize("change", ["bytes", "trust"])
 def test_what_is_known_follows_the_bytes_and_the_trust(keras_model, tmp_path, change):
     """Another file (one byte differs), or the same file with its code trusted, is checked again."""
+    from optimize.convert.front import open_inputs
     from optimize.engine.cache import result_cache
-    from optimize.models.inputs import open_inputs
 
     cache = result_cache(str(tmp_path / "cache"))
     known = cache.known(False)

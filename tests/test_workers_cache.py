@@ -337,9 +337,9 @@ def test_a_corrupt_artifact_longer_than_the_real_one_is_replaced_on_write(tmp_pa
 def test_a_worker_killed_while_idle_is_replaced_not_a_traceback(float_tflite, tmp_path):
     """A worker SIGKILLed between two tasks (while the parent times a round, say) made the next dispatch fail
     with BrokenPipeError: the sweep's rescue round ended in a traceback (found by benchmarks/soak.py)."""
+    from optimize.convert.front import open_inputs
     from optimize.engine.executors import ProcessExecutor
     from optimize.engine.work import Settings, Task
-    from optimize.models.inputs import open_inputs
 
     src, _ = open_inputs(float_tflite, None)
     recipe = build("float16", [{"technique": "quantize", "scheme": "float16"}])

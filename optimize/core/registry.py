@@ -20,14 +20,14 @@ from optimize.core.errors import RecipeError, from_validation
 
 #: Where the techniques live (`optimize.transforms`, by stage): each module registers its own on import, in this order.
 TECHNIQUE_MODULES = (
-    "convert",
-    "keras.prune",
-    "keras.cluster",
-    "keras.qat",
-    "tflite.quantize",
-    "tflite.rescue_steps",
-    "tflite.selective",
-    "pt2e",
+    "optimize.convert.keras",  # the convert stage: Keras/SavedModel -> .tflite (the TFLite converter)
+    "optimize.transforms.keras.prune",
+    "optimize.transforms.keras.cluster",
+    "optimize.transforms.keras.qat",
+    "optimize.transforms.tflite.quantize",
+    "optimize.transforms.tflite.rescue_steps",
+    "optimize.transforms.tflite.selective",
+    "optimize.transforms.pt2e",
 )
 
 
@@ -131,7 +131,7 @@ def _load() -> None:
     global _loaded
     if not _loaded:
         for mod in TECHNIQUE_MODULES:
-            importlib.import_module(f"optimize.transforms.{mod}")
+            importlib.import_module(mod)
         _loaded = True
 
 

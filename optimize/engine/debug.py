@@ -34,11 +34,11 @@ def debug_model(
     import tempfile
     from pathlib import Path
 
+    from optimize.convert.front import open_inputs
     from optimize.core.errors import DataError, NothingWorked, TechniqueFailed
     from optimize.core.recipe import build
     from optimize.core.registry import Context, get
     from optimize.engine.pipeline import Workspace
-    from optimize.models.inputs import open_inputs
     from optimize.transforms.tflite.quantize import _calibration_data, _inspect, repaired_session
 
     src, ds = open_inputs(model, data, calibration, measuring, trust=trust_model_code, check=True, layout=layout)

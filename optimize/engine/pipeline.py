@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optimize.convert import keras as exporting
 from optimize.core import paths, registry
 from optimize.core.errors import DataError, ModelError, OptimizeError, RecipeError, TechniqueFailed
 from optimize.core.recipe import Recipe, build
@@ -150,12 +151,14 @@ class Workspace:
             if self.src.kind == "keras3":
                 state.notes.append(KERAS3_ROUTE)
         elif state.kind == "source" and self.src.kind == "keras3":
-            state.saved_model = models.export_saved_model(
+            state.saved_model = exporting.export_saved_model(
                 models.load_keras3(self.src), self.workdir / key / "saved_model", batch=1
             )
             state.notes.append(KERAS3_ROUTE)
         elif state.kind in ("source", "keras"):
-            state.saved_model = models.export_saved_model(self._keras_model(state), self.workdir / key / "saved_model")
+            state.saved_model = exporting.export_saved_model(
+                self._keras_model(state), self.workdir / key / "saved_model"
+            )
         else:
             raise RecipeError(
                 "This model is already a .tflite: it cannot be converted again.",
@@ -191,7 +194,7 @@ class Workspace:
             load = lambda: self._keras_model(state)  # noqa: E731
         else:
             return None
-        return lambda: models.export_saved_model(load(), self.workdir / key / "saved_model_batch1", batch=1)
+        return lambda: exporting.export_saved_model(load(), self.workdir / key / "saved_model_batch1", batch=1)
 
     def produce(self, steps: Iterable[Step], name: str) -> _State:
         """The state after `steps`, each made once per workspace. Each step made is one log line that names
@@ -225,12 +228,12 @@ class Workspace:
             # a Keras 3 model rebuilt in tf_keras keeps Keras 3's run-time batch in Flatten/Reshape: exported
             # with a free batch, its trained candidates lose every delegate as the plain conversion would
             batch = 1 if self.src.kind == "keras3" else None
-            sm = models.export_saved_model(model, self.workdir / key / "saved_model", batch=batch)
+            sm = exporting.export_saved_model(model, self.workdir / key / "saved_model", batch=batch)
             if batch and KERAS3_ROUTE not in ctx.notes:
                 ctx.notes.append(KERAS3_ROUTE)
             state = _State("keras", path, sm, ctx.notes, ctx.skipped_layers, ctx.records)
             if models.has_recurrent(model):  # the batch-1 route needs the model, and a reload may not restore it
-                state.batch1 = models.export_saved_model(model, self.workdir / key / "saved_model_batch1", batch=1)
+                state.batch1 = exporting.export_saved_model(model, self.workdir / key / "saved_model_batch1", batch=1)
         elif tech.stage is Stage.CONVERT:
             sm = self._saved_model(state, _key(self.root, prefix[:-1]))
             ctx = self._context(key, state)

@@ -89,7 +89,7 @@ def _torch_defaults(int4: list[Recipe], dropped: list[Dropped]) -> list[Recipe]:
     """A PyTorch or ONNX model, converted to a float .tflite: every scheme on it, both int8 routes side by side
     (LiteRT Quantizer on the .tflite, litert-torch's PT2E on the torch graph), and the Keras techniques left
     out with the reason."""
-    from optimize.models.torch_source import TRAINING
+    from optimize.models.spec import TRAINING
 
     def q(scheme: str, **kw) -> list[dict]:
         return [{"technique": "quantize", "scheme": scheme, **kw}]
@@ -238,7 +238,7 @@ def resolve(recipe: Recipe, src: models.ModelSource, keras_refusal: ModelError |
     """
     stages = [s.stage for s in recipe.steps]
     if Stage.KERAS in stages and src.torch:
-        from optimize.models.torch_source import TRAINING
+        from optimize.models.spec import TRAINING
 
         raise ModelError(
             f"{recipe.name}: {TRAINING}.", "Use a post-training scheme, or fine-tune in PyTorch and export again."

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optimize.convert import keras as exporting
+from optimize.convert.front import open_inputs
 from optimize.core import paths
 from optimize.core.recipe import Recipe, build
 from optimize.core.results import Candidate, Dropped, Study
@@ -23,7 +25,7 @@ from optimize.measure import metrics as measure
 from optimize.models import _tf, facts
 from optimize.models import source as models
 from optimize.models.data import Dataset, take
-from optimize.models.inputs import MeasureOptions, open_inputs
+from optimize.models.inputs import MeasureOptions
 from optimize.models.known import KnownRebuild
 from optimize.present.progress import Progress
 
@@ -73,7 +75,7 @@ class Run:
         out = self.out_dir / ".work" / "export" / self.src.fingerprint / "saved_model"
         t0 = time.perf_counter()
         try:
-            path = models.export_saved_model(model, out, batch=1 if self.src.kind == "keras3" else None)
+            path = exporting.export_saved_model(model, out, batch=1 if self.src.kind == "keras3" else None)
         except Exception as e:  # noqa: BLE001 - the worker's own export meets it again, as a failed candidate
             log.debug("exporting %s here failed (%s); the worker exports it", self.src.name, e)
             return None
@@ -177,8 +179,6 @@ def open_run(
     A PyTorch or ONNX model is converted here (`layout`: its image I/O), and the conversion's own error
     against the source runtime measured on the data. `keep_keras`: the Keras model the checks load is kept on the
     run for its baseline (`Run.export`; a one-model sweep keeps it, a zoo of many does not hold them all)."""
-    from optimize.measure import conversion
-
     started = time.perf_counter()
     store = result_cache(cache)  # a cache that cannot be used: one line, before any work
     known = store.known(trust_model_code)  # what earlier runs' checks found: a warm re-run needs no TensorFlow
@@ -186,9 +186,8 @@ def open_run(
     loaded: list = []  # the Keras model the checks load, exported for the baseline (Run.export)
     src, ds = open_inputs(
         model, data, measuring=measuring, trust=trust_model_code, check=True, known=known, layout=layout,
-        on_loaded=loaded.append if keep_keras else None,
+        on_loaded=loaded.append if keep_keras else None, threads=threads,
     )  # fmt: skip
-    src = conversion.measure(src, ds, threads)  # before any write, as everything above
     dropped: list[Dropped] = []
     can = _planning_facts(known, src, ds, trains)
     planned = plan_from(src, ds, can, recipes, backend, target, dropped)

@@ -10,6 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
+from optimize.convert.front import open_inputs
 from optimize.core import paths
 from optimize.core.recipe import Recipe
 from optimize.core.results import Candidate
@@ -19,7 +20,7 @@ from optimize.engine.pipeline import prepare
 from optimize.engine.work import Settings, Task
 from optimize.measure import metrics as measure
 from optimize.models.data import Dataset
-from optimize.models.inputs import MeasureOptions, open_inputs
+from optimize.models.inputs import MeasureOptions
 from optimize.present.progress import Progress
 
 
@@ -49,13 +50,10 @@ def run(
     """
     _refuse_training(recipe, model or recipe.model)  # before a PyTorch or ONNX model is converted for nothing
     src, ds = open_inputs(
-        model or recipe.model, data or recipe.data, calibration, measuring, trust_model_code, layout=layout
-    )
+        model or recipe.model, data or recipe.data, calibration, measuring, trust_model_code, layout=layout,
+        threads=threads,
+    )  # fmt: skip
     recipe = prepare(recipe, src, ds, backend)
-    if src.torch:
-        from optimize.measure import conversion
-
-        src = conversion.measure(src, ds, threads)
     out_dir = Path(output or recipe.output or "optimize-out")
     file_name = None
     if out_dir.suffix == ".tflite":  # the artifact's own name; the candidate keeps the recipe's
@@ -94,16 +92,17 @@ def run(
 
 def _refuse_training(recipe: Recipe, model) -> None:
     """Pruning, clustering and QAT asked for a PyTorch or ONNX model: the one line saying why not, at once."""
+    from optimize.convert import pytorch
     from optimize.core.errors import ModelError
-    from optimize.models import torch_source
+    from optimize.models.spec import TRAINING
 
     keras = recipe.trains
     if not keras or model is None:
         return
-    if torch_source.is_module(model) or Path(str(model)).suffix in (".pt2", ".onnx"):
-        name = type(model).__name__ if torch_source.is_module(model) else Path(str(model)).name
+    if pytorch.is_module(model) or Path(str(model)).suffix in (".pt2", ".onnx"):
+        name = type(model).__name__ if pytorch.is_module(model) else Path(str(model)).name
         raise ModelError(
-            f"{name}: {torch_source.TRAINING}.",
+            f"{name}: {TRAINING}.",
             "Use a post-training scheme (optimize quantize), or fine-tune in PyTorch and export again.",
         )
 

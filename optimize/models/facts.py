@@ -47,7 +47,7 @@ def keras_refusal(src: ModelSource, ds: Dataset | None) -> ModelError | None:
 def training_blocker(src: ModelSource, ds: Dataset | None) -> str | None:
     """Why pruning, clustering and QAT cannot run on this model and data, or None when they can."""
     if src.torch:
-        from optimize.models.torch_source import TRAINING
+        from optimize.models.spec import TRAINING
 
         return TRAINING
     if src.kind == "tflite":

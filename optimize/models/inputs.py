@@ -1,5 +1,6 @@
-"""The front door of every command: the model opened once (read, validated and, for a .tflite, normalised)
-and the data read and checked against it, before any work starts: one clear line when they do not fit."""
+"""The data read, and checked against the opened model before any work starts: one clear line when they do not
+fit. (`optimize.convert.front.open_inputs` is the front door every command goes through: it opens the model,
+converts a PyTorch or ONNX one, and calls these.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from optimize.core.errors import DataError, ModelError
 from optimize.core.vocab import Task
 from optimize.models import source as models
-from optimize.models.data import Dataset, check_inputs, combine, load_data, warn_split
+from optimize.models.data import Dataset, check_inputs, combine, load_data
 from optimize.models.known import Memo, heads_of, record_model, specs_of
 from optimize.models.normalize import not_float
 
@@ -103,50 +104,23 @@ def _check_label_names(data: Dataset) -> None:
         )
 
 
-def open_inputs(
-    model,
-    data: str | Path | Dataset | None,
-    calibration: str | Path | Dataset | None = None,
-    measuring: MeasureOptions | None = None,
-    trust: bool = False,
-    check: bool = False,
-    known: Memo | None = None,
-    layout: str = "source",
-    on_loaded=None,
-):
-    """The model source and dataset; the built-in demo (and its data) when no model is given.
+def read_data(data, calibration=None) -> Dataset | None:
+    """The dataset: `calibration` supplies the calibration samples (its x), `data` the rest; either alone
+    serves both (a path is loaded and checked; a Dataset is taken as it is)."""
+    return combine(_dataset(data), _dataset(calibration))
 
-    `calibration` supplies the calibration samples (its x); `data` the rest. Either alone serves both.
-    The model is opened first, so a bad model file is named before missing or bad data. `measuring`
-    says what the labels are and how calibration samples are drawn. `check`: the model and data are also
-    checked against each other (`check_data`), for the commands that are about to work on them. `known`:
-    what earlier runs' checks found about this model file (a warm re-run then needs no TensorFlow). A PyTorch
-    or ONNX model (`model` may be an nn.Module from Python) is converted here, once, to its float .tflite,
-    and the data made to fit it (`torch_source.prepare`; `layout` "channels-last" makes image I/O NHWC).
-    `on_loaded` receives the Keras model the check loaded (`check_data`).
-    """
-    if model is None or str(model) == "demo":
-        from optimize.models.demo import demo
 
-        model_path, data_path = demo()
-        model = model_path
-        data = data if data is not None else data_path
-    src = models.open_model(model, trust, known)  # the one read of the model: recognised, opened, described
-    ds = combine(_dataset(data), _dataset(calibration))
-    if src.torch:
-        from optimize.models.torch_source import prepare
-
-        src, ds = prepare(src, ds, layout)
-    if ds is not None:
-        kept = {"task": ds.task, "label_output": ds.label_output, "calibration_seed": ds.calibration_seed}
-        m = measuring or MeasureOptions(**kept)  # a Dataset passed in keeps its own settings
-        ds = replace(ds, outputs=models.output_names(src), **m.model_dump())
-        if ds.task == Task.REGRESSION and ds.split is not None and ds.split.test_classes:  # values, not classes
-            ds = replace(ds, split=ds.split.model_copy(update={"test_classes": {}, "warnings": []}))
-    if check:
-        check_data(src, ds, known, on_loaded)
-    warn_split(ds)
-    return src, ds
+def measured(src: models.ModelSource, ds: Dataset | None, measuring: MeasureOptions | None) -> Dataset | None:
+    """The dataset told what it measures: the model's outputs, what the labels are and which output they
+    belong to, how calibration samples are drawn (`measuring`; a Dataset passed in keeps its own settings)."""
+    if ds is None:
+        return None
+    kept = {"task": ds.task, "label_output": ds.label_output, "calibration_seed": ds.calibration_seed}
+    m = measuring or MeasureOptions(**kept)
+    ds = replace(ds, outputs=models.output_names(src), **m.model_dump())
+    if ds.task == Task.REGRESSION and ds.split is not None and ds.split.test_classes:  # values, not classes
+        ds = replace(ds, split=ds.split.model_copy(update={"test_classes": {}, "warnings": []}))
+    return ds
 
 
 class MeasureOptions(BaseModel):

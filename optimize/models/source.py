@@ -1,5 +1,5 @@
-"""Model inputs: recognise Keras 2, Keras 3, SavedModel, .tflite, and PyTorch (.pt2, nn.Module) and ONNX
-(converted by `torch_source`); load them fresh; export for conversion.
+"""Model inputs: recognise Keras 2, Keras 3, SavedModel and .tflite; load them fresh. (PyTorch and ONNX models
+are recognised and converted by `optimize.convert.pytorch`; Keras models exported by `optimize.convert.keras`.)
 
 Every failure to recognise a model is one ModelError line naming what was expected. Keras stage
 techniques get a fresh load each time (tfmot mutates the model it is given).
@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
-import logging
 import os
 import zipfile
 from dataclasses import replace
@@ -19,12 +17,13 @@ from pathlib import Path
 
 from optimize.core.bounded import loads_json, member_json
 from optimize.core.errors import ModelError
-from optimize.core.paths import check_tree, open_regular, read_bounded, regular_file, write_atomic
+from optimize.core.paths import check_tree, open_regular, read_bounded, regular_file
 from optimize.models import _tf
 
 # the opened model's record and its description, known to every caller as source.X too
 from optimize.models.spec import FLAT_KINDS as FLAT_KINDS
 from optimize.models.spec import TF_KINDS as TF_KINDS
+from optimize.models.spec import TRAINING as TRAINING
 from optimize.models.spec import InputSpec as InputSpec
 from optimize.models.spec import Kind as Kind
 from optimize.models.spec import ModelSource as ModelSource
@@ -38,7 +37,7 @@ from optimize.models.spec import tflite_io as tflite_io
 EXPECTED = "Pass a Keras .keras/.h5 file, a SavedModel directory, a .tflite, a .pt2 or an .onnx file."
 
 
-def _fingerprint(path: Path, files: list[Path] | None = None) -> str:
+def file_fingerprint(path: Path, files: list[Path] | None = None) -> str:
     """A content hash of the model file, or of every regular file of a folder (`check_tree`'s list: no
     FIFO, no device, no link outside, bounded in size), read through the one bounded reader."""
     h = hashlib.sha256()
@@ -99,13 +98,9 @@ def open_model(path, trust: bool = False, known=None) -> ModelSource:
     A Keras file must carry a readable model config, and none with Python code in it (Lambda layers,
     marshalled functions) unless `trust`: loading a legacy .h5 runs that code. A SavedModel is read with
     TensorFlow (its signature), unless `known` (a `known.Memo`) holds what reading these exact files found.
-    A .pt2 or .onnx file (or, from Python, an nn.Module) is recognised here and converted by
-    `torch_source.prepare` once the data gives its shapes; a .pt2 is inspected now, so a file that would run
-    code is refused before anything reads it.
+    PyTorch and ONNX models are opened by `optimize.convert.pytorch.open_source` (the front door,
+    `optimize.convert.front.open_inputs`, asks it first).
     """
-    torch_src = _open_torch(path)
-    if torch_src is not None:
-        return torch_src
     p = Path(path)
     if not p.exists():
         raise ModelError(f"No model at {p}.", EXPECTED)
@@ -132,7 +127,7 @@ def open_model(path, trust: bool = False, known=None) -> ModelSource:
     major = _keras_major(p)
     if major not in (2, 3):
         raise ModelError(f"{p} is not a model optimize can read.", EXPECTED)
-    src = ModelSource(p, "keras2" if major == 2 else "keras3", _fingerprint(p), trust)
+    src = ModelSource(p, "keras2" if major == 2 else "keras3", file_fingerprint(p), trust)
     config = _keras_config(src)
     if not (isinstance(config, dict) and isinstance(config.get("config"), dict) and config.get("class_name")):
         raise ModelError(f"{p} has no readable Keras model config.", "Save the model again with Keras.")
@@ -147,7 +142,7 @@ def _open_savedmodel(p: Path, known=None) -> ModelSource:
     if not ((p / "saved_model.pb").is_file() or (p / "saved_model.pbtxt").is_file()):
         raise ModelError(f"{p} is a directory but not a SavedModel (no saved_model.pb).", EXPECTED)
     files = check_tree(p, "SavedModel", ModelError)  # no FIFO, device or link outside; bounded size
-    fingerprint = _fingerprint(p, files)
+    fingerprint = file_fingerprint(p, files)
     record = known.model(fingerprint) if known is not None else None
     if record is not None and record.kind == "savedmodel" and record.inputs is not None:
         from optimize.models.known import specs_of
@@ -156,29 +151,6 @@ def _open_savedmodel(p: Path, known=None) -> ModelSource:
     _check_fingerprint(p)
     specs = _savedmodel_inputs(p)  # a corrupt graph or missing variables: one line now, not later
     return ModelSource(p, "savedmodel", fingerprint, inputs=tuple(specs), outputs=())
-
-
-def _open_torch(path) -> ModelSource | None:
-    """A PyTorch or ONNX model recognised (an nn.Module, a .pt2, an .onnx), or None for any other model."""
-    from optimize.models import torch_source
-
-    if torch_source.is_module(path):
-        return torch_source.from_module(path)
-    p = Path(path)
-    kind = _torch_kind(p) if p.is_file() else None
-    if kind is None:
-        return None
-    return torch_source.open_file(p, kind, _fingerprint(p) if kind != "torch-file" else "")
-
-
-def _torch_kind(p: Path) -> str | None:
-    """The kind of a PyTorch or ONNX file ("onnx", "pt2", "torch-file"; read bounded), else None."""
-    from optimize.models import torch_source
-
-    regular_file(p, "model", ModelError)
-    with open_regular(p, "model", ModelError) as f:
-        head = f.read(16)
-    return None if is_tflite(head) else torch_source.recognise(p, head)
 
 
 def _check_fingerprint(p: Path) -> None:
@@ -219,8 +191,6 @@ def load_keras2(src: ModelSource):
     """A fresh tf_keras model from disk. Keras 3 files get a clear line: tfmot needs Keras 2."""
     if src.kind != "keras2":
         if src.torch:
-            from optimize.models.torch_source import TRAINING
-
             raise ModelError(
                 f"{src.path.name}: {TRAINING}.",
                 "Use a post-training scheme (optimize quantize), or fine-tune in PyTorch and export again.",
@@ -262,65 +232,6 @@ def load_keras3(src: ModelSource):
         raise ModelError(
             f"Cannot load {src.path.name} with Keras 3: {str(e).splitlines()[0][:200]}", EXPECTED
         ) from None
-
-
-def export_saved_model(model, out: Path, batch: int | None = None) -> Path:
-    """Export a Keras 2 or Keras 3 model as an inference-only SavedModel (its serving endpoint only).
-
-    `model.export()` writes just the serving function; `tf.saved_model.save` on a Keras model also
-    traces every layer's training and loss functions, which made each MobileNetV2 conversion ~7x slower.
-    `batch` fixes the batch dimension (the route for recurrent layers, whose TensorList shapes must be
-    static); the signature keeps the model's input names either way.
-    """
-    from optimize.models.inert import inference_ready
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    model, cleared = inference_ready(model)  # training-only parts that change how a layer converts
-    handlers = list(logging.root.handlers)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            if batch is None:
-                model.export(str(out))
-            else:
-                _export_fixed(model, out, batch)
-    finally:  # absl's first message configures the root logger (a stderr handler): the caller's stays as it was
-        logging.root.handlers[:] = handlers
-    if cleared:
-        note = (
-            f"convert: dropout of {', '.join(cleared)} cleared before export (it acts only in training; with "
-            "recurrent_dropout the layer converts to a WHILE loop instead of its fused op); outputs checked equal"
-        )
-        write_atomic(out / EXPORT_NOTES, json.dumps([note]).encode())
-    return out
-
-
-#: A file beside an exported SavedModel holding what the export changed (read by the convert technique).
-EXPORT_NOTES = "optimize-export-notes.json"
-
-
-def export_notes(saved_model: Path) -> list[str]:
-    """What exporting the model changed, for the candidate's notes (empty for a SavedModel as given)."""
-    p = Path(saved_model) / EXPORT_NOTES
-    if not p.is_file():
-        return []
-    try:
-        notes = loads_json(read_bounded(p, "export notes"), "export notes")
-    except Exception:  # noqa: BLE001 - a note is never worth failing a conversion
-        return []
-    return [str(n) for n in notes] if isinstance(notes, list) else []
-
-
-def _export_fixed(model, out: Path, batch: int) -> None:
-    tf = _tf.tf()
-    keras = _tf.keras() if isinstance(model, _tf.keras().Model) else _tf.keras3()
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    specs = [tf.TensorSpec([batch, *t.shape[1:]], t.dtype, name=t.name.split(":")[0]) for t in model.inputs]
-    if len(specs) == 1:
-        archive.add_endpoint("serve", lambda x: model(x), input_signature=specs)
-    else:
-        archive.add_endpoint("serve", lambda *xs: model(list(xs)), input_signature=specs)
-    archive.write_out(str(out))
 
 
 def _keras_config(src: ModelSource) -> dict | None:

@@ -1,6 +1,6 @@
 """What an opened model is: a `ModelSource` (where, what kind, its fingerprint, and what every later step asks
 of it) and its `InputSpec`s; how a float .tflite is described (normalised, its inputs, outputs and heads).
-`source` opens Keras, SavedModel and .tflite files into one, `torch_source` PyTorch and ONNX models."""
+`source` opens Keras, SavedModel and .tflite files into one, `optimize.convert.pytorch` PyTorch and ONNX models."""
 
 from __future__ import annotations
 
@@ -17,6 +17,13 @@ Kind = Literal["keras2", "keras3", "savedmodel", "tflite", "onnx", "pt2", "modul
 FLAT_KINDS = ("tflite", "onnx", "pt2", "module")
 #: Sources that TensorFlow opens, checks and converts (a worker for them imports it first).
 TF_KINDS = ("keras2", "keras3", "savedmodel")
+#: PyTorch and ONNX sources (converted once to a float .tflite by litert-torch, `optimize.convert.pytorch`).
+TORCH_KINDS = ("onnx", "pt2", "module")
+#: Why pruning, clustering and QAT are left out for a PyTorch or ONNX model (and refused when asked for).
+TRAINING = (
+    "pruning, clustering and QAT fine-tune Keras models (tfmot), and a PyTorch or ONNX model has none: its float "
+    ".tflite cannot be fine-tuned"
+)
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,7 @@ class ModelSource:
     @property
     def torch(self) -> bool:
         """A PyTorch or ONNX model (converted once to a float .tflite by litert-torch)."""
-        return self.kind in ("onnx", "pt2", "module")
+        return self.kind in TORCH_KINDS
 
 
 def fingerprint_of(*parts: str) -> str:

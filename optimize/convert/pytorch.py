@@ -6,7 +6,7 @@ Routes (one way out):
 
 * `.onnx`: the graph normalised (`onnx_graph`: weights in Constant nodes, free dimensions fixed from the
   data, constants folded, If with a constant condition inlined), converted to an nn.Module by onnx2torch
-  with our export-friendly converters (`torch_ops`), then litert-torch;
+  with our export-friendly converters (`onnx_ops`), then litert-torch;
 * `.pt2`: read without running code from the file (`torch_files`), its program's module, then litert-torch;
 * an nn.Module (Python API): exported once to a `.pt2` of ours, then as above.
 
@@ -21,7 +21,7 @@ source model's NCHW layout, is transposed to fit.
 
 The conversion is cached by the source's fingerprint, the input plan and the converter versions, in
 `<cache>/converted/`. Its own error against the source runtime (ONNX Runtime, or PyTorch) is measured by
-`optimize.measure.conversion`. torch, onnx and onnx2torch are imported inside functions: this module
+`optimize.convert.fidelity`. torch, onnx and onnx2torch are imported inside functions: this module
 imports without the torch extra, and says which extra to install when a model needs it.
 """
 
@@ -49,13 +49,18 @@ from optimize.core.errors import DataError, ModelError
 from optimize.core.results import Conversion, ConvertedInput
 from optimize.core.vocab import Layout
 from optimize.models.data import Dataset, count, take
-from optimize.models.spec import ModelSource, fingerprint_of, opened_content, tflite_heads, tflite_io
+from optimize.models.spec import (
+    ModelSource,
+    fingerprint_of,
+    opened_content,
+    tflite_heads,
+    tflite_io,
+)
 
 # litert-torch imports JAX, which then warns at every fork (a quantizer's crash-contained child, a subprocess
 # started by Ray or MLflow) that a child using JAX may deadlock: none of those children uses JAX.
 warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
 
-TORCH_KINDS = ("onnx", "pt2", "module")
 INSTALL = 'pip install -e ".[torch]" (or pip install "optimize[torch]"; a CPU build of torch: see the README)'
 #: What each kind of source needs installed (import names).
 NEEDS = {
@@ -67,18 +72,13 @@ NEEDS = {
 TORCH_FILE_SUFFIXES = (".pt", ".pth", ".ptl", ".jit", ".ckpt", ".torchscript")
 #: Rows of test data the conversion's own error is measured on (the source runtime runs them one by one).
 FIDELITY_SAMPLES = 64
-ROUTE_VERSION = "1"
-#: Why pruning, clustering and QAT are left out for a PyTorch or ONNX model (and refused when asked for).
-TRAINING = (
-    "pruning, clustering and QAT fine-tune Keras models (tfmot), and a PyTorch or ONNX model has none: its float "
-    ".tflite cannot be fine-tuned"
-)  # bump when the route changes what it makes (also keyed by our converter modules' text)
+ROUTE_VERSION = "1"  # bump when the route changes what it makes (also keyed by our converter modules' text)
 
 
 def recognise(p: Path, head: bytes) -> str | None:
     """ "onnx", "pt2" or "torch-file" for a PyTorch or ONNX file (by content, then by name), else None."""
     if head.startswith(b"PK"):
-        from optimize.models.torch_files import describe_zip, is_pt2
+        from optimize.convert.torch_files import describe_zip, is_pt2
 
         if is_pt2(p):
             return "pt2"
@@ -117,6 +117,27 @@ def installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def open_source(model) -> ModelSource | None:
+    """A PyTorch or ONNX model recognised and opened (an nn.Module, a .pt2, an .onnx; not converted yet: that
+    needs the data's shapes), or None for any other model. A hostile .pt2 is refused here, before anything
+    else reads it."""
+    from optimize.core.paths import open_regular, regular_file
+    from optimize.models.source import file_fingerprint, is_tflite
+
+    if is_module(model):
+        return from_module(model)
+    p = Path(model)
+    if not p.is_file():
+        return None
+    regular_file(p, "model", ModelError)
+    with open_regular(p, "model", ModelError) as f:
+        head = f.read(16)
+    kind = None if is_tflite(head) else recognise(p, head)
+    if kind is None:
+        return None
+    return open_file(p, kind, file_fingerprint(p) if kind != "torch-file" else "")
+
+
 def open_file(p: Path, kind: str, fingerprint: str):
     """A PyTorch or ONNX source recognised (not yet converted: that needs the data's shapes). A .pt2 is
     inspected without running anything from it; any other torch file is refused in one line."""
@@ -127,12 +148,12 @@ def open_file(p: Path, kind: str, fingerprint: str):
                 f"{p.name} is a PyTorch file, not a model optimize reads without torch.",
                 f"Export a .pt2 with torch.export.save, and install the torch extra: {INSTALL}.",
             )
-        from optimize.models.torch_files import refuse
+        from optimize.convert.torch_files import refuse
 
         raise refuse(p)
     require(kind, p.name)
     if kind == "pt2":
-        from optimize.models.torch_files import inspect_pt2
+        from optimize.convert.torch_files import inspect_pt2
 
         inspect_pt2(p)  # refused now (a pickle payload, a foreign constant), before anything else reads it
     else:
@@ -308,7 +329,7 @@ def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where
 def _onnx_declared(model) -> list[Declared]:
     from onnx import helper
 
-    from optimize.models.onnx_graph import declared_inputs
+    from optimize.convert.onnx_graph import declared_inputs
 
     out = []
     for vi in declared_inputs(model):
@@ -320,8 +341,8 @@ def _onnx_declared(model) -> list[Declared]:
 
 def _onnx_module(p: Path, model, plan: Plan) -> tuple[object, list[str], list[str], dict]:
     """The normalised ONNX graph as an nn.Module, its output names, what normalising did, and timings."""
-    from optimize.models import torch_ops
-    from optimize.models.onnx_graph import NormalizeError, normalize
+    from optimize.convert import onnx_ops
+    from optimize.convert.onnx_graph import NormalizeError, normalize
 
     t0 = time.perf_counter()
     shapes = {i.name: tuple(i.source_shape) for i in plan.inputs}
@@ -330,7 +351,7 @@ def _onnx_module(p: Path, model, plan: Plan) -> tuple[object, list[str], list[st
         norm = normalize(model, shapes, frozen)
     except NormalizeError as e:
         raise ModelError(f"{p.name}: {e}.", "Pass data whose samples fix every free dimension.") from None
-    bad = torch_ops.unsupported_ops(norm.model)
+    bad = onnx_ops.unsupported_ops(norm.model)
     if bad:
         raise ModelError(
             f"{p.name}: no converter for {len(bad)} ONNX op(s): {'; '.join(bad[:4])}{' ...' if len(bad) > 4 else ''}.",
@@ -339,7 +360,7 @@ def _onnx_module(p: Path, model, plan: Plan) -> tuple[object, list[str], list[st
     t1 = time.perf_counter()
     try:
         with _quiet():
-            module = torch_ops.convert(norm.model)
+            module = onnx_ops.convert(norm.model)
     except NotImplementedError as e:  # our ConversionError, or onnx2torch's own
         raise ModelError(
             f"{p.name}: {str(e).splitlines()[0][:300]}.", "Export the model without that op, or as a .pt2."
@@ -509,7 +530,7 @@ def _route_digest() -> str:
     from importlib import metadata
 
     h = hashlib.sha256(ROUTE_VERSION.encode())
-    for f in ("torch_ops.py", "onnx_graph.py", "torch_source.py"):
+    for f in ("onnx_ops.py", "onnx_graph.py", "pytorch.py"):
         h.update((Path(__file__).parent / f).read_bytes())
     for dist in ("torch", "litert-torch", "onnx", "onnx2torch", "ai-edge-litert"):
         with contextlib.suppress(metadata.PackageNotFoundError):
@@ -581,7 +602,7 @@ def _declared(src) -> tuple[list[Declared], object]:
     if src.kind == "onnx":
         model = _read_onnx(src.path)
         return _onnx_declared(model), model
-    from optimize.models.torch_files import load_pt2
+    from optimize.convert.torch_files import load_pt2
 
     ep, facts = load_pt2(src.path)
     return _pt2_declared(ep), (ep, facts)
@@ -603,7 +624,7 @@ def _export_module(src, ds: Dataset | None):
         )
     plan = plan_inputs(declared, ds, Layout.SOURCE, src.path.stem)
     rows = _first_sample(plan, ds, sample)
-    from optimize.models.torch_ops import NamedIO
+    from optimize.convert.onnx_ops import NamedIO
 
     inner = module
     named = NamedIO(
@@ -622,7 +643,7 @@ def _output_names(module, plan: Plan, rows: dict[str, np.ndarray]) -> list[str]:
     """The outputs' names: a dict's keys, else `output` or `output_0`, `output_1`, ... (one eager run)."""
     import torch
 
-    from optimize.models.torch_ops import flatten_outputs
+    from optimize.convert.onnx_ops import flatten_outputs
 
     with torch.no_grad(), _quiet():
         feeds = sample_kwargs(plan, rows)
@@ -646,14 +667,14 @@ def _inner(src, model, plan: Plan) -> tuple[object, list[str], list[str], dict]:
 
 def _program_module(ep):
     """An ExportedProgram's module, taking its user inputs positionally."""
-    from optimize.models.torch_ops import Program
+    from optimize.convert.onnx_ops import Program
 
     return Program(ep)
 
 
 def _convert(src, model, plan: Plan, ds: Dataset | None) -> tuple[bytes, Conversion]:
     """The float .tflite (NHWC where planned) and the record of how it was made."""
-    from optimize.models.torch_ops import NamedIO
+    from optimize.convert.onnx_ops import NamedIO
 
     inner, outputs, facts, seconds = _inner(src, model, plan)
     rows_source = _first_sample(replace(plan, inputs=[i.model_copy(update={"layout": ""}) for i in plan.inputs]), ds)
@@ -680,7 +701,7 @@ def _convert(src, model, plan: Plan, ds: Dataset | None) -> tuple[bytes, Convers
 def named_module(src):
     """The converted source's named module again, as the conversion made it (read from its file: in a worker
     too), for routes that work on the torch graph (PT2E)."""
-    from optimize.models.torch_ops import NamedIO
+    from optimize.convert.onnx_ops import NamedIO
 
     record = src.conversion
     plan = Plan(list(record.inputs), dict(record.frozen), Layout(record.layout))
@@ -699,7 +720,7 @@ def named_module(src):
 def _output_shapes(inner, plan: Plan, rows: dict[str, np.ndarray]) -> list[tuple[int, ...]]:
     import torch
 
-    from optimize.models.torch_ops import flatten_outputs
+    from optimize.convert.onnx_ops import flatten_outputs
 
     feeds = sample_kwargs(plan, rows)
     with torch.no_grad(), _quiet():
@@ -769,7 +790,7 @@ def source_feeds(record: Conversion, x: dict | np.ndarray) -> dict[str, np.ndarr
 def side_by_side(src, xs, threads: int = 2) -> tuple[list, list, list[str], str, list]:
     """The converted .tflite and the source runtime on the same samples `xs`: (the .tflite's outputs, the
     source's stacked alike and in the same order, the output names, the reference runtime's name, each
-    output's head) - what `measure.conversion` turns into the conversion's fidelity."""
+    output's head) - what `fidelity` turns into the conversion's fidelity."""
     from optimize.models import runtime
 
     record: Conversion = src.conversion
@@ -838,13 +859,13 @@ _ORT_TYPES = {
 def _torch_eager(src, xs: list[dict], record: Conversion):
     import torch
 
-    from optimize.models.torch_files import load_pt2
-    from optimize.models.torch_ops import flatten_outputs
+    from optimize.convert.onnx_ops import flatten_outputs
+    from optimize.convert.torch_files import load_pt2
 
     named = _MODULES.get(src.path and _fingerprint_file(src.path))
     what = "the nn.Module in PyTorch (eager)" if named is not None else f"the .pt2 program in PyTorch ({src.path.name})"
     if named is None:
-        from optimize.models.torch_ops import NamedIO, Program
+        from optimize.convert.onnx_ops import NamedIO, Program
 
         ep, _ = load_pt2(src.path)
         named = NamedIO(Program(ep), [(i.key, i.sample_axis == "whole") for i in record.inputs], record.outputs)

@@ -10,14 +10,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 
+from optimize.convert import pytorch
 from optimize.core.results import Fidelity
 from optimize.measure.metrics import fidelity_of
-from optimize.models import torch_source
 from optimize.models.data import Dataset, count, take
 from optimize.models.source import ModelSource
 
 
-def measure(src: ModelSource, ds: Dataset | None, threads: int = 2, samples: int = torch_source.FIDELITY_SAMPLES):
+def measure(src: ModelSource, ds: Dataset | None, threads: int = 2, samples: int = pytorch.FIDELITY_SAMPLES):
     """The source with its conversion record's `fidelity` filled in (unchanged without data, or for a source
     that was not converted)."""
     record = src.conversion
@@ -30,11 +30,11 @@ def measure(src: ModelSource, ds: Dataset | None, threads: int = 2, samples: int
 
 def _cache_file(src: ModelSource, ds: Dataset, n: int):
     key = hashlib.sha256(f"{src.fingerprint}|{ds.fingerprint}|{n}".encode()).hexdigest()[:24]
-    root = torch_source.cache_dir()
+    root = pytorch.cache_dir()
     return root, root / f"{key}.fidelity.json"
 
 
-def fidelity(src: ModelSource, ds: Dataset, threads: int = 2, samples: int = torch_source.FIDELITY_SAMPLES) -> Fidelity:
+def fidelity(src: ModelSource, ds: Dataset, threads: int = 2, samples: int = pytorch.FIDELITY_SAMPLES) -> Fidelity:
     """The float .tflite against the source runtime on up to `samples` test samples."""
     from optimize.core.paths import read_below, write_atomic
 
@@ -44,7 +44,7 @@ def fidelity(src: ModelSource, ds: Dataset, threads: int = 2, samples: int = tor
         cached = read_below(root, path, 2**24, "conversion fidelity")
         if cached is not None:
             return Fidelity.model_validate_json(cached)
-    mine, theirs, names, reference, heads = torch_source.side_by_side(src, take(ds.x_test, slice(0, n)), threads)
+    mine, theirs, names, reference, heads = pytorch.side_by_side(src, take(ds.x_test, slice(0, n)), threads)
     result = fidelity_of(mine, theirs, names, reference, hs=heads or None)
     with contextlib.suppress(OSError):
         root.mkdir(parents=True, exist_ok=True)

@@ -1,19 +1,95 @@
-"""Conversion to .tflite with the TFLite converter: float32, float16, dynamic range, full int8, int16x8."""
+"""Keras and SavedModel models to .tflite with the TFLite converter: the export that prepares a Keras model
+for it (inference-only SavedModel, training-only parts cleared, a fixed batch for recurrent layers), and the
+`convert` technique: float32, and the converter's own float16, dynamic range, full int8 and int16x8.
+
+The float32 conversion is the pipeline's baseline; every LiteRT Quantizer scheme starts from it. The
+converter's quantizing schemes are the `--backend converter` route (and what follows QAT or needs float
+fallback). This module and `pytorch` are the only places that make a float .tflite from a model.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import logging
 import re
 from pathlib import Path
 
 from pydantic import Field, model_validator
 
+from optimize.convert.inert import inference_ready
+from optimize.core.bounded import loads_json
 from optimize.core.errors import DataError, TechniqueFailed
+from optimize.core.paths import read_bounded
 from optimize.core.registry import Context, SchemeParams, Stage, technique
 from optimize.core.results import write_atomic
 from optimize.core.vocab import CALIBRATED_SCHEMES, IO, LITERT_ONLY_SCHEMES, Scheme
 from optimize.models import _tf
 from optimize.models.data import count, take
 from optimize.models.runtime import captured_stderr
+
+# ------------------------------------------------------------------------------------------- export
+
+
+def export_saved_model(model, out: Path, batch: int | None = None) -> Path:
+    """Export a Keras 2 or Keras 3 model as an inference-only SavedModel (its serving endpoint only).
+
+    `model.export()` writes just the serving function; `tf.saved_model.save` on a Keras model also
+    traces every layer's training and loss functions, which made each MobileNetV2 conversion ~7x slower.
+    `batch` fixes the batch dimension (the route for recurrent layers, whose TensorList shapes must be
+    static); the signature keeps the model's input names either way.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model, cleared = inference_ready(model)  # training-only parts that change how a layer converts
+    handlers = list(logging.root.handlers)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            if batch is None:
+                model.export(str(out))
+            else:
+                _export_fixed(model, out, batch)
+    finally:  # absl's first message configures the root logger (a stderr handler): the caller's stays as it was
+        logging.root.handlers[:] = handlers
+    if cleared:
+        note = (
+            f"convert: dropout of {', '.join(cleared)} cleared before export (it acts only in training; with "
+            "recurrent_dropout the layer converts to a WHILE loop instead of its fused op); outputs checked equal"
+        )
+        write_atomic(out / EXPORT_NOTES, json.dumps([note]).encode())
+    return out
+
+
+#: A file beside an exported SavedModel holding what the export changed (read by the convert technique).
+EXPORT_NOTES = "optimize-export-notes.json"
+
+
+def export_notes(saved_model: Path) -> list[str]:
+    """What exporting the model changed, for the candidate's notes (empty for a SavedModel as given)."""
+    p = Path(saved_model) / EXPORT_NOTES
+    if not p.is_file():
+        return []
+    try:
+        notes = loads_json(read_bounded(p, "export notes"), "export notes")
+    except Exception:  # noqa: BLE001 - a note is never worth failing a conversion
+        return []
+    return [str(n) for n in notes] if isinstance(notes, list) else []
+
+
+def _export_fixed(model, out: Path, batch: int) -> None:
+    tf = _tf.tf()
+    keras = _tf.keras() if isinstance(model, _tf.keras().Model) else _tf.keras3()
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    specs = [tf.TensorSpec([batch, *t.shape[1:]], t.dtype, name=t.name.split(":")[0]) for t in model.inputs]
+    if len(specs) == 1:
+        archive.add_endpoint("serve", lambda x: model(x), input_signature=specs)
+    else:
+        archive.add_endpoint("serve", lambda *xs: model(list(xs)), input_signature=specs)
+    archive.write_out(str(out))
+
+
+# ------------------------------------------------------------------------------------------- the converter
 
 
 class ConvertParams(SchemeParams):
@@ -159,8 +235,6 @@ def convert(model: Path, params: ConvertParams, ctx: Context) -> Path:
     runs on slow reference kernels; dynamic quantizes weights only and can run slower than float. When
     the dynamic-batch export cannot convert (Keras RNNs), it is traced again with a batch of 1.
     """
-    from optimize.models.source import export_notes
-
     tf = _tf.tf()
     ctx.notes.extend(n for n in export_notes(model) if n not in ctx.notes)
     try:

@@ -86,20 +86,24 @@ def facts_once(facts: list[str], study: Study) -> list[str]:
     leads that line instead of standing beside it: three lines on int16x8's reference kernels become one."""
     out = list(dict.fromkeys(facts))
     for c in study.candidates:
-        if not c.ok:
-            continue
-        label = c.name if c.name == c.scheme else f"{c.name} ({c.scheme})"
-        xnn = next((f for f in out if f.startswith(f"{c.name}: XNNPACK takes ")), None)
-        slow = next((f for f in out if f.startswith(f"{label} measured slower than float32 here: ")), None)
-        if not (xnn and slow):
-            continue
-        general = next((f for f in out if c.name == c.scheme and f.startswith(f"{c.scheme} ")), None)
-        where = xnn.removeprefix(f"{c.name}: XNNPACK takes ").split(";")[0]
-        measured = slow.removeprefix(f"{label} measured slower than float32 here: ").rstrip(".")
-        lead = general.rstrip(".") if general else f"{label} runs on the CPU's reference kernels"
-        one = f"{lead}: here XNNPACK takes {where}, and it measured {measured}."
-        out = [one if f == slow else f for f in out if f not in (xnn, general)]
+        if c.ok:
+            out = _one_line_on(c, out)
     return out
+
+
+def _one_line_on(c: Candidate, facts: list[str]) -> list[str]:
+    """`facts` with what they say of `c`'s reference kernels in one line (facts_once)."""
+    label = c.name if c.name == c.scheme else f"{c.name} ({c.scheme})"
+    xnn = next((f for f in facts if f.startswith(f"{c.name}: XNNPACK takes ")), None)
+    slow = next((f for f in facts if f.startswith(f"{label} measured slower than float32 here: ")), None)
+    if not (xnn and slow):
+        return facts
+    general = next((f for f in facts if c.name == c.scheme and f.startswith(f"{c.scheme} ")), None)
+    where = xnn.removeprefix(f"{c.name}: XNNPACK takes ").split(";")[0]
+    measured = slow.removeprefix(f"{label} measured slower than float32 here: ").rstrip(".")
+    lead = general.rstrip(".") if general else f"{label} runs on the CPU's reference kernels"
+    one = f"{lead}: here XNNPACK takes {where}, and it measured {measured}."
+    return [one if f == slow else f for f in facts if f not in (xnn, general)]
 
 
 def _size(c: Candidate) -> int:

@@ -187,12 +187,18 @@ def run_all(
             shutil.rmtree(r.out_dir / ".work", ignore_errors=True)
             studies.append(r.study(name))
         for r, study in zip(runs, studies, strict=True):
-            paths.publish(r.out_dir, r.final)
-            written = {c.artifact for c in study.candidates}
-            for name in r.replaces:
-                if name not in written:
-                    paths.remove_below(r.final, r.final / name)
+            _publish(r, study)
     return studies
+
+
+def _publish(r: Run, study: Study) -> None:
+    """The run's staging folder moved into its output folder, and the files of the study it replaced that
+    this one did not write again removed (`_replaced`)."""
+    paths.publish(r.out_dir, r.final)
+    written = {c.artifact for c in study.candidates}
+    for name in r.replaces:
+        if name not in written:
+            paths.remove_below(r.final, r.final / name)
 
 
 def _replaced(r: Run) -> list[str]:

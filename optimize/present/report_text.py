@@ -546,10 +546,15 @@ def print_study(study: Study, folder: Path | None = None, wide: bool = False, wi
         written = [c for c in study.candidates if c.artifact and (Path(folder) / c.artifact).is_file()]
         _wrote(con, f"Wrote {len(written)} artifact(s) and {Path(folder) / 'study.json'}")
     if any(c.ok for c in study.candidates):
-        for line in next_steps(study, folder):
-            warning = line.startswith("WARNING:")
-            hang = len("WARNING: ") if warning else 11 if line.startswith("  ") else 6
-            _lines(con, line, hang=hang, style="red" if warning else "")
+        _print_next_steps(con, study, folder)
+
+
+def _print_next_steps(con, study: Study, folder: Path | None) -> None:
+    """next_steps, each line wrapped under its own text; the guard's warnings red where colour shows."""
+    for line in next_steps(study, folder):
+        warning = line.startswith("WARNING:")
+        hang = len("WARNING: ") if warning else 11 if line.startswith("  ") else 6
+        _lines(con, line, hang=hang, style="red" if warning else "")
 
 
 def phase_lines(cands: list[Candidate], study: Study | None = None) -> list[str]:

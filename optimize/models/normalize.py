@@ -119,6 +119,27 @@ def _add_signature(model) -> bool:
     return True
 
 
+def named_signature(content: bytes, inputs: list[str], outputs: list[str]) -> bytes:
+    """`content` with a serving_default signature naming its main subgraph's inputs and outputs, in graph order,
+    `inputs` and `outputs` (a converter that leaves none, as the TFLite converter does for concrete functions)."""
+    model = _load(content)
+    sg = model.subgraphs[0]
+    if len(inputs) != len(sg.inputs) or len(outputs) != len(sg.outputs):
+        raise ValueError(f"{len(sg.inputs)} inputs and {len(sg.outputs)} outputs, not {len(inputs)} and {len(outputs)}")
+    s = _schema()
+    sig = s.SignatureDefT()
+    sig.signatureKey, sig.subgraphIndex = SIGNATURE, 0
+    for attr, names in (("inputs", inputs), ("outputs", outputs)):
+        maps = []
+        for name, idx in zip(names, getattr(sg, attr)):
+            m = s.TensorMapT()
+            m.name, m.tensorIndex = name, int(idx)
+            maps.append(m)
+        setattr(sig, attr, maps)
+    model.signatureDefs = [sig]
+    return _save(model)
+
+
 def _unique_names(model) -> int:
     """Give every tensor a name no other tensor has, in any subgraph (LiteRT Quantizer addresses tensors by
     name: "Tensor name arg0 is not unique"). Converters from other frameworks reuse names across the

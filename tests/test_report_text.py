@@ -307,3 +307,12 @@ def test_accuracy_from_a_thin_test_split_is_starred_and_said_so(capsys):
     assert "* on acc and Δ = measured on 1 test sample(s), fewer than 32: a rough figure." in _words(out)
     out = _sweep_text(full_study(), capsys)
     assert "*" not in out.replace("**", "") and "rough figure" not in out
+
+
+def test_a_long_output_folder_keeps_every_ship_line_within_80_columns(capsys):
+    """A pytest temp folder is ~70 characters: indented under its target, the path would pass 80."""
+    folder = Path("/tmp/pytest-of-root/pytest-12/test_long_output_fo0/o")  # with a file, 75 characters
+    print_study(full_study(), folder, width=80)
+    out = _plain(capsys)
+    assert max(map(len, out.splitlines())) <= 80, [line for line in out.splitlines() if len(line) > 80]
+    assert f"What to ship (in {folder}):" in _words(out) and "  cpu      artifacts/" in out

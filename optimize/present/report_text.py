@@ -65,7 +65,10 @@ def _lines(con, text: str, hang: int = 0, style: str = "") -> None:
 
     from optimize.core.shown import escape, wrap
 
-    con.print(Text(wrap(escape(text), con.width, hang=hang), style=style), soft_wrap=True, highlight=False)
+    lines = wrap(escape(text), con.width, hang=hang).split("\n")
+    # a path is never split: one too long to stand indented stands at column 0, where it fits if anything does
+    text = "\n".join(line.lstrip() if len(line) > con.width else line for line in lines)
+    con.print(Text(text, style=style), soft_wrap=True, highlight=False)
 
 
 def _wrote(con, text: str) -> None:
@@ -377,6 +380,8 @@ def _print_tables(con, cands: list[Candidate], baseline: Candidate | None, title
 
 #: The targets the sweep's closing summary answers for, in the order it lists them.
 SHIP_TARGETS = (Target.CPU, Target.GPU, Target.COREML, Target.NNAPI, Target.HEXAGON, Target.MCU)
+#: An output folder longer than this is said once above the files, which are then named alone.
+SHORT_FOLDER = 24
 
 
 def next_steps(study: Study, folder: Path | None) -> list[str]:
@@ -386,17 +391,19 @@ def next_steps(study: Study, folder: Path | None) -> list[str]:
     from optimize.decide.choose import recommend
 
     where = str(Path(folder) / "study.json") if folder else "study.json"
+    # files by their path while it is short enough to copy from the line, else by name, the folder said once
+    by_name = folder is not None and len(str(folder)) > SHORT_FOLDER
     ship, warnings, guard = [], [], None
     for target in SHIP_TARGETS:
         rec = recommend(study, target, folder=folder)
         guard = guard or rec.guard
-        ship.append(f"  {target:8} {_ship(study, target, rec, folder)}")
+        ship.append(f"  {target:8} {_ship(study, target, rec, None if by_name else folder)}")
         warnings += [w for w in rec.warnings if w not in warnings]
     within = f"within the default guard ({guard}; no accuracy goal given)" if guard else "no accuracy goal given"
     return [
         f"Next: optimize recommend {where} --target T   (why, and what else)",
         f"      optimize report {where}   (report.md, report.html, plots)",
-        f"What to ship: the smallest file each target runs fully, {within}:",
+        f"What to ship{f' (in {folder})' if by_name else ''}: the smallest file each target runs fully, {within}:",
         *ship,
         *(f"WARNING: {w}" for w in warnings),
     ]
@@ -406,7 +413,8 @@ def _ship(study: Study, target: Target, rec, folder: Path | None) -> str:
     """One target's answer: the file and why in a few words, or why nothing is (the default guard, or the
     blocker of the candidate that comes closest to running fully)."""
     if rec.keep_float32:
-        return f"{rec.keep_float32} (keep the float32 file: nothing smaller passes)"
+        keep = rec.keep_float32 if folder is not None else Path(rec.keep_float32).name
+        return f"{keep} (keep the float32 file: nothing smaller passes)"
     if rec.chosen:
         c = study.candidate(rec.chosen)
         base = next((b for b in study.candidates if b.name == study.baseline), None)

@@ -325,7 +325,28 @@ def input_specs(src: ModelSource) -> list[InputSpec]:
         if src.inputs is not None:
             return list(src.inputs)
     model = load_keras2(src) if src.kind == "keras2" else load_keras3(src)
-    return [InputSpec(t.name.split(":")[0], tuple(-1 if d is None else int(d) for d in t.shape)) for t in model.inputs]
+    return [
+        InputSpec(t.name.split(":")[0], tuple(-1 if d is None else int(d) for d in t.shape), _dtype_name(t.dtype))
+        for t in model.inputs
+    ]
+
+
+def _dtype_name(dtype) -> str:
+    """A Keras tensor's dtype as numpy names it (tf_keras gives a tf.DType, Keras 3 a string)."""
+    return str(getattr(dtype, "name", dtype) or "float32")
+
+
+def id_bounds(src: ModelSource) -> list:
+    """How many ids each id input takes (`vocabulary.IdBound`), read from the model without TensorFlow: a Keras
+    file's Embedding layers (its stored config), a float .tflite's GATHER / EMBEDDING_LOOKUP tables. [] for a
+    SavedModel (its graph is TensorFlow's to read) or where the model does not say."""
+    from optimize.models import vocabulary
+
+    if src.kind in ("keras2", "keras3"):
+        return vocabulary.keras_bounds(_keras_config(src))
+    if src.flat and opened(src).content is not None:
+        return vocabulary.tflite_bounds(opened(src).content)
+    return []
 
 
 def input_shape(src: ModelSource) -> tuple:

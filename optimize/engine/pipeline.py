@@ -23,7 +23,7 @@ from optimize.core.errors import DataError, ModelError, OptimizeError, RecipeErr
 from optimize.core.recipe import Recipe, build
 from optimize.core.registry import Context, Stage
 from optimize.core.results import PHASES, Candidate, Composition, Metrics, Probe, Step, write_atomic
-from optimize.core.vocab import Backend
+from optimize.core.vocab import CALIBRATED_SCHEMES, Backend
 from optimize.engine.plan import _key, checked, resolve
 from optimize.measure import metrics as measure
 from optimize.measure import probe, verify
@@ -32,6 +32,7 @@ from optimize.models import source as models
 from optimize.models.data import Dataset, take
 from optimize.models.inputs import check_data
 from optimize.present.progress import Progress
+from optimize.transforms.tflite import calibrator
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +207,8 @@ class Workspace:
                 state = self.memo[key]
                 continue
             tech = registry.get(step.technique)
-            log.info("  %s %s", tech.name, _brief(step))
+            # `step` travels with the record: a worker that dies in this step is reported with it (engine.work)
+            log.info("  %s %s", tech.name, _brief(step), extra={"step": _step_name(tech.name, step)})
             with timed(self.phases, _phase(tech)):
                 state = self._step(tech, step.params, state, key, prefix)
             self.memo[key] = state
@@ -248,6 +250,12 @@ class Workspace:
             ctx = self._context(key, state)
             state = _State("tflite", tech.fn(state.path, params, ctx), None, ctx.notes, ctx.skipped_layers, ctx.records)
         return state
+
+
+def _step_name(technique: str, step: Step) -> str:
+    """`convert scheme=int8`: a step as a failure names it (its technique and scheme)."""
+    scheme = getattr(step.params, "scheme", None)
+    return f"{technique} scheme={scheme}" if scheme is not None else technique
 
 
 def _brief(step: Step) -> str:
@@ -300,6 +308,11 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
         if not _other_route(ws, recipe) or not _failed_after_conversion(ws, recipe):
             raise
         state, parsed, composition, problem = None, None, None, f"{e}"
+    blocked = _no_calibrator(ws, recipe) if problem and _other_route(ws, recipe) else None
+    if blocked:  # the converter's calibrator would crash the worker: not tried, and said so
+        raise (NotWhatItSays if state is not None else TechniqueFailed)(
+            f"{problem}; not made by the TFLite converter: {blocked}"
+        )
     if problem and _other_route(ws, recipe):
         other = recipe.with_backend(Backend.CONVERTER)
         state = ws.produce(other.steps)
@@ -315,6 +328,26 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
     if problem:
         raise NotWhatItSays(problem)
     return recipe, state, composition, parsed
+
+
+def _no_calibrator(ws: Workspace, recipe: Recipe) -> str | None:
+    """Why the TFLite converter cannot make the recipe's calibrated scheme from its float model: control flow
+    (a GRU or SimpleRNN lowered to a WHILE loop) that the converter's calibrator does not go through (it
+    crashes with SIGSEGV there: a Keras 2.0 bidirectional GRU did, in four candidates)."""
+    if str(recipe.scheme) not in CALIBRATED_SCHEMES:
+        return None
+    prefix: list = []
+    for step in recipe.steps:
+        prefix.append(step.model_dump())
+        if step.technique == "convert":
+            state = ws.memo.get(_key(ws.root, prefix))
+            if state is None or state.kind != "tflite" or not state.path.is_file():
+                return None
+            flow = calibrator.control_flow(state.path.read_bytes())
+            if not flow:
+                return None
+            return f"its {recipe.scheme} calibration does not go through {calibrator.describe_flow(flow)} (it crashes)"
+    return None
 
 
 def _failed_after_conversion(ws: Workspace, recipe: Recipe) -> bool:

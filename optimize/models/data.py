@@ -263,7 +263,7 @@ def integer_ids(ds: Dataset, types: dict[str, str], single: bool | None = None) 
     if not ints:
         return ds, []
     fitted = {split: fit(x, label) for split, label, x in _splits(ds)}
-    return replace(ds, **fitted), notes
+    return replace(ds, **fitted), list(dict.fromkeys(notes))  # x's train and test parts: one note
 
 
 def _is_int(dtype: str) -> bool:

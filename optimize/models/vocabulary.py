@@ -181,6 +181,14 @@ def _table(sg, op) -> tuple[int, int] | None:
     return ids, int(sg.tensors[table].shape[0])
 
 
+def _wrapped(sg, op) -> int | None:
+    """The ids of Keras 3's negative-index wrap, SELECT(ids < 0, ids + rows, ids): a non-negative id passes
+    unchanged (and a negative one is refused before it gets there)."""
+    _, plus, ids = op.inputs
+    add = sg.ops[sg.producer[plus]] if plus in sg.producer else None
+    return ids if add is not None and add.name == "ADD" and ids in add.inputs else None
+
+
 def tflite_bounds(content: bytes) -> list[IdBound]:
     """The rows of each embedding table a model input indexes, by the input's signature name."""
     from optimize.models.tflite import read_model
@@ -194,6 +202,8 @@ def tflite_bounds(content: bytes) -> list[IdBound]:
 
     def step(t):
         op = sg.ops[sg.producer[t]] if t in sg.producer else None
+        if op is not None and op.name in ("SELECT", "SELECT_V2") and len(op.inputs) == 3:
+            return _wrapped(sg, op)
         return op.inputs[0] if op is not None and op.name in TFLITE_KEEPS_IDS and op.inputs else None
 
     out = []

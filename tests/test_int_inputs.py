@@ -396,3 +396,19 @@ def test_token_ids_as_floats_and_beyond_the_vocabulary_in_torch_and_onnx(tokens,
         assert f"x holds id {V + 3} (1 id(s) out of range): input tokens indexes {table}" in e.value.problem
         assert f"of {V} rows, ids 0..{V - 1}" in e.value.problem
     assert "tokens_f32.npz: x holds ids stored as float32: whole numbers, cast to int64" in caplog.text
+
+
+def test_integer_only_int8_of_a_gru_loop_is_refused_without_the_converter_that_crashes(old_h5, tmp_path):
+    """LiteRT Quantizer keeps the GRU's WHILE loop float, so int8 with int8 I/O cannot be integer-only; the
+    TFLite converter's calibrator, the fallback, crashes on such loops (SIGSEGV): it is not tried, and said so.
+    (Run in this process: were it tried, the test process would die.)"""
+    import optimize
+
+    d, _, _ = old_h5
+    recipe = build("int8-int8io", [{"technique": "convert"}, {"technique": "quantize", "scheme": "int8", "io": "int8"}])
+    cand = optimize.run(recipe, d / "old.h5", d / "old.npz", tmp_path / "q.tflite", jobs=0)
+    assert not cand.ok
+    assert "cannot be integer-only: the model has a WHILE loop" in cand.error
+    assert cand.error.endswith(
+        "not made by the TFLite converter: its int8 calibration does not go through a WHILE loop (a GRU or SimpleRNN lowered to a loop, or a loop from another converter) (it crashes)"
+    )

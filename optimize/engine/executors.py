@@ -388,7 +388,8 @@ class ProcessExecutor(_LocalTiming):
             w.step = payload
         elif kind == "log":
             log.log(*payload)
-        elif kind == "phase":
+        elif kind == "phase":  # measuring, probing, checking delegates: production is over
+            w.step = None
             self.progress.phase(payload)
         elif kind == "done":
             recipe = next((r for r in w.task.recipes if r.name == w.current), None) or w.task.first_open(w.done)

@@ -311,7 +311,7 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
     blocked = _no_calibrator(ws, recipe) if problem and _other_route(ws, recipe) else None
     if blocked:  # the converter's calibrator would crash the worker: not tried, and said so
         raise (NotWhatItSays if state is not None else TechniqueFailed)(
-            f"{problem}; not made by the TFLite converter: {blocked}"
+            f"{problem.rstrip('.')}; not made by the TFLite converter: {blocked}"
         )
     if problem and _other_route(ws, recipe):
         other = recipe.with_backend(Backend.CONVERTER)

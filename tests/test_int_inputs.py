@@ -68,6 +68,13 @@ def test_ids_beyond_an_embedding_are_one_line_naming_the_input_and_the_bound():
     bad[3, 2] = -1
     with pytest.raises(DataError, match="holds id -1"):
         check_ids(from_arrays(x=bad, source="tokens.npz"), [vocabulary.IdBound("tokens", 50, "Embedding 'emb'")], 1)
+    # Keras 3's Embedding counts ids -50..-1 from the end (it wraps them itself): those fit, -51 does not
+    check_ids(from_arrays(x=bad, source="tokens.npz"), [vocabulary.IdBound("tokens", 50, "Embedding 'emb'", True)], 1)
+    bad[3, 2] = -51
+    with pytest.raises(DataError, match=r"holds id -51 .* ids -50\.\.49"):
+        check_ids(
+            from_arrays(x=bad, source="tokens.npz"), [vocabulary.IdBound("tokens", 50, "Embedding 'emb'", True)], 1
+        )
 
 
 def _keras2_functional() -> dict:
@@ -238,7 +245,7 @@ def test_ids_as_floats_and_ids_beyond_the_vocabulary_in_a_keras_model(text3, cli
     assert ds.x_cal["ids"].dtype == np.int32 and ds.x_cal["mask"].dtype == np.int32
     assert "text_f32.npz: x:ids holds ids stored as float32: whole numbers, cast to int32" in caplog.text
     r = cli("quantize", str(text3 / "text.keras"), "-c", str(text3 / "text_oov.npz"), "-o", str(tmp_path / "o"))
-    one_line_error(r, "text_oov.npz: x:ids holds id 42", "input ids indexes Embedding 'emb' of 40 rows, ids 0..39")
+    one_line_error(r, "text_oov.npz: x:ids holds id 42", "input ids indexes Embedding 'emb' of 40 rows, ids -40..39")
     assert not (tmp_path / "o").exists()
 
 
@@ -257,7 +264,7 @@ def test_a_float_tflite_reads_its_bounds_from_its_tables(recsys, tmp_path, cli):
     arrays["x:item"] = arrays["x:item"] + 5
     np.savez(tmp_path / "beyond.npz", **arrays)
     r = cli("evaluate", str(tmp_path / "f.tflite"), "-d", str(tmp_path / "beyond.npz"))
-    one_line_error(r, "beyond.npz: x:item holds id 74", "input item indexes GATHER table", "of 70 rows, ids 0..69")
+    one_line_error(r, "beyond.npz: x:item holds id 74", "input item indexes GATHER table", "of 70 rows, ids -70..69")
 
 
 # ------------------------------------------------------------------------------------------- old Keras files

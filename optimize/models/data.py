@@ -283,15 +283,16 @@ def check_ids(ds: Dataset, bounds: list, inputs: int) -> None:
             a = _input_array(x, b.input, inputs == 1)
             if a is None or a.size == 0 or not np.issubdtype(a.dtype, np.number):
                 continue
+            lowest = getattr(b, "lowest", 0)
             lo, hi = float(np.min(a)), float(np.max(a))
-            if lo >= 0 and hi <= b.size - 1:
+            if lo >= lowest and hi <= b.size - 1:
                 continue
             where = f"{ds.source}: {split}" + (f":{b.input}" if isinstance(x, dict) else "")
             bad = hi if hi > b.size - 1 else lo
-            n = int(np.count_nonzero((a < 0) | (a > b.size - 1)))
+            n = int(np.count_nonzero((a < lowest) | (a > b.size - 1)))
             raise DataError(
                 f"{where} holds id {bad:g} ({n} id(s) out of range): input {b.input} indexes {b.layer} of "
-                f"{b.size} rows, ids 0..{b.size - 1}.",
+                f"{b.size} rows, ids {lowest}..{b.size - 1}.",
                 "Map ids outside the vocabulary to one the model knows (its out-of-vocabulary id), or pass the "
                 "model trained on them.",
             )

@@ -365,7 +365,7 @@ def id_bounds(src: ModelSource) -> list:
     from optimize.models import vocabulary
 
     if src.kind in ("keras2", "keras3"):
-        return vocabulary.keras_bounds(_keras_config(src))
+        return vocabulary.keras_bounds(_keras_config(src), keras3=src.kind == "keras3")
     if src.flat and opened(src).content is not None:
         return vocabulary.tflite_bounds(opened(src).content)
     return []

@@ -44,11 +44,17 @@ TFLITE_KEEPS_IDS = frozenset(
 
 @dataclass(frozen=True)
 class IdBound:
-    """Input `input` holds ids into a table of `size` rows (`layer`: which table, as the user would name it)."""
+    """Input `input` holds ids into a table of `size` rows (`layer`: which table, as the user would name it);
+    `negative`: ids -size..-1 count from the end, as Keras 3's Embedding takes them (it wraps them itself)."""
 
     input: str
     size: int
     layer: str
+    negative: bool = False
+
+    @property
+    def lowest(self) -> int:
+        return -self.size if self.negative else 0
 
 
 def trace_input(start, step: Callable[[object], object | None], is_input: Callable[[object], str | None]):
@@ -100,17 +106,20 @@ def _keeps_ids(layer: dict) -> bool:
     return cls in KERAS_KEEPS_IDS
 
 
-def keras_bounds(config: dict | None) -> list[IdBound]:
+def keras_bounds(config: dict | None, keras3: bool = False) -> list[IdBound]:
     """Each Embedding's input_dim, for the model input its ids come from (a functional or Sequential model's
-    stored config; nested models are not entered). [] where the config does not say."""
+    stored config; nested models are not entered); `keras3`: the file is Keras 3's, whose Embedding also takes
+    ids counted from the end. [] where the config does not say."""
     try:
         body = config["config"]
         layers = body["layers"]
         if config.get("class_name") == "Sequential" or not body.get("input_layers"):
-            return _sequential(layers)
-        return _functional(layers, body)
+            found = _sequential(layers)
+        else:
+            found = _functional(layers, body)
     except (KeyError, IndexError, TypeError, AttributeError):
         return []
+    return [IdBound(b.input, b.size, b.layer, keras3) for b in found]
 
 
 def _input_dim(layer: dict) -> int | None:
@@ -212,8 +221,16 @@ def tflite_bounds(content: bytes) -> list[IdBound]:
         if found is None:
             continue
         ids, rows = found
-        name = trace_input(ids, step, names.get)
+        wraps: list[bool] = []  # whether the walk went through Keras 3's negative-id wrap
+
+        def walk(t, wraps=wraps):
+            op = sg.ops[sg.producer[t]] if t in sg.producer else None
+            if op is not None and op.name in ("SELECT", "SELECT_V2"):
+                wraps.append(True)
+            return step(t)
+
+        name = trace_input(ids, walk, names.get)
         if name is not None:
             table = sg.tensors[op.inputs[1 if op.name == "EMBEDDING_LOOKUP" else 0]].name
-            out.append(IdBound(name, rows, f"{op.name} table {table!r}"))
+            out.append(IdBound(name, rows, f"{op.name} table {table!r}", bool(wraps)))
     return tightest(out)

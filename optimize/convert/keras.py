@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import Field, model_validator
@@ -26,7 +27,7 @@ from optimize.core.registry import Context, SchemeParams, Stage, technique
 from optimize.core.results import write_atomic
 from optimize.core.vocab import CALIBRATED_SCHEMES, IO, LITERT_ONLY_SCHEMES, Scheme
 from optimize.models import _tf
-from optimize.models.data import count, take
+from optimize.models.data import Dataset, count, take
 from optimize.models.runtime import captured_stderr
 from optimize.models.spec import integer_io_note
 
@@ -53,12 +54,15 @@ def export_saved_model(model, out: Path, batch: int | None = None) -> Path:
     finally:  # absl's first message configures the root logger (a stderr handler): the caller's stays as it was
         logging.root.handlers[:] = handlers
     if cleared:
-        note = (
-            f"convert: dropout of {', '.join(cleared)} cleared before export (it acts only in training; with "
-            "recurrent_dropout the layer converts to a WHILE loop instead of its fused op); outputs checked equal"
-        )
-        write_atomic(out / EXPORT_NOTES, json.dumps([note]).encode())
+        write_atomic(out / EXPORT_NOTES, json.dumps([_cleared_note(cleared)]).encode())
     return out
+
+
+def _cleared_note(cleared: list[str]) -> str:
+    return (
+        f"convert: dropout of {', '.join(cleared)} cleared before export (it acts only in training; with "
+        "recurrent_dropout the layer converts to a WHILE loop instead of its fused op); outputs checked equal"
+    )
 
 
 #: A file beside an exported SavedModel holding what the export changed (read by the convert technique).
@@ -88,6 +92,110 @@ def _export_fixed(model, out: Path, batch: int) -> None:
     else:
         archive.add_endpoint("serve", lambda *xs: model(list(xs)), input_signature=specs)
     archive.write_out(str(out))
+
+
+# ------------------------------------------------------------------------------------------- the direct route
+
+#: How close the direct route's float32 .tflite must come to the Keras model it was made from, per output
+#: (what a float32 conversion keeps: op fusion and folded batch norm move the last bits only).
+DIRECT_ATOL, DIRECT_RTOL = 1e-5, 1e-4
+
+
+@dataclass(frozen=True)
+class Direct:
+    """A float32 .tflite made straight from a loaded Keras model, and the notes its convert step carries."""
+
+    content: bytes
+    notes: tuple[str, ...] = ()
+
+
+def float32_direct(model, ds: Dataset | None, batch: int | None = None) -> Direct | None:
+    """The float32 .tflite of a loaded Keras 2 or Keras 3 model without the SavedModel round trip: its call
+    traced as one concrete function, variables frozen and converted (about 2x less work than exporting a
+    SavedModel and converting from it, the same graph). The converter leaves no signature that way, so the
+    export's own is written: inputs by the model's input names, outputs output_0, output_1, ... in order.
+
+    Used only when it is the same model: the .tflite's outputs on two test samples of `ds` (without data, zeros
+    and seeded values) must match the Keras model's (max |diff| <= DIRECT_ATOL + DIRECT_RTOL x |output|).
+    None otherwise, or when the model is one this route does not take (recurrent layers: their TensorList
+    shapes need the fixed-batch export; outputs that are not tensors); the caller then exports a SavedModel."""
+    from optimize.models.normalize import named_signature
+    from optimize.models.source import has_recurrent
+
+    tf = _tf.tf()
+    handlers = list(logging.root.handlers)
+    try:
+        if has_recurrent(model):
+            return None
+        model, cleared = inference_ready(model)
+        names = [t.name.split(":")[0] for t in model.inputs]
+        specs = [
+            tf.TensorSpec([batch, *t.shape[1:]] if batch else t.shape, t.dtype, name=n)
+            for t, n in zip(model.inputs, names)
+        ]
+        many = len(specs) > 1
+
+        def serve(*xs):
+            out = model(list(xs) if many else xs[0], training=False)
+            return list(out) if isinstance(out, (list, tuple)) else [out]
+
+        function = tf.function(serve).get_concrete_function(*specs)
+        if not all(isinstance(o, tf.Tensor) for o in function.structured_outputs):
+            return None
+        with captured_stderr():
+            flat = tf.lite.TFLiteConverter.from_concrete_functions([function]).convert()
+        content = named_signature(flat, names, [f"output_{i}" for i in range(len(function.structured_outputs))])
+        if not _same_outputs(model, content, _samples(model, ds), many):
+            return None
+    except (DataError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure here: the SavedModel route, as before
+        logging.getLogger(__name__).debug("the direct float32 route did not take %s: %s", model, e)
+        return None
+    finally:  # absl's first message configures the root logger (a stderr handler): the caller's stays as it was
+        logging.root.handlers[:] = handlers
+    return Direct(content, (_cleared_note(cleared),) if cleared else ())
+
+
+def _samples(model, ds: Dataset | None) -> list:
+    """Two test samples (or, without data, zeros and seeded values), each a list of one array per input in the
+    model's input order, with a batch of 1."""
+    import numpy as np
+
+    names = [t.name.split(":")[0] for t in model.inputs]
+    if ds is not None and ds.x_test is not None:
+        rows = [take(ds.x_test, slice(i, i + 1)) for i in range(min(2, count(ds.x_test)))]
+        out = [[r.get(n) for n in names] if isinstance(r, dict) else [r] for r in rows]
+        if out and all(len(s) == len(names) and all(a is not None for a in s) for s in out):
+            return out
+    shapes = [[1, *(d if d is not None else 1 for d in t.shape[1:])] for t in model.inputs]
+    dtypes = [np.dtype(getattr(t.dtype, "name", None) or str(t.dtype)) for t in model.inputs]
+    rng = np.random.default_rng(0)
+    return [[np.zeros(s, d) for s, d in zip(shapes, dtypes)], [rng.random(s).astype(d) for s, d in zip(shapes, dtypes)]]
+
+
+def _same_outputs(model, content: bytes, samples: list, many: bool) -> bool:
+    """The .tflite computes what the Keras model does on each sample (input names in order)."""
+    import numpy as np
+
+    from optimize.models import runtime
+
+    if not samples:
+        return False
+    order = [t.name.split(":")[0] for t in model.inputs]
+    for sample in samples:
+        want = model(list(sample) if many else sample[0], training=False)
+        want = [np.asarray(w) for w in (want if isinstance(want, (list, tuple)) else [want])]
+        it = runtime.describe(content)  # a fresh interpreter per sample: its input shapes are the sample's
+        runner = it.get_signature_runner(runtime.signature_key(it))
+        details = runner.get_input_details()
+        names = list(details)
+        got = runner(**{n: np.asarray(sample[order.index(n)], details[n]["dtype"]) for n in names})
+        for i, w in enumerate(want):
+            g = np.asarray(got[f"output_{i}"], dtype=np.float32)
+            if g.shape != w.shape or not np.all(np.abs(g - w) <= DIRECT_ATOL + DIRECT_RTOL * np.abs(w)):
+                return False
+    return True
 
 
 # ------------------------------------------------------------------------------------------- the converter

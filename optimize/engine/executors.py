@@ -46,6 +46,11 @@ def workspace_root(task: Task, worker: str) -> os.PathLike:
     return task.out_dir / ".work" / worker
 
 
+def shared_root(task: Task) -> os.PathLike:
+    """What a run's local workers share (one calibration per model and data): inside the task's output folder."""
+    return task.out_dir / ".work" / "shared"
+
+
 class _LocalTiming:
     """Local executors time in this process, one candidate at a time, after production."""
 
@@ -85,7 +90,7 @@ class SerialExecutor(_LocalTiming):
     def results(self) -> Iterator[tuple[str, Candidate]]:
         while self.queue:
             task = self.queue.popleft()
-            ws = self.workspaces.get(task, workspace_root(task, "serial"))
+            ws = self.workspaces.get(task, workspace_root(task, "serial"), shared_root(task))
             for cand in run_task(ws, task, self.progress):
                 yield task.tag, cand
 
@@ -165,7 +170,7 @@ def _worker_main(conn, index: int, warm: bool = False) -> None:
             os.environ["TMPDIR"] = tempfile.tempdir = task[1]
             continue
         try:
-            ws = workspaces.get(task, workspace_root(task, f"w{index}"))
+            ws = workspaces.get(task, workspace_root(task, f"w{index}"), shared_root(task))
             for cand in run_task(ws, task, progress):
                 _send(conn, ("done", cand.model_dump_json()))
         except OptimizeError as e:

@@ -78,8 +78,11 @@ KERAS3_ROUTE = (
 class Workspace:
     """Produces artifacts for step lists, sharing every step prefix within one run."""
 
-    def __init__(self, src: models.ModelSource, data: Dataset | None, workdir: Path, threads: int = 2):
+    def __init__(
+        self, src: models.ModelSource, data: Dataset | None, workdir: Path, threads: int = 2, shared: Path | None = None
+    ):
         self.src, self.data, self.workdir, self.threads = src, data, workdir, threads
+        self.shared = shared  # shared by the run's workspaces on this machine (calibrations: one per model and data)
         self.memo: dict[str, _State] = {}
         self._source: _State | None = None
         self.phases: dict[str, float] | None = None  # where produce's time goes (set by make_candidate)
@@ -88,6 +91,7 @@ class Workspace:
         self._exported: Path | None = None  # the source's SavedModel, exported already (seed_export)
         self._export_seconds = 0.0  # what exporting it took where it was done, not yet counted on a candidate
         self.carried = 0.0  # seconds of the candidate being made that were spent elsewhere (that export)
+        self._unused: list = []  # the source Keras model, loaded for a route that did not take it (exported next)
 
     def seed(self, steps: Iterable[Step], path: Path) -> None:
         """What `steps` make is at `path` already (another worker made it: the sweep's float32 baseline),
@@ -97,9 +101,10 @@ class Workspace:
             self.memo[key] = _State("tflite", Path(path))
 
     def seed_export(self, path: Path, seconds: float = 0.0) -> None:
-        """The source Keras model's SavedModel is at `path` already: the sweep's own process exported it from
-        the model it loaded to check it (`runs.Run.export`, in `seconds`), so converting it loads and exports
-        nothing here; the candidate that converts it counts those seconds in its convert phase and total."""
+        """The source Keras model's float32 .tflite (or, where that route did not take it, its SavedModel) is at
+        `path` already: the sweep's own process made it from the model it loaded to check it (`runs.Run.export`,
+        in `seconds`), so converting it loads and exports nothing here; the candidate that converts it counts
+        those seconds in its convert phase and total."""
         self._exported, self._export_seconds = Path(path), seconds
 
     def _context(self, key: str, state: _State) -> Context:
@@ -115,6 +120,7 @@ class Workspace:
             skipped_layers=list(state.skipped),
             records=dict(state.records),
             teacher=self.teacher,
+            shared=self.shared,
         )
 
     def teacher(self) -> list:
@@ -145,27 +151,60 @@ class Workspace:
             state.saved_model = self.src.path
         elif state.kind == "source" and self._exported is not None and self._exported.is_dir():
             state.saved_model = self._exported
-            moved, self._export_seconds = self._export_seconds, 0.0  # counted once, on this candidate
-            self.carried += moved
-            if self.phases is not None:
-                self.phases["convert"] = self.phases.get("convert", 0.0) + moved
+            self._carry_export()
             if self.src.kind == "keras3":
                 state.notes.append(KERAS3_ROUTE)
         elif state.kind == "source" and self.src.kind == "keras3":
             state.saved_model = exporting.export_saved_model(
-                models.load_keras3(self.src), self.workdir / key / "saved_model", batch=1
+                self._unused.pop() if self._unused else models.load_keras3(self.src),
+                self.workdir / key / "saved_model",
+                batch=1,
             )
             state.notes.append(KERAS3_ROUTE)
         elif state.kind in ("source", "keras"):
-            state.saved_model = exporting.export_saved_model(
-                self._keras_model(state), self.workdir / key / "saved_model"
-            )
+            model = self._unused.pop() if state.kind == "source" and self._unused else self._keras_model(state)
+            state.saved_model = exporting.export_saved_model(model, self.workdir / key / "saved_model")
         else:
             raise RecipeError(
                 "This model is already a .tflite: it cannot be converted again.",
                 "Use the quantize step (--backend litert) on a float .tflite.",
             )
         return state.saved_model
+
+    def _carry_export(self) -> None:
+        """The seconds the sweep's process spent exporting or converting the source for this candidate, counted
+        once, on it (its convert phase and total)."""
+        moved, self._export_seconds = self._export_seconds, 0.0
+        self.carried += moved
+        if self.phases is not None:
+            self.phases["convert"] = self.phases.get("convert", 0.0) + moved
+
+    def _direct(self, tech, params, state: _State, key: str) -> _State | None:
+        """The float32 conversion the sweep's process made straight from the Keras model it loaded
+        (`runs.Run.export`: `convert.keras.float32_direct`), taken as this convert step's result."""
+        exported = self._exported
+        plain = tech.name == "convert" and params.scheme == "float32" and not params.select_tf_ops
+        if not (plain and state.kind == "source" and self.src.kind in ("keras2", "keras3")):
+            return None
+        ctx = self._context(key, state)
+        if exported is not None and exported.suffix == ".tflite" and exported.is_file():
+            content, made_notes = exported.read_bytes(), exporting.export_notes(exported.parent)
+            self._carry_export()
+        elif exported is None:  # nothing made by the sweep's process (a warm worker, Ray, a single run)
+            keras3 = self.src.kind == "keras3"
+            model = models.load_keras3(self.src) if keras3 else self._keras_model(state)
+            made = exporting.float32_direct(model, self.data, batch=1 if keras3 else None)
+            if made is None:
+                self._unused = [model]  # the SavedModel route exports this one, not a second load
+                return None
+            content, made_notes = made.content, list(made.notes)
+        else:
+            return None
+        path = write_atomic(ctx.workdir / "convert-float32.tflite", content)
+        notes = [*ctx.notes, *(n for n in made_notes if n not in ctx.notes)]
+        if self.src.kind == "keras3":
+            notes.append(KERAS3_ROUTE)
+        return _State("tflite", path, None, notes, ctx.skipped_layers, ctx.records)
 
     def source(self) -> _State:
         """Where every recipe starts: the model as given, or for a .tflite its plain float32 equivalent
@@ -234,6 +273,8 @@ class Workspace:
             state = _State("keras", path, sm, ctx.notes, ctx.skipped_layers, ctx.records)
             if models.has_recurrent(model):  # the batch-1 route needs the model, and a reload may not restore it
                 state.batch1 = exporting.export_saved_model(model, self.workdir / key / "saved_model_batch1", batch=1)
+        elif tech.stage is Stage.CONVERT and (direct := self._direct(tech, params, state, key)) is not None:
+            state = direct
         elif tech.stage is Stage.CONVERT:
             sm = self._saved_model(state, _key(self.root, prefix[:-1]))
             ctx = self._context(key, state)

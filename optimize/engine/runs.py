@@ -7,6 +7,7 @@ and why), the inputs checked, results cached by content, and the study assembled
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -62,19 +63,28 @@ class Run:
     created: list[Path] = field(default_factory=list)  # folders `-o` made that did not exist (deepest first)
     keras: object = field(default=None, repr=False)  # the Keras model the checks loaded (this process only)
 
-    def export(self) -> tuple[Path, float] | None:
-        """The source Keras model exported as its SavedModel (into the run's work folder), from the model the
-        checks loaded: the float32 baseline then converts it without loading and exporting it again, in a
-        worker that was importing TensorFlow meanwhile. None when there is none to export (a warm re-run, a
-        .tflite, a SavedModel) or the export fails here (the worker then exports it itself, as before). With
-        the seconds it took (the baseline's convert phase counts them)."""
+    def export(self, direct: bool = True) -> tuple[Path, float] | None:
+        """The source Keras model made ready for the float32 baseline (into the run's work folder), from the model
+        the checks loaded, so the worker that takes the baseline (importing TensorFlow meanwhile) neither loads
+        nor exports it again: with `direct`, its float32 .tflite converted straight from the loaded model
+        (`convert.keras.float32_direct`, checked equal to it on test samples); else, or where that route does not
+        take the model, its SavedModel. None when there is nothing to export (a warm re-run, a .tflite, a
+        SavedModel) or the export fails here (the worker then exports it itself, as before). With the seconds it
+        took (the baseline's convert phase counts them)."""
         model, self.keras = self.keras, None  # exported once; the model is not kept past it
         if model is None or self.src.kind not in ("keras2", "keras3"):
             return None
-        out = self.out_dir / ".work" / "export" / self.src.fingerprint / "saved_model"
+        folder = self.out_dir / ".work" / "export" / self.src.fingerprint
+        batch = 1 if self.src.kind == "keras3" else None
         t0 = time.perf_counter()
         try:
-            path = exporting.export_saved_model(model, out, batch=1 if self.src.kind == "keras3" else None)
+            made = exporting.float32_direct(model, self.ds, batch) if direct else None
+            if made is not None:
+                if made.notes:
+                    paths.write_atomic(folder / exporting.EXPORT_NOTES, json.dumps(list(made.notes)).encode())
+                path = paths.write_atomic(folder / "float32.tflite", made.content)
+            else:
+                path = exporting.export_saved_model(model, folder / "saved_model", batch=batch)
         except Exception as e:  # noqa: BLE001 - the worker's own export meets it again, as a failed candidate
             log.debug("exporting %s here failed (%s); the worker exports it", self.src.name, e)
             return None

@@ -89,14 +89,14 @@ class Workspaces:
         self.size = size
         self.open: OrderedDict[tuple, Workspace] = OrderedDict()
 
-    def get(self, task: Task, root: Path) -> Workspace:
+    def get(self, task: Task, root: Path, shared: Path | None = None) -> Workspace:
         data_fp = task.data.fingerprint if task.data is not None else None
         key = (task.src.fingerprint, str(task.src.path), data_fp, task.settings.threads, str(root))
         ws = self.open.get(key)
         if ws is None or not ws.workdir.is_dir():
             workdir = root / f"{task.src.fingerprint}-{data_fp or 'none'}-t{task.settings.threads}"
             workdir.mkdir(parents=True, exist_ok=True)
-            ws = Workspace(task.src, task.data, workdir, task.settings.threads)
+            ws = Workspace(task.src, task.data, workdir, task.settings.threads, shared)
             self.open[key] = ws
         self.open.move_to_end(key)
         while len(self.open) > self.size:

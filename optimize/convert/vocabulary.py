@@ -70,18 +70,31 @@ def pt2_bounds(ep) -> list[IdBound]:
     return tightest(out)
 
 
-def onnx_bounds(model) -> list[IdBound]:
-    """Each Gather (axis 0) of a constant table: its rows, for the graph input its indices are read from."""
-    g = model.graph
+def _onnx_tables(g) -> tuple[dict[str, tuple], dict[str, object]]:
+    """(constant name -> dims, for initializers and Constant nodes; tensor name -> the node writing it)."""
     tables = {t.name: tuple(t.dims) for t in g.initializer}
     producer = {}
     for n in g.node:
         for o in n.output:
             producer[o] = n
-        if n.op_type == "Constant":
-            value = next((a.t for a in n.attribute if a.name == "value" and a.HasField("t")), None)
-            if value is not None:
-                tables[n.output[0]] = tuple(value.dims)
+        value = next((a.t for a in n.attribute if a.name == "value" and a.HasField("t")), None)
+        if n.op_type == "Constant" and value is not None:
+            tables[n.output[0]] = tuple(value.dims)
+    return tables, producer
+
+
+def _gather_table(n, tables: dict) -> tuple | None:
+    """The dims of the constant table an ONNX Gather reads on axis 0, or None."""
+    if n.op_type != "Gather" or len(n.input) < 2 or n.input[0] not in tables:
+        return None
+    axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+    return tables[n.input[0]] if axis == 0 and tables[n.input[0]] else None
+
+
+def onnx_bounds(model) -> list[IdBound]:
+    """Each Gather (axis 0) of a constant table: its rows, for the graph input its indices are read from."""
+    g = model.graph
+    tables, producer = _onnx_tables(g)
     inputs = {i.name for i in g.input} - set(tables)
 
     def step(name):
@@ -90,13 +103,8 @@ def onnx_bounds(model) -> list[IdBound]:
 
     out = []
     for n in g.node:
-        if n.op_type != "Gather" or len(n.input) < 2 or n.input[0] not in tables:
-            continue
-        axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
-        dims = tables[n.input[0]]
-        if axis != 0 or not dims:
-            continue
-        found = trace_input(n.input[1], step, lambda name: name if name in inputs else None)
+        dims = _gather_table(n, tables)
+        found = trace_input(n.input[1], step, lambda name: name if name in inputs else None) if dims else None
         if found is not None:
             out.append(IdBound(found, int(dims[0]), f"the Gather table {n.input[0]!r}"))
     return tightest(out)

@@ -168,23 +168,30 @@ def _sequential(layers: list) -> list[IdBound]:
 # ---------------------------------------------------------------------------------------------- .tflite
 
 
-def _table(sg, op) -> tuple[int, int] | None:
-    """(index tensor, table rows) of an embedding read: GATHER on axis 0, EMBEDDING_LOOKUP, or GATHER_ND with
-    one index per row; its table a constant."""
-    if op.name == "EMBEDDING_LOOKUP" and len(op.inputs) >= 2:
-        ids, table = op.inputs[0], op.inputs[1]
-    elif op.name == "GATHER" and len(op.inputs) >= 2:
-        opts = op.options
-        if int(opts.get("axis", 0) or 0) != 0 or int(opts.get("batch_dims", 0) or 0) != 0:
-            return None
-        table, ids = op.inputs[0], op.inputs[1]
-    elif op.name == "GATHER_ND" and len(op.inputs) >= 2:
-        table, ids = op.inputs[0], op.inputs[1]
-        shape = sg.tensors[ids].shape if ids >= 0 else ()
-        if not shape or shape[-1] != 1:
-            return None
-    else:
+def _operands(sg, op) -> tuple[int, int] | None:
+    """(index tensor, table tensor) of an embedding read: GATHER on axis 0, EMBEDDING_LOOKUP, or GATHER_ND with
+    one index per row."""
+    if len(op.inputs) < 2:
         return None
+    if op.name == "EMBEDDING_LOOKUP":
+        return op.inputs[0], op.inputs[1]
+    if op.name == "GATHER":
+        opts = op.options
+        flat = int(opts.get("axis", 0) or 0) == 0 and int(opts.get("batch_dims", 0) or 0) == 0
+        return (op.inputs[1], op.inputs[0]) if flat else None
+    if op.name == "GATHER_ND":
+        ids = op.inputs[1]
+        shape = sg.tensors[ids].shape if ids >= 0 else ()
+        return (ids, op.inputs[0]) if shape and shape[-1] == 1 else None
+    return None
+
+
+def _table(sg, op) -> tuple[int, int] | None:
+    """(index tensor, table rows) of an embedding read (`_operands`) whose table is a constant."""
+    found = _operands(sg, op)
+    if found is None:
+        return None
+    ids, table = found
     if table < 0 or ids < 0 or not sg.tensors[table].is_const or not sg.tensors[table].shape:
         return None
     return ids, int(sg.tensors[table].shape[0])

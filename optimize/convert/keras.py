@@ -163,15 +163,27 @@ def _samples(model, ds: Dataset | None) -> list:
     import numpy as np
 
     names = [t.name.split(":")[0] for t in model.inputs]
-    if ds is not None and ds.x_test is not None:
-        rows = [take(ds.x_test, slice(i, i + 1)) for i in range(min(2, count(ds.x_test)))]
-        out = [[r.get(n) for n in names] if isinstance(r, dict) else [r] for r in rows]
-        if out and all(len(s) == len(names) and all(a is not None for a in s) for s in out):
-            return out
+    rows = _test_rows(ds, names)
+    if rows:
+        return rows
     shapes = [[1, *(d if d is not None else 1 for d in t.shape[1:])] for t in model.inputs]
     dtypes = [np.dtype(getattr(t.dtype, "name", None) or str(t.dtype)) for t in model.inputs]
     rng = np.random.default_rng(0)
     return [[np.zeros(s, d) for s, d in zip(shapes, dtypes)], [rng.random(s).astype(d) for s, d in zip(shapes, dtypes)]]
+
+
+def _test_rows(ds: Dataset | None, names: list[str]) -> list:
+    """Two test samples by input name (one input: the array itself), or [] when the data does not name them all."""
+    if ds is None or ds.x_test is None:
+        return []
+    rows = []
+    for i in range(min(2, count(ds.x_test))):
+        row = take(ds.x_test, slice(i, i + 1))
+        arrays = [row.get(n) for n in names] if isinstance(row, dict) else [row]
+        if len(arrays) != len(names) or any(a is None for a in arrays):
+            return []
+        rows.append(arrays)
+    return rows
 
 
 def _same_outputs(model, content: bytes, samples: list, many: bool) -> bool:

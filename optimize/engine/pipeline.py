@@ -180,31 +180,38 @@ class Workspace:
             self.phases["convert"] = self.phases.get("convert", 0.0) + moved
 
     def _direct(self, tech, params, state: _State, key: str) -> _State | None:
-        """The float32 conversion the sweep's process made straight from the Keras model it loaded
-        (`runs.Run.export`: `convert.keras.float32_direct`), taken as this convert step's result."""
-        exported = self._exported
+        """The source Keras model's float32 .tflite converted straight from the loaded model (no SavedModel):
+        what the sweep's process made (`runs.Run.export`), or made here (`convert.keras.float32_direct`), taken
+        as this convert step's result. None for any other step, or where that route does not take the model."""
         plain = tech.name == "convert" and params.scheme == "float32" and not params.select_tf_ops
         if not (plain and state.kind == "source" and self.src.kind in ("keras2", "keras3")):
             return None
-        ctx = self._context(key, state)
-        if exported is not None and exported.suffix == ".tflite" and exported.is_file():
-            content, made_notes = exported.read_bytes(), exporting.export_notes(exported.parent)
-            self._carry_export()
-        elif exported is None:  # nothing made by the sweep's process (a warm worker, Ray, a single run)
-            keras3 = self.src.kind == "keras3"
-            model = models.load_keras3(self.src) if keras3 else self._keras_model(state)
-            made = exporting.float32_direct(model, self.data, batch=1 if keras3 else None)
-            if made is None:
-                self._unused = [model]  # the SavedModel route exports this one, not a second load
-                return None
-            content, made_notes = made.content, list(made.notes)
-        else:
+        made = self._direct_made(state)
+        if made is None:
             return None
-        path = write_atomic(ctx.workdir / "convert-float32.tflite", content)
-        notes = [*ctx.notes, *(n for n in made_notes if n not in ctx.notes)]
+        ctx = self._context(key, state)
+        path = write_atomic(ctx.workdir / "convert-float32.tflite", made[0])
+        notes = [*ctx.notes, *(n for n in made[1] if n not in ctx.notes)]
         if self.src.kind == "keras3":
             notes.append(KERAS3_ROUTE)
         return _State("tflite", path, None, notes, ctx.skipped_layers, ctx.records)
+
+    def _direct_made(self, state: _State) -> tuple[bytes, list[str]] | None:
+        """(the float32 .tflite, its notes) from the sweep's process, or converted here when it made nothing
+        (a warm worker, Ray, a single run); None when it exported a SavedModel, or the route gives way."""
+        exported = self._exported
+        if exported is not None:
+            if exported.suffix != ".tflite" or not exported.is_file():
+                return None
+            self._carry_export()
+            return exported.read_bytes(), exporting.export_notes(exported.parent)
+        keras3 = self.src.kind == "keras3"
+        model = models.load_keras3(self.src) if keras3 else self._keras_model(state)
+        made = exporting.float32_direct(model, self.data, batch=1 if keras3 else None)
+        if made is None:
+            self._unused = [model]  # the SavedModel route exports this one, not a second load
+            return None
+        return made.content, list(made.notes)
 
     def source(self) -> _State:
         """Where every recipe starts: the model as given, or for a .tflite its plain float32 equivalent

@@ -23,7 +23,7 @@ from optimize.core.errors import DataError, ModelError, OptimizeError, RecipeErr
 from optimize.core.recipe import Recipe, build
 from optimize.core.registry import Context, Stage
 from optimize.core.results import PHASES, Candidate, Composition, Metrics, Probe, Step, write_atomic
-from optimize.core.vocab import Backend
+from optimize.core.vocab import CALIBRATED_SCHEMES, Backend
 from optimize.engine.plan import _key, checked, resolve
 from optimize.measure import metrics as measure
 from optimize.measure import probe, verify
@@ -32,6 +32,7 @@ from optimize.models import source as models
 from optimize.models.data import Dataset, take
 from optimize.models.inputs import check_data
 from optimize.present.progress import Progress
+from optimize.transforms.tflite import calibrator
 
 log = logging.getLogger(__name__)
 
@@ -179,31 +180,38 @@ class Workspace:
             self.phases["convert"] = self.phases.get("convert", 0.0) + moved
 
     def _direct(self, tech, params, state: _State, key: str) -> _State | None:
-        """The float32 conversion the sweep's process made straight from the Keras model it loaded
-        (`runs.Run.export`: `convert.keras.float32_direct`), taken as this convert step's result."""
-        exported = self._exported
+        """The source Keras model's float32 .tflite converted straight from the loaded model (no SavedModel):
+        what the sweep's process made (`runs.Run.export`), or made here (`convert.keras.float32_direct`), taken
+        as this convert step's result. None for any other step, or where that route does not take the model."""
         plain = tech.name == "convert" and params.scheme == "float32" and not params.select_tf_ops
         if not (plain and state.kind == "source" and self.src.kind in ("keras2", "keras3")):
             return None
-        ctx = self._context(key, state)
-        if exported is not None and exported.suffix == ".tflite" and exported.is_file():
-            content, made_notes = exported.read_bytes(), exporting.export_notes(exported.parent)
-            self._carry_export()
-        elif exported is None:  # nothing made by the sweep's process (a warm worker, Ray, a single run)
-            keras3 = self.src.kind == "keras3"
-            model = models.load_keras3(self.src) if keras3 else self._keras_model(state)
-            made = exporting.float32_direct(model, self.data, batch=1 if keras3 else None)
-            if made is None:
-                self._unused = [model]  # the SavedModel route exports this one, not a second load
-                return None
-            content, made_notes = made.content, list(made.notes)
-        else:
+        made = self._direct_made(state)
+        if made is None:
             return None
-        path = write_atomic(ctx.workdir / "convert-float32.tflite", content)
-        notes = [*ctx.notes, *(n for n in made_notes if n not in ctx.notes)]
+        ctx = self._context(key, state)
+        path = write_atomic(ctx.workdir / "convert-float32.tflite", made[0])
+        notes = [*ctx.notes, *(n for n in made[1] if n not in ctx.notes)]
         if self.src.kind == "keras3":
             notes.append(KERAS3_ROUTE)
         return _State("tflite", path, None, notes, ctx.skipped_layers, ctx.records)
+
+    def _direct_made(self, state: _State) -> tuple[bytes, list[str]] | None:
+        """(the float32 .tflite, its notes) from the sweep's process, or converted here when it made nothing
+        (a warm worker, Ray, a single run); None when it exported a SavedModel, or the route gives way."""
+        exported = self._exported
+        if exported is not None:
+            if exported.suffix != ".tflite" or not exported.is_file():
+                return None
+            self._carry_export()
+            return exported.read_bytes(), exporting.export_notes(exported.parent)
+        keras3 = self.src.kind == "keras3"
+        model = models.load_keras3(self.src) if keras3 else self._keras_model(state)
+        made = exporting.float32_direct(model, self.data, batch=1 if keras3 else None)
+        if made is None:
+            self._unused = [model]  # the SavedModel route exports this one, not a second load
+            return None
+        return made.content, list(made.notes)
 
     def source(self) -> _State:
         """Where every recipe starts: the model as given, or for a .tflite its plain float32 equivalent
@@ -247,7 +255,8 @@ class Workspace:
                 state = self.memo[key]
                 continue
             tech = registry.get(step.technique)
-            log.info("%s: %s %s", name, tech.name, _brief(step))
+            # `step` travels with the record: a worker that dies in this step is reported with it (engine.work)
+            log.info("%s: %s %s", name, tech.name, _brief(step), extra={"step": _step_name(tech.name, step)})
             with timed(self.phases, _phase(tech)):
                 state = self._step(tech, step.params, state, key, prefix)
             self.memo[key] = state
@@ -291,6 +300,12 @@ class Workspace:
             ctx = self._context(key, state)
             state = _State("tflite", tech.fn(state.path, params, ctx), None, ctx.notes, ctx.skipped_layers, ctx.records)
         return state
+
+
+def _step_name(technique: str, step: Step) -> str:
+    """`convert scheme=int8`: a step as a failure names it (its technique and scheme)."""
+    scheme = getattr(step.params, "scheme", None)
+    return f"{technique} scheme={scheme}" if scheme is not None else technique
 
 
 def _brief(step: Step) -> str:
@@ -343,6 +358,11 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
         if not _other_route(ws, recipe) or not _failed_after_conversion(ws, recipe):
             raise
         state, parsed, composition, problem = None, None, None, f"{e}"
+    blocked = _no_calibrator(ws, recipe) if problem and _other_route(ws, recipe) else None
+    if blocked:  # the converter's calibrator would crash the worker: not tried, and said so
+        raise (NotWhatItSays if state is not None else TechniqueFailed)(
+            f"{problem.rstrip('.')}; not made by the TFLite converter: {blocked}"
+        )
     if problem and _other_route(ws, recipe):
         other = recipe.with_backend(Backend.CONVERTER)
         state = ws.produce(other.steps, other.name)
@@ -358,6 +378,26 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
     if problem:
         raise NotWhatItSays(problem)
     return recipe, state, composition, parsed
+
+
+def _no_calibrator(ws: Workspace, recipe: Recipe) -> str | None:
+    """Why the TFLite converter cannot make the recipe's calibrated scheme from its float model: control flow
+    (a GRU or SimpleRNN lowered to a WHILE loop) that the converter's calibrator does not go through (it
+    crashes with SIGSEGV there: a Keras 2.0 bidirectional GRU did, in four candidates)."""
+    if str(recipe.scheme) not in CALIBRATED_SCHEMES:
+        return None
+    prefix: list = []
+    for step in recipe.steps:
+        prefix.append(step.model_dump())
+        if step.technique == "convert":
+            state = ws.memo.get(_key(ws.root, prefix))
+            if state is None or state.kind != "tflite" or not state.path.is_file():
+                return None
+            flow = calibrator.control_flow(state.path.read_bytes())
+            if not flow:
+                return None
+            return f"its {recipe.scheme} calibration does not go through {calibrator.describe_flow(flow)} (it crashes)"
+    return None
 
 
 def _failed_after_conversion(ws: Workspace, recipe: Recipe) -> bool:

@@ -79,16 +79,13 @@ class _Pending:
 
         base_name = self.run.baseline.name if self.run.baseline is not None else None
         base = next((c for c in self.fresh if c.name == base_name), None) or self.run.done.get(base_name)
-        if base is None or not base.ok or base.metrics is None or base.metrics.accuracy is None:
+        accuracy = base.metrics.accuracy if base is not None and base.ok and base.metrics is not None else None
+        if accuracy is None:
             return
         for i, c in enumerate(self.fresh):
             m = c.metrics
-            if c.name == base_name or m is None or m.accuracy is None:
-                continue
-            if m.accuracy_delta is None and m.error_ratio is None:
-                self.fresh[i] = c.model_copy(
-                    update={"metrics": m.model_copy(update=compare(m.accuracy, base.metrics.accuracy))}
-                )
+            if c.name != base_name and m is not None and m.accuracy is not None and not _has_delta(m):
+                self.fresh[i] = c.model_copy(update={"metrics": m.model_copy(update=compare(m.accuracy, accuracy))})
 
     def release(self, ex, baseline: Candidate | None) -> None:
         """Submit the waiting groups, compared with `baseline` (none if it failed or never came)."""
@@ -115,17 +112,28 @@ def _start(ex, run: Run) -> _Pending | None:
         first = next((g for g in groups if any(r.name == base.name for r in g)), None)
     pending = _Pending(run, [g for g in groups if g is not first])
     if first is not None:
-        first, alone = _split_off(first, base)
-        pending.waiting += alone
-        exported = run.export(_plain(base)) if ex.name == "local" and _converts_source(base) else None  # same disk
-        ex.submit(pending.task(first, baseline_name=base.name, exported=exported))
-        if pending.waiting and hasattr(ex, "expect"):  # workers for what follows the baseline, started now
-            ex.expect(len(pending.waiting) + 1, warm=run.src.kind in TF_KINDS)
-        if exported is not None and exported[0].suffix == ".tflite":
-            pending.release_made(ex, base, exported[0])  # the float32 exists already: no wait for its measuring
+        _submit_baseline(ex, pending, first, base)
     else:
         pending.release(ex, known)
     return pending
+
+
+def _submit_baseline(ex, pending: _Pending, first: list[Recipe], base: Recipe) -> None:
+    """The baseline's group submitted (what starts from its artifact waits, each a task of its own), with the
+    source made ready for it here (`Run.export`); when that is its float32 .tflite, what waits starts now."""
+    run = pending.run
+    first, alone = _split_off(first, base)
+    pending.waiting += alone
+    exported = run.export(_plain(base)) if ex.name == "local" and _converts_source(base) else None  # same disk
+    ex.submit(pending.task(first, baseline_name=base.name, exported=exported))
+    if pending.waiting and hasattr(ex, "expect"):  # workers for what follows the baseline, started now
+        ex.expect(len(pending.waiting) + 1, warm=run.src.kind in TF_KINDS)
+    if exported is not None and exported[0].suffix == ".tflite":
+        pending.release_made(ex, base, exported[0])  # the float32 exists already: no wait for its measuring
+
+
+def _has_delta(m) -> bool:
+    return m.accuracy_delta is not None or m.error_ratio is not None
 
 
 def _converts_source(base: Recipe) -> bool:

@@ -29,6 +29,7 @@ from optimize.core.vocab import CALIBRATED_SCHEMES, IO, LITERT_ONLY_SCHEMES, Sch
 from optimize.models import _tf
 from optimize.models.data import Dataset, count, take
 from optimize.models.runtime import captured_stderr
+from optimize.models.spec import integer_io_note
 
 # ------------------------------------------------------------------------------------------- export
 
@@ -240,10 +241,12 @@ class ConvertParams(SchemeParams):
         return data
 
 
-def _representative(ctx: Context, n: int, scheme: str):
+def _representative(ctx: Context, n: int, scheme: str, types: dict | None = None):
     if ctx.data is None:
         raise DataError(f"{scheme} needs calibration data.", "Pass --calibration DATA (an .npz with x) or --data DATA.")
-    xs = ctx.data.calibration(n)
+    xs = ctx.data.calibration(n)  # integer inputs stay integer: the converter feeds each tensor its own type
+    if types:
+        xs = _typed(xs, types)
 
     def gen():  # one sample at a time; several inputs go by their signature names
         for i in range(count(xs)):
@@ -253,8 +256,32 @@ def _representative(ctx: Context, n: int, scheme: str):
     return gen
 
 
-def configure(converter, params: ConvertParams, ctx: Context) -> None:
-    """Set the converter flags for a scheme (shared by the pipeline and the benchmarks' bare calls)."""
+def _typed(xs, types: dict):
+    """Samples cast to the signature's input types (int64 ids for an int32 input, uint8 pixels for a float
+    one): the calibrator refuses a tensor of any other type ("Cannot set tensor: Got value of type ...")."""
+    if isinstance(xs, dict):
+        return {k: v.astype(types[k], copy=False) if k in types else v for k, v in xs.items()}
+    return xs.astype(next(iter(types.values())), copy=False) if len(types) == 1 else xs
+
+
+def signature_types(saved_model: Path) -> dict:
+    """The serving signature's input types, by name, read from saved_model.pb (nothing loaded or traced)."""
+    tf = _tf.tf()
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    try:
+        sm = saved_model_pb2.SavedModel()
+        sm.ParseFromString(read_bounded(Path(saved_model) / "saved_model.pb", "SavedModel"))
+        defs = sm.meta_graphs[0].signature_def
+        sig = defs["serving_default"] if "serving_default" in defs else next(iter(defs.values()))
+        return {k: tf.dtypes.as_dtype(v.dtype).as_numpy_dtype for k, v in sig.inputs.items()}
+    except Exception:  # noqa: BLE001 - no types known: the samples go as they are
+        return {}
+
+
+def configure(converter, params: ConvertParams, ctx: Context, types: dict | None = None) -> None:
+    """Set the converter flags for a scheme (shared by the pipeline and the benchmarks' bare calls); `types`:
+    the model's input types by name, which calibration samples are cast to."""
     tf = _tf.tf()
     scheme = params.scheme
     if params.select_tf_ops:
@@ -270,13 +297,13 @@ def configure(converter, params: ConvertParams, ctx: Context) -> None:
     if scheme == "float16":
         converter.target_spec.supported_types = [tf.float16]
     elif scheme == "int8":
-        converter.representative_dataset = _representative(ctx, params.samples, scheme)
+        converter.representative_dataset = _representative(ctx, params.samples, scheme, types)
         ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         converter.target_spec.supported_ops = ops + ([tf.lite.OpsSet.TFLITE_BUILTINS] if params.float_fallback else [])
         if params.io != "float":
             converter.inference_input_type = converter.inference_output_type = getattr(tf, params.io)
     elif scheme == "int16x8":
-        converter.representative_dataset = _representative(ctx, params.samples, scheme)
+        converter.representative_dataset = _representative(ctx, params.samples, scheme, types)
         ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
         converter.target_spec.supported_ops = ops + ([tf.lite.OpsSet.TFLITE_BUILTINS] if params.float_fallback else [])
         if params.io == "int16":
@@ -334,9 +361,9 @@ def _fixed_batch(saved_model: Path):
     return tf.lite.TFLiteConverter.from_concrete_functions([serve.get_concrete_function(**specs)], loaded)
 
 
-def _run(make, params: ConvertParams, ctx: Context) -> bytes:
+def _run(make, params: ConvertParams, ctx: Context, types: dict | None = None) -> bytes:
     converter = make()
-    configure(converter, params, ctx)
+    configure(converter, params, ctx, types)
     with captured_stderr() as log:
         try:
             return converter.convert()
@@ -357,18 +384,22 @@ def convert(model: Path, params: ConvertParams, ctx: Context) -> Path:
     """
     tf = _tf.tf()
     ctx.notes.extend(n for n in export_notes(model) if n not in ctx.notes)
+    types = signature_types(model) if params.scheme in CALIBRATED_SCHEMES else {}
     try:
-        flat = _run(lambda: tf.lite.TFLiteConverter.from_saved_model(str(model)), params, ctx)
+        flat = _run(lambda: tf.lite.TFLiteConverter.from_saved_model(str(model)), params, ctx, types)
     except TechniqueFailed as e:
         if not BATCH_PROBLEM.search(e.detail or ""):
             raise
         if ctx.fixed_batch_export is not None:  # the Keras model itself, traced with a batch of 1
             fixed = ctx.fixed_batch_export()
             ctx.notes.extend(n for n in export_notes(fixed) if n not in ctx.notes)
-            flat = _run(lambda: tf.lite.TFLiteConverter.from_saved_model(str(fixed)), params, ctx)
+            flat = _run(lambda: tf.lite.TFLiteConverter.from_saved_model(str(fixed)), params, ctx, types)
         else:  # a plain SavedModel: its serving signature, traced again with a batch of 1
-            flat = _run(lambda: _fixed_batch(model), params, ctx)
+            flat = _run(lambda: _fixed_batch(model), params, ctx, types)
         why = str(e).split(": ")[1] if str(e).count(": ") >= 1 else str(e)
         ctx.notes.append(f"convert: fixed batch of 1 (the dynamic-batch export failed: {why})")
+    note = integer_io_note(flat, params.io, "convert") if params.scheme in CALIBRATED_SCHEMES else None
+    if note:
+        ctx.notes.append(note)
     suffix = params.scheme if params.io == "float" else f"{params.scheme}-{params.io}io"
     return write_atomic(ctx.workdir / f"convert-{suffix}.tflite", flat)

@@ -121,6 +121,9 @@ class _PipeHandler(logging.Handler):
         self.conn = conn
 
     def emit(self, record: logging.LogRecord) -> None:
+        step = getattr(record, "step", None)
+        if step:  # the step the worker is in now: named if the worker dies in it
+            _send(self.conn, ("step", step))
         _send(self.conn, ("log", (record.levelno, record.getMessage())))
 
 
@@ -282,6 +285,7 @@ class _Worker:
     task: Task | None = None
     current: str | None = None
     done: set = field(default_factory=set)
+    step: str | None = None  # the step of `current` it is in (`convert scheme=int8`)
 
 
 @contextmanager
@@ -377,16 +381,20 @@ class ProcessExecutor(_LocalTiming):
         if task is None:
             return None
         recipe = next((r for r in task.recipes if r.name == w.current), None) or task.first_open(w.done)
-        log.warning("worker %s while working on %s", why, recipe.name)
+        step = w.step if w.current == recipe.name else None
+        log.warning("worker %s while working on %s%s", why, recipe.name, f" (in {step})" if step else "")
         rest = task.rest(w.done, skip=recipe.name)
         if rest is not None:
             self.queue.appendleft(rest)
-        return task.tag, crashed(recipe, why)
+        return task.tag, crashed(recipe, why, step)
 
     def _event(self, w: _Worker, kind: str, payload) -> tuple[str, Candidate] | None:
-        if kind == "log":
+        if kind == "step":
+            w.step = payload
+        elif kind == "log":
             log.log(*payload)
-        elif kind == "phase":
+        elif kind == "phase":  # measuring, probing, checking delegates: production is over
+            w.step = None
             self.progress.phase(payload)
         elif kind == "done":
             recipe = next((r for r in w.task.recipes if r.name == w.current), None) or w.task.first_open(w.done)
@@ -417,7 +425,7 @@ class ProcessExecutor(_LocalTiming):
                     cand = self._crashed(w)
                 else:
                     if kind == "start":
-                        w.current = payload
+                        w.current, w.step = payload, None
                         self.progress.begin(payload)
                         continue
                     cand = self._event(w, kind, payload)

@@ -23,7 +23,7 @@ from optimize.core.errors import DataError, ModelError, OptimizeError, RecipeErr
 from optimize.core.recipe import Recipe, build
 from optimize.core.registry import Context, Stage
 from optimize.core.results import PHASES, Candidate, Composition, Metrics, Probe, Step, write_atomic
-from optimize.core.vocab import Backend
+from optimize.core.vocab import CALIBRATED_SCHEMES, Backend
 from optimize.engine.plan import _key, checked, resolve
 from optimize.measure import metrics as measure
 from optimize.measure import probe, verify
@@ -32,6 +32,7 @@ from optimize.models import source as models
 from optimize.models.data import Dataset, take
 from optimize.models.inputs import check_data
 from optimize.present.progress import Progress
+from optimize.transforms.tflite import calibrator
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +243,9 @@ class Workspace:
             return None
         return lambda: exporting.export_saved_model(load(), self.workdir / key / "saved_model_batch1", batch=1)
 
-    def produce(self, steps: Iterable[Step]) -> _State:
+    def produce(self, steps: Iterable[Step], name: str) -> _State:
+        """The state after `steps`, each made once per workspace. Each step made is one log line that names
+        the candidate (`name`), so the lines of two workers read apart when they interleave in a pipe."""
         state = self.source()
         prefix: list = []
         for step in steps:
@@ -252,7 +255,8 @@ class Workspace:
                 state = self.memo[key]
                 continue
             tech = registry.get(step.technique)
-            log.info("  %s %s", tech.name, _brief(step))
+            # `step` travels with the record: a worker that dies in this step is reported with it (engine.work)
+            log.info("%s: %s %s", name, tech.name, _brief(step), extra={"step": _step_name(tech.name, step)})
             with timed(self.phases, _phase(tech)):
                 state = self._step(tech, step.params, state, key, prefix)
             self.memo[key] = state
@@ -298,6 +302,12 @@ class Workspace:
         return state
 
 
+def _step_name(technique: str, step: Step) -> str:
+    """`convert scheme=int8`: a step as a failure names it (its technique and scheme)."""
+    scheme = getattr(step.params, "scheme", None)
+    return f"{technique} scheme={scheme}" if scheme is not None else technique
+
+
 def _brief(step: Step) -> str:
     return " ".join(f"{k}={v}" for k, v in step.params.model_dump(mode="json").items() if v not in (None, False))
 
@@ -340,7 +350,7 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
     weights float that the converter quantizes (an LSTM), or float compute in an integer-only model (PRELU,
     LEAKY_RELU), the same scheme is made by the converter instead, and said so."""
     try:
-        state = ws.produce(recipe.steps)
+        state = ws.produce(recipe.steps, recipe.name)
         with timed(ws.phases, "verify"):
             parsed, composition = _read_back(state.path, recipe)
             problem = verify.check(recipe, composition) if recipe.steps else None
@@ -348,9 +358,14 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
         if not _other_route(ws, recipe) or not _failed_after_conversion(ws, recipe):
             raise
         state, parsed, composition, problem = None, None, None, f"{e}"
+    blocked = _no_calibrator(ws, recipe) if problem and _other_route(ws, recipe) else None
+    if blocked:  # the converter's calibrator would crash the worker: not tried, and said so
+        raise (NotWhatItSays if state is not None else TechniqueFailed)(
+            f"{problem.rstrip('.')}; not made by the TFLite converter: {blocked}"
+        )
     if problem and _other_route(ws, recipe):
         other = recipe.with_backend(Backend.CONVERTER)
-        state = ws.produce(other.steps)
+        state = ws.produce(other.steps, other.name)
         with timed(ws.phases, "verify"):
             parsed, composition = _read_back(state.path, other)
             other_problem = verify.check(other, composition)
@@ -363,6 +378,26 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
     if problem:
         raise NotWhatItSays(problem)
     return recipe, state, composition, parsed
+
+
+def _no_calibrator(ws: Workspace, recipe: Recipe) -> str | None:
+    """Why the TFLite converter cannot make the recipe's calibrated scheme from its float model: control flow
+    (a GRU or SimpleRNN lowered to a WHILE loop) that the converter's calibrator does not go through (it
+    crashes with SIGSEGV there: a Keras 2.0 bidirectional GRU did, in four candidates)."""
+    if str(recipe.scheme) not in CALIBRATED_SCHEMES:
+        return None
+    prefix: list = []
+    for step in recipe.steps:
+        prefix.append(step.model_dump())
+        if step.technique == "convert":
+            state = ws.memo.get(_key(ws.root, prefix))
+            if state is None or state.kind != "tflite" or not state.path.is_file():
+                return None
+            flow = calibrator.control_flow(state.path.read_bytes())
+            if not flow:
+                return None
+            return f"its {recipe.scheme} calibration does not go through {calibrator.describe_flow(flow)} (it crashes)"
+    return None
 
 
 def _failed_after_conversion(ws: Workspace, recipe: Recipe) -> bool:

@@ -618,14 +618,7 @@ def _output_stage(search: _Search, moves: list[_Move], start: _Result) -> _Resul
     for k in OUTPUT_STAGE:
         tail = moves[-k:]
         tensors = tensors_after(start.content, tail[0].head)  # and the reshapes and transposes after them
-        tried = []
-        for way in ("int16", "float"):
-            if search.left <= 0:
-                break
-            try:
-                tried.append((search.evaluate({**search.overrides, **dict.fromkeys(tensors, way)}), way))
-            except TechniqueFailed:
-                continue
+        tried = _both_ways(search, tensors)
         good = [(r, way) for r, way in tried if search.budget.meets(r.value)]
         best = min(good, key=lambda rw: (round(rw[0].value, 9), len(rw[0].content))) if good else None
         for r, way in tried:
@@ -636,6 +629,19 @@ def _output_stage(search: _Search, moves: list[_Move], start: _Result) -> _Resul
         if k >= len(moves) or search.left <= 0:
             break
     return None
+
+
+def _both_ways(search: _Search, tensors: list[str]) -> list[tuple[_Result, str]]:
+    """The model with these tensors at 16-bit activations and kept float (those that can be made)."""
+    tried = []
+    for way in ("int16", "float"):
+        if search.left <= 0:
+            break
+        try:
+            tried.append((search.evaluate({**search.overrides, **dict.fromkeys(tensors, way)}), way))
+        except TechniqueFailed:
+            continue
+    return tried
 
 
 def tensors_after(content: bytes, head: str) -> list[str]:

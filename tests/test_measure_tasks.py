@@ -114,6 +114,8 @@ def test_scale_slices_cut_only_outputs_of_several_scales():
     rng = np.random.default_rng(0)
     one = rng.normal(size=(8, 20)).astype(np.float32)
     assert slices.scale_slices(one) == []
+    spread = rng.normal(size=(8, 1000)) * np.geomspace(0.02, 1.0, 1000)  # logits: quiet classes at the bottom
+    assert slices.scale_slices(spread.astype(np.float32)) == []  # a continuum of ranges is one quantity
     mixed = np.concatenate([rng.uniform(0, 224, (8, 21, 2)), rng.uniform(0, 1, (8, 21, 1))], axis=2)
     got = slices.scale_slices(mixed)
     assert [s.channels for s in got] == [(0, 1), (2,)] and got[0].axis == 2

@@ -23,6 +23,10 @@ from optimize.core.results import SliceError
 #: A channel whose range is under this share of the output's (fewer than 8 steps of one int8 scale for the
 #: whole tensor) is a quantity of another scale: it is measured as a slice of its own.
 SMALL = 1 / 32
+#: ... and only where the channels' ranges fall into groups: sorted, two neighbours this far apart. Class logits
+#: or an embedding spread their ranges evenly (MobileNetV2's 1,000 logits: no two neighbours 1.2x apart), and a
+#: few quiet classes at the bottom of that spread are not another quantity.
+GAP = 8.0
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,8 @@ def _ranges(ref: np.ndarray, axis: int) -> np.ndarray:
 
 def scale_slices(ref: np.ndarray, axis: int | None = None) -> list[Slice]:
     """The output cut by scale: the channels one int8 scale for the tensor resolves, and the rest (a range
-    under `SMALL` of the output's, constant channels left out); [] when every channel is of one scale."""
+    under `SMALL` of the output's and `GAP` below the next channel's, constant channels left out); [] when
+    every channel is of one scale."""
     axis = feature_axis(ref.shape) if axis is None else axis
     if axis is None or ref.ndim <= axis or ref.shape[axis] < 2 or not ref.size:
         return []
@@ -77,8 +82,15 @@ def scale_slices(ref: np.ndarray, axis: int | None = None) -> list[Slice]:
     whole = float(ref.max() - ref.min())
     if not np.isfinite(whole) or whole <= 0:
         return []
-    small = tuple(int(c) for c in np.flatnonzero((r > 0) & (r < SMALL * whole)))
-    large = tuple(int(c) for c in np.flatnonzero(r >= SMALL * whole))
+    positive = np.sort(r[r > 0])
+    if len(positive) < 2:
+        return []
+    steps = positive[1:] / positive[:-1]
+    k = int(np.argmax(steps))
+    if steps[k] < GAP or positive[k] >= SMALL * whole:  # a continuum of ranges (class logits): one quantity
+        return []
+    small = tuple(int(c) for c in np.flatnonzero((r > 0) & (r <= positive[k])))
+    large = tuple(int(c) for c in np.flatnonzero(r > positive[k]))
     if not small or not large:
         return []
     return [Slice(f"channels {channel_runs(g)}", axis, g) for g in (large, small)]

@@ -162,23 +162,10 @@ def open_file(p: Path, kind: str, fingerprint: str):
 
 
 def _read_onnx(p: Path):
-    import onnx
+    """The ONNX graph, parsed from the file's bytes and checked (`onnx_checks`) before anything else reads it."""
+    from optimize.convert.onnx_checks import read
 
-    from optimize.core.paths import read_bounded
-
-    data = read_bounded(p, "model", ModelError)
-    try:
-        model = onnx.load_from_string(data)
-    except Exception as e:  # noqa: BLE001 - DecodeError and friends: not ONNX
-        raise ModelError(
-            f"{p.name} is not a readable ONNX file ({e.__class__.__name__}).", "Pass the .onnx an exporter wrote."
-        ) from None
-    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
-        raise ModelError(
-            f"{p.name} keeps its weights in files beside it (ONNX external data), which optimize does not follow.",
-            "Save it as one file: onnx.save(onnx.load(path), 'model.onnx', save_as_external_data=False).",
-        )
-    return model
+    return read(p)[0]
 
 
 # ------------------------------------------------------------------------------------------- modules (Python API)
@@ -341,7 +328,7 @@ def _onnx_declared(model) -> list[Declared]:
 
 def _onnx_module(p: Path, model, plan: Plan) -> tuple[object, list[str], list[str], dict]:
     """The normalised ONNX graph as an nn.Module, its output names, what normalising did, and timings."""
-    from optimize.convert import onnx_ops
+    from optimize.convert import onnx_checks, onnx_ops, steps
     from optimize.convert.onnx_graph import NormalizeError, normalize
 
     t0 = time.perf_counter()
@@ -351,6 +338,8 @@ def _onnx_module(p: Path, model, plan: Plan) -> tuple[object, list[str], list[st
         norm = normalize(model, shapes, frozen)
     except NormalizeError as e:
         raise ModelError(f"{p.name}: {e}.", "Pass data whose samples fix every free dimension.") from None
+    onnx_checks.check_values(norm.model, p.name)  # what running it would allocate, its shapes now fixed
+    steps.begin(p.name, onnx_checks.check_size(norm.model, p.name), "a normalised ONNX graph")
     bad = onnx_ops.unsupported_ops(norm.model)
     if bad:
         raise ModelError(
@@ -359,7 +348,7 @@ def _onnx_module(p: Path, model, plan: Plan) -> tuple[object, list[str], list[st
         )
     t1 = time.perf_counter()
     try:
-        with _quiet():
+        with _quiet(), steps.step("onnx2torch"):
             module = onnx_ops.convert(norm.model)
     except NotImplementedError as e:  # our ConversionError, or onnx2torch's own
         raise ModelError(
@@ -659,6 +648,9 @@ def _inner(src, model, plan: Plan) -> tuple[object, list[str], list[str], dict]:
     if src.kind == "onnx":
         return _onnx_module(src.path, model, plan)
     ep, facts = model
+    from optimize.convert import steps
+
+    steps.begin(src.path.name, facts.nodes, "a program")
     notes = [f"written by torch {facts.torch_version}"] if facts.torch_version else []
     notes += facts.notes + ([f"{len(facts.pickled)} pickled member(s) read weights-only"] if facts.pickled else [])
     module = _program_module(ep)
@@ -689,10 +681,14 @@ def _convert(src, model, plan: Plan, ds: Dataset | None) -> tuple[bytes, Convers
     named = NamedIO(inner, inputs, outputs, last_in, last_out, whole_out).eval()
     rows = _first_sample(plan, ds)
     kw = sample_kwargs(plan, rows)
+    from optimize.convert import steps
+
     t0 = time.perf_counter()
-    export(named, kw, src.path.name)  # fails fast, naming where, before the converter's own export
+    with steps.step("torch.export"):
+        export(named, kw, src.path.name)  # fails fast, naming where, before the converter's own export
     t1 = time.perf_counter()
-    content = to_tflite(named, kw, src.path.name)
+    with steps.step("litert-torch"):
+        content = to_tflite(named, kw, src.path.name)
     seconds.update({"export": t1 - t0, "convert": time.perf_counter() - t1})
     record = _record(src, plan, content, outputs, [outputs[k] for k in last_out], facts, seconds)
     return content, record.model_copy(update={"whole_outputs": [outputs[k] for k in whole_out]})
@@ -833,11 +829,12 @@ def source_outputs(src, xs: list[dict[str, np.ndarray]]) -> tuple[str, list[list
 def _onnx_runtime(path: Path, xs: list[dict], record: Conversion):
     import onnxruntime as ort
 
-    from optimize.core.paths import read_bounded
+    from optimize.convert.onnx_checks import read
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    sess = ort.InferenceSession(read_bounded(path, "model", ModelError), so, providers=["CPUExecutionProvider"])
+    _, checked = read(path)  # the bytes checked again as they are now: no external data for ORT to resolve
+    sess = ort.InferenceSession(checked, so, providers=["CPUExecutionProvider"])
     types = {i.name: i.type for i in sess.get_inputs()}
     names = [o.name for o in sess.get_outputs()]
     out = []

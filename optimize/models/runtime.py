@@ -28,6 +28,15 @@ def runtime_label() -> str:
         return "ai-edge-litert (host CPU)"
 
 
+_OUTER_STDERR: list[int] = []  # the real fd 2 of each capture in progress, outermost first
+
+
+def outer_stderr() -> int | None:
+    """A descriptor of the terminal's stderr while `captured_stderr` holds fd 2 (None when it does not): where
+    a progress line goes during a long captured step."""
+    return _OUTER_STDERR[0] if _OUTER_STDERR else None
+
+
 @contextlib.contextmanager
 def captured_stderr():
     """Capture what the C++ runtime writes to fd 2 (delegate logs, errors) into a list of lines."""
@@ -36,9 +45,11 @@ def captured_stderr():
     with tempfile.TemporaryFile() as tmp:
         saved = os.dup(2)
         os.dup2(tmp.fileno(), 2)
+        _OUTER_STDERR.append(saved)
         try:
             yield lines
         finally:
+            _OUTER_STDERR.remove(saved)
             os.dup2(saved, 2)
             os.close(saved)
             tmp.seek(0)

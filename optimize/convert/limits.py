@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 
+from optimize.core.shown import named as shown  # noqa: F401 - the one way a name from a file is shown
+
 MAX_TENSOR_BYTES = 2**31
 MAX_MODEL_BYTES = 2**31
 MAX_NODES = 5_000
@@ -28,9 +30,3 @@ def max_nodes() -> int:
     """MAX_NODES, or the positive number the environment's OPTIMIZE_MAX_NODES gives."""
     raw = os.environ.get(NODES_ENV, "").strip()
     return int(raw) if raw.isdigit() and int(raw) > 0 else MAX_NODES
-
-
-def shown(name: str, limit: int = 80) -> str:
-    """A name from a file as a message shows it: quoted and escaped (`repr`), cut to `limit` characters, so a
-    newline or an escape sequence in it can neither end the line nor act on the terminal."""
-    return repr(name[:limit] + ("..." if len(name) > limit else ""))

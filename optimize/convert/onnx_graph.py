@@ -31,6 +31,7 @@ import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, helper, numpy_helper, shape_inference
 
 from optimize.convert.onnx_checks import fold_bytes
+from optimize.core.shown import named
 
 #: Ops never folded even when their inputs are constant (random).
 NO_FOLD = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -147,7 +148,11 @@ def _set_shape(vi: onnx.ValueInfoProto, shape) -> None:
 
 def shape_words(dims) -> str:
     """`[batch, 3, ?, ?]`: an input's declared dimensions as its file names them."""
-    return "[" + ", ".join(d.dim_param or (str(d.dim_value) if d.dim_value > 0 else "?") for d in dims) + "]"
+    return (
+        "["
+        + ", ".join(named(d.dim_param) if d.dim_param else (str(d.dim_value) if d.dim_value > 0 else "?") for d in dims)
+        + "]"
+    )
 
 
 def _eval_node(node: NodeProto, inputs: dict[str, np.ndarray], opset: list) -> list[np.ndarray]:
@@ -194,7 +199,7 @@ def freeze_inputs(model: ModelProto, values: dict[str, np.ndarray], facts: list[
         arr = np.asarray(value).astype(dtype).reshape([d.dim_value for d in vi.type.tensor_type.shape.dim] or ())
         g.input.remove(vi)
         g.initializer.append(numpy_helper.from_array(arr, name))
-        facts.append(f"input {name} frozen to {arr.tolist() if arr.size <= 4 else arr.shape}")
+        facts.append(f"input {named(name)} frozen to {arr.tolist() if arr.size <= 4 else arr.shape}")
 
 
 def fix_input_shapes(model: ModelProto, shapes: dict[str, tuple[int, ...]], facts: list[str]) -> None:
@@ -205,7 +210,7 @@ def fix_input_shapes(model: ModelProto, shapes: dict[str, tuple[int, ...]], fact
         if want is None:
             continue
         if any(not (d.HasField("dim_value") and d.dim_value > 0) for d in dims) or not dims:
-            facts.append(f"input {vi.name} {shape_words(dims)} fixed to {list(want)}")
+            facts.append(f"input {named(vi.name)} {shape_words(dims)} fixed to {list(want)}")
         _set_shape(vi, want)
 
 
@@ -216,14 +221,14 @@ def _wanted_shape(vi: onnx.ValueInfoProto, shapes: dict[str, tuple[int, ...]]) -
     if vi.name not in shapes:
         if any(d is None for d in declared):
             raise NormalizeError(
-                f"input {vi.name} has free dimensions {shape_words(dims)}: pass data for it to fix them"
+                f"input {named(vi.name)} has free dimensions {shape_words(dims)}: pass data for it to fix them"
             )
         return None
     want = tuple(int(s) for s in shapes[vi.name])
     if declared and len(declared) != len(want):
-        raise NormalizeError(f"input {vi.name} has rank {len(declared)}, the data's samples {want}")
+        raise NormalizeError(f"input {named(vi.name)} has rank {len(declared)}, the data's samples {want}")
     if any(d is not None and d != w for d, w in zip(declared, want)):
-        raise NormalizeError(f"input {vi.name} has shape {shape_words(dims)}, the data's samples {want}")
+        raise NormalizeError(f"input {named(vi.name)} has shape {shape_words(dims)}, the data's samples {want}")
     return want
 
 

@@ -47,6 +47,7 @@ import numpy as np
 
 from optimize.core.errors import DataError, ModelError
 from optimize.core.results import Conversion, ConvertedInput
+from optimize.core.shown import named
 from optimize.core.vocab import Layout
 from optimize.models.data import Dataset, count, take
 from optimize.models.spec import (
@@ -256,7 +257,7 @@ def _sample_axis(d: Declared, row: tuple[int, ...], where: str) -> tuple[tuple[i
     if len(row) == len(d.dims):
         return tuple(row), "whole"
     raise DataError(
-        f"{where}: the data's rows for input {d.name} have shape {list(row)}, the model takes rank {len(d.dims)} "
+        f"{where}: the data's rows for input {named(d.name)} have shape {list(row)}, the model takes rank {len(d.dims)} "
         f"({_dims(d.dims)}).",
         "Give one sample per row: the input without its batch axis, or the whole input where the batch axis is not first.",
     )
@@ -269,7 +270,7 @@ def _dims(dims) -> str:
 def _fits(d: Declared, shape: tuple[int, ...], where: str) -> None:
     if d.dims is not None and any(a is not None and a != b for a, b in zip(d.dims, shape)):
         raise DataError(
-            f"{where}: input {d.name} takes {_dims(d.dims)}; the data gives {list(shape)} per sample.",
+            f"{where}: input {named(d.name)} takes {_dims(d.dims)}; the data gives {list(shape)} per sample.",
             "Give one sample per row, in the model's own layout (NCHW for images).",
         )
 
@@ -278,8 +279,8 @@ def _static(d: Declared, where: str) -> tuple[tuple[int, ...], str]:
     """The shape of an input the data does not cover: its declared dims, which must all be fixed."""
     if d.dims is None or any(v is None for v in d.dims):
         raise DataError(
-            f"{where}: input {d.name} has free dimensions {_dims(d.dims or ())} and no data fixes them.",
-            f"Pass --data with x:{d.name} (one sample per row).",
+            f"{where}: input {named(d.name)} has free dimensions {_dims(d.dims or ())} and no data fixes them.",
+            f"Pass --data with x:{named(d.name)} (one sample per row).",
         )
     return tuple(d.dims), "batch" if d.dims and d.dims[0] == 1 else "whole"
 
@@ -288,12 +289,20 @@ def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where
     """Every input's sample shape and role (see the module docstring), what is frozen, what goes NHWC."""
     plan = Plan([], layout=Layout(layout))
     single = len(declared) == 1
+    keys = ds.x_cal if ds is not None and isinstance(ds.x_cal, dict) else {}
+    extra = [k for k in keys if k not in {n for d in declared for n in (d.name, signature_name(d.name))}]
+    if extra:
+        raise DataError(
+            f"{where}: the data has x:{named(extra[0])}, but the model's inputs are "
+            f"{', '.join(named(d.name) for d in declared)}.",
+            "Name each x:<input> after the model's input.",
+        )
     for d in declared:
         rows = _rows(ds, d.name, single)
         value = _constant_scalar(rows, d)
         if value is not None:
             plan.frozen[d.name] = value
-            plan.facts.append(f"input {d.name} is {value} in every sample: frozen into the graph")
+            plan.facts.append(f"input {named(d.name)} is {value} in every sample: frozen into the graph")
             continue
         shape, axis = _sample_axis(d, tuple(rows.shape[1:]), where) if rows is not None else _static(d, where)
         _fits(d, shape, where)
@@ -487,9 +496,9 @@ def _first_sample(plan: Plan, ds: Dataset | None, sample=None) -> dict[str, np.n
         if sample is not None:
             x = sample[k].detach().cpu().numpy()
             x = x[None] if i.sample_axis == "whole" else x
-        elif ds is not None:
+        elif ds is not None and _rows(ds, i.name, len(plan.inputs) == 1) is not None:
             x = _rows(ds, i.name, len(plan.inputs) == 1)[:1]
-        else:
+        else:  # no data, or none for this input (its declared shape is static: `_static`)
             x = np.zeros([1, *i.source_shape] if i.sample_axis == "whole" else i.source_shape, np.float32)
         x = _transform(x, i)
         out[i.key] = np.ascontiguousarray(x).astype(np.dtype(i.dtype))

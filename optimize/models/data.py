@@ -23,6 +23,7 @@ import numpy as np
 from optimize.core.errors import DataError
 from optimize.core.paths import regular_file
 from optimize.core.results import Split
+from optimize.core.shown import named
 
 log = logging.getLogger(__name__)
 
@@ -135,12 +136,14 @@ class Dataset:
             if isinstance(x, dict):
                 if name not in x:
                     raise DataError(
-                        f"{self.source} has no array for the model's input {name!r} (it has {', '.join(x)}).",
-                        f"Add x:{name} (and x_train:{name}/x_test:{name} if you split).",
+                        f"{self.source} has no array for the model's input {named(name)} (it has {', '.join(map(named, x))}).",
+                        f"Add x:{named(name)} (and x_train:{named(name)}/x_test:{named(name)} if you split).",
                     )
                 x = x[name]
             _check_shape(x, shape, name)
-            _check_range(x, dtype, f"{self.source}: {split}" + (f":{name}" if isinstance(self.x_cal, dict) else ""))
+            _check_range(
+                x, dtype, f"{self.source}: {split}" + (f":{named(name)}" if isinstance(self.x_cal, dict) else "")
+            )
 
 
 def _check_shape(x: np.ndarray, shape: tuple, name: str) -> None:
@@ -148,11 +151,11 @@ def _check_shape(x: np.ndarray, shape: tuple, name: str) -> None:
     got = tuple(x.shape[1:])
     if len(want) != len(got) or any(w not in (-1, g) for w, g in zip(want, got)):
         raise DataError(
-            f"Data samples have shape {list(got)} but the model's {name} takes {list(want)} (batch excluded).",
+            f"Data samples have shape {list(got)} but the model's {named(name)} takes {list(want)} (batch excluded).",
             "Reshape the arrays in the .npz to match the model input.",
         )
     if not np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_:
-        raise DataError(f"Data for {name} has dtype {x.dtype}; the model takes numbers.", "Store x as float32.")
+        raise DataError(f"Data for {named(name)} has dtype {x.dtype}; the model takes numbers.", "Store x as float32.")
 
 
 def _check_range(x: np.ndarray, dtype: str, what: str) -> None:
@@ -187,14 +190,14 @@ def check_inputs(ds: Dataset, specs: list) -> None:
     names = ds.input_names
     if names is None and len(specs) > 1:
         raise DataError(
-            f"The model has {len(specs)} inputs ({', '.join(s.name for s in specs)}); the data has one array x.",
-            "Key one array per input: x:" + ", x:".join(s.name for s in specs) + " (numpy.savez(..., **{...})).",
+            f"The model has {len(specs)} inputs ({', '.join(named(s.name) for s in specs)}); the data has one array x.",
+            "Key one array per input: x:" + ", x:".join(named(s.name) for s in specs) + " (numpy.savez(..., **{...})).",
         )
     if names is not None:
         extra = sorted(set(names) - {s.name for s in specs})
         if extra:
             raise DataError(
-                f"{ds.source} has x:{extra[0]}, but the model's inputs are {', '.join(s.name for s in specs)}.",
+                f"{ds.source} has x:{named(extra[0])}, but the model's inputs are {', '.join(named(s.name) for s in specs)}.",
                 "Name each x:<input> after the model's input.",
             )
     for s in specs:
@@ -262,7 +265,7 @@ def _group(arrays: dict[str, np.ndarray], p) -> dict[str, Inputs]:
             out[split] = arr
         else:
             if isinstance(out.get(split), np.ndarray):
-                raise DataError(f"{p} has both {split} and {split}:{name}.", f"Key every {split} by name.")
+                raise DataError(f"{p} has both {split} and {split}:{named(name)}.", f"Key every {split} by name.")
             out.setdefault(split, {})[name] = arr
     return out
 
@@ -460,7 +463,7 @@ def _same_count(xs: Inputs | None, ys: Labels | None, name: str, source: str) ->
         return
     for label, y in ys.items() if isinstance(ys, dict) else [("", ys)]:
         if count(xs) != len(y):
-            tag = f"y_{name}:{label}" if label else f"y_{name}"
+            tag = f"y_{name}:{named(label)}" if label else f"y_{name}"
             raise DataError(
                 f"{source}: x_{name} has {count(xs)} samples but {tag} has {len(y)}.", "Give one label per sample."
             )

@@ -136,8 +136,8 @@ def check(model: ModelProto, name: str) -> None:
     for where, t, _ in tensors:  # first, and before anything reads a tensor
         if external(t):
             raise ModelError(
-                f"{name}: {where} keeps its values in another file (ONNX external data), which optimize never "
-                "reads: a model file must not make it read any other file.",
+                f"{name}: {where} keeps its values in another file (ONNX external data); optimize reads no "
+                "file but the model.",
                 SAVE_ONE_FILE,
             )
     if nodes > MAX_FILE_NODES:
@@ -215,8 +215,27 @@ def check_values(model: ModelProto, name: str) -> None:
                 raise ModelError(
                     f"{name}: {kind} {shown(vi.name)} is {_dims(dims)} ({size:,} bytes), more than the "
                     f"{MAX_TENSOR_BYTES:,} one tensor may hold.",
-                    "Export the model for smaller inputs.",
+                    "Pass smaller inputs, or export the model without it.",
                 )
+
+
+def check_nodes(model: ModelProto, name: str) -> None:
+    """Every top-level node sized by constant inputs (ConstantOfShape, Expand, Tile, Range: `fold_bytes`)
+    within MAX_TENSOR_BYTES, whether or not shape inference knew its output: running it would allocate that."""
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type not in _COMPUTED or not all(i in inits for i in n.input if i):
+            continue
+        ins = {i: numpy_helper.to_array(inits[i]) for i in n.input if i and len(inits[i].raw_data) <= 1 << 16}
+        size = fold_bytes(n, ins, {}) if len(ins) == len([i for i in n.input if i]) else None
+        if size is not None and size > MAX_TENSOR_BYTES:
+            raise ModelError(
+                f"{name}: {_node(n)} would make {size:,} bytes, more than the {MAX_TENSOR_BYTES:,} one tensor may "
+                "hold.",
+                "Pass smaller inputs, or export the model without it.",
+            )
 
 
 def value_bytes(vi: ValueInfoProto) -> int | None:
@@ -282,6 +301,9 @@ SIZED_BY_VALUES = frozenset(
         "AveragePool", "LpPool", "RoiAlign", "MaxRoiPool", "TfIdfVectorizer", "ImageDecoder", "EyeLike",
     }
 )  # fmt: skip
+
+
+_COMPUTED = ("ConstantOfShape", "Expand", "Tile", "Range")  # sizes fold_bytes computes from input values
 
 
 def fold_bytes(node, inputs: dict, vinfo: dict) -> int | None:

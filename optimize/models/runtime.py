@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from optimize.core.errors import ModelError
+from optimize.core.shown import named
 
 
 def runtime_label() -> str:
@@ -178,7 +179,9 @@ def _ordered_samples(sample, names: list[str]) -> list:
     if isinstance(sample, dict):
         missing = [n for n in names if n not in sample]
         if missing:
-            raise ModelError(f"No data for the model's input {missing[0]!r} (it takes {', '.join(names)}).")
+            raise ModelError(
+                f"No data for the model's input {named(missing[0])} (it takes {', '.join(map(named, names))})."
+            )
         return [sample[n] for n in names]
     return list(sample) if isinstance(sample, (list, tuple)) else [sample]
 

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from optimize.core.errors import DataError, ModelError
+from optimize.core.errors import DataError, ModelError, OptimizeError
 from optimize.core.results import Conversion, ConvertedInput
 from optimize.core.shown import named
 from optimize.core.vocab import Layout
@@ -574,8 +574,22 @@ def _store(key: str, content: bytes, record: Conversion) -> None:
 
 def prepare(src, ds: Dataset | None, layout: str = Layout.SOURCE):
     """The source converted to its float .tflite (from the cache when made before), and the data as that
-    .tflite takes it: a ModelSource the rest of the pipeline treats as a float .tflite."""
+    .tflite takes it: a ModelSource the rest of the pipeline treats as a float .tflite. Whatever a file makes
+    fail on the way (a graph that passed every check and still does not run: onnx2torch, the eager run on the
+    first sample) is one line naming the step's error, never a traceback."""
+    try:
+        return _prepare(src, ds, layout)
+    except OptimizeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - anything a crafted graph makes a library raise: one line
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise ModelError(
+            f"{src.path.name} could not be converted ({e.__class__.__name__}{': ' + first if first else ''}).",
+            "Export the model again with standard ops (or as a .pt2), and check it runs in its own runtime.",
+        ) from None
 
+
+def _prepare(src, ds: Dataset | None, layout: str):
     with _quiet():  # torch, torchao and litert-torch talk on import and while converting
         if src.kind == "module":
             src = _export_module(src, ds)

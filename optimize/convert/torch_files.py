@@ -82,6 +82,11 @@ def safe_torch_load(data: bytes, what: str):
             "from the file.",
             "Save the model again with torch.export.save from plain tensors.",
         ) from None
+    except Exception as e:  # noqa: BLE001 - a damaged pickle: any error of the unpickler is one line
+        raise ModelError(
+            f"{what} holds a pickle that cannot be read ({e.__class__.__name__}): a damaged or forged file.",
+            "Save the model again with torch.export.save from plain tensors.",
+        ) from None
 
 
 def blocked_global(e: Exception) -> str:

@@ -135,6 +135,7 @@ def torch_models(folder: Path, x, y) -> dict[str, dict]:
     """A seeded PyTorch MLP on the same digits (NHWC rows, as the data holds them), trained for a moment, as a
     torch.export program (.pt2) and as ONNX (the TorchScript exporter: offline); none without the torch extra."""
     import importlib.util
+    import warnings
 
     if not all(importlib.util.find_spec(m) for m in ("torch", "litert_torch", "onnx", "onnxruntime", "onnx2torch")):
         return {}
@@ -151,10 +152,12 @@ def torch_models(folder: Path, x, y) -> dict[str, dict]:
     net.eval()
     sample = (xs[:1],)
     torch.export.save(torch.export.export(net, sample), str(folder / "mlp.pt2"))
-    torch.onnx.export(
-        net, sample, str(folder / "mlp.onnx"), dynamo=False, input_names=["x"], output_names=["logits"],
-        dynamic_axes={"x": {0: "batch"}},
-    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation: it is the one that works offline
+        torch.onnx.export(
+            net, sample, str(folder / "mlp.onnx"), dynamo=False, input_names=["x"], output_names=["logits"],
+            dynamic_axes={"x": {0: "batch"}},
+        )  # fmt: skip
     return {
         "pt2": {"model": folder / "mlp.pt2", "data": folder / "digits.npz", "expect": 0, "weight": 1},
         "onnx": {"model": folder / "mlp.onnx", "data": folder / "digits.npz", "expect": 0, "weight": 1},

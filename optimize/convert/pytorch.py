@@ -524,6 +524,40 @@ def cache_dir() -> Path:
     return root / "converted"
 
 
+def library_folder(name: str) -> Path | None:
+    """A folder of ours in `<cache>/converted` for what a library keeps between runs (torch's inductor cache,
+    ONNX Runtime's telemetry session file), which would otherwise land in the temp folder before a run's
+    staging folder exists; None when it cannot be made (the library keeps its default)."""
+    folder = cache_dir() / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder
+
+
+def _import_onnxruntime():
+    """onnxruntime, imported (once) with TMPDIR at a folder of ours: its telemetry writes a `.ses` file into the
+    temp folder it sees at import, whatever is asked of it later."""
+    import sys
+
+    if "onnxruntime" in sys.modules:
+        return sys.modules["onnxruntime"]
+    folder = library_folder("onnxruntime")
+    old = os.environ.get("TMPDIR")
+    if folder is not None:
+        os.environ["TMPDIR"] = str(folder)
+    try:
+        import onnxruntime
+
+        return onnxruntime
+    finally:
+        if old is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old
+
+
 def _route_digest() -> str:
     """What makes a conversion: our converter modules' text and the libraries' versions."""
     from importlib import metadata
@@ -590,6 +624,9 @@ def prepare(src, ds: Dataset | None, layout: str = Layout.SOURCE):
 
 
 def _prepare(src, ds: Dataset | None, layout: str):
+    inductor = library_folder("torchinductor")  # torch's cache, not the temp folder (a run leaves nothing there)
+    if inductor is not None:
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor))
     with _quiet():  # torch, torchao and litert-torch talk on import and while converting
         if src.kind == "module":
             src = _export_module(src, ds)
@@ -851,9 +888,9 @@ def source_outputs(src, xs: list[dict[str, np.ndarray]]) -> tuple[str, list[list
 
 
 def _onnx_runtime(path: Path, xs: list[dict], record: Conversion):
-    import onnxruntime as ort
-
     from optimize.convert.onnx_checks import read
+
+    ort = _import_onnxruntime()
 
     so = ort.SessionOptions()
     so.log_severity_level = 3

@@ -17,8 +17,9 @@ from optimize.core.errors import OptimizeError, RecipeError  # noqa: E402
 from optimize.core.vocab import IO, Backend, Delegate, Layout, Objective, Scheme, Target, Task  # noqa: E402
 
 app = typer.Typer(
-    help="Optimize TensorFlow models for LiteRT: quantize, prune, cluster, QAT; measure every variant; "
-    "check GPU/NNAPI/Hexagon/Core ML/XNNPACK; recommend one.\n\nStart with: optimize sweep",
+    help="Optimize TensorFlow (Keras, SavedModel, .tflite), PyTorch (.pt2) and ONNX models for LiteRT: "
+    "quantize, prune, cluster, QAT; measure every variant; check GPU/NNAPI/Hexagon/Core ML/XNNPACK; "
+    "recommend one.\n\nStart with: optimize sweep   (the built-in demo)",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -26,6 +27,23 @@ app = typer.Typer(
 )
 recipes_app = typer.Typer(help="List, show and validate recipes.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(recipes_app, name="recipes")
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from optimize import __version__
+
+        typer.echo(f"optimize {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _top(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """The options before any command (the help text is the app's)."""
 
 
 THREADS = typer.Option(
@@ -46,6 +64,15 @@ OBSERVE = typer.Option(
 )
 TASK = typer.Option(None, "--task", help="What the labels are (default: guessed from the output and labels).")
 LABEL_OUTPUT = typer.Option(None, "--label-output", help="The output the labels belong to (default: the first).")
+MAX_ERROR_INCREASE = typer.Option(
+    None, help="Regression labels: MAE at most this much above float32's, e.g. 0.05 = 5% more."
+)
+MAX_OUTPUT_ERROR = typer.Option(
+    None, help="Any output: worst output's mean |diff| from float32 over its range, e.g. 0.05."
+)
+MIN_AGREEMENT = typer.Option(
+    None, help="Outputs that decide: top-1 (classes) or decisions at 0.5 (sigmoid) agreeing with float32, e.g. 0.98."
+)
 CAL_SEED = typer.Option(0, "--calibration-seed", help="Seeds the random choice of calibration samples.")
 TRUST = typer.Option(
     False, "--trust-model-code", help="Load Keras files whose layers carry Python code (Lambda): it will run."
@@ -207,6 +234,9 @@ def sweep(
     backend: Backend | None = _backend_option(),
     target: Target | None = typer.Option(None, help="Recommend for this target at the end."),
     max_accuracy_drop: float | None = typer.Option(None, help="Goal for --target: e.g. 0.01 = one point."),
+    max_error_increase: float | None = MAX_ERROR_INCREASE,
+    max_output_error: float | None = MAX_OUTPUT_ERROR,
+    min_agreement: float | None = MIN_AGREEMENT,
     jobs: int | None = typer.Option(
         None, "--jobs", "-j", min=0, help="Worker processes (default: cores, memory permitting; 0: in-process)."
     ),
@@ -246,7 +276,12 @@ def sweep(
     from optimize.present import report_text
     from optimize.present.report_text import format_recommendation
 
-    goals = make_goals(max_accuracy_drop)  # checked before any work
+    goals = make_goals(  # checked before any work
+        max_accuracy_drop,
+        max_output_error=max_output_error,
+        max_error_increase=max_error_increase,
+        min_agreement=min_agreement,
+    )
     if mlflow:
         from optimize.present.tracking import check
 
@@ -532,6 +567,8 @@ def evaluate(
     from optimize.measure.metrics import evaluate as run_eval
     from optimize.present import report_text
 
+    if reference is not None and data is None:  # fidelity is measured on inputs: none given, none invented
+        raise OptimizeError("--reference needs inputs to compare outputs on:", "add --data D.npz.")
     src, ds = open_inputs(model, data, measuring=_measuring(task, label_output, 0), layout=layout, threads=threads)
     with tempfile.TemporaryDirectory(prefix="optimize-evaluate-") as tmp:
         flat, converted = _converted(src, Path(tmp))
@@ -657,12 +694,15 @@ def recommend(
         False, help="Most weights are large Dense/attention matrices (4-bit int4 fits CPU targets)."
     ),
     max_accuracy_drop: float | None = typer.Option(None, help="e.g. 0.01 = at most one point of top-1."),
-    max_output_error: float | None = typer.Option(
-        None, help="No labels: worst output's mean |diff| from float32 over its range, e.g. 0.05."
-    ),
+    max_error_increase: float | None = MAX_ERROR_INCREASE,
+    max_output_error: float | None = MAX_OUTPUT_ERROR,
+    min_agreement: float | None = MIN_AGREEMENT,
     max_size_bytes: int | None = typer.Option(None, help="Largest acceptable .tflite."),
     max_latency_ms: float | None = typer.Option(None, help="Slowest acceptable p50 latency (host CPU)."),
     objective: Objective = typer.Option(Objective.SIZE, help="Rank by size, latency or accuracy."),
+    recipe: bool = typer.Option(
+        False, "--recipe", help="Also print the chosen pipeline as a TOML recipe (for optimize run)."
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Pick a scheme for a target and a budget.
@@ -673,6 +713,8 @@ def recommend(
     Example:
       optimize recommend --target gpu             (the decision tree alone)
       optimize recommend out/study.json --target gpu --max-accuracy-drop 0.01
+      optimize recommend out/study.json --target gpu --recipe
+      optimize recommend out/study.json --max-error-increase 0.05   (regression)
     """
     from optimize.core.results import load_study
     from optimize.decide.advice import advise
@@ -680,7 +722,15 @@ def recommend(
     from optimize.decide.choose import recommend as choose
     from optimize.present.report_text import format_recommendation
 
-    goals = make_goals(max_accuracy_drop, max_size_bytes, max_latency_ms, objective, max_output_error)
+    goals = make_goals(
+        max_accuracy_drop,
+        max_size_bytes,
+        max_latency_ms,
+        objective,
+        max_output_error,
+        max_error_increase,
+        min_agreement,
+    )
     if study is None:
         advice = advise(
             target,
@@ -689,11 +739,11 @@ def recommend(
             goals=goals,
             dense_weights=dense_weights,
         )
-        _show(advice.model_dump_json(indent=2) if as_json else format_recommendation(advice), fit=not as_json)
+        _show(advice.model_dump_json(indent=2) if as_json else format_recommendation(advice, recipe), fit=not as_json)
         return
     folder = study if study.is_dir() else study.parent
     rec = choose(load_study(study), target, goals, folder=folder)
-    _show(rec.model_dump_json(indent=2) if as_json else format_recommendation(rec), fit=not as_json)
+    _show(rec.model_dump_json(indent=2) if as_json else format_recommendation(rec, recipe), fit=not as_json)
     raise_if_unmet(rec)
 
 
@@ -724,6 +774,9 @@ def debug(
     scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="int8 or int16x8.", **DEBUG_SCHEMES),
     samples: int = typer.Option(16, min=1, max=10000, help="Samples run through both models (errors settle fast)."),
     leave_out: int = typer.Option(3, min=0, max=50, help="Worst ops also measured with only them kept float."),
+    study: Path | None = typer.Option(
+        None, "--study", help="A sweep's study.json of this model: its measured fixes are quoted, not suggested again."
+    ),
     label_output: str | None = LABEL_OUTPUT,
     trust_model_code: bool = TRUST,
     layout: Layout = LAYOUT,
@@ -732,7 +785,7 @@ def debug(
 ) -> None:
     """Which ops break quantization: per-layer error vs float, ranked.
 
-    With what keeping each of the worst ops in float buys.
+    With the fixes measured on held-out samples, and only those that helped offered.
 
     \b
     Example:
@@ -752,6 +805,7 @@ def debug(
         trust_model_code=trust_model_code,
         measuring=_measuring(None, label_output, 0),
         layout=layout,
+        study=study,
     )
     if as_json:
         _print_json(report)
@@ -820,15 +874,34 @@ def recipes_list() -> None:
 
 @recipes_app.command("show")
 def recipes_show(recipe: str = typer.Argument(..., help="Recipe name or path.")) -> None:
-    """Print a recipe resolved (defaults filled in).
+    """Print a recipe as `optimize run` runs it (defaults filled in).
+
+    Its post-training schemes are shown made by the backend run uses.
 
     \b
     Example:
       optimize recipes show mobile-gpu
     """
+    import textwrap
+
     from optimize.core.recipe import load_recipe
 
-    typer.echo(load_recipe(recipe).to_toml())
+    def steps(r) -> str:
+        return " -> ".join(
+            s.technique + (f"({s.params.scheme})" if getattr(s.params, "scheme", None) else "") for s in r.steps
+        )
+
+    written = load_recipe(recipe)
+    runs = written.with_backend()
+    if runs.steps != written.steps:  # said as TOML comments, so the text still loads as the recipe
+        who = {Backend.LITERT: "LiteRT Quantizer", Backend.CONVERTER: "the TFLite converter"}.get(runs.made_by)
+        note = (
+            f"As written: {steps(written)}. `optimize run` runs {steps(runs)}"
+            + (f", quantized by {who}" if who else "")
+            + f" (backend {runs.backend}), as below."
+        )
+        typer.echo("\n".join(f"# {line}" for line in textwrap.wrap(note, 76, break_on_hyphens=False)))
+    typer.echo(runs.to_toml())
 
 
 @recipes_app.command("validate")

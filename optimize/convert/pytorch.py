@@ -45,11 +45,12 @@ from pathlib import Path
 
 import numpy as np
 
+from optimize.convert import vocabulary
 from optimize.core.errors import DataError, ModelError, OptimizeError
 from optimize.core.results import Conversion, ConvertedInput
 from optimize.core.shown import named
 from optimize.core.vocab import Layout
-from optimize.models.data import Dataset, count, take
+from optimize.models.data import Dataset, count, say_once, take
 from optimize.models.spec import (
     ModelSource,
     fingerprint_of,
@@ -631,6 +632,7 @@ def _prepare(src, ds: Dataset | None, layout: str):
         if src.kind == "module":
             src = _export_module(src, ds)
         declared, model = _declared(src)
+        ds, said = vocabulary.fit(src.kind, declared, model, ds, signature_name)  # ids as the model takes them
         plan = plan_inputs(declared, ds, layout, src.path.name)
         key = _key(src.fingerprint, plan)
         hit = _cached(key)
@@ -639,6 +641,7 @@ def _prepare(src, ds: Dataset | None, layout: str):
             record = record.model_copy(update={"cached": True})
         else:
             content, record = _convert(src, model, plan, ds)
+    say_once(said)
     converted = opened_content(replace(src, fingerprint=fingerprint_of(src.fingerprint, plan.key())), content)
     converted = replace(converted, conversion=record, facts=tuple(record.facts), module=None)
     data = convert_data(ds, record) if ds is not None else None

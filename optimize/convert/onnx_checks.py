@@ -2,14 +2,15 @@
 every graph it holds, so that a crafted file is one line, never a read of another file, a huge allocation
 or an hour of work.
 
-What `check` refuses, each in one line naming where (`initializer 'w'`, `node 'c' (Constant) attribute
-'value'`, `If node 'if0' then_branch: initializer 'w'`, `function 'f': node ...`):
+What `check` refuses, each in one line naming where (`initializer w`, `Constant node c attribute value`,
+`If node if0 then_branch: initializer w`, `function f: Constant node k ...`), to the bounds of `limits`:
 
 * **external data** anywhere: a tensor whose bytes live in another file (`data_location = EXTERNAL` or an
   `external_data` entry) in an initializer, a sparse initializer, a node attribute (a `Constant`'s value
   among them), inside any subgraph (If/Loop/Scan bodies, at any depth), a model-local function or training
-  info. ONNX Runtime and onnx's readers resolve such a location against the process's working folder, not
-  the model's: a model file must never make optimize read any other file, so no location is ever looked at;
+  info. onnx's `numpy_helper.to_array` and reference evaluator resolve such a location against the
+  process's working folder, not the model's: a model file must never make optimize read any other file,
+  so no location is ever looked at;
 * **tensors that do not hold what they declare**: dimensions that are negative, a dtype optimize does not
   read (`STRING`, an unknown or 6-bit type), or a number of values (raw bytes or typed fields) other than
   the dimensions' product (`[2**40]` with 20 bytes); one tensor beyond MAX_TENSOR_BYTES, or all of them
@@ -20,10 +21,12 @@ What `check` refuses, each in one line naming where (`initializer 'w'`, `node 'c
   whose time (torch.export, litert-torch) grows faster than linearly with the graph (measured: 1,000 Add
   nodes 66 s, 3,000 nodes 281 s on 2 shared cores);
 * **declared values beyond MAX_TENSOR_BYTES** (an input, output or inferred value of static shape): what
-  running the graph would allocate (`check_values`, after normalisation too).
+  running the graph would allocate (`check_values`, after normalisation too, with `check_nodes` for the
+  ops sized by constant inputs whose output inference left open).
 
-Nothing here reads anything but the bytes given; nothing is evaluated. Names from the file are shown
-`repr`-style (`shown`), so a name with a newline cannot forge a line.
+`fold_bytes` bounds what folding a node would make before numpy is asked to make it (`onnx_graph`).
+Nothing here reads anything but the bytes given; nothing is evaluated. Names from the file are shown as
+themselves when plain, `repr`-quoted otherwise (`shown`), so a name with a newline cannot forge a line.
 """
 
 from __future__ import annotations
@@ -303,9 +306,6 @@ SIZED_BY_VALUES = frozenset(
 )  # fmt: skip
 
 
-_COMPUTED = ("ConstantOfShape", "Expand", "Tile", "Range")  # sizes fold_bytes computes from input values
-
-
 def fold_bytes(node, inputs: dict, vinfo: dict) -> int | None:
     """An upper bound of the bytes folding `node` on constant `inputs` makes, before numpy makes them: its
     outputs' inferred static shapes; else, for an op sized by its inputs' values, the size they ask for
@@ -317,22 +317,34 @@ def fold_bytes(node, inputs: dict, vinfo: dict) -> int | None:
     if outs and all(k is not None for k in known):
         return sum(known)
     values = [inputs[i] for i in node.input if i]
-    try:
-        if node.op_type == "ConstantOfShape":
-            return math.prod(int(d) for d in values[0].reshape(-1)) * 8
-        if node.op_type == "Expand":
-            target = [int(d) for d in values[1].reshape(-1)]
-            return math.prod(max(a, b) for a, b in _aligned(list(values[0].shape), target)) * 8
-        if node.op_type == "Tile":
-            return values[0].size * math.prod(int(r) for r in values[1].reshape(-1)) * 8
-        if node.op_type == "Range":
-            start, limit, delta = (float(v.reshape(-1)[0]) for v in values[:3])
-            return max(0, math.ceil((limit - start) / delta)) * 8 if delta else None
-    except (IndexError, ValueError, OverflowError, TypeError):
-        return None
+    computed = _COMPUTED.get(node.op_type)
+    if computed is not None:
+        try:
+            count = computed(values)
+        except (IndexError, ValueError, OverflowError, TypeError, ZeroDivisionError):
+            return None
+        return count * 8
     if node.op_type in SIZED_BY_VALUES:
         return None
     return math.prod(max(int(v.size), 1) for v in values) * 8
+
+
+def _ints(v) -> list[int]:
+    return [int(d) for d in v.reshape(-1)]
+
+
+def _range_count(values) -> int:
+    start, limit, delta = (float(v.reshape(-1)[0]) for v in values[:3])
+    return max(0, math.ceil((limit - start) / delta))
+
+
+#: The values an op sized by its constant inputs makes, from those inputs.
+_COMPUTED = {
+    "ConstantOfShape": lambda v: math.prod(_ints(v[0])),
+    "Expand": lambda v: math.prod(max(a, b) for a, b in _aligned(list(v[0].shape), _ints(v[1]))),
+    "Tile": lambda v: v[0].size * math.prod(_ints(v[1])),
+    "Range": _range_count,
+}
 
 
 def _aligned(a: list[int], b: list[int]) -> list[tuple[int, int]]:

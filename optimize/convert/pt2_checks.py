@@ -70,12 +70,28 @@ def check_archive(path: Path, infos: list[zipfile.ZipInfo]) -> str:
     docstring; one ModelError line for the first that fails."""
     if len(infos) > MAX_MEMBERS:
         raise _refuse(path, f"{len(infos):,} archive members, more than a model has.")
+    names = _check_members(path, infos)
+    formats = [n for n in names if PurePosixPath(n).name == "archive_format"]
+    if len(formats) > 1:
+        raise _refuse(path, f"{len(formats)} archive_format members (one program per archive).")
+    if not formats:
+        return ""  # not a program: said by the caller, from the member names
+    root = formats[0].rsplit("/", 1)[0] + "/" if "/" in formats[0] else ""
+    stray = next((n for n in sorted(names) if not n.startswith(root)), None)
+    if stray is not None:
+        raise _refuse(path, f"archive member {shown(stray)} lies outside the archive's root {shown(root)}.")
+    if root.count("/") > 1:
+        raise _refuse(path, f"its root {shown(root)} is not one folder.")
+    return root
+
+
+def _check_members(path: Path, infos: list[zipfile.ZipInfo]) -> set[str]:
+    """Every member's name (inside the archive, never twice) and declared size (alone and together)."""
     seen: set[str] = set()
     total = 0
     for i in infos:
         name = i.filename
-        parts = PurePosixPath(name).parts
-        if name.startswith("/") or ".." in parts or "\\" in name or "\0" in name:
+        if name.startswith("/") or ".." in PurePosixPath(name).parts or "\\" in name or "\0" in name:
             raise _refuse(path, f"archive member {shown(name)} has a path outside the archive.")
         if name in seen:
             raise _refuse(
@@ -86,16 +102,7 @@ def check_archive(path: Path, infos: list[zipfile.ZipInfo]) -> str:
         total += i.file_size
         if total > MAX_ARCHIVE_BYTES:
             raise _refuse(path, f"its members expand to more than {MAX_ARCHIVE_BYTES:,} bytes together.")
-    formats = [n for n in seen if PurePosixPath(n).name == "archive_format"]
-    if len(formats) > 1:
-        raise _refuse(path, f"{len(formats)} archive_format members (one program per archive).")
-    root = "" if not formats or "/" not in formats[0] else formats[0].rsplit("/", 1)[0] + "/"
-    stray = next((n for n in sorted(seen) if not n.startswith(root)), None) if formats else None
-    if stray is not None:
-        raise _refuse(path, f"archive member {shown(stray)} lies outside the archive's root {shown(root)}.")
-    if root.count("/") > 1:
-        raise _refuse(path, f"its root {shown(root)} is not one folder.")
-    return root
+    return seen
 
 
 # ------------------------------------------------------------------------------------------- the program
@@ -189,16 +196,19 @@ def tensor_meta(meta: dict, path: Path, where: str, storage: int | None) -> int:
             path, f"{where} is {sizes[:8]} ({size:,} bytes), more than the {MAX_TENSOR_BYTES:,} one tensor may hold."
         )
     if storage is not None and math.prod(sizes):
-        offset = meta.get("storage_offset", {"as_int": 0})
-        off = offset.get("as_int") if isinstance(offset, dict) else None
-        if strides is None or len(strides) != len(sizes) or not isinstance(off, int) or off < 0:
-            raise _refuse(path, f"{where} has malformed strides or offset.")
-        last = off + sum((s - 1) * st for s, st in zip(sizes, strides))
-        if (last + 1) * item > storage:
-            raise _refuse(
-                path, f"{where} addresses element {last:,} of a storage of {storage // item:,}: a forged tensor."
-            )
+        _inside(meta, sizes, strides, item, storage, path, where)
     return size
+
+
+def _inside(meta: dict, sizes: list[int], strides, item: int, storage: int, path: Path, where: str) -> None:
+    """Every element a stored tensor addresses (offset + sum((size - 1) * stride)) inside its storage."""
+    offset = meta.get("storage_offset", {"as_int": 0})
+    off = offset.get("as_int") if isinstance(offset, dict) else None
+    if strides is None or len(strides) != len(sizes) or not isinstance(off, int) or off < 0:
+        raise _refuse(path, f"{where} has malformed strides or offset.")
+    last = off + sum((s - 1) * st for s, st in zip(sizes, strides))
+    if (last + 1) * item > storage:
+        raise _refuse(path, f"{where} addresses element {last:,} of a storage of {storage // item:,}: a forged tensor.")
 
 
 def check_stored(config: dict, folder: str, sizes: dict[str, int], path: Path, kind: str) -> int:

@@ -286,10 +286,8 @@ def _static(d: Declared, where: str) -> tuple[tuple[int, ...], str]:
     return tuple(d.dims), "batch" if d.dims and d.dims[0] == 1 else "whole"
 
 
-def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where: str) -> Plan:
-    """Every input's sample shape and role (see the module docstring), what is frozen, what goes NHWC."""
-    plan = Plan([], layout=Layout(layout))
-    single = len(declared) == 1
+def _check_keys(declared: list[Declared], ds: Dataset | None, where: str) -> None:
+    """Every `x:<name>` of the data names one of the model's inputs (a key naming none is one line)."""
     keys = ds.x_cal if ds is not None and isinstance(ds.x_cal, dict) else {}
     extra = [k for k in keys if k not in {n for d in declared for n in (d.name, signature_name(d.name))}]
     if extra:
@@ -298,6 +296,13 @@ def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where
             f"{', '.join(named(d.name) for d in declared)}.",
             "Name each x:<input> after the model's input.",
         )
+
+
+def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where: str) -> Plan:
+    """Every input's sample shape and role (see the module docstring), what is frozen, what goes NHWC."""
+    plan = Plan([], layout=Layout(layout))
+    single = len(declared) == 1
+    _check_keys(declared, ds, where)
     for d in declared:
         rows = _rows(ds, d.name, single)
         value = _constant_scalar(rows, d)

@@ -250,13 +250,13 @@ def integer_ids(ds: Dataset, types: dict[str, str], single: bool | None = None) 
             if name not in ints or a is None or not np.issubdtype(a.dtype, np.floating) or a.size == 0:
                 continue
             if id(a) not in cast:
-                where = f"{ds.source}: {split}" + (f":{name}" if isinstance(x, dict) else "")
+                where = f"{ds.source}: {split}" + (f":{named(name)}" if isinstance(x, dict) else "")
                 _check_range(a, ints[name].name, where)  # whole numbers the type holds, or one line
                 cast[id(a)] = a.astype(ints[name])
                 notes.append(
-                    f"{Path(ds.source).name}: {split}" + (f":{name}" if isinstance(x, dict) else "") + " holds "
+                    f"{Path(ds.source).name}: {split}" + (f":{named(name)}" if isinstance(x, dict) else "") + " holds "
                     f"ids stored as {a.dtype}: whole numbers, cast to {ints[name].name} (the model's input "
-                    f"{name} takes {ints[name].name})"
+                    f"{named(name)} takes {ints[name].name})"
                 )
             if out is None:
                 return cast[id(a)]
@@ -290,11 +290,11 @@ def check_ids(ds: Dataset, bounds: list, inputs: int) -> None:
             lo, hi = float(np.min(a)), float(np.max(a))
             if lo >= lowest and hi <= b.size - 1:
                 continue
-            where = f"{ds.source}: {split}" + (f":{b.input}" if isinstance(x, dict) else "")
+            where = f"{ds.source}: {split}" + (f":{named(b.input)}" if isinstance(x, dict) else "")
             bad = hi if hi > b.size - 1 else lo
             n = int(np.count_nonzero((a < lowest) | (a > b.size - 1)))
             raise DataError(
-                f"{where} holds id {bad:g} ({n} id(s) out of range): input {b.input} indexes {b.layer} of "
+                f"{where} holds id {bad:g} ({n} id(s) out of range): input {named(b.input)} indexes {b.layer} of "
                 f"{b.size} rows, ids {lowest}..{b.size - 1}.",
                 "Map ids outside the vocabulary to one the model knows (its out-of-vocabulary id), or pass the "
                 "model trained on them.",

@@ -499,6 +499,7 @@ def make_candidate(
                 samples=eval_samples,
                 baseline_accuracy=baseline.accuracy if baseline else None,
                 loaded=loaded,
+                on_target=True if reference is not None else "self",
             )
         _refuse_nonfinite(metrics)
         notes = list(state.notes)

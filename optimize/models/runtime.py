@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from optimize.core.errors import ModelError
+from optimize.core.shown import named
 
 
 def runtime_label() -> str:
@@ -26,6 +27,15 @@ def runtime_label() -> str:
         return f"ai-edge-litert {metadata.version('ai-edge-litert')} (host CPU)"
     except metadata.PackageNotFoundError:
         return "ai-edge-litert (host CPU)"
+
+
+_OUTER_STDERR: list[int] = []  # the real fd 2 of each capture in progress, outermost first
+
+
+def outer_stderr() -> int | None:
+    """A descriptor of the terminal's stderr while `captured_stderr` holds fd 2 (None when it does not): where
+    a progress line goes during a long captured step."""
+    return _OUTER_STDERR[0] if _OUTER_STDERR else None
 
 
 @contextlib.contextmanager
@@ -36,9 +46,11 @@ def captured_stderr():
     with tempfile.TemporaryFile() as tmp:
         saved = os.dup(2)
         os.dup2(tmp.fileno(), 2)
+        _OUTER_STDERR.append(saved)
         try:
             yield lines
         finally:
+            _OUTER_STDERR.remove(saved)
             os.dup2(saved, 2)
             os.close(saved)
             tmp.seek(0)
@@ -167,7 +179,9 @@ def _ordered_samples(sample, names: list[str]) -> list:
     if isinstance(sample, dict):
         missing = [n for n in names if n not in sample]
         if missing:
-            raise ModelError(f"No data for the model's input {missing[0]!r} (it takes {', '.join(names)}).")
+            raise ModelError(
+                f"No data for the model's input {named(missing[0])} (it takes {', '.join(map(named, names))})."
+            )
         return [sample[n] for n in names]
     return list(sample) if isinstance(sample, (list, tuple)) else [sample]
 

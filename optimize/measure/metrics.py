@@ -320,6 +320,7 @@ def evaluate(
     timing: bool = True,
     loaded: runtime.Loaded | None = None,
     on_target: bool | str = True,
+    digest: str | None = None,
 ) -> Metrics:
     """Every measurement of one .tflite. Without data, latency and memory use a zero input.
 
@@ -328,7 +329,8 @@ def evaluate(
     `baseline_accuracy` (the float model's on the same data) fills `accuracy_delta` or `error_ratio`.
     `timing=False` leaves latency and memory to `add_timing`, so a sweep can time every candidate
     on a quiet machine after the parallel work is done. `loaded`: the model's interpreter, when the
-    caller has one (`runtime.load(model, threads=threads)`), so it is built once. `on_target`: with a
+    caller has one (`runtime.load(model, threads=threads)`), so it is built once. `digest`: the file's sha256,
+    when this process ran these bytes on some of the samples already (`runtime.Runner`). `on_target`: with a
     reference, also the figures in the GPU's arithmetic (`metrics.on_target.gpu`, emulated on the CPU); "self":
     the model is the reference (the float32 baseline), its GPU figures against its own CPU outputs.
     """
@@ -336,7 +338,7 @@ def evaluate(
     _check_tflite(path)
     ds = _dataset(data)
     like = take(ds.x_test, slice(0, 1)) if ds is not None else None
-    runner = runtime.Runner(loaded or runtime.load(path, threads=threads, like=like))
+    runner = runtime.Runner(loaded or runtime.load(path, threads=threads, like=like), digest=digest)
     acc = fid = xs = gpu = None
     if ds is not None:
         check_inputs(ds, runner_specs(runner))

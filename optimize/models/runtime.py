@@ -7,11 +7,13 @@ the shipped runtime; every figure records the thread count and whether XNNPACK w
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import sys
 import tempfile
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -305,6 +307,28 @@ def _from_output(y: np.ndarray, detail: dict) -> np.ndarray:
     return y.astype(np.float32)
 
 
+#: Outputs of models already run on samples in this process, by (model sha256, sample digest): a quantized
+#: model that its quantizer's failure check ran on test samples is not run on them again when it is measured
+#: (int16x8 on reference kernels: about 0.2 s an invoke on MobileNetV2). Bounded by SEEN_BYTES.
+_SEEN: OrderedDict[tuple[str, str], list[np.ndarray]] = OrderedDict()
+SEEN_BYTES = 64 * 2**20
+
+
+def _sample_digest(sample) -> str:
+    h = hashlib.sha256()
+    for name, a in sorted(sample.items()) if isinstance(sample, dict) else [("", sample)]:
+        a = np.ascontiguousarray(a)
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _seen(key: tuple[str, str], outputs: list[np.ndarray]) -> None:
+    _SEEN[key] = [np.array(o, copy=True) for o in outputs]
+    while _SEEN and sum(o.nbytes for outs in _SEEN.values() for o in outs) > SEEN_BYTES:
+        _SEEN.popitem(last=False)
+
+
 class Runner:
     """Feeds float samples one at a time and returns float outputs, whatever the model's I/O types.
 
@@ -315,9 +339,10 @@ class Runner:
     it is fed, as the runtime allocates it at 1 along every free dimension.
     """
 
-    def __init__(self, loaded: Loaded):
+    def __init__(self, loaded: Loaded, digest: str | None = None):
         self.loaded = loaded
         self.it = loaded.interpreter
+        self.digest = digest  # the model's sha256: its outputs on a sample are kept for this process (`_SEEN`)
         self._read_details()
 
     def _read_details(self) -> None:
@@ -375,9 +400,17 @@ class Runner:
         return [_from_output(self.it.get_tensor(d["index"]), d)[0] for d in self.outputs]
 
     def run_fresh(self, sample) -> list[np.ndarray]:
-        """`run` from a clean state: variable tensors (an RNN's state) reset first, so samples do not leak."""
+        """`run` from a clean state: variable tensors (an RNN's state) reset first, so samples do not leak. With
+        the model's `digest`, outputs this process already computed for these very bytes on this very sample
+        are taken from `_SEEN` (the interpreter's tensors then hold nothing of the sample)."""
+        key = (self.digest, _sample_digest(sample)) if self.digest else None
+        if key is not None and key in _SEEN:
+            return [o.copy() for o in _SEEN[key]]
         self.it.reset_all_variables()
-        return self.run(sample)
+        out = self.run(sample)
+        if key is not None:
+            _seen(key, out)
+        return out
 
     def predict(self, xs, limit: int | None = None) -> list[np.ndarray]:
         """Outputs for each sample of xs (an array, or a dict of arrays keyed by input name; first axis:

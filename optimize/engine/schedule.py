@@ -63,13 +63,15 @@ class _Pending:
             exported_seconds=exported[1] if exported else 0.0,
         )
 
-    def release_made(self, ex, base: Recipe, float32: Path) -> None:
+    def release_made(self, ex, base: Recipe, float32: Path, baseline: Task) -> None:
         """Submit the waiting groups now, compared with the float32 .tflite the sweep's process converted
-        (`Run.export`), while a worker measures it as the baseline: they need its file, not its figures (the
-        accuracy deltas are filled in once it is measured, `with_deltas`)."""
+        (`Run.export`), while a worker measures it as the baseline (`baseline`, submitted second): they need
+        its file, not its figures (the accuracy deltas are filled in once it is measured, `with_deltas`). The
+        longest group goes first, to the warmest worker: it is what the sweep waits for."""
         start = (tuple(base.steps), float32)
-        for g in sorted(self.waiting, key=expected_cost, reverse=True):  # the longest first
-            ex.submit(self.task(g, ref=float32, start=start))
+        tasks = [self.task(g, ref=float32, start=start) for g in sorted(self.waiting, key=expected_cost, reverse=True)]
+        for task in [*tasks[:1], baseline, *tasks[1:]]:
+            ex.submit(task)
         self.waiting = []
 
     def with_deltas(self) -> None:
@@ -125,12 +127,14 @@ def _submit_baseline(ex, pending: _Pending, first: list[Recipe], base: Recipe) -
     first, alone = _split_off(first, base)
     pending.waiting += alone
     exported = run.export(_plain(base)) if ex.name == "local" and _converts_source(base) else None  # same disk
-    ex.submit(pending.task(first, baseline_name=base.name, exported=exported))
+    task = pending.task(first, baseline_name=base.name, exported=exported)
     made = exported is not None and exported[0].suffix == ".tflite"  # the float32 itself: nothing to convert
+    if made and pending.waiting:
+        pending.release_made(ex, base, exported[0], task)  # no wait for its measuring either
+    else:
+        ex.submit(task)
     if pending.waiting and hasattr(ex, "expect"):  # workers for what follows the baseline, started now
-        ex.expect(len(pending.waiting) + 1, warm="tf" if run.src.kind in TF_KINDS and not made else "measure")
-    if made:
-        pending.release_made(ex, base, exported[0])  # no wait for its measuring either
+        ex.expect(len(pending.waiting) + 1, warm="tf" if run.src.kind in TF_KINDS else "measure")
 
 
 def _has_delta(m) -> bool:

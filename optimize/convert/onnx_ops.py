@@ -463,10 +463,36 @@ class Gather(Module):
         return flat.reshape(list(x.shape[: self.axis]) + list(self.shape) + list(x.shape[self.axis + 1 :]))
 
 
+class Embedding(Module):
+    """Rows of a constant table picked by run-time ids: ONNX's Gather(table, ids, axis=0), as exporters write
+    nn.Embedding. `F.embedding` lowers to EMBEDDING_LOOKUP, whose table every weight recipe quantizes (float16,
+    dynamic, int4, int8); onnx2torch's general Gather lowers to GATHER_ND, whose table stays float32. Ids are
+    0..rows-1, as nn.Embedding takes them (ONNX's negative ids, counted from the end, are not exported from
+    an embedding)."""
+
+    def __init__(self, table: np.ndarray):
+        super().__init__()
+        self.register_buffer("weight", torch.as_tensor(np.ascontiguousarray(table)))
+
+    def forward(self, ids):
+        return F.embedding(ids, self.weight)
+
+
+def _embedding_table(node: OnnxNode, graph: OnnxGraph) -> np.ndarray | None:
+    """The table of a Gather that is an embedding lookup: a constant float matrix, gathered on axis 0."""
+    table = const(graph, node.input_values[0])
+    if table is None or table.ndim != 2 or table.dtype.kind != "f" or node.attributes.get("axis", 0) not in (0, -2):
+        return None
+    return table
+
+
 @register("Gather")
 def _gather(node: OnnxNode, graph: OnnxGraph):
     idx = const(graph, node.input_values[1])
-    if idx is None:  # run-time indices (an embedding lookup): onnx2torch's own module is export-friendly
+    table = _embedding_table(node, graph) if idx is None else None
+    if table is not None:
+        return result(Embedding(table), node, 1)
+    if idx is None:  # run-time indices on a computed tensor: onnx2torch's own module is export-friendly
         from onnx2torch.node_converters.gather import OnnxGather
 
         mapping = OnnxMapping(inputs=node.input_values, outputs=node.output_values)
@@ -989,11 +1015,18 @@ def flatten_outputs(out, names: list[str] | None = None) -> list:
 
 class Program(nn.Module):
     """An ExportedProgram's module taking its user inputs positionally, in the program's own order: its
-    positional arguments first, then its keyword arguments (what a program exported with keywords takes)."""
+    positional arguments first, then its keyword arguments (what a program exported with keywords takes).
+
+    The program is unflattened (`torch.export.unflatten`) into the module tree it was exported from, so the
+    converted .tflite names each tensor after the module that computed it (`enc/0/self_attn;19`); a program
+    that does not unflatten runs as one flat graph module."""
 
     def __init__(self, ep):
         super().__init__()
-        self.m = ep.module()
+        try:
+            self.m = torch.export.unflatten(ep)
+        except Exception:  # noqa: BLE001 - unflatten refuses some programs; the flat module computes the same
+            self.m = ep.module()
         spec = ep.call_spec.in_spec
         children = spec.children() if spec is not None else []
         args, kwargs = children if len(children) == 2 else (None, None)

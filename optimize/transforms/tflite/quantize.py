@@ -336,6 +336,7 @@ def _prepared(content: bytes, params: QuantizeParams, ctx: Context, inputs: dict
                 f"quantize: input {', '.join(free[t] for t in pinned)} has free dimensions: calibrated at the data's "
                 f"shape {list(shapes[pinned[0]])} (the signature stays free)."
             )
+    work = _finite_masks(work, params, ctx)
     if params.io != IO.FLOAT and graphfix.shared_outputs(work):
         work, n = graphfix.split_outputs(work)
         if n:
@@ -344,6 +345,29 @@ def _prepared(content: bytes, params: QuantizeParams, ctx: Context, inputs: dict
                 "RESHAPE), so integer I/O quantizes them."
             )
     return work
+
+
+#: Calibration samples the mask fills' score range is read on, and held-out test samples it is checked on.
+MASK_SAMPLES, MASK_HELD_OUT = 64, 16
+
+
+def _finite_masks(content: bytes, params: QuantizeParams, ctx: Context) -> bytes:
+    """Attention mask fills (-inf, -1e9, ...) made finite and just low enough, checked to change nothing in the
+    float model (optimize.transforms.tflite.masks), so calibration gives the masked scores a usable range."""
+    from optimize.models.data import count
+    from optimize.transforms.tflite import masks
+
+    if masks.find(content) is None:
+        return content
+    data = ctx.data
+    cal = data.calibration(min(params.samples, MASK_SAMPLES))
+    held = data.x_test
+    samples = [take(cal, slice(i, i + 1)) for i in range(count(cal))]
+    held_out = [take(held, slice(i, i + 1)) for i in range(min(MASK_HELD_OUT, count(held)))]
+    made = masks.make_finite(content, samples, held_out, max(1, ctx.threads))
+    if made.note:
+        ctx.notes.append(f"quantize: {made.note}")
+    return made.content
 
 
 def _flow_overrides(content: bytes) -> dict[str, str]:

@@ -342,18 +342,41 @@ def _slice(node: OnnxNode, graph: OnnxGraph):
 
 
 class Pad(Module):
-    def __init__(self, pads: list[int], mode: str, value: float, crop: list[tuple[int, int, int]]):
+    """ONNX Pad: negative pads crop; constant padding by F.pad; reflect, edge and wrap padding by F.pad where it
+    takes them (the padded axes are the last 1-3 and a batch and channel axis precede them: MIRROR_PAD), else
+    axis by axis as a gather of precomputed source positions (`gathers`: reflect on the middle axis of an
+    [N, T, C] tensor, as tf2onnx writes Keras' NWC audio models; F.pad's unbatched form of that does not
+    lower)."""
+
+    def __init__(self, pads: list[int], mode: str, value: float, crop, gathers=()):
         super().__init__()
         self.pads, self.mode, self.value, self.crop = pads, mode, value, crop
+        self.gathers = [(axis, list(index)) for axis, index in gathers]
 
     def forward(self, x):
         for axis, lo, hi in self.crop:  # negative pads crop
             x = x.narrow(axis, lo, x.shape[axis] - lo - hi)
+        for axis, index in self.gathers:
+            x = torch.index_select(x, axis, torch.tensor(index, dtype=torch.long))
         if not any(self.pads):
             return x
         if self.mode == "constant":
             return F.pad(x, self.pads, mode="constant", value=self.value)
         return F.pad(x, self.pads, mode=self.mode)
+
+
+def pad_index(n: int, lo: int, hi: int, mode: str) -> list[int]:
+    """The source position of each output position along one axis of length n padded by lo and hi."""
+    out = []
+    for i in range(-lo, n + hi):
+        if mode == "replicate":
+            j = min(max(i, 0), n - 1)
+        elif mode == "circular":
+            j = i % n
+        else:  # reflect: the edge itself is not repeated
+            j = -i if i < 0 else (2 * (n - 1) - i if i >= n else i)
+        out.append(j)
+    return out
 
 
 PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
@@ -385,6 +408,16 @@ def _pad(node: OnnxNode, graph: OnnxGraph):
         if min(begin.get(ax, 0), end.get(ax, 0)) < 0
     ]
     padded = [ax for ax in range(rank) if begin.get(ax, 0) > 0 or end.get(ax, 0) > 0]
+    span = rank - min(padded, default=rank)  # F.pad pads the last `span` axes
+    if mode != "constant" and padded and not (span <= 3 and rank - span >= 2):
+        if shp is None:
+            raise ConversionError(f"{where(node)}: {mode} padding of axis {padded[0]} needs the input's static shape")
+        sizes = [shp[ax] - next((lo + hi for a, lo, hi in crop if a == ax), 0) for ax in range(rank)]
+        bad = [ax for ax in padded if mode == "reflect" and max(begin.get(ax, 0), end.get(ax, 0)) >= sizes[ax]]
+        if bad:
+            raise ConversionError(f"{where(node)}: reflect padding of axis {bad[0]} is as long as the axis itself")
+        gathers = [(ax, pad_index(sizes[ax], max(begin.get(ax, 0), 0), max(end.get(ax, 0), 0), mode)) for ax in padded]
+        return result(Pad([], mode, value, crop, gathers), node, 0)
     torch_pads: list[int] = []
     for ax in range(rank - 1, min(padded, default=rank - 1) - 1, -1):  # F.pad: last dimension first
         torch_pads += [max(begin.get(ax, 0), 0), max(end.get(ax, 0), 0)]

@@ -10,8 +10,10 @@
     pin_inputs(f, sample)            inputs with free dimensions given the data's shape as their default
                                      (the shape signature stays free): calibrators allocate at the default
     weights_behind_dequantize(q, ..) float32 weights no quantizer reaches (constants passed into IF/WHILE,
-                                     and those inside their branch subgraphs) stored as float16 or int8
-                                     behind a DEQUANTIZE, which the runtime folds back once at load
+                                     and those inside their branch subgraphs), or that a weight recipe left
+                                     float32 (a GATHER's table, an ADD's position embeddings), stored as
+                                     float16 or int8 behind a DEQUANTIZE, which the runtime folds back once
+                                     at load
 
 All of them read and write with normalize's loader (the schema object API ai-edge-litert ships).
 """
@@ -281,21 +283,46 @@ def _unreached(model, codes) -> list[tuple[int, int]]:
     return found
 
 
-def weights_behind_dequantize(content: bytes, kind: str, min_elements: int = 1024) -> tuple[bytes, int]:
-    """Float32 weights of at least `min_elements` that no quantizer reaches (`_unreached`) stored as `kind`
-    ("float16", or "int8": symmetric, one scale per row of the first axis) behind a DEQUANTIZE in their own
-    subgraph, which every reader then reads instead. The runtime dequantizes a constant once, at load.
-    Returns the model and how many tensors were stored so."""
+def _left_float(model, codes) -> list[tuple[int, int]]:
+    """(subgraph, tensor) of float32 constants a weight recipe left float32 in the main graph: a Keras
+    embedding's GATHER table, the position embeddings an ADD reads, ... (what DEQUANTIZE already reads aside)."""
+    sg = model.subgraphs[0]
+    found = []
+    dequantized = {int(i) for op in sg.operators if codes[op.opcodeIndex] == "DEQUANTIZE" for i in op.inputs}
+    read = {int(i) for op in sg.operators for i in op.inputs if i >= 0}
+    for ti in sorted(read - dequantized):
+        t = sg.tensors[ti]
+        data = model.buffers[t.buffer].data if t.buffer and t.buffer < len(model.buffers) else None
+        if t.type == 0 and data is not None and len(data):
+            found.append((0, ti))
+    return found
+
+
+#: The largest magnitude float16 holds: a weight beyond it (a mask's -1e9) stays float32.
+FLOAT16_MAX = 65504.0
+
+
+def weights_behind_dequantize(
+    content: bytes, kind: str, min_elements: int = 1024, left_float: bool = False
+) -> tuple[bytes, int]:
+    """Float32 weights of at least `min_elements` that no quantizer reaches (`_unreached`), or with `left_float`
+    those the weight recipe left float32 in the main graph (`_left_float`), stored as `kind` ("float16", or
+    "int8": symmetric, one scale per row of the first axis) behind a DEQUANTIZE in their own subgraph, which
+    every reader then reads instead. The runtime dequantizes a constant once, at load. Weights that are not
+    finite, or beyond float16's range for float16, stay as they are. Returns the model and how many tensors
+    were stored so."""
     model = _load(content)
     codes = _codes(model)
-    targets = _unreached(model, codes)
+    targets = _left_float(model, codes) if left_float else _unreached(model, codes)
     done = 0
     new_ops: dict[int, list] = {}
     for si, ti in targets:
         sg = model.subgraphs[si]
         t = sg.tensors[ti]
         values = np.frombuffer(bytes(np.asarray(model.buffers[t.buffer].data, np.uint8)), np.float32)
-        if values.size < min_elements:
+        if values.size < min_elements or not np.all(np.isfinite(values)):
+            continue
+        if kind == "float16" and np.abs(values).max() > FLOAT16_MAX:
             continue
         shape = [int(d) for d in (t.shape if t.shape is not None else [values.size])]
         if kind == "float16":

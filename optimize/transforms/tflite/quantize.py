@@ -146,18 +146,43 @@ def _weights_only(content: bytes, params: QuantizeParams, ctx: Context) -> bytes
     passed into IF/WHILE, and those inside their branches) stored at the scheme's width behind DEQUANTIZE."""
     data = _run_quantizer(content, params, ctx, None, None)
     flow = calibrator.control_flow(content)
+    kind = "float16" if params.scheme == Scheme.FLOAT16 else "int8"
+    floor = max(params.min_weight_elements if params.scheme == Scheme.DYNAMIC else 1024, 1)
     if flow:
-        kind = "float16" if params.scheme == Scheme.FLOAT16 else "int8"
-        floor = params.min_weight_elements if params.scheme == Scheme.DYNAMIC else 1024
-        data, n = graphfix.weights_behind_dequantize(data, kind, max(floor, 1))
+        data, n = graphfix.weights_behind_dequantize(data, kind, floor)
         if n:
             ctx.notes.append(
                 f"quantize: {n} weight tensor(s) LiteRT Quantizer does not reach (read by {', '.join(flow)} or "
                 f"inside its branches) stored as {kind} behind DEQUANTIZE, which the runtime expands once at load."
             )
+    readers = _float_weight_readers(data, floor)
+    data, n = graphfix.weights_behind_dequantize(data, kind, floor, left_float=True)
+    if n:
+        ctx.notes.append(
+            f"quantize: {n} weight tensor(s) of {floor:,}+ elements LiteRT Quantizer leaves float32 (read by "
+            f"{', '.join(readers)}) stored as {kind} behind DEQUANTIZE, which the runtime expands once at load."
+        )
     _check_loads(data, params, ctx, source=content)
     ctx.notes.append(f"quantize: LiteRT Quantizer recipe {params.recipe_name}, {_granularity(params)} weights.")
     return data
+
+
+def _float_weight_readers(content: bytes, floor: int) -> list[str]:
+    """The op types reading float32 constants of `floor`+ elements in the main graph (DEQUANTIZE aside)."""
+    from optimize.models.tflite import read_model
+
+    sg = read_model(content).main
+    return sorted(
+        {
+            op.name
+            for op in sg.ops
+            if op.name != "DEQUANTIZE"
+            and any(
+                i >= 0 and sg.tensors[i].is_const and sg.tensors[i].dtype == "float32" and sg.tensors[i].numel >= floor
+                for i in op.inputs
+            )
+        }
+    )
 
 
 @dataclass

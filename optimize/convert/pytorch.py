@@ -167,12 +167,18 @@ def _read_onnx(p: Path):
     from optimize.core.paths import read_bounded
 
     data = read_bounded(p, "model", ModelError)
+    if not data:
+        raise ModelError(
+            f"{p.name} is empty (0 bytes).", "Pass the .onnx an exporter wrote (a copy may have been cut short)."
+        )
     try:
         model = onnx.load_from_string(data)
     except Exception as e:  # noqa: BLE001 - DecodeError and friends: not ONNX
         raise ModelError(
             f"{p.name} is not a readable ONNX file ({e.__class__.__name__}).", "Pass the .onnx an exporter wrote."
         ) from None
+    if not model.HasField("graph") or not model.graph.node:
+        raise ModelError(f"{p.name} holds no ONNX graph (no nodes).", "Pass the .onnx an exporter wrote.")
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
         raise ModelError(
             f"{p.name} keeps its weights in files beside it (ONNX external data), which optimize does not follow.",
@@ -297,8 +303,10 @@ def _static(d: Declared, where: str) -> tuple[tuple[int, ...], str]:
     return tuple(d.dims), "batch" if d.dims and d.dims[0] == 1 else "whole"
 
 
-def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where: str) -> Plan:
-    """Every input's sample shape and role (see the module docstring), what is frozen, what goes NHWC."""
+def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where: str, say_fixed: bool = True) -> Plan:
+    """Every input's sample shape and role (see the module docstring), what is frozen, what goes NHWC.
+    `say_fixed`: a dynamic dimension the data fixes is one of the plan's facts (an ONNX graph's normaliser
+    says so itself, naming the dimension)."""
     plan = Plan([], layout=Layout(layout))
     single = len(declared) == 1
     for d in declared:
@@ -310,6 +318,11 @@ def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where
             continue
         shape, axis = _sample_axis(d, tuple(rows.shape[1:]), where) if rows is not None else _static(d, where)
         _fits(d, shape, where)
+        if say_fixed and d.dims is not None and any(v is None for v in d.dims):
+            plan.facts.append(
+                f"input {d.name} {_dims(d.dims)} has dynamic dimensions: converted at {list(shape)}, the data's "
+                "shape, which the .tflite then takes"
+            )
         last = Layout(layout) is Layout.CHANNELS_LAST and axis == "batch" and len(shape) == 4
         dtype = str(rows.dtype) if rows is not None and not np.issubdtype(rows.dtype, np.floating) else d.dtype
         plan.inputs.append(
@@ -353,10 +366,7 @@ def _onnx_module(p: Path, model, plan: Plan) -> tuple[object, list[str], list[st
         raise ModelError(f"{p.name}: {e}.", "Pass data whose samples fix every free dimension.") from None
     bad = onnx_ops.unsupported_ops(norm.model)
     if bad:
-        raise ModelError(
-            f"{p.name}: no converter for {len(bad)} ONNX op(s): {'; '.join(bad[:4])}{' ...' if len(bad) > 4 else ''}.",
-            "Export the model without them (a float model, standard ops), or as a torch.export program (.pt2).",
-        )
+        norm = _other_opset(p, model, shapes, frozen, bad)
     t1 = time.perf_counter()
     try:
         with _quiet():
@@ -367,6 +377,49 @@ def _onnx_module(p: Path, model, plan: Plan) -> tuple[object, list[str], list[st
         ) from None
     outputs = [o.name for o in norm.model.graph.output]
     return module, outputs, list(norm.facts), {"normalize": t1 - t0, "onnx2torch": time.perf_counter() - t1}
+
+
+#: The ONNX opsets our converters (onnx2torch's and ours) are written for; a model of another opset is converted
+#: into this range by onnx.version_converter first, when it has ops no converter takes at its own opset.
+OPSETS = (9, 21)
+
+
+def _opset(model) -> int:
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
+
+
+def _other_opset(p: Path, model, shapes: dict, frozen: dict, bad: list[str]):
+    """The model converted (onnx.version_converter) to the nearest opset in OPSETS whose converters take every
+    op, normalised; a ModelError naming the ops and the supported range when none does."""
+    from onnx import version_converter
+
+    from optimize.convert import onnx_ops
+    from optimize.convert.onnx_graph import NormalizeError, normalize
+
+    lo, hi = OPSETS
+    have = _opset(model)
+    tried = []
+    if not lo <= have <= hi:
+        near = hi if have > hi else lo
+        for target in sorted({near, 13 if have < lo else 17, 17 if have > hi else 11}, key=lambda t: abs(t - have)):
+            try:
+                converted = version_converter.convert_version(model, target)
+                norm = normalize(converted, shapes, frozen)
+            except (NormalizeError, Exception) as e:  # noqa: BLE001 - an adapter the converter lacks: the next opset
+                tried.append(f"to {target}: {str(e).splitlines()[0][:120] if str(e) else e.__class__.__name__}")
+                continue
+            left = onnx_ops.unsupported_ops(norm.model)
+            if not left:
+                norm.facts.insert(0, f"opset {have} converted to opset {target} by onnx.version_converter")
+                return norm
+            tried.append(f"to {target}: {left[0]}")
+    converted = f" (converting opset {have} {'; '.join(tried)})" if tried else ""
+    raise ModelError(
+        f"{p.name}: no converter for {len(bad)} ONNX op(s) at opset {have}: {'; '.join(bad[:4])}"
+        f"{' ...' if len(bad) > 4 else ''}{converted}. optimize converts ONNX opsets {lo} to {hi}.",
+        "Export the model at an opset in that range without those ops (a float model, standard ops), or as a "
+        "torch.export program (.pt2).",
+    )
 
 
 def _pt2_declared(ep) -> list[Declared]:
@@ -428,17 +481,19 @@ def where_export_failed(e: BaseException) -> str:
 
 @contextlib.contextmanager
 def _quiet():
-    """litert-torch, torchao and torch talk on stdout and stderr (progress, graph dumps, warnings, the C++
-    converter's logs on fd 2): silence them."""
+    """litert-torch, torchao and torch talk on stdout and stderr (progress, graph dumps, warnings, torchao's
+    "Failed to load ..._C_mxfp8.so", torch's pytree deprecations, absl and the C++ converter's logs on fd 2):
+    kept off the user's screen, and written to optimize's log at debug level instead (`optimize.convert`)."""
     from optimize.models.runtime import captured_stderr
 
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sink = io.StringIO()
+    native: list[str] = []
     logging.disable(logging.CRITICAL)
     try:
         with (
-            captured_stderr(),
+            captured_stderr() as native,
             warnings.catch_warnings(),
             contextlib.redirect_stdout(sink),
             contextlib.redirect_stderr(sink),
@@ -447,6 +502,12 @@ def _quiet():
             yield sink
     finally:
         logging.disable(logging.NOTSET)
+        said = [ln for ln in (*sink.getvalue().splitlines(), *native) if ln.strip()]
+        if said:
+            _LOG.debug("torch, litert-torch and their libraries said:\n%s", "\n".join(said[-200:]))
+
+
+_LOG = logging.getLogger("optimize.convert")
 
 
 quiet = _quiet
@@ -584,7 +645,7 @@ def prepare(src, ds: Dataset | None, layout: str = Layout.SOURCE):
         if src.kind == "module":
             src = _export_module(src, ds)
         declared, model = _declared(src)
-        plan = plan_inputs(declared, ds, layout, src.path.name)
+        plan = plan_inputs(declared, ds, layout, src.path.name, say_fixed=src.kind != "onnx")
         key = _key(src.fingerprint, plan)
         hit = _cached(key)
         if hit is not None:
@@ -662,10 +723,45 @@ def _inner(src, model, plan: Plan) -> tuple[object, list[str], list[str], dict]:
     if src.kind == "onnx":
         return _onnx_module(src.path, model, plan)
     ep, facts = model
+    refuse_higher_order(ep, src.path.name)
     notes = [f"written by torch {facts.torch_version}"] if facts.torch_version else []
     notes += facts.notes + ([f"{len(facts.pickled)} pickled member(s) read weights-only"] if facts.pickled else [])
     module = _program_module(ep)
     return module, [], notes, {}
+
+
+#: torch.export's control-flow operators, which litert-torch has no lowering for ("Lowering not found: cond"),
+#: and what to write instead.
+HIGHER_ORDER = {
+    "cond": "compute both branches and choose with torch.where(condition, a, b)",
+    "while_loop": "loop a fixed number of times in Python (torch.export unrolls it)",
+    "scan": "loop a fixed number of times in Python (torch.export unrolls it)",
+    "map_impl": "loop over the fixed batch in Python (torch.export unrolls it)",
+    "associative_scan": "loop a fixed number of times in Python (torch.export unrolls it)",
+    "flex_attention": "use torch.nn.functional.scaled_dot_product_attention with a mask tensor",
+}
+
+
+def refuse_higher_order(ep, name: str) -> None:
+    """A ModelError for the first control-flow operator (torch.cond, while_loop, ...) in the program: which,
+    where in the model's code, and what to write instead (litert-torch has no lowering for them)."""
+    import torch
+
+    last_user_frame = ""
+    for n in ep.graph.nodes:
+        frames = [m for m in _FRAME.finditer(n.meta.get("stack_trace") or "") if not _not_users(m.group(1))]
+        if frames:
+            m = frames[-1]
+            last_user_frame = f" ({Path(m.group(1)).name}:{m.group(2)} in {m.group(3)})"
+        if n.op != "call_function" or not isinstance(n.target, torch._ops.HigherOrderOperator):
+            continue
+        op = getattr(n.target, "__name__", str(n.target))
+        if op in HIGHER_ORDER:
+            shown = "torch.cond" if op == "cond" else f"torch's {op}"
+            raise ModelError(
+                f"{name} uses {shown}{last_user_frame}, which litert-torch cannot convert (no LiteRT lowering).",
+                f"Re-export it without: {HIGHER_ORDER[op]}.",
+            )
 
 
 def _program_module(ep):

@@ -263,8 +263,7 @@ def _choose(first: _Made | None, second: _Made | None, why: str, params, tried: 
     if why == "integer-only":
         if second is None:
             raise TechniqueFailed(
-                f"{params.scheme} with {params.io} I/O cannot be integer-only here: LiteRT Quantizer leaves "
-                f"{', '.join(_float_compute(first.data))} float, and {tried[-1] if tried else 'the TFLite calibrator failed'}"
+                _not_integer_only(first, params, tried[-1] if tried else "the TFLite calibrator failed")
             )
         left = ", ".join(_float_compute(first.data))
         second.notes.append(
@@ -290,6 +289,21 @@ def _choose(first: _Made | None, second: _Made | None, why: str, params, tried: 
         f"{_timing(first, second, check)}"
     )
     return second
+
+
+def _not_integer_only(first: _Made, params: QuantizeParams, calibrator_said: str) -> str:
+    """Why integer I/O cannot be integer-only, naming the op that blocks it: one LiteRT Quantizer has no integer
+    version of (RELU_0_TO_1 on a HardSigmoid model), not its neighbours, which are float only beside it."""
+    left = _float_compute(first.data)
+    blockers = [op for op in left if op not in litert_ops()]
+    head = f"{params.scheme} with {params.io} I/O cannot be integer-only here: "
+    if blockers:
+        what = ", ".join(blockers)
+        head += f"{what} {'has' if len(blockers) == 1 else 'have'} no integer version in LiteRT Quantizer"
+        head += f" (it leaves {', '.join(left)} float)" if set(left) != set(blockers) else ""
+    else:
+        head += f"LiteRT Quantizer leaves {', '.join(left)} float"
+    return f"{head}; {calibrator_said}"
 
 
 def _timing(first: _Made, second: _Made, check) -> str:
@@ -483,8 +497,8 @@ def _calibrator_route(
         left = _float_compute(data)
         if left:
             kept = {i.op for i in fixer.islands if i.precision == "float"}
-            why = "kept float so the model runs" if set(left) <= kept else "no integer kernel"
-            raise TechniqueFailed(f"the TFLite calibrator leaves {', '.join(left[:4])} float ({why})")
+            why = " (kept float so the model runs)" if set(left) <= kept else ""
+            raise TechniqueFailed(f"the TFLite calibrator leaves {', '.join(left[:4])} float{why}")
     if check is None or not params.repair:
         _check_loads(data, params, ctx, source=work)
     return _Made(data, Backend.CALIBRATOR, fixer, notes)

@@ -415,7 +415,7 @@ def _other_opset(p: Path, model, shapes: dict, frozen: dict, bad: list[str]):
             tried.append(f"to {target}: {left[0]}")
     converted = f" (converting opset {have} {'; '.join(tried)})" if tried else ""
     raise ModelError(
-        f"{p.name}: no converter for {len(bad)} ONNX op(s) at opset {have}: {'; '.join(bad[:4])}"
+        f"{p.name}: no converter for {len(bad)} ONNX op(s): {'; '.join(bad[:4])}"
         f"{' ...' if len(bad) > 4 else ''}{converted}. optimize converts ONNX opsets {lo} to {hi}.",
         "Export the model at an opset in that range without those ops (a float model, standard ops), or as a "
         "torch.export program (.pt2).",

@@ -46,6 +46,15 @@ OBSERVE = typer.Option(
 )
 TASK = typer.Option(None, "--task", help="What the labels are (default: guessed from the output and labels).")
 LABEL_OUTPUT = typer.Option(None, "--label-output", help="The output the labels belong to (default: the first).")
+MAX_ERROR_INCREASE = typer.Option(
+    None, help="Regression labels: MAE at most this much above float32's, e.g. 0.05 = 5% more."
+)
+MAX_OUTPUT_ERROR = typer.Option(
+    None, help="Any output: worst output's mean |diff| from float32 over its range, e.g. 0.05."
+)
+MIN_AGREEMENT = typer.Option(
+    None, help="Outputs that decide: top-1 (classes) or decisions at 0.5 (sigmoid) agreeing with float32, e.g. 0.98."
+)
 CAL_SEED = typer.Option(0, "--calibration-seed", help="Seeds the random choice of calibration samples.")
 TRUST = typer.Option(
     False, "--trust-model-code", help="Load Keras files whose layers carry Python code (Lambda): it will run."
@@ -207,6 +216,9 @@ def sweep(
     backend: Backend | None = _backend_option(),
     target: Target | None = typer.Option(None, help="Recommend for this target at the end."),
     max_accuracy_drop: float | None = typer.Option(None, help="Goal for --target: e.g. 0.01 = one point."),
+    max_error_increase: float | None = MAX_ERROR_INCREASE,
+    max_output_error: float | None = MAX_OUTPUT_ERROR,
+    min_agreement: float | None = MIN_AGREEMENT,
     jobs: int | None = typer.Option(
         None, "--jobs", "-j", min=0, help="Worker processes (default: cores, memory permitting; 0: in-process)."
     ),
@@ -246,7 +258,12 @@ def sweep(
     from optimize.present import report_text
     from optimize.present.report_text import format_recommendation
 
-    goals = make_goals(max_accuracy_drop)  # checked before any work
+    goals = make_goals(  # checked before any work
+        max_accuracy_drop,
+        max_output_error=max_output_error,
+        max_error_increase=max_error_increase,
+        min_agreement=min_agreement,
+    )
     if mlflow:
         from optimize.present.tracking import check
 
@@ -657,9 +674,9 @@ def recommend(
         False, help="Most weights are large Dense/attention matrices (4-bit int4 fits CPU targets)."
     ),
     max_accuracy_drop: float | None = typer.Option(None, help="e.g. 0.01 = at most one point of top-1."),
-    max_output_error: float | None = typer.Option(
-        None, help="No labels: worst output's mean |diff| from float32 over its range, e.g. 0.05."
-    ),
+    max_error_increase: float | None = MAX_ERROR_INCREASE,
+    max_output_error: float | None = MAX_OUTPUT_ERROR,
+    min_agreement: float | None = MIN_AGREEMENT,
     max_size_bytes: int | None = typer.Option(None, help="Largest acceptable .tflite."),
     max_latency_ms: float | None = typer.Option(None, help="Slowest acceptable p50 latency (host CPU)."),
     objective: Objective = typer.Option(Objective.SIZE, help="Rank by size, latency or accuracy."),
@@ -673,6 +690,7 @@ def recommend(
     Example:
       optimize recommend --target gpu             (the decision tree alone)
       optimize recommend out/study.json --target gpu --max-accuracy-drop 0.01
+      optimize recommend out/study.json --max-error-increase 0.05   (regression)
     """
     from optimize.core.results import load_study
     from optimize.decide.advice import advise
@@ -680,7 +698,15 @@ def recommend(
     from optimize.decide.choose import recommend as choose
     from optimize.present.report_text import format_recommendation
 
-    goals = make_goals(max_accuracy_drop, max_size_bytes, max_latency_ms, objective, max_output_error)
+    goals = make_goals(
+        max_accuracy_drop,
+        max_size_bytes,
+        max_latency_ms,
+        objective,
+        max_output_error,
+        max_error_increase,
+        min_agreement,
+    )
     if study is None:
         advice = advise(
             target,
@@ -724,6 +750,9 @@ def debug(
     scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="int8 or int16x8.", **DEBUG_SCHEMES),
     samples: int = typer.Option(16, min=1, max=10000, help="Samples run through both models (errors settle fast)."),
     leave_out: int = typer.Option(3, min=0, max=50, help="Worst ops also measured with only them kept float."),
+    study: Path | None = typer.Option(
+        None, "--study", help="A sweep's study.json of this model: its measured fixes are quoted, not suggested again."
+    ),
     label_output: str | None = LABEL_OUTPUT,
     trust_model_code: bool = TRUST,
     layout: Layout = LAYOUT,
@@ -732,7 +761,7 @@ def debug(
 ) -> None:
     """Which ops break quantization: per-layer error vs float, ranked.
 
-    With what keeping each of the worst ops in float buys.
+    With the fixes measured on held-out samples, and only those that helped offered.
 
     \b
     Example:
@@ -752,6 +781,7 @@ def debug(
         trust_model_code=trust_model_code,
         measuring=_measuring(None, label_output, 0),
         layout=layout,
+        study=study,
     )
     if as_json:
         _print_json(report)

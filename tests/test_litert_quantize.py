@@ -184,3 +184,32 @@ def test_a_failing_profiler_calibrator_says_nothing_a_user_cannot_act_on(float_m
     said = [r for r in caplog.records if "profiler" in r.getMessage()]
     assert said and all(r.levelno == logging.DEBUG for r in said)
     assert all("dynamic shape" in r.getMessage() and "second line" not in r.getMessage() for r in said)
+
+
+def test_int8_and_int16x8_share_one_calibration(float_model, tmp_path, x, monkeypatch):
+    """A run's tasks keep their calibration in a shared folder: int16x8 (another worker, another process) reads
+    the ranges int8 found instead of calibrating again, and makes the very model it would have made alone."""
+    import hashlib
+
+    from optimize.transforms.tflite import session
+
+    data = optimize.models.data.from_arrays(x=x, y=np.arange(len(x)) % 10)
+    made = []
+    real = session.Session._calibrate_here
+    monkeypatch.setattr(session.Session, "_calibrate_here", lambda self: made.append(1) or real(self))
+
+    def quantized(scheme: str, shared) -> str:
+        session._CALIBRATIONS.clear()  # as in a fresh worker process
+        folder = tmp_path / f"{scheme}-{shared is not None}-{len(made)}"
+        folder.mkdir()
+        out = run(float_model, Context(workdir=folder, data=data, shared=shared), scheme=scheme)
+        return hashlib.sha256(out.read_bytes()).hexdigest()
+
+    shared = tmp_path / "shared"
+    int8, int16x8 = quantized("int8", shared), quantized("int16x8", shared)
+    assert len(made) == 1 and list(shared.glob("calibration-*.json"))
+    assert quantized("int16x8", None) == int16x8 and quantized("int8", None) == int8  # alone: the same models
+    assert len(made) == 3
+
+    (next(shared.glob("calibration-*.json"))).write_text("{not json")  # a damaged entry is calibrated again
+    assert quantized("int8", shared) == int8 and len(made) == 4

@@ -143,9 +143,9 @@ def test_a_spare_worker_is_taken_by_the_sweep_or_stopped(keras_model, float_tfli
 
 
 def test_the_baseline_converts_what_the_checks_loaded(keras_model, data_npz, tmp_path, monkeypatch):
-    """The Keras model the sweep's checks load is exported once, by the sweep's own process, and the float32
-    baseline converts that export: the model is loaded once in all (not again for the baseline), the
-    artifact is byte for byte what the worker's own export made, and a zoo (many models) keeps none."""
+    """The Keras model the sweep's checks load is converted once, by the sweep's own process, and the float32
+    baseline is that conversion: the model is loaded once in all (not again for the baseline), the
+    artifact is byte for byte what the worker's own conversion made, and a zoo (many models) keeps none."""
     import hashlib
     import logging
 
@@ -160,7 +160,7 @@ def test_the_baseline_converts_what_the_checks_loaded(keras_model, data_npz, tmp
     handlers = list(logging.root.handlers)
     st = sweeps.sweep(keras_model, data_npz, tmp_path / "a", recipes=recipes, cache=False, jobs=0)
     assert all(c.ok for c in st.candidates), [c.error for c in st.candidates]
-    assert len(loads) == 1  # the check's load; the baseline converted its export
+    assert len(loads) == 1  # the check's load; the baseline is its conversion
     assert logging.root.handlers == handlers  # exporting here left the caller's logging as it was (absl)
     monkeypatch.setattr(source, "load_keras2", real)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -103,26 +104,33 @@ def log_mel(tmp_path_factory):
     return folder
 
 
-def test_debug_names_the_fix_to_try_on_a_log_mel_front_end(log_mel, capsys):
-    """`debug` ranked the layers of a log-mel front end and said nothing to do: the op feeding LOG is now
-    measured kept float, and the fix is printed with its command."""
+def test_debug_names_the_cause_and_only_measured_fixes_on_a_log_mel_front_end(log_mel, capsys):
+    """Issue 33: on a log-mel front end `debug` printed a fix while its own leave-out column showed no change.
+    Now the cause is named (the linear power spectrum quantized before LOG), the front end kept float is measured
+    and offered with its figures, and every op kept float alone that changed nothing is listed as measured and
+    useless, never as a fix."""
     from optimize.engine.debug import debug_model
     from optimize.present.report_text import print_debug
 
     report = debug_model(log_mel / "logmel.tflite", log_mel / "d.npz", samples=16, leave_out=1)
     measured = [le for le in report.layers if le.output_error_without is not None]
-    # the worst by its own error, and the int8 op feeding LOG (through the float mel matrix the repair kept float)
-    assert len(measured) >= 2
-    best = min(measured, key=lambda le: le.output_error_without)
-    (fix, *more) = report.fixes
-    assert fix.startswith("Fix to try: ") and "optimize run mixed-int8" in fix
-    if best.output_error_without < report.output_error / 3:  # one op holds the error: it is named
-        assert fix.startswith(f"Fix to try: keep {best.op} #{best.op_index} float")
-    else:  # the power spectrum's whole chain holds it: said so, not one op blamed
-        assert "no single op holds the error" in fix
-    assert any("--scheme int16x8" in line for line in more)
+    assert len(measured) >= 2  # the worst by its own error, and the int8 op feeding LOG
+    cause, *rest = report.fixes
+    assert cause.startswith("Cause: ") and "before the float LOG" in cause and "power spectrum" in cause
+    fixes = [line for line in rest if line.startswith("Fix to try: ")]
+    assert fixes and "feeding LOG float (its front end)" in fixes[0] and "optimize run mixed-int8" in fixes[0]
+    for line in fixes:  # each with its figures: how much it took away
+        before, after = (float(x) for x in re.search(r"output error ([\d.]+) -> ([\d.]+)", line).groups())
+        assert after <= before / 2, line
+    for le in measured:  # no op kept float alone is offered when it did not help
+        if le.output_error_without > report.output_error / 2:
+            assert not any(f"keep {le.op} #{le.op_index} float:" in line for line in fixes)
+            assert any(line.startswith(f"Measured, did not help: keep {le.op} #{le.op_index} float") for line in rest)
+    assert any("--ranges auto" in line for line in rest) and any("int16x8" in line for line in rest)
+    assert any(line.startswith("Not possible here: quantization-aware training") for line in rest)  # a .tflite
     print_debug(report, width=80)
-    assert "Fix to try: " in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Cause: " in out and "Fix to try: " in out and re.search(r"held.out", out)
 
 
 def test_selective_stops_at_once_when_int8_meets_the_budget(keras_model, data_npz, tmp_path):

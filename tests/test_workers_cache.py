@@ -24,7 +24,11 @@ def test_a_crashing_worker_fails_only_its_candidate(keras_model, data_npz, tmp_p
     crashing = CrashingData(**{f.name: getattr(ds, f.name) for f in dataclasses.fields(ds)})
     study = sweeps.sweep(keras_model, crashing, tmp_path, recipes=RECIPES, delegates=False, runs=5, jobs=1, cache=False)
     c = {x.name: x for x in study.candidates}
-    assert c["int8"].error == "worker process killed by SIGSEGV while producing or measuring this candidate"
+    # issue 34: the step it died in and the native code that step runs are named
+    assert c["int8"].error == (
+        "worker process killed by SIGSEGV in step `quantize scheme=int8` (LiteRT Quantizer, the TFLite calibrator "
+        "or the LiteRT runtime checking the result)"
+    )
     assert c["float32"].ok and c["float16"].ok
     assert c["float16"].metrics.latency is not None and c["float16"].metrics.fidelity is not None
     assert (tmp_path / "study.json").is_file() and not (tmp_path / "int8.tflite").exists()

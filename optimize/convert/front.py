@@ -9,7 +9,7 @@ from pathlib import Path
 from optimize.convert import fidelity, pytorch
 from optimize.models import source as models
 from optimize.models.data import Dataset, warn_split
-from optimize.models.inputs import MeasureOptions, check_data, measured, read_data
+from optimize.models.inputs import MeasureOptions, check_data, fit_data, measured, read_data
 from optimize.models.known import Memo
 
 
@@ -47,7 +47,7 @@ def open_inputs(
     ds = read_data(data, calibration)
     if src.torch:
         src, ds = pytorch.prepare(src, ds, layout)
-    ds = measured(src, ds, measuring)
+    ds = fit_data(src, measured(src, ds, measuring))  # integer inputs: ids as the model takes them, in range
     if check:
         check_data(src, ds, known, on_loaded)
     warn_split(ds)

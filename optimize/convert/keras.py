@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import Field, model_validator
@@ -26,8 +27,9 @@ from optimize.core.registry import Context, SchemeParams, Stage, technique
 from optimize.core.results import write_atomic
 from optimize.core.vocab import CALIBRATED_SCHEMES, IO, LITERT_ONLY_SCHEMES, Scheme
 from optimize.models import _tf
-from optimize.models.data import count, take
+from optimize.models.data import Dataset, count, take
 from optimize.models.runtime import captured_stderr
+from optimize.models.spec import integer_io_note
 
 # ------------------------------------------------------------------------------------------- export
 
@@ -52,12 +54,15 @@ def export_saved_model(model, out: Path, batch: int | None = None) -> Path:
     finally:  # absl's first message configures the root logger (a stderr handler): the caller's stays as it was
         logging.root.handlers[:] = handlers
     if cleared:
-        note = (
-            f"convert: dropout of {', '.join(cleared)} cleared before export (it acts only in training; with "
-            "recurrent_dropout the layer converts to a WHILE loop instead of its fused op); outputs checked equal"
-        )
-        write_atomic(out / EXPORT_NOTES, json.dumps([note]).encode())
+        write_atomic(out / EXPORT_NOTES, json.dumps([_cleared_note(cleared)]).encode())
     return out
+
+
+def _cleared_note(cleared: list[str]) -> str:
+    return (
+        f"convert: dropout of {', '.join(cleared)} cleared before export (it acts only in training; with "
+        "recurrent_dropout the layer converts to a WHILE loop instead of its fused op); outputs checked equal"
+    )
 
 
 #: A file beside an exported SavedModel holding what the export changed (read by the convert technique).
@@ -87,6 +92,122 @@ def _export_fixed(model, out: Path, batch: int) -> None:
     else:
         archive.add_endpoint("serve", lambda *xs: model(list(xs)), input_signature=specs)
     archive.write_out(str(out))
+
+
+# ------------------------------------------------------------------------------------------- the direct route
+
+#: How close the direct route's float32 .tflite must come to the Keras model it was made from, per output
+#: (what a float32 conversion keeps: op fusion and folded batch norm move the last bits only).
+DIRECT_ATOL, DIRECT_RTOL = 1e-5, 1e-4
+
+
+@dataclass(frozen=True)
+class Direct:
+    """A float32 .tflite made straight from a loaded Keras model, and the notes its convert step carries."""
+
+    content: bytes
+    notes: tuple[str, ...] = ()
+
+
+def float32_direct(model, ds: Dataset | None, batch: int | None = None) -> Direct | None:
+    """The float32 .tflite of a loaded Keras 2 or Keras 3 model without the SavedModel round trip: its call
+    traced as one concrete function, variables frozen and converted (about 2x less work than exporting a
+    SavedModel and converting from it, the same graph). The converter leaves no signature that way, so the
+    export's own is written: inputs by the model's input names, outputs output_0, output_1, ... in order.
+
+    Used only when it is the same model: the .tflite's outputs on two test samples of `ds` (without data, zeros
+    and seeded values) must match the Keras model's (max |diff| <= DIRECT_ATOL + DIRECT_RTOL x |output|).
+    None otherwise, or when the model is one this route does not take (recurrent layers: their TensorList
+    shapes need the fixed-batch export; outputs that are not tensors); the caller then exports a SavedModel."""
+    from optimize.models.normalize import named_signature
+    from optimize.models.source import has_recurrent
+
+    tf = _tf.tf()
+    handlers = list(logging.root.handlers)
+    try:
+        if has_recurrent(model):
+            return None
+        model, cleared = inference_ready(model)
+        names = [t.name.split(":")[0] for t in model.inputs]
+        specs = [
+            tf.TensorSpec([batch, *t.shape[1:]] if batch else t.shape, t.dtype, name=n)
+            for t, n in zip(model.inputs, names)
+        ]
+        many = len(specs) > 1
+
+        def serve(*xs):
+            out = model(list(xs) if many else xs[0], training=False)
+            return list(out) if isinstance(out, (list, tuple)) else [out]
+
+        function = tf.function(serve).get_concrete_function(*specs)
+        if not all(isinstance(o, tf.Tensor) for o in function.structured_outputs):
+            return None
+        with captured_stderr():
+            flat = tf.lite.TFLiteConverter.from_concrete_functions([function]).convert()
+        content = named_signature(flat, names, [f"output_{i}" for i in range(len(function.structured_outputs))])
+        if not _same_outputs(model, content, _samples(model, ds), many):
+            return None
+    except (DataError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure here: the SavedModel route, as before
+        logging.getLogger(__name__).debug("the direct float32 route did not take %s: %s", model, e)
+        return None
+    finally:  # absl's first message configures the root logger (a stderr handler): the caller's stays as it was
+        logging.root.handlers[:] = handlers
+    return Direct(content, (_cleared_note(cleared),) if cleared else ())
+
+
+def _samples(model, ds: Dataset | None) -> list:
+    """Two test samples (or, without data, zeros and seeded values), each a list of one array per input in the
+    model's input order, with a batch of 1."""
+    import numpy as np
+
+    names = [t.name.split(":")[0] for t in model.inputs]
+    rows = _test_rows(ds, names)
+    if rows:
+        return rows
+    shapes = [[1, *(d if d is not None else 1 for d in t.shape[1:])] for t in model.inputs]
+    dtypes = [np.dtype(getattr(t.dtype, "name", None) or str(t.dtype)) for t in model.inputs]
+    rng = np.random.default_rng(0)
+    return [[np.zeros(s, d) for s, d in zip(shapes, dtypes)], [rng.random(s).astype(d) for s, d in zip(shapes, dtypes)]]
+
+
+def _test_rows(ds: Dataset | None, names: list[str]) -> list:
+    """Two test samples by input name (one input: the array itself), or [] when the data does not name them all."""
+    if ds is None or ds.x_test is None:
+        return []
+    rows = []
+    for i in range(min(2, count(ds.x_test))):
+        row = take(ds.x_test, slice(i, i + 1))
+        arrays = [row.get(n) for n in names] if isinstance(row, dict) else [row]
+        if len(arrays) != len(names) or any(a is None for a in arrays):
+            return []
+        rows.append(arrays)
+    return rows
+
+
+def _same_outputs(model, content: bytes, samples: list, many: bool) -> bool:
+    """The .tflite computes what the Keras model does on each sample (input names in order)."""
+    import numpy as np
+
+    from optimize.models import runtime
+
+    if not samples:
+        return False
+    order = [t.name.split(":")[0] for t in model.inputs]
+    for sample in samples:
+        want = model(list(sample) if many else sample[0], training=False)
+        want = [np.asarray(w) for w in (want if isinstance(want, (list, tuple)) else [want])]
+        it = runtime.describe(content)  # a fresh interpreter per sample: its input shapes are the sample's
+        runner = it.get_signature_runner(runtime.signature_key(it))
+        details = runner.get_input_details()
+        names = list(details)
+        got = runner(**{n: np.asarray(sample[order.index(n)], details[n]["dtype"]) for n in names})
+        for i, w in enumerate(want):
+            g = np.asarray(got[f"output_{i}"], dtype=np.float32)
+            if g.shape != w.shape or not np.all(np.abs(g - w) <= DIRECT_ATOL + DIRECT_RTOL * np.abs(w)):
+                return False
+    return True
 
 
 # ------------------------------------------------------------------------------------------- the converter
@@ -120,10 +241,12 @@ class ConvertParams(SchemeParams):
         return data
 
 
-def _representative(ctx: Context, n: int, scheme: str):
+def _representative(ctx: Context, n: int, scheme: str, types: dict | None = None):
     if ctx.data is None:
         raise DataError(f"{scheme} needs calibration data.", "Pass --calibration DATA (an .npz with x) or --data DATA.")
-    xs = ctx.data.calibration(n)
+    xs = ctx.data.calibration(n)  # integer inputs stay integer: the converter feeds each tensor its own type
+    if types:
+        xs = _typed(xs, types)
 
     def gen():  # one sample at a time; several inputs go by their signature names
         for i in range(count(xs)):
@@ -133,8 +256,32 @@ def _representative(ctx: Context, n: int, scheme: str):
     return gen
 
 
-def configure(converter, params: ConvertParams, ctx: Context) -> None:
-    """Set the converter flags for a scheme (shared by the pipeline and the benchmarks' bare calls)."""
+def _typed(xs, types: dict):
+    """Samples cast to the signature's input types (int64 ids for an int32 input, uint8 pixels for a float
+    one): the calibrator refuses a tensor of any other type ("Cannot set tensor: Got value of type ...")."""
+    if isinstance(xs, dict):
+        return {k: v.astype(types[k], copy=False) if k in types else v for k, v in xs.items()}
+    return xs.astype(next(iter(types.values())), copy=False) if len(types) == 1 else xs
+
+
+def signature_types(saved_model: Path) -> dict:
+    """The serving signature's input types, by name, read from saved_model.pb (nothing loaded or traced)."""
+    tf = _tf.tf()
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    try:
+        sm = saved_model_pb2.SavedModel()
+        sm.ParseFromString(read_bounded(Path(saved_model) / "saved_model.pb", "SavedModel"))
+        defs = sm.meta_graphs[0].signature_def
+        sig = defs["serving_default"] if "serving_default" in defs else next(iter(defs.values()))
+        return {k: tf.dtypes.as_dtype(v.dtype).as_numpy_dtype for k, v in sig.inputs.items()}
+    except Exception:  # noqa: BLE001 - no types known: the samples go as they are
+        return {}
+
+
+def configure(converter, params: ConvertParams, ctx: Context, types: dict | None = None) -> None:
+    """Set the converter flags for a scheme (shared by the pipeline and the benchmarks' bare calls); `types`:
+    the model's input types by name, which calibration samples are cast to."""
     tf = _tf.tf()
     scheme = params.scheme
     if params.select_tf_ops:
@@ -150,13 +297,13 @@ def configure(converter, params: ConvertParams, ctx: Context) -> None:
     if scheme == "float16":
         converter.target_spec.supported_types = [tf.float16]
     elif scheme == "int8":
-        converter.representative_dataset = _representative(ctx, params.samples, scheme)
+        converter.representative_dataset = _representative(ctx, params.samples, scheme, types)
         ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         converter.target_spec.supported_ops = ops + ([tf.lite.OpsSet.TFLITE_BUILTINS] if params.float_fallback else [])
         if params.io != "float":
             converter.inference_input_type = converter.inference_output_type = getattr(tf, params.io)
     elif scheme == "int16x8":
-        converter.representative_dataset = _representative(ctx, params.samples, scheme)
+        converter.representative_dataset = _representative(ctx, params.samples, scheme, types)
         ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
         converter.target_spec.supported_ops = ops + ([tf.lite.OpsSet.TFLITE_BUILTINS] if params.float_fallback else [])
         if params.io == "int16":
@@ -214,9 +361,9 @@ def _fixed_batch(saved_model: Path):
     return tf.lite.TFLiteConverter.from_concrete_functions([serve.get_concrete_function(**specs)], loaded)
 
 
-def _run(make, params: ConvertParams, ctx: Context) -> bytes:
+def _run(make, params: ConvertParams, ctx: Context, types: dict | None = None) -> bytes:
     converter = make()
-    configure(converter, params, ctx)
+    configure(converter, params, ctx, types)
     with captured_stderr() as log:
         try:
             return converter.convert()
@@ -237,18 +384,22 @@ def convert(model: Path, params: ConvertParams, ctx: Context) -> Path:
     """
     tf = _tf.tf()
     ctx.notes.extend(n for n in export_notes(model) if n not in ctx.notes)
+    types = signature_types(model) if params.scheme in CALIBRATED_SCHEMES else {}
     try:
-        flat = _run(lambda: tf.lite.TFLiteConverter.from_saved_model(str(model)), params, ctx)
+        flat = _run(lambda: tf.lite.TFLiteConverter.from_saved_model(str(model)), params, ctx, types)
     except TechniqueFailed as e:
         if not BATCH_PROBLEM.search(e.detail or ""):
             raise
         if ctx.fixed_batch_export is not None:  # the Keras model itself, traced with a batch of 1
             fixed = ctx.fixed_batch_export()
             ctx.notes.extend(n for n in export_notes(fixed) if n not in ctx.notes)
-            flat = _run(lambda: tf.lite.TFLiteConverter.from_saved_model(str(fixed)), params, ctx)
+            flat = _run(lambda: tf.lite.TFLiteConverter.from_saved_model(str(fixed)), params, ctx, types)
         else:  # a plain SavedModel: its serving signature, traced again with a batch of 1
-            flat = _run(lambda: _fixed_batch(model), params, ctx)
+            flat = _run(lambda: _fixed_batch(model), params, ctx, types)
         why = str(e).split(": ")[1] if str(e).count(": ") >= 1 else str(e)
         ctx.notes.append(f"convert: fixed batch of 1 (the dynamic-batch export failed: {why})")
+    note = integer_io_note(flat, params.io, "convert") if params.scheme in CALIBRATED_SCHEMES else None
+    if note:
+        ctx.notes.append(note)
     suffix = params.scheme if params.io == "float" else f"{params.scheme}-{params.io}io"
     return write_atomic(ctx.workdir / f"convert-{suffix}.tflite", flat)

@@ -45,10 +45,11 @@ from pathlib import Path
 
 import numpy as np
 
+from optimize.convert import vocabulary
 from optimize.core.errors import DataError, ModelError
 from optimize.core.results import Conversion, ConvertedInput
 from optimize.core.vocab import Layout
-from optimize.models.data import Dataset, count, take
+from optimize.models.data import Dataset, count, say_once, take
 from optimize.models.spec import (
     ModelSource,
     fingerprint_of,
@@ -645,6 +646,7 @@ def prepare(src, ds: Dataset | None, layout: str = Layout.SOURCE):
         if src.kind == "module":
             src = _export_module(src, ds)
         declared, model = _declared(src)
+        ds, said = vocabulary.fit(src.kind, declared, model, ds, signature_name)  # ids as the model takes them
         plan = plan_inputs(declared, ds, layout, src.path.name, say_fixed=src.kind != "onnx")
         key = _key(src.fingerprint, plan)
         hit = _cached(key)
@@ -653,6 +655,7 @@ def prepare(src, ds: Dataset | None, layout: str = Layout.SOURCE):
             record = record.model_copy(update={"cached": True})
         else:
             content, record = _convert(src, model, plan, ds)
+    say_once(said)
     converted = opened_content(replace(src, fingerprint=fingerprint_of(src.fingerprint, plan.key())), content)
     converted = replace(converted, conversion=record, facts=tuple(record.facts), module=None)
     data = convert_data(ds, record) if ds is not None else None

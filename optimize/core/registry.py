@@ -78,6 +78,7 @@ class Context:
     source_kind: str | None = None  # what the run started from (models.Kind): keras2, keras3, savedmodel, tflite
     teacher: Callable[[], list] | None = None  # the float source model's outputs on the training inputs
     source: Any = None  # the ModelSource the run started from (a PyTorch / ONNX model's PT2E route reads it)
+    shared: Path | None = None  # a folder the run's tasks on this machine share (one calibration serves them all)
 
 
 @dataclass(frozen=True)

@@ -163,9 +163,19 @@ class OutputFidelity(Record):
     top1_agreement: float | None = Field(
         None, description="Fraction of samples whose argmax matches the reference's (class outputs only)."
     )
+    decision_agreement: float | None = Field(
+        None,
+        description="Sigmoid (yes/no, multi-label) outputs: fraction of the decisions at 0.5, every unit of every "
+        "sample, that match the reference's.",
+    )
     labelled: bool = Field(
         False, description="The output the labels score: judged by its accuracy; every other output by fidelity."
     )
+
+    @property
+    def agreement(self) -> float | None:
+        """What an agreement goal (min_agreement) reads: top-1 agreement of classes, else decisions at 0.5."""
+        return self.top1_agreement if self.top1_agreement is not None else self.decision_agreement
 
 
 class Fidelity(Record):
@@ -200,12 +210,13 @@ class Fidelity(Record):
         return max(outs, key=lambda o: o.relative_error) if outs else None
 
     def least_agreeing(self, unlabelled_only: bool = False) -> OutputFidelity | None:
-        """The judged class output with the lowest top-1 agreement, or None when no judged output is classes.
-        (A study written before agreement was measured per output has it only on the first output.)"""
-        outs = [o for o in self.judged(unlabelled_only) if o.top1_agreement is not None]
+        """The judged output with the lowest agreement (top-1 for classes, decisions at 0.5 for sigmoid
+        outputs), or None when no judged output has one. (A study written before agreement was measured per
+        output has it only on the first output.)"""
+        outs = [o for o in self.judged(unlabelled_only) if o.agreement is not None]
         if not outs and self.top1_agreement is not None and self.outputs and not any(o.labelled for o in self.outputs):
             return self.outputs[0].model_copy(update={"top1_agreement": self.top1_agreement})
-        return min(outs, key=lambda o: o.top1_agreement) if outs else None
+        return min(outs, key=lambda o: o.agreement) if outs else None
 
 
 class Accuracy(Record):
@@ -400,7 +411,10 @@ class DebugReport(Record):
     scheme: Scheme
     samples: int
     method: str = Field(description="How the tensors were compared (which library facility).")
-    output_error: float = Field(description="Mean |quantized - float| over the float output range, all outputs.")
+    output_error: float = Field(
+        description="The worst output's mean |quantized - float| over the float output's range: the sweep's measure."
+    )
+    held_out: str = Field("", description="Which samples it was measured on, kept from the calibration.")
     layers: list[LayerError] = Field(description="Ranked: most harmful first.")
     kept_float: list[str] = Field(
         default_factory=list, description="Ops the quantizer left in float (unsupported), by op and tensor."
@@ -808,7 +822,17 @@ class Study(Record):
 
 
 MAX_STUDY_BYTES = 256 * 2**20  # a study of thousands of candidates is a few MiB
-FRACTIONS = {"top1", "topk", "top1_agreement", "relative_error", "iou", "sparsity", "auc", "coverage"}
+FRACTIONS = {
+    "top1",
+    "topk",
+    "top1_agreement",
+    "decision_agreement",
+    "relative_error",
+    "iou",
+    "sparsity",
+    "auc",
+    "coverage",
+}
 PLAUSIBLE = (  # (how a numeric field's name ends, its unit, the largest value a real study can hold)
     ("bytes", "bytes", 2**48),
     ("_ms", "ms", 1e9),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pydantic import Field
+
 from optimize.core.results import Goals, Record
 from optimize.core.vocab import IO, Objective, Scheme, Target, names
 
@@ -31,7 +33,8 @@ TARGET_FACTS: dict[Target, tuple[str, ...]] = {
     ),
     Target.NNAPI: (
         "NNAPI is deprecated from Android 15: prefer the GPU delegate or a vendor delegate (e.g. Qualcomm QNN).",
-        "NNAPI rejects dynamic-range (weight-only) models; accelerators want full int8 with symmetric weights.",
+        "NNAPI runs dynamic-range (weight-only) models as float, their weights dequantized (and rejects them before "
+        "Android 10): only full int8 with symmetric weights reaches its accelerators.",
     ),
     Target.HEXAGON: (
         "The Hexagon delegate takes only full int8 (8-bit) models, and is superseded by Qualcomm's QNN delegate.",
@@ -59,10 +62,20 @@ INT4_FACT = (
     "and NNAPI have no 4-bit type, so either fails its whole delegation on such a model."
 )
 
+#: Targets whose decision path rules out a scheme the delegate still takes: the measured pick honours the path,
+#: ranking such candidates after every other eligible one (elsewhere the measurements update the path, and say
+#: so). The schemes passed over, and why, in words.
+PASSED_OVER: dict[Target, tuple[tuple[Scheme, ...], str]] = {
+    Target.NNAPI: (
+        (Scheme.DYNAMIC, Scheme.INT4),
+        "NNAPI runs {scheme} as float (its weights dequantized), never on the int8 accelerators the path is for",
+    ),
+}
+
 #: Full-integer targets: the I/O type each wants, and what it runs.
 INT8_IO: dict[Target, IO] = {Target.EDGETPU: IO.UINT8, Target.MCU: IO.INT8, Target.HEXAGON: IO.INT8}
 INT8_WANTS: dict[Target, str] = {
-    Target.NNAPI: "int8 on its accelerators, float on GPU drivers; never dynamic range",
+    Target.NNAPI: "int8 on its accelerators, float on GPU drivers; dynamic range only as float (weights dequantized)",
     Target.HEXAGON: "full int8 only, integer I/O (it rejects QUANTIZE from a float input), per-tensor FC weights",
     Target.EDGETPU: "full int8 with uint8/int8 input and output",
     Target.MCU: "full int8 with int8 input and output",
@@ -94,6 +107,11 @@ class Advice(Record):
     alternatives: list[str]
     facts: list[str]
     alternative_pipelines: list[Alternative] = []
+    passed_over: list[Scheme] = Field(
+        default_factory=list,
+        description="Schemes the path rules out for this target although its delegate takes them: the measured pick "
+        "ranks them after every other eligible candidate, as the path says.",
+    )
 
 
 def check_target(target: str) -> Target:
@@ -153,7 +171,9 @@ class Advisor:
 
     @property
     def drop_answer(self) -> str:
-        drop = self.goals.max_accuracy_drop
+        drop, increase = self.goals.max_accuracy_drop, self.goals.max_error_increase
+        if drop is None and increase is not None:
+            return f"MAE at most {increase * 100:g}% above float32's"
         return "not stated" if drop is None else f"at most {drop * 100:g} point(s)"
 
     @property
@@ -305,7 +325,11 @@ class Advisor:
             )
             return qat
         if self.target is Target.NNAPI:
-            self.ask("Do you have training data?", "no", "float32: NNAPI rejects dynamic range, and int8 needs data")
+            self.ask(
+                "Do you have training data?",
+                "no",
+                "float32: dynamic range runs as float there anyway, and int8 needs data",
+            )
             self.alternative("int8, once you have 100-500 representative inputs", [convert(Scheme.INT8)])
             self.alternative("the GPU delegate with float16 (NNAPI is deprecated)", [convert(Scheme.FLOAT16)])
             return [convert(Scheme.FLOAT32)]
@@ -373,4 +397,5 @@ def advise(
         alternatives=[f"{label}: {describe(s)}" for label, s in a.alts],
         facts=a.facts,
         alternative_pipelines=[Alternative(label=label, steps=s) for label, s in a.alts],
+        passed_over=list(PASSED_OVER[target][0]) if target in PASSED_OVER else [],
     )

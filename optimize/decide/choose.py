@@ -26,9 +26,9 @@ from pydantic import Field
 from optimize.core.errors import GoalsNotMet, OptimizeError
 from optimize.core.results import Candidate, Goals, Record, Study, labelled
 from optimize.core.vocab import IO, TARGET_DELEGATE, Objective, Scheme, Target
-from optimize.decide import explain
-from optimize.decide.advice import EPS, PRUNE_FACT, Advice, advise, check_target, recipe_toml
-from optimize.decide.guard import WORST, Guard, axes, default_guard, has_quality_goal, quality
+from optimize.decide import explain, kinds
+from optimize.decide.advice import EPS, PASSED_OVER, PRUNE_FACT, Advice, advise, check_target, recipe_toml
+from optimize.decide.guard import WORST, Guard, axes, default_guard, has_quality_goal, quality, remedy
 from optimize.measure.noise import speed, versus
 
 
@@ -71,6 +71,9 @@ class Recommendation(Record):
     made_and_rejected: list[str] = Field(
         default_factory=list, description="The rule of thumb's pipelines measured here and rejected, with why."
     )
+    path_update: str = Field(
+        "", description="When the measured pick is another scheme than the decision path's: the path, updated."
+    )
 
 
 def make_goals(
@@ -79,6 +82,8 @@ def make_goals(
     max_latency_ms: float | None = None,
     objective: str = Objective.SIZE,
     max_output_error: float | None = None,
+    max_error_increase: float | None = None,
+    min_agreement: float | None = None,
 ) -> Goals:
     """Goals from CLI options; an impossible goal or an unknown objective is one clear line."""
     from pydantic import ValidationError
@@ -92,14 +97,17 @@ def make_goals(
             max_latency_ms=max_latency_ms,
             objective=objective,
             max_output_error=max_output_error,
+            max_error_increase=max_error_increase,
+            min_agreement=min_agreement,
         )
     except ValidationError as e:
         raise from_validation(
             e,
             Goals,
             where="Goal ",
-            fix="Accuracy drop and output error are fractions 0..1 (0.01 = one point), sizes and latencies are "
-            "positive, objective is size, latency or accuracy.",
+            fix="Accuracy drop, output error and agreement are fractions 0..1 (0.01 = one point), error increase "
+            "a fraction of float32's error (0.05 = 5% more), sizes and latencies are positive, objective is size, "
+            "latency or accuracy.",
         ) from None
 
 
@@ -205,7 +213,7 @@ def _without_labels(study: Study, goals: Goals) -> tuple[Goals, list[str]]:
     if labelled or goals.max_accuracy_drop is None:
         return goals, []
     agreement = any(
-        c.ok and c.metrics.fidelity and c.metrics.fidelity.top1_agreement is not None for c in study.candidates
+        c.ok and c.metrics.fidelity and c.metrics.fidelity.least_agreeing() is not None for c in study.candidates
     )
     if not agreement:
         fact = (
@@ -216,17 +224,22 @@ def _without_labels(study: Study, goals: Goals) -> tuple[Goals, list[str]]:
     bound = 1 - goals.max_accuracy_drop
     update = {"max_accuracy_drop": None, "min_agreement": max(goals.min_agreement or 0, bound)}
     fact = (
-        f"No labels: max_accuracy_drop {goals.max_accuracy_drop * 100:g} point(s) is judged as top-1 agreement "
-        f">= {bound * 100:g}% with float32 (accuracy can only change where top-1 changes)."
+        f"No labels: max_accuracy_drop {goals.max_accuracy_drop * 100:g} point(s) is judged as agreement (top-1, "
+        f"or decisions at 0.5) >= {bound * 100:g}% with float32 (accuracy can only change where they change)."
     )
     return goals.model_copy(update=update), [fact]
 
 
-def _accuracy_problem(m, goals: Goals) -> str | None:
+def _accuracy_problem(m, goals: Goals, is_base: bool = False) -> str | None:
+    if is_base:
+        return None  # the float32 reference is what the others are compared with
     if goals.max_accuracy_drop is not None:
         if m.accuracy_delta is None:
             if m.error_ratio is not None:
-                return "max_accuracy_drop is for classes; this model's labels are values: use max_error_increase"
+                return (
+                    "max_accuracy_drop is for classes; this model's labels are values: use max_error_increase "
+                    "(--max-error-increase)"
+                )
             return "accuracy not measured (no labelled data), so max_accuracy_drop cannot be checked"
         if -m.accuracy_delta > goals.max_accuracy_drop + EPS:
             return f"accuracy drop {-m.accuracy_delta * 100:.3g} points > {goals.max_accuracy_drop * 100:g}"
@@ -234,56 +247,58 @@ def _accuracy_problem(m, goals: Goals) -> str | None:
         if m.error_ratio is None:
             return "error not measured against regression labels, so max_error_increase cannot be checked"
         if m.error_ratio - 1 > goals.max_error_increase + EPS:
-            return f"error x{m.error_ratio:.2f} of float32's > x{1 + goals.max_error_increase:.2f}"
+            return (
+                f"MAE x{m.error_ratio:.3f} of float32's ({(m.error_ratio - 1) * 100:+.1f}%) > "
+                f"x{1 + goals.max_error_increase:.3f}"
+            )
     return None
 
 
 def _fidelity_problem(m, goals: Goals, is_base: bool, unlabelled_only: bool = False) -> str | None:
     """The first output the fidelity goals find too far from float32, by name when there are several
-    (`unlabelled_only`: the outputs the labels do not score, as the default guard judges them)."""
+    (`unlabelled_only`: the outputs the labels do not score, as the default guard judges them); each goal
+    reads its figure (optimize.decide.kinds.CHECKS)."""
     if is_base:
         return None  # the float32 reference agrees with itself
     f = m.fidelity
     if f is not None and unlabelled_only and not f.judged(True):
         return None  # every output is scored by labels
     named = f is not None and (len(f.outputs) > 1 or unlabelled_only)
-    return _error_problem(f, goals, unlabelled_only, named) or _agreement_problem(f, goals, unlabelled_only, named)
+    outputs = kinds.judged(f, unlabelled_only) if f is not None else []
+    for check in kinds.CHECKS:
+        goal = getattr(goals, check.bound.goal)
+        if goal is None:
+            continue
+        worst = check.worst(outputs)
+        if worst is None:
+            if check.bound.lower and unlabelled_only and f is not None:
+                continue  # no output that decides among those judged: agreement does not apply
+            return _unmeasured(check)
+        if check.broken(check.read(worst), goal):
+            return _broken(check, worst, goal, named)
+    return None
 
 
-def _error_problem(f, goals: Goals, unlabelled_only: bool, named: bool) -> str | None:
-    if goals.max_output_error is None:
-        return None
-    worst = f.worst(unlabelled_only) if f else None
-    if worst is None:
+def _unmeasured(check: kinds.Check) -> str:
+    if check.bound.goal == "max_output_error":
         return "not compared with float32, so max_output_error cannot be checked"
-    if worst.relative_error <= goals.max_output_error + EPS:
-        return None
-    if named:
-        return (
-            f"output {worst.name} off by {worst.relative_error * 100:.3g}% of its range > "
-            f"{goals.max_output_error * 100:g}%"
-        )
-    return f"output error {worst.relative_error:.3g} of the output range > {goals.max_output_error:g}"
+    return "agreement not measured (no output decides: classes or yes/no), so min_agreement cannot be checked"
 
 
-def _agreement_problem(f, goals: Goals, unlabelled_only: bool, named: bool) -> str | None:
-    if goals.min_agreement is None:
-        return None
-    least = f.least_agreeing(unlabelled_only) if f else None
-    if least is None:
-        if unlabelled_only and f is not None:
-            return None  # no class output among those judged: agreement does not apply
-        return "top-1 agreement not measured (outputs are not classes), so min_agreement cannot be checked"
-    if least.top1_agreement >= goals.min_agreement - EPS:
-        return None
-    which = f"output {least.name} " if named else ""
-    return f"{which}top-1 agreement {least.top1_agreement * 100:.2f}% < {goals.min_agreement * 100:g}%"
+def _broken(check: kinds.Check, o, goal: float, named: bool) -> str:
+    """`output box off by 26% of its range > 5%`, `output click decision agreement at 0.5 97.20% < 98%`."""
+    if check.bound.goal == "max_output_error":
+        if named:
+            return f"output {o.name} off by {o.relative_error * 100:.3g}% of its range > {goal * 100:g}%"
+        return f"output error {o.relative_error:.3g} of the output range > {goal:g}"
+    which = f"output {o.name} " if named else ""
+    return f"{which}{kinds.agreement_name(o)} {check.read(o) * 100:.2f}% < {goal * 100:g}%"
 
 
 def _goal_problem(c: Candidate, goals: Goals, is_base: bool = False, unlabelled_only: bool = False) -> str | None:
     """The first accuracy, fidelity or size goal this measured candidate breaks."""
     m = c.metrics
-    problem = _accuracy_problem(m, goals) or _fidelity_problem(m, goals, is_base, unlabelled_only)
+    problem = _accuracy_problem(m, goals, is_base) or _fidelity_problem(m, goals, is_base, unlabelled_only)
     if problem:
         return problem
     if goals.max_size_bytes is not None and m.size.bytes > goals.max_size_bytes:
@@ -463,6 +478,7 @@ class _Choice:
 
     def __init__(self, study: Study, target: Target, goals: Goals):
         self.study, self.target, self.goals = study, target, goals
+        self.path_rule: str | None = None
         self.by_labels = labelled(study.candidates)
         self.base = study.float_reference
         self.guard: Guard | None = default_guard(goals, study)
@@ -472,8 +488,28 @@ class _Choice:
         self.kept_out: list[Candidate] = []
         self.pull_apart: str | None = None
         self._speed_over_size()
+        self._honour_path()
         if self.guard is not None:
             self._guarded()
+
+    def _honour_path(self) -> None:
+        """Where the decision path rules out a scheme the delegate still takes (NNAPI: dynamic range runs as
+        float), candidates of that scheme rank after every other eligible one, and one line says which one the
+        pick passed over, and why."""
+        rule = PASSED_OVER.get(self.target)
+        if rule is None or not self.ranked or self.ranked[0].scheme not in rule[0]:
+            return
+        out = [c for c in self.ranked if c.scheme in rule[0]]
+        kept = [c for c in self.ranked if c.scheme not in rule[0]]
+        if not kept:
+            return
+        top, pick = self.ranked[0], kept[0]
+        why = explain.beats(top, pick, self.goals.objective, self.by_labels, self.study.baseline)
+        self.path_rule = (
+            f"{top.name} ranks above {pick.name} on the measurements: {why}; but {rule[1].format(scheme=top.scheme)}: "
+            f"{pick.name}, as the decision path says."
+        )
+        self.ranked = kept + out
 
     def _speed_over_size(self) -> None:
         """On a target where latency matters, ranking by size does not pick a candidate measured slower than
@@ -542,12 +578,26 @@ class _Choice:
             return []
         if self.chosen is None and self.kept_out:
             return [explain.nothing_passes(self.kept_out[0], self.target, self.guard)]
-        return explain.guard_warnings(self.guard, self.kept_out)
+        return explain.guard_warnings(self.guard, self.kept_out, self.hint)
 
     def to_try(self, reasons: dict[str, str]) -> list[str]:
         if self.guard is None or self.chosen is not None or not self.kept_out:
             return []
-        return explain.what_to_try(self.kept_out[0], self.target, self.guard, self.study, reasons)
+        return explain.what_to_try(self.kept_out[0], self.target, self.guard, self.study, reasons, self.hint)
+
+    def hint(self, c: Candidate) -> str:
+        """The options that accept a candidate the guard kept out (`--max-error-increase 0.08`), checked: with
+        them stated, the goals and whatever guard is left judge it again and find nothing wrong with its
+        quality; "a goal of your own" when no such options exist."""
+        parts = remedy(self.guard, c)
+        stated = self.goals.model_copy(update={b.goal: v for b, v in parts})
+        guard = default_guard(stated, self.study)
+        judged, scope = (guard.goals, guard.unlabelled_only) if guard else (stated, False)
+        is_base = c.name == self.study.baseline
+        if parts and _accuracy_problem(c.metrics, judged, is_base) is None:
+            if _fidelity_problem(c.metrics, judged, is_base, scope) is None:
+                return " ".join(f"{b.option} {v:g}" for b, v in parts)
+        return "a goal of your own"
 
     def headline(self, keep: str | None) -> str:
         c = self.chosen
@@ -646,13 +696,14 @@ def recommend(
         guard=choice.guard.words if choice.guard else None,
         warnings=choice.warnings(),
         to_try=choice.to_try(reasons),
-        why=why + ([choice.pull_apart] if choice.pull_apart else []),
+        why=why + [line for line in (choice.pull_apart, choice.path_rule) if line],
         alternatives=explain.alternatives(
             study, [(a.label, a.steps) for a in advice.alternative_pipelines], chosen, reasons
         ),
         quality_by="labels" if choice.by_labels else "fidelity",
         make=make,
         made_and_rejected=tried,
+        path_update=explain.path_update(study, advice.pipeline, chosen, reasons, target),
     )
 
 

@@ -9,7 +9,7 @@ candidate is never offered). No line points at the command that printed it. Pure
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 
 from optimize.core.results import Candidate, Study
 from optimize.core.vocab import Objective, Scheme, Target
@@ -75,7 +75,7 @@ def _quality_words(c: Candidate, by_labels: bool, baseline: str) -> str:
     return loss_words(c) if by_labels else fidelity_words(c, baseline)
 
 
-def _beats(chosen: Candidate, other: Candidate, objective: Objective, by_labels: bool, baseline: str) -> str:
+def beats(chosen: Candidate, other: Candidate, objective: Objective, by_labels: bool, baseline: str) -> str:
     """Why `chosen` ranked above `other`, on the first axis that told them apart."""
     ax = axes(chosen, other, by_labels, baseline)
     if objective is Objective.LATENCY and ax[Objective.LATENCY] < 0:
@@ -117,7 +117,7 @@ def why_lines(
         eligible = [c for c in found if c.name not in reasons]
         if eligible:
             other = eligible[0]
-            why = _beats(chosen, other, objective, by_labels, study.baseline)
+            why = beats(chosen, other, objective, by_labels, study.baseline)
             lines = [f"The rule of thumb says {rule}; measured, {chosen.name} ranks above {other.name}: {why}."]
         elif found:
             other = found[0]
@@ -134,15 +134,41 @@ def why_lines(
     return lines
 
 
-def guard_warnings(guard: Guard, kept_out: list[Candidate]) -> list[str]:
+Hint = Callable[[Candidate], str]
+
+
+def path_update(study: Study, pipeline: list[dict], chosen: Candidate | None, reasons: dict[str, str], target) -> str:
+    """One line under the decision path when the measured pick is another scheme than the path's, so the path
+    and the pick never contradict each other: the path updated to what was measured (the delegate's rules took
+    the pick whole, and it ranked above; or the path's own scheme was rejected, failed or not measured). Empty
+    when they agree."""
+    scheme = shape_of_steps(pipeline)[0]
+    if chosen is None or str(chosen.scheme) == scheme:
+        return ""
+    found = matching(study, pipeline)
+    eligible = [c for c in found if c.name not in reasons and c.ok]
+    if eligible:
+        why = f"{target} runs it fully and it ranks above {eligible[0].name} on the measurements"
+    elif found:
+        which = scheme if found[0].name == scheme else f"{scheme} ({found[0].name})"
+        why = f"the path's {which} {'was rejected' if found[0].ok else 'failed'} here"
+    else:
+        why = f"the path's {scheme} was not measured here"
+    label = chosen.name if chosen.name == chosen.scheme else f"{chosen.name} ({chosen.scheme})"
+    return f"Updated by measurement: {label}, not {scheme}: {why} (see Why)."
+
+
+def guard_warnings(guard: Guard, kept_out: list[Candidate], hint: Hint | None = None) -> list[str]:
     """Words for each candidate the default guard kept out that would otherwise have ranked above the choice
-    (the same words whatever the target, so a summary over targets says each once)."""
+    (the same words whatever the target, so a summary over targets says each once). `hint`: the options that
+    accept a candidate (the recommender checks they do), else the guard's own remedy."""
+    hint = hint or (lambda c: accept_hint(guard, c))
     lines = []
     for c in kept_out[:3]:
         if measured(guard, c):
             lines.append(
                 f"{c.name} not picked: it {loss_words(c, guard)}, beyond the default guard ({guard.words}; "
-                f"{guard.unstated}). To accept it: {accept_hint(guard, c)}."
+                f"{guard.unstated}). To accept it: {hint(c)}."
             )
         else:
             lines.append(
@@ -167,11 +193,17 @@ def _tried(study: Study | None, reasons: dict[str, str], test) -> bool:
 
 
 def what_to_try(
-    best: Candidate, target: Target, guard: Guard, study: Study | None = None, reasons: dict[str, str] | None = None
+    best: Candidate,
+    target: Target,
+    guard: Guard,
+    study: Study | None = None,
+    reasons: dict[str, str] | None = None,
+    hint: Hint | None = None,
 ) -> list[str]:
     """When nothing passes the guard: what to try next (never the command just run, never what the study
     measured and rejected for this target)."""
     reasons = reasons or {}
+    hint = hint or (lambda c: accept_hint(guard, c))
     lines = []
     if best.scheme in (Scheme.INT8, Scheme.INT16X8, Scheme.DYNAMIC, Scheme.INT4):
         scheme = Scheme.INT16X8 if best.scheme == Scheme.INT16X8 else Scheme.INT8
@@ -191,7 +223,7 @@ def what_to_try(
                 lines.append(f"Or keep the breaking ops at higher precision: {', or '.join(ways)}.")
         else:
             lines.append("More, and more representative, calibration samples: --calibration-samples 500")
-    lines.append(f"Or accept the loss: {accept_hint(guard, best)}.")
+    lines.append(f"Or accept the loss: {hint(best)}.")
     return lines
 
 
@@ -251,54 +283,3 @@ def describe_pipeline(advice) -> str:
     from optimize.decide.advice import describe
 
     return f"{describe(advice.pipeline)} ({command_for(advice.pipeline)})."
-
-
-#: A debug output error under this (of the output's range) leaves nothing worth fixing.
-DEBUG_FINE = 0.005
-#: Keeping one op float "fixes" the model when the output error falls at least this much (a third of it left).
-DEBUG_GAIN = 1 / 3
-#: RMSE over the output's scale beyond this points at clipping or a poor range, not rounding (~0.29).
-DEBUG_CLIPPING = 0.7
-
-
-def debug_fixes(report) -> list[str]:
-    """The fix to try from a per-layer debug report (optimize debug), each with the command that makes it:
-    keep the op whose leave-one-out measurement recovers most of the error float (or at 16-bit activations);
-    other activation ranges where the worst op clips; int16x8 or QAT where no op stands out."""
-    scheme, err = str(report.scheme), report.output_error
-    model = "MODEL --data D.npz"
-    if err < DEBUG_FINE:
-        return [f"Nothing to fix: {scheme} is within {err * 100:.2f}% of float32's output range on these samples."]
-    measured = [
-        le for le in report.layers if le.output_error_without is not None and math.isfinite(le.output_error_without)
-    ]
-    best = min(measured, key=lambda le: le.output_error_without, default=None)
-    lines = []
-    if best is not None and best.output_error_without <= err * DEBUG_GAIN:
-        after = best.output_error_without
-        before = f"{err:.4f}" if math.isfinite(err) else "inf (non-finite outputs)"
-        lines.append(
-            f"Fix to try: keep {best.op} #{best.op_index} float (output error {before} -> {after:.4f}): "
-            f"`optimize run mixed-int8 {model}` finds such ops and keeps them float or 16-bit (a bounded search)."
-        )
-        if scheme == Scheme.INT8:
-            lines.append(
-                f"Or 16-bit activations throughout: `optimize quantize {model.replace('--data', '-c')} --scheme int16x8`."
-            )
-        return lines
-    worst = report.layers[0] if report.layers else None
-    if worst is not None and worst.rmse_over_scale is not None and worst.rmse_over_scale > DEBUG_CLIPPING:
-        lines.append(
-            f"Fix to try: other activation ranges ({worst.op} #{worst.op_index} errs by {worst.rmse_over_scale:.2f} "
-            f"steps, clipping or a poor range): `optimize quantize {model.replace('--data', '-c')} --ranges auto`."
-        )
-    elif best is not None:
-        lines.append(
-            f"Fix to try: no single op holds the error (keeping {best.op} #{best.op_index} float leaves "
-            f"{best.output_error_without:.4f} of {err:.4f}): `optimize run mixed-int8 {model}` raises several."
-        )
-    else:
-        lines.append(f"Fix to try: `optimize run mixed-int8 {model}` keeps the ops that break {scheme} float.")
-    if scheme == Scheme.INT8:
-        lines.append(f"Where the error is spread: 16-bit activations (`--scheme int16x8`) or `optimize qat {model}`.")
-    return lines

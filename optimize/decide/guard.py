@@ -1,31 +1,39 @@
 """Quality without labels, and the default guard: what the recommender may pick when no goal is given.
 
 Quality is the labelled accuracy when the study has labels. Without labels it is fidelity to the float32
-reference, already measured for every candidate: top-1 agreement for class outputs (then the worst output's
-relative error), else the worst output's relative error (mean |diff| over the reference output's range).
-Errors under `FIDELITY_RESOLUTION` of the range count as none, so float16's rounding ties with float32 the
-way a zero accuracy delta does.
+reference, already measured for every candidate: agreement for outputs that decide (top-1 for classes, each
+decision at 0.5 for sigmoid outputs), then the worst output's relative error (mean |diff| over the reference
+output's range). Errors under `FIDELITY_RESOLUTION` of the range count as none, so float16's rounding ties with
+float32 the way a zero accuracy delta does.
 
-The default guard applies when the user gave no accuracy or fidelity goal: at most `DEFAULT_MAX_DROP`
-(2 points of top-1) lost, or `DEFAULT_MAX_ERROR_INCREASE` (5%) more regression error, or, without labels,
-outputs within `DEFAULT_MAX_OUTPUT_ERROR` (5%) of the reference's range (and top-1 agreement of at least
-`1 - DEFAULT_MAX_DROP` for class outputs, which bounds the same 2 points). Every output counts: with labels
-on one output, the others are held to the same fidelity bounds (an output nobody labelled is still what the
-user ships), unless a fidelity goal was stated. It is a goal the user did not state, so every rejection it
-causes says so, naming the output it breaks. Pure: no TensorFlow, no numpy.
+The default guard applies when the user gave no accuracy or fidelity goal, and holds each output to the
+yardstick of its kind (optimize.decide.kinds): a labelled output by its labels (at most 2 points of top-1, or
+of accuracy at 0.5 for yes/no outputs, lost; MAE at most 5% above float32's for values); every other output by
+its fidelity to float32 (within 5% of its range, and 98% agreement where it decides: top-1 for classes,
+decisions at 0.5 for sigmoid outputs). A mixed study (a rating and a click) guards each head by its own kind,
+and an output nobody labelled is still what the user ships. It is a goal the user did not state, so every
+rejection it causes says so, naming the output it breaks and the figure that broke it; the remedy printed for
+it names every option that accepts it. Pure: no TensorFlow, no numpy.
 """
 
 from __future__ import annotations
 
 import math
 
-from optimize.core.results import Candidate, Goals, Record, Study
+from optimize.core.results import Candidate, Goals, OutputFidelity, Record, Study
 from optimize.core.vocab import Objective
+from optimize.decide import kinds
+from optimize.decide.kinds import (
+    DEFAULT_MAX_DROP,
+    DEFAULT_MAX_ERROR_INCREASE,
+    DEFAULT_MAX_OUTPUT_ERROR,
+    DEFAULT_MIN_AGREEMENT,
+    Bound,
+    Kind,
+)
 from optimize.measure.noise import compare_latency
 
-DEFAULT_MAX_DROP = 0.02
-DEFAULT_MAX_ERROR_INCREASE = 0.05
-DEFAULT_MAX_OUTPUT_ERROR = 0.05
+__all__ = ["DEFAULT_MAX_DROP", "DEFAULT_MAX_ERROR_INCREASE", "DEFAULT_MAX_OUTPUT_ERROR", "DEFAULT_MIN_AGREEMENT"]
 FIDELITY_RESOLUTION = 0.001
 QUALITY_GOALS = ("max_accuracy_drop", "max_error_increase", "max_output_error", "min_agreement")
 
@@ -38,6 +46,7 @@ class Guard(Record):
     override: str = ""  # the option that states a goal instead (--max-accuracy-drop ...)
     unstated: str = "no accuracy goal was given"  # what the user left unsaid, so the guard stands in
     outputs: list[str] = []  # the outputs it judges by fidelity while the labels score another (by name)
+    labelled_goal: str | None = None  # the Goals field the guard set for the labelled output (None: the user's)
 
     @property
     def unlabelled_only(self) -> bool:
@@ -57,16 +66,25 @@ def has_output_goal(goals: Goals) -> bool:
     return goals.max_output_error is not None or goals.min_agreement is not None
 
 
+def labelled_kind(cands: list[Candidate]) -> Kind | None:
+    """The kind of the output the labels score (classes, yes/no, values), or None without labels. Read from
+    the accuracy record, never from which delta happens to be set (a study written before the baseline of a
+    regression model recorded its error ratio has a zero top-1 delta there)."""
+    acc = next((c.metrics.accuracy for c in cands if c.ok and c.metrics.accuracy is not None), None)
+    return None if acc is None else kinds.of_accuracy(acc)
+
+
 def _fidelity_key(c: Candidate, baseline: str | None) -> tuple[float, float] | None:
     """(agreement, -error bucket): higher is better; the baseline is the reference itself."""
     if baseline is not None and c.name == baseline:
         return (1.0, 0.0)
     f = c.metrics.fidelity if c.metrics else None
-    if f is None or f.relative_error is None and f.top1_agreement is None:
+    if f is None or f.relative_error is None and f.least_agreeing() is None:
         return None
     err = f.relative_error
     bucket = -math.inf if err is None else -math.floor(err / FIDELITY_RESOLUTION + 1e-9) * FIDELITY_RESOLUTION
-    return (1.0 if f.top1_agreement is None else f.top1_agreement, bucket)
+    least = f.least_agreeing()
+    return (1.0 if least is None else least.agreement, bucket)
 
 
 def quality(c: Candidate, by_labels: bool, baseline: str | None = None) -> tuple[float, float] | None:
@@ -78,9 +96,15 @@ def quality(c: Candidate, by_labels: bool, baseline: str | None = None) -> tuple
     return _fidelity_key(c, baseline)
 
 
+def _agreement_words(o: OutputFidelity, named: bool) -> str:
+    which = f"output {o.name} " if named else ""
+    return f"{which}{kinds.agreement_name(o)} {o.agreement * 100:.1f}%"
+
+
 def fidelity_words(c: Candidate, baseline: str | None = None, unlabelled_only: bool = False) -> str:
     """`output error 4.70% of the range, top-1 agreement 99.0%, 40 samples (fewer than 32: rough)`; with
-    several outputs, the worst one is named (`output box off by 25.50% of its range`)."""
+    several outputs, the worst one is named (`output box off by 25.50% of its range`), and a sigmoid output's
+    agreement is its decisions' (`output click decision agreement at 0.5 97.8%`)."""
     if baseline is not None and c.name == baseline:
         return "the float32 reference itself"
     f = c.metrics.fidelity if c.metrics else None
@@ -93,10 +117,8 @@ def fidelity_words(c: Candidate, baseline: str | None = None, unlabelled_only: b
         parts.append(f"output {worst.name} off by {worst.relative_error * 100:.2f}% of its range")
     elif worst is not None:
         parts.append(f"output error {worst.relative_error * 100:.2f}% of the range")
-    if least is not None and several:
-        parts.append(f"output {least.name} top-1 agreement {least.top1_agreement * 100:.1f}%")
-    elif least is not None:
-        parts.append(f"top-1 agreement {least.top1_agreement * 100:.1f}%")
+    if least is not None:
+        parts.append(_agreement_words(least, several))
     few = " (fewer than 32: a rough figure)" if f.few_samples else ""
     return ", ".join(parts + [f"{f.samples} samples{few}"])
 
@@ -118,123 +140,168 @@ def axes(a: Candidate, b: Candidate, by_labels: bool, baseline: str | None) -> d
 
 
 def loss_words(c: Candidate, guard: Guard | None = None) -> str:
-    """What a candidate loses against float32, in words: `loses 75.0 points of top-1`, or without labels
-    `differs from float32 (output error 12.80% of the range, 40 samples)`; where the guard judges outputs
-    without labels and one of them is what breaks it, that output: `keeps top-1, but differs from float32
-    (output box off by 25.50% of its range, 120 samples)`."""
+    """What a candidate loses against float32, in words: `loses 75.0 points of top-1`, `has 7.2% more MAE
+    than float32`, or without labels `differs from float32 (output error 12.80% of the range, 40 samples)`;
+    where the guard judges outputs without labels and one of them is what breaks it, that output: `keeps
+    top-1, but differs from float32 (output box off by 25.50% of its range, 120 samples)`."""
     m = c.metrics
     if m is None:
         return "not measured"
-    if guard is not None and guard.unlabelled_only and _labelled_ok(guard, c) and _outputs_broken(guard, c):
+    if guard is not None and guard.unlabelled_only and _outputs_broken(guard, c):
         kept = _labelled_words(c) or "keeps its labelled output"
-        return f"{kept}, but differs from float32 ({fidelity_words(c, unlabelled_only=True)})"
+        joint = "but" if _labelled_ok(guard, c) else "and"
+        return f"{kept}, {joint} differs from float32 ({fidelity_words(c, unlabelled_only=True)})"
     words = _labelled_words(c)
     return words or f"differs from float32 ({fidelity_words(c)})"
 
 
 def _labelled_words(c: Candidate) -> str | None:
     m = c.metrics
-    if m.accuracy_delta is not None:
+    kind = kinds.of_accuracy(m.accuracy) if m.accuracy is not None else kinds.CLASSES
+    if m.error_ratio is not None and kind is kinds.VALUES:
+        more = m.error_ratio - 1
+        return f"has {more * 100:.1f}% more MAE than float32" if more > 0 else "keeps float32's MAE"
+    if m.accuracy_delta is not None and kind is not kinds.VALUES:
+        what = kind.measure
         if m.accuracy_delta >= 0:
-            return f"gains {m.accuracy_delta * 100:.1f} points of top-1" if m.accuracy_delta else "keeps top-1"
-        return f"loses {-m.accuracy_delta * 100:.1f} points of top-1"
+            return f"gains {m.accuracy_delta * 100:.1f} points of {what}" if m.accuracy_delta else f"keeps {what}"
+        return f"loses {-m.accuracy_delta * 100:.1f} points of {what}"
     if m.error_ratio is not None:
         return f"has {max(0.0, m.error_ratio - 1) * 100:.1f}% more error than float32"
     return None
 
 
+def _labelled_figure(c: Candidate, goal: str) -> float | None:
+    """What the labelled goal reads: points lost (max_accuracy_drop), the MAE's increase (max_error_increase)."""
+    m = c.metrics
+    if goal == "max_accuracy_drop":
+        return None if m.accuracy_delta is None else -m.accuracy_delta
+    if goal == "max_error_increase":
+        return None if m.error_ratio is None else m.error_ratio - 1
+    return None
+
+
 def _labelled_ok(guard: Guard, c: Candidate) -> bool:
     """Whether the labelled output is within the guard's (or the user's) goal for it."""
-    m, g = c.metrics, guard.goals
-    if g.max_accuracy_drop is not None and m.accuracy_delta is not None:
-        return -m.accuracy_delta <= g.max_accuracy_drop + 1e-9
-    if g.max_error_increase is not None and m.error_ratio is not None:
-        return m.error_ratio - 1 <= g.max_error_increase + 1e-9
+    g = guard.goals
+    for goal in ("max_accuracy_drop", "max_error_increase"):
+        bound, figure = getattr(g, goal), _labelled_figure(c, goal)
+        if bound is not None and figure is not None:
+            return figure <= bound + 1e-9
     return True
 
 
 def _outputs_broken(guard: Guard, c: Candidate) -> bool:
-    f, g = c.metrics.fidelity, guard.goals
-    if f is None:
-        return False
-    worst, least = f.worst(guard.unlabelled_only), f.least_agreeing(guard.unlabelled_only)
-    far = g.max_output_error is not None and worst is not None and worst.relative_error > g.max_output_error + 1e-9
-    apart = g.min_agreement is not None and least is not None and least.top1_agreement < g.min_agreement - 1e-9
-    return far or apart
+    f = c.metrics.fidelity
+    return f is not None and bool(_broken_checks(guard.goals, kinds.judged(f, guard.unlabelled_only)))
+
+
+def _broken_checks(goals: Goals, outputs: list[OutputFidelity]) -> list[tuple[kinds.Check, OutputFidelity]]:
+    """Each fidelity check the goals set that an output breaks, with the output that breaks it most."""
+    out = []
+    for check in kinds.CHECKS:
+        bound = getattr(goals, check.bound.goal)
+        worst = check.worst(outputs) if bound is not None else None
+        if worst is not None and check.broken(check.read(worst), bound):
+            out.append((check, worst))
+    return out
 
 
 def _names(outputs: list[str]) -> str:
     return ", ".join(outputs[:3]) + (f" and {len(outputs) - 3} more" if len(outputs) > 3 else "")
 
 
+def _output_kinds(cands: list[Candidate], unlabelled_only: bool) -> dict[str, Kind]:
+    """Each output judged against float32 (all, or those the labels do not score), with its kind."""
+    found: dict[str, Kind] = {}
+    for c in cands:
+        f = c.metrics.fidelity if c.ok else None
+        if f is None or (unlabelled_only and (c.metrics.accuracy is None or not any(o.labelled for o in f.outputs))):
+            continue
+        for o in kinds.judged(f, unlabelled_only):
+            kind = kinds.of_output(o)
+            if found.get(o.name) in (None, kinds.VALUES):
+                found[o.name] = kind
+    return found
+
+
+def _fidelity_part(found: dict[str, Kind], bounds: dict[str, float]) -> str:
+    """`within 5% of float32's range, 98% of decisions at 0.5 agreeing`: the fidelity bounds for these
+    outputs, each agreement naming its outputs when they are of several kinds."""
+    words = [kinds.OUTPUT_ERROR.words(bounds.get("max_output_error"))]
+    deciding = [k for k in kinds.KINDS if k.agreement and k in found.values()]
+    for k in deciding:
+        agree = next(b for b in k.against_float if b.goal == "min_agreement")
+        which = [n for n, kk in found.items() if kk is k]
+        named = f" ({_names(which)})" if len(set(found.values())) > 1 else ""
+        words.append(agree.words(bounds.get("min_agreement")) + named)
+    return ", ".join(words)
+
+
 def default_guard(goals: Goals, study: Study) -> Guard | None:
     """The guard for a study, standing in for the quality goals the user did not state; None when every
     one it would set was stated, or when nothing about quality was measured (no labels, no fidelity).
 
-    With labels, the labelled output is guarded by its own figure (2 points of top-1, or 5% more error), and
-    every other output by its fidelity to float32 (within 5% of its range, 98% top-1 agreement for class
-    outputs): a fine-tuned candidate that keeps the labelled output but breaks another is kept out, by name.
+    With labels, the labelled output is guarded by its kind's figure (2 points of top-1 or of accuracy at 0.5,
+    or 5% more MAE), and every other output by its fidelity to float32 (within 5% of its range, 98% agreement
+    for outputs that decide): a candidate that keeps the labelled output but breaks another is kept out, by
+    name.
     """
     ok = [c for c in study.candidates if c.ok]
-    accuracy = any(c.metrics.accuracy_delta is not None for c in ok)
-    errors = any(c.metrics.error_ratio is not None for c in ok)
-    if accuracy or errors:
-        return _labelled_guard(goals, ok, accuracy)
+    kind = labelled_kind(ok)
+    if kind is not None:
+        return _labelled_guard(goals, ok, kind)
     if has_quality_goal(goals):
         return None
-    fids = [c.metrics.fidelity for c in ok if c.metrics.fidelity is not None]
-    if not fids:
+    found = _output_kinds(ok, unlabelled_only=False)
+    if not found:
         return None
     update: dict = {"max_output_error": DEFAULT_MAX_OUTPUT_ERROR}
-    words = f"no labels: outputs within {DEFAULT_MAX_OUTPUT_ERROR * 100:g}% of float32's range"
-    if any(f.top1_agreement is not None for f in fids):
-        update["min_agreement"] = 1 - DEFAULT_MAX_DROP
-        words += f" and top-1 agreement of at least {(1 - DEFAULT_MAX_DROP) * 100:g}%"
+    if any(k.agreement for k in found.values()):
+        update["min_agreement"] = DEFAULT_MIN_AGREEMENT
+    words = f"no labels: outputs {_fidelity_part(found, update)}"
     return Guard(goals=goals.model_copy(update=update), words=words, override="--max-output-error")
 
 
 def unlabelled_outputs(cands: list[Candidate]) -> tuple[list[str], bool]:
     """The outputs a labelled study scores by fidelity only (the labels belong to another), and whether any
-    of them is classes; none for a study that does not mark its labelled output (written before it did)."""
-    names: dict[str, None] = {}
-    classes = False
-    for c in cands:
-        f = c.metrics.fidelity if c.ok and c.metrics.accuracy is not None else None
-        if f is None or not any(o.labelled for o in f.outputs):
-            continue
-        for o in f.outputs:
-            if not o.labelled:
-                names[o.name] = None
-                classes = classes or o.top1_agreement is not None
-    return list(names), classes
+    of them decides (classes, sigmoid: agreement applies); none for a study that does not mark its labelled
+    output (written before it did)."""
+    found = _output_kinds(cands, unlabelled_only=True)
+    return list(found), any(k.agreement for k in found.values())
 
 
-def _labelled_guard(goals: Goals, ok: list[Candidate], accuracy: bool) -> Guard | None:
+def _labelled_words_for(kind: Kind, name: str | None, several: bool) -> str:
+    """The guard's words for the labelled output: `at most 2 points of top-1 lost` (one class output, as
+    ever), `regression: MAE at most 5% above float32's`, `rating (regression): ...` among several outputs."""
+    words = kind.labelled.words()
+    if several and name:
+        return f"{name} ({kind.name}): {words}"
+    return words if kind is kinds.CLASSES else f"{kind.name}: {words}"
+
+
+def _labelled_guard(goals: Goals, ok: list[Candidate], kind: Kind) -> Guard | None:
     """The labelled output's part (unless a goal for it was stated), and the other outputs' part (unless a
     fidelity goal was stated)."""
     update: dict = {}
-    words, unstated, override = [], [], ""
+    words, unstated, override, labelled_goal = [], [], "", None
+    others = _output_kinds(ok, unlabelled_only=True)
     if not has_labelled_goal(goals):
-        if accuracy:
-            update["max_accuracy_drop"] = DEFAULT_MAX_DROP
-            words.append(f"at most {DEFAULT_MAX_DROP * 100:g} points of top-1 lost")
-            override = "--max-accuracy-drop"
-        else:
-            update["max_error_increase"] = DEFAULT_MAX_ERROR_INCREASE
-            words.append(f"at most {DEFAULT_MAX_ERROR_INCREASE * 100:g}% more error than float32")
+        bound = kind.labelled
+        update[bound.goal] = bound.default
+        labelled_goal, override = bound.goal, bound.option
+        name = next((c.metrics.accuracy.output for c in ok if c.metrics.accuracy is not None), None)
+        words.append(_labelled_words_for(kind, name, bool(others)))
         unstated.append("no accuracy goal was given")
-    others, classes = unlabelled_outputs(ok)
     if others and not has_output_goal(goals):
         update["max_output_error"] = DEFAULT_MAX_OUTPUT_ERROR
-        part = f"the outputs without labels ({_names(others)}) within {DEFAULT_MAX_OUTPUT_ERROR * 100:g}% of float32's range"
-        if classes:
-            update["min_agreement"] = 1 - DEFAULT_MAX_DROP
-            part += f", {(1 - DEFAULT_MAX_DROP) * 100:g}% top-1 agreement"
-        words.append(part)
+        if any(k.agreement for k in others.values()):
+            update["min_agreement"] = DEFAULT_MIN_AGREEMENT
+        words.append(f"the outputs without labels ({_names(list(others))}) {_fidelity_part(others, update)}")
         if not unstated:
             unstated.append("no goal for the outputs without labels was given")
     else:
-        others = []
+        others = {}
     if not update:
         return None
     return Guard(
@@ -242,7 +309,8 @@ def _labelled_guard(goals: Goals, ok: list[Candidate], accuracy: bool) -> Guard 
         words=", and ".join(words),
         override=override or "--max-output-error",
         unstated=unstated[0],
-        outputs=others,
+        outputs=list(others),
+        labelled_goal=labelled_goal,
     )
 
 
@@ -250,10 +318,9 @@ def measured(guard: Guard, c: Candidate) -> bool:
     """Whether the candidate has every figure the guard judges (else the guard cannot clear it)."""
     m = c.metrics
     g = guard.goals
-    if g.max_accuracy_drop is not None and m.accuracy_delta is None:
-        return False
-    if g.max_error_increase is not None and m.error_ratio is None:
-        return False
+    for goal in ("max_accuracy_drop", "max_error_increase"):
+        if getattr(g, goal) is not None and _labelled_figure(c, goal) is None:
+            return False
     if g.max_output_error is not None or g.min_agreement is not None:
         return m.fidelity is not None and m.fidelity.worst(guard.unlabelled_only) is not None
     return True
@@ -265,17 +332,28 @@ def kept_out_words(guard: Guard, c: Candidate, problem: str) -> str:
     return f"{what}: beyond the default guard ({guard.words}; {guard.unstated})"
 
 
+def remedy(guard: Guard, c: Candidate) -> list[tuple[Bound, float]]:
+    """The goals that accept a candidate the guard keeps out, one for each of the guard's bounds it breaks
+    (never a stricter one than the guard's): its labelled output's figure, and each fidelity figure, read
+    over every output (a fidelity goal of the user's judges them all)."""
+    out: list[tuple[Bound, float]] = []
+    g = guard.goals
+    if guard.labelled_goal is not None:
+        bound = next(k.labelled for k in kinds.KINDS if k.labelled and k.labelled.goal == guard.labelled_goal)
+        figure = _labelled_figure(c, guard.labelled_goal)
+        if figure is not None and figure > getattr(g, guard.labelled_goal) + 1e-9:
+            out.append((bound, bound.accepting(figure)))
+    f = c.metrics.fidelity if c.metrics else None
+    if f is None:
+        return out
+    for check, _ in _broken_checks(g, kinds.judged(f, guard.unlabelled_only)):
+        worst = check.worst(kinds.judged(f))
+        out.append((check.bound, check.bound.accepting(check.read(worst))))
+    return out
+
+
 def accept_hint(guard: Guard, c: Candidate) -> str:
-    """The option that would accept this candidate's loss: `--max-accuracy-drop 0.76`, or for an output
-    without labels `--max-output-error 0.26`."""
-    m = c.metrics
-    f = m.fidelity
-    if guard.unlabelled_only and _labelled_ok(guard, c) and _outputs_broken(guard, c):
-        worst = f.worst(True)
-        if worst is not None:
-            return f"--max-output-error {min(1.0, max(0.01, math.ceil(worst.relative_error * 100 - 1e-6) / 100)):g}"
-    if guard.override == "--max-accuracy-drop" and m.accuracy_delta is not None:
-        return f"--max-accuracy-drop {math.ceil(-m.accuracy_delta * 100 - 1e-6) / 100:g}"
-    if guard.override == "--max-output-error" and f and f.relative_error is not None:
-        return f"--max-output-error {min(1.0, max(0.01, math.ceil(f.relative_error * 100 - 1e-6) / 100)):g}"
-    return "a goal of your own"
+    """The options that would accept this candidate's loss: `--max-accuracy-drop 0.76`, `--max-error-increase
+    0.08`, or for an output without labels `--max-output-error 0.26`, `--min-agreement 0.34`."""
+    parts = remedy(guard, c)
+    return " ".join(f"{b.option} {v:g}" for b, v in parts) if parts else "a goal of your own"

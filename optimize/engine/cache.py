@@ -42,7 +42,9 @@ from optimize.engine.storage import StorageError, join, open_store
 # 4: entries and artifacts as separate objects in a store (a folder or any fsspec URL).
 # 5: candidates carry their accuracy-rescue steps (results.RescueStep).
 # 6: latency timed round-robin across a study's candidates, with its rounds and p50 interval.
-CACHE_FORMAT = 6
+# 7: sigmoid outputs carry their decision agreement; a regression baseline its error ratio; the selective search
+#    judges on samples its calibration never saw.
+CACHE_FORMAT = 7
 MAX_RECORD_BYTES = 64 * 2**20  # a record with its debug tables is a few MiB at most
 MAX_ARTIFACT_BYTES = 2**31  # a flatbuffer cannot be larger
 log = logging.getLogger(__name__)

@@ -7,7 +7,8 @@ out of the scheme, optimize.transforms.tflite.repair), then rank every op's int8
 from __future__ import annotations
 
 from optimize.core.results import DebugReport
-from optimize.decide.explain import debug_fixes
+from optimize.decide.debug_advice import debug_fixes
+from optimize.engine import debug_fixes as debug_fixes_mod
 from optimize.measure.layer_error import Samples, analyze
 
 
@@ -23,13 +24,17 @@ def debug_model(
     trust_model_code: bool = False,
     measuring=None,
     layout: str = "source",
+    study=None,
 ) -> DebugReport:
-    """Per-layer error analysis of `model` quantized to `scheme` (int8 or int16x8), on calibration samples.
+    """Per-layer error analysis of `model` quantized to `scheme` (int8 or int16x8), on samples the calibration
+    never saw (held out of it as the selective search's are), and the fixes measured on them.
 
     `model` is anything `sweep` takes: a Keras/SavedModel (converted to float32 first), a float .tflite
     (normalised first, as a sweep does), or a PyTorch / ONNX model (converted once to its float .tflite;
     `layout` as in a sweep). Ops the quantized model fails on (to load, to invoke, or with NaN/inf where the
-    float model is finite) are kept out of the scheme first and listed (`repaired`).
+    float model is finite) are kept out of the scheme first and listed (`repaired`). `study`: a study.json
+    (or its folder) of a sweep of this model, whose measured fixes are taken rather than suggested again
+    (without it, one beside the model or in ./optimize-out is used when it is this model's).
     """
     import tempfile
     from pathlib import Path
@@ -39,11 +44,14 @@ def debug_model(
     from optimize.core.recipe import build
     from optimize.core.registry import Context, get
     from optimize.engine.pipeline import Workspace
+    from optimize.models.data import take
     from optimize.transforms.tflite.quantize import _calibration_data, _inspect, repaired_session
+    from optimize.transforms.tflite.selective import held_out
 
     src, ds = open_inputs(model, data, calibration, measuring, trust=trust_model_code, check=True, layout=layout)
     if ds is None:
         raise DataError("debug compares the float and quantized models on real inputs.", "Pass --data DATA.npz.")
+    found = debug_fixes_mod.find_study(study, model, src) if model is not None else None
     from optimize.core.paths import temporaries_in
 
     with tempfile.TemporaryDirectory(prefix="optimize-debug-") as tmp, temporaries_in(Path(tmp) / "tmp"):
@@ -55,11 +63,13 @@ def debug_model(
             float_path = ws.produce(build("float32", [{"technique": "convert"}]).steps).path
         content = float_path.read_bytes()
         params = get("quantize").parse({"scheme": scheme})
-        ctx = Context(workdir=work, data=ds, threads=threads)
+        where = held_out(ds, params.samples, samples, seed=0)
+        ctx = Context(workdir=work, data=where.calibration, threads=threads)
         signature, inputs = _inspect(content, float_path)
+        pool = ds.x_train if where.pool == "train" else ds.x_cal
         try:
             cal = _calibration_data(params, ctx, signature, inputs, float_path)
-            picked = _finite(content, Samples.from_array(ds.x_cal, samples), threads)
+            picked = _finite(content, Samples.from_array(take(pool, where.pick), samples), threads)
             extra = [(f"debug sample {i}", s) for i, s in enumerate(picked.items)]
             session, _, fixer = repaired_session(content, params, ctx, cal, inputs, extra)
         except TechniqueFailed as e:  # one line, as every command ends: never a traceback
@@ -68,7 +78,35 @@ def debug_model(
                 "`optimize sweep MODEL --data D.npz` records what each scheme does on this model.",
             ) from None
         report = analyze(session.content, session.quantize, picked, scheme=scheme, leave_out=leave_out, threads=threads)
-        return report.model_copy(update={"repaired": fixer.islands, "fixes": debug_fixes(report)})
+        report = report.model_copy(update={"repaired": fixer.islands, "held_out": where.words})
+
+        def make(update: dict) -> bytes:
+            other = get("quantize").parse({"scheme": scheme, **update})
+            made, _, _ = repaired_session(content, other, ctx, _calibration_data(other, ctx, signature, inputs,
+                                          float_path), inputs, extra)  # fmt: skip
+            return made.quantize()
+
+        tried, cause = _tried(report, session, make, picked, content, threads, found, src, ds)
+        return report.model_copy(update={"fixes": debug_fixes(report, tried, cause)})
+
+
+def _tried(report, session, make, picked, content, threads, found, src, ds):
+    """Every fix measured here or taken from the study, and the cause when one was found."""
+    from optimize.decide.debug_advice import DEBUG_FINE
+
+    if report.output_error < DEBUG_FINE:
+        return [], ""
+    fx = debug_fixes_mod
+    bench = fx.Bench(picked, fx.reference(content, picked, threads), threads)
+    full = session.quantize()
+    tried = fx.leave_outs(report)
+    more, cause = fx.together_and_front(report, session, full, bench)
+    studied = fx.from_study(*found) if found else []
+    kinds = {"int16x8" for t in studied if t.what.startswith("16-bit")}
+    tried += more + fx.other_schemes(report, make, bench, kinds, str(report.scheme)) + studied
+    if not any(t.what == "quantization-aware training" for t in studied) and report.scheme == "int8":
+        tried.append(fx.qat_offer(src, ds))
+    return tried, cause
 
 
 def _finite(float_model: bytes, picked: Samples, threads: int) -> Samples:

@@ -46,6 +46,11 @@ def workspace_root(task: Task, worker: str) -> os.PathLike:
     return task.out_dir / ".work" / worker
 
 
+def shared_root(task: Task) -> os.PathLike:
+    """What a run's local workers share (one calibration per model and data): inside the task's output folder."""
+    return task.out_dir / ".work" / "shared"
+
+
 class _LocalTiming:
     """Local executors time in this process, one candidate at a time, after production."""
 
@@ -85,7 +90,7 @@ class SerialExecutor(_LocalTiming):
     def results(self) -> Iterator[tuple[str, Candidate]]:
         while self.queue:
             task = self.queue.popleft()
-            ws = self.workspaces.get(task, workspace_root(task, "serial"))
+            ws = self.workspaces.get(task, workspace_root(task, "serial"), shared_root(task))
             for cand in run_task(ws, task, self.progress):
                 yield task.tag, cand
 
@@ -116,6 +121,9 @@ class _PipeHandler(logging.Handler):
         self.conn = conn
 
     def emit(self, record: logging.LogRecord) -> None:
+        step = getattr(record, "step", None)
+        if step:  # the step the worker is in now: named if the worker dies in it
+            _send(self.conn, ("step", step))
         _send(self.conn, ("log", (record.levelno, record.getMessage())))
 
 
@@ -162,7 +170,7 @@ def _worker_main(conn, index: int, warm: bool = False) -> None:
             os.environ["TMPDIR"] = tempfile.tempdir = task[1]
             continue
         try:
-            ws = workspaces.get(task, workspace_root(task, f"w{index}"))
+            ws = workspaces.get(task, workspace_root(task, f"w{index}"), shared_root(task))
             for cand in run_task(ws, task, progress):
                 _send(conn, ("done", cand.model_dump_json()))
         except OptimizeError as e:
@@ -277,6 +285,7 @@ class _Worker:
     task: Task | None = None
     current: str | None = None
     done: set = field(default_factory=set)
+    step: str | None = None  # the step of `current` it is in (`convert scheme=int8`)
 
 
 @contextmanager
@@ -372,16 +381,20 @@ class ProcessExecutor(_LocalTiming):
         if task is None:
             return None
         recipe = next((r for r in task.recipes if r.name == w.current), None) or task.first_open(w.done)
-        log.warning("worker %s while working on %s", why, recipe.name)
+        step = w.step if w.current == recipe.name else None
+        log.warning("worker %s while working on %s%s", why, recipe.name, f" (in {step})" if step else "")
         rest = task.rest(w.done, skip=recipe.name)
         if rest is not None:
             self.queue.appendleft(rest)
-        return task.tag, crashed(recipe, why)
+        return task.tag, crashed(recipe, why, step)
 
     def _event(self, w: _Worker, kind: str, payload) -> tuple[str, Candidate] | None:
-        if kind == "log":
+        if kind == "step":
+            w.step = payload
+        elif kind == "log":
             log.log(*payload)
-        elif kind == "phase":
+        elif kind == "phase":  # measuring, probing, checking delegates: production is over
+            w.step = None
             self.progress.phase(payload)
         elif kind == "done":
             recipe = next((r for r in w.task.recipes if r.name == w.current), None) or w.task.first_open(w.done)
@@ -412,7 +425,7 @@ class ProcessExecutor(_LocalTiming):
                     cand = self._crashed(w)
                 else:
                     if kind == "start":
-                        w.current = payload
+                        w.current, w.step = payload, None
                         self.progress.begin(payload)
                         continue
                     cand = self._event(w, kind, payload)

@@ -23,7 +23,7 @@ from optimize.core.errors import DataError, ModelError, OptimizeError, RecipeErr
 from optimize.core.recipe import Recipe, build
 from optimize.core.registry import Context, Stage
 from optimize.core.results import PHASES, Candidate, Composition, Metrics, Probe, Step, write_atomic
-from optimize.core.vocab import Backend
+from optimize.core.vocab import CALIBRATED_SCHEMES, Backend
 from optimize.engine.plan import _key, checked, resolve
 from optimize.measure import metrics as measure
 from optimize.measure import probe, verify
@@ -32,6 +32,7 @@ from optimize.models import source as models
 from optimize.models.data import Dataset, take
 from optimize.models.inputs import check_data
 from optimize.present.progress import Progress
+from optimize.transforms.tflite import calibrator
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,11 @@ KERAS3_ROUTE = (
 class Workspace:
     """Produces artifacts for step lists, sharing every step prefix within one run."""
 
-    def __init__(self, src: models.ModelSource, data: Dataset | None, workdir: Path, threads: int = 2):
+    def __init__(
+        self, src: models.ModelSource, data: Dataset | None, workdir: Path, threads: int = 2, shared: Path | None = None
+    ):
         self.src, self.data, self.workdir, self.threads = src, data, workdir, threads
+        self.shared = shared  # shared by the run's workspaces on this machine (calibrations: one per model and data)
         self.memo: dict[str, _State] = {}
         self._source: _State | None = None
         self.phases: dict[str, float] | None = None  # where produce's time goes (set by make_candidate)
@@ -87,6 +91,7 @@ class Workspace:
         self._exported: Path | None = None  # the source's SavedModel, exported already (seed_export)
         self._export_seconds = 0.0  # what exporting it took where it was done, not yet counted on a candidate
         self.carried = 0.0  # seconds of the candidate being made that were spent elsewhere (that export)
+        self._unused: list = []  # the source Keras model, loaded for a route that did not take it (exported next)
 
     def seed(self, steps: Iterable[Step], path: Path) -> None:
         """What `steps` make is at `path` already (another worker made it: the sweep's float32 baseline),
@@ -96,9 +101,10 @@ class Workspace:
             self.memo[key] = _State("tflite", Path(path))
 
     def seed_export(self, path: Path, seconds: float = 0.0) -> None:
-        """The source Keras model's SavedModel is at `path` already: the sweep's own process exported it from
-        the model it loaded to check it (`runs.Run.export`, in `seconds`), so converting it loads and exports
-        nothing here; the candidate that converts it counts those seconds in its convert phase and total."""
+        """The source Keras model's float32 .tflite (or, where that route did not take it, its SavedModel) is at
+        `path` already: the sweep's own process made it from the model it loaded to check it (`runs.Run.export`,
+        in `seconds`), so converting it loads and exports nothing here; the candidate that converts it counts
+        those seconds in its convert phase and total."""
         self._exported, self._export_seconds = Path(path), seconds
 
     def _context(self, key: str, state: _State) -> Context:
@@ -114,6 +120,7 @@ class Workspace:
             skipped_layers=list(state.skipped),
             records=dict(state.records),
             teacher=self.teacher,
+            shared=self.shared,
         )
 
     def teacher(self) -> list:
@@ -144,27 +151,67 @@ class Workspace:
             state.saved_model = self.src.path
         elif state.kind == "source" and self._exported is not None and self._exported.is_dir():
             state.saved_model = self._exported
-            moved, self._export_seconds = self._export_seconds, 0.0  # counted once, on this candidate
-            self.carried += moved
-            if self.phases is not None:
-                self.phases["convert"] = self.phases.get("convert", 0.0) + moved
+            self._carry_export()
             if self.src.kind == "keras3":
                 state.notes.append(KERAS3_ROUTE)
         elif state.kind == "source" and self.src.kind == "keras3":
             state.saved_model = exporting.export_saved_model(
-                models.load_keras3(self.src), self.workdir / key / "saved_model", batch=1
+                self._unused.pop() if self._unused else models.load_keras3(self.src),
+                self.workdir / key / "saved_model",
+                batch=1,
             )
             state.notes.append(KERAS3_ROUTE)
         elif state.kind in ("source", "keras"):
-            state.saved_model = exporting.export_saved_model(
-                self._keras_model(state), self.workdir / key / "saved_model"
-            )
+            model = self._unused.pop() if state.kind == "source" and self._unused else self._keras_model(state)
+            state.saved_model = exporting.export_saved_model(model, self.workdir / key / "saved_model")
         else:
             raise RecipeError(
                 "This model is already a .tflite: it cannot be converted again.",
                 "Use the quantize step (--backend litert) on a float .tflite.",
             )
         return state.saved_model
+
+    def _carry_export(self) -> None:
+        """The seconds the sweep's process spent exporting or converting the source for this candidate, counted
+        once, on it (its convert phase and total)."""
+        moved, self._export_seconds = self._export_seconds, 0.0
+        self.carried += moved
+        if self.phases is not None:
+            self.phases["convert"] = self.phases.get("convert", 0.0) + moved
+
+    def _direct(self, tech, params, state: _State, key: str) -> _State | None:
+        """The source Keras model's float32 .tflite converted straight from the loaded model (no SavedModel):
+        what the sweep's process made (`runs.Run.export`), or made here (`convert.keras.float32_direct`), taken
+        as this convert step's result. None for any other step, or where that route does not take the model."""
+        plain = tech.name == "convert" and params.scheme == "float32" and not params.select_tf_ops
+        if not (plain and state.kind == "source" and self.src.kind in ("keras2", "keras3")):
+            return None
+        made = self._direct_made(state)
+        if made is None:
+            return None
+        ctx = self._context(key, state)
+        path = write_atomic(ctx.workdir / "convert-float32.tflite", made[0])
+        notes = [*ctx.notes, *(n for n in made[1] if n not in ctx.notes)]
+        if self.src.kind == "keras3":
+            notes.append(KERAS3_ROUTE)
+        return _State("tflite", path, None, notes, ctx.skipped_layers, ctx.records)
+
+    def _direct_made(self, state: _State) -> tuple[bytes, list[str]] | None:
+        """(the float32 .tflite, its notes) from the sweep's process, or converted here when it made nothing
+        (a warm worker, Ray, a single run); None when it exported a SavedModel, or the route gives way."""
+        exported = self._exported
+        if exported is not None:
+            if exported.suffix != ".tflite" or not exported.is_file():
+                return None
+            self._carry_export()
+            return exported.read_bytes(), exporting.export_notes(exported.parent)
+        keras3 = self.src.kind == "keras3"
+        model = models.load_keras3(self.src) if keras3 else self._keras_model(state)
+        made = exporting.float32_direct(model, self.data, batch=1 if keras3 else None)
+        if made is None:
+            self._unused = [model]  # the SavedModel route exports this one, not a second load
+            return None
+        return made.content, list(made.notes)
 
     def source(self) -> _State:
         """Where every recipe starts: the model as given, or for a .tflite its plain float32 equivalent
@@ -206,7 +253,8 @@ class Workspace:
                 state = self.memo[key]
                 continue
             tech = registry.get(step.technique)
-            log.info("  %s %s", tech.name, _brief(step))
+            # `step` travels with the record: a worker that dies in this step is reported with it (engine.work)
+            log.info("  %s %s", tech.name, _brief(step), extra={"step": _step_name(tech.name, step)})
             with timed(self.phases, _phase(tech)):
                 state = self._step(tech, step.params, state, key, prefix)
             self.memo[key] = state
@@ -232,6 +280,8 @@ class Workspace:
             state = _State("keras", path, sm, ctx.notes, ctx.skipped_layers, ctx.records)
             if models.has_recurrent(model):  # the batch-1 route needs the model, and a reload may not restore it
                 state.batch1 = exporting.export_saved_model(model, self.workdir / key / "saved_model_batch1", batch=1)
+        elif tech.stage is Stage.CONVERT and (direct := self._direct(tech, params, state, key)) is not None:
+            state = direct
         elif tech.stage is Stage.CONVERT:
             sm = self._saved_model(state, _key(self.root, prefix[:-1]))
             ctx = self._context(key, state)
@@ -248,6 +298,12 @@ class Workspace:
             ctx = self._context(key, state)
             state = _State("tflite", tech.fn(state.path, params, ctx), None, ctx.notes, ctx.skipped_layers, ctx.records)
         return state
+
+
+def _step_name(technique: str, step: Step) -> str:
+    """`convert scheme=int8`: a step as a failure names it (its technique and scheme)."""
+    scheme = getattr(step.params, "scheme", None)
+    return f"{technique} scheme={scheme}" if scheme is not None else technique
 
 
 def _brief(step: Step) -> str:
@@ -300,6 +356,11 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
         if not _other_route(ws, recipe) or not _failed_after_conversion(ws, recipe):
             raise
         state, parsed, composition, problem = None, None, None, f"{e}"
+    blocked = _no_calibrator(ws, recipe) if problem and _other_route(ws, recipe) else None
+    if blocked:  # the converter's calibrator would crash the worker: not tried, and said so
+        raise (NotWhatItSays if state is not None else TechniqueFailed)(
+            f"{problem.rstrip('.')}; not made by the TFLite converter: {blocked}"
+        )
     if problem and _other_route(ws, recipe):
         other = recipe.with_backend(Backend.CONVERTER)
         state = ws.produce(other.steps)
@@ -315,6 +376,26 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
     if problem:
         raise NotWhatItSays(problem)
     return recipe, state, composition, parsed
+
+
+def _no_calibrator(ws: Workspace, recipe: Recipe) -> str | None:
+    """Why the TFLite converter cannot make the recipe's calibrated scheme from its float model: control flow
+    (a GRU or SimpleRNN lowered to a WHILE loop) that the converter's calibrator does not go through (it
+    crashes with SIGSEGV there: a Keras 2.0 bidirectional GRU did, in four candidates)."""
+    if str(recipe.scheme) not in CALIBRATED_SCHEMES:
+        return None
+    prefix: list = []
+    for step in recipe.steps:
+        prefix.append(step.model_dump())
+        if step.technique == "convert":
+            state = ws.memo.get(_key(ws.root, prefix))
+            if state is None or state.kind != "tflite" or not state.path.is_file():
+                return None
+            flow = calibrator.control_flow(state.path.read_bytes())
+            if not flow:
+                return None
+            return f"its {recipe.scheme} calibration does not go through {calibrator.describe_flow(flow)} (it crashes)"
+    return None
 
 
 def _failed_after_conversion(ws: Workspace, recipe: Recipe) -> bool:

@@ -330,7 +330,7 @@ def produce_on_node(task: Task, blob: bytes, data, reference: bytes | None, run:
         try:
             ref = write_atomic(out / ".reference.tflite", reference) if reference is not None else None
             task = replace(task, src=_unpack(task.src, blob, run), data=data, out_dir=out, reference=ref)
-            ws = _WORKSPACES.get(task, root / f"ws-{os.getpid()}")
+            ws = _WORKSPACES.get(task, root / f"ws-{os.getpid()}", root / "shared")  # one calibration per node
             for cand in run_task(ws, task, Progress()):
                 art = (out / cand.artifact).read_bytes() if cand.artifact else None
                 yield ("done", cand.model_dump_json(), art)

@@ -7,6 +7,7 @@ and why), the inputs checked, results cached by content, and the study assembled
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -34,9 +35,16 @@ COVERAGE_WARNING = 0.05  # warn when more of the test values than this lie outsi
 
 
 def _as_baseline(c: Candidate) -> Candidate:
-    """The baseline's accuracy delta is zero by definition (it is what the others are compared with)."""
-    if c.ok and c.metrics.accuracy is not None and c.metrics.accuracy_delta is None:
-        return c.model_copy(update={"metrics": c.metrics.model_copy(update={"accuracy_delta": 0.0})})
+    """The baseline is what the others are compared with, in its labelled output's own measure: a top-1
+    (classes, yes/no) delta of zero, or an error ratio of one (regression). Never a delta for values: a zero
+    accuracy delta on a regression baseline read as classes, and the guard judged MAE by points of top-1."""
+    m = c.metrics if c.ok else None
+    if m is None or m.accuracy is None or m.accuracy_delta is not None or m.error_ratio is not None:
+        return c
+    if m.accuracy.top1 is not None:
+        return c.model_copy(update={"metrics": m.model_copy(update={"accuracy_delta": 0.0})})
+    if m.accuracy.mae is not None:
+        return c.model_copy(update={"metrics": m.model_copy(update={"error_ratio": 1.0})})
     return c
 
 
@@ -61,20 +69,30 @@ class Run:
     open_seconds: float = 0.0  # opening and checking the model and data, planning
     created: list[Path] = field(default_factory=list)  # folders `-o` made that did not exist (deepest first)
     keras: object = field(default=None, repr=False)  # the Keras model the checks loaded (this process only)
+    rescued: str | None = None  # the accuracy-rescue recipe the run added itself (mixed-int8), by name
 
-    def export(self) -> tuple[Path, float] | None:
-        """The source Keras model exported as its SavedModel (into the run's work folder), from the model the
-        checks loaded: the float32 baseline then converts it without loading and exporting it again, in a
-        worker that was importing TensorFlow meanwhile. None when there is none to export (a warm re-run, a
-        .tflite, a SavedModel) or the export fails here (the worker then exports it itself, as before). With
-        the seconds it took (the baseline's convert phase counts them)."""
+    def export(self, direct: bool = True) -> tuple[Path, float] | None:
+        """The source Keras model made ready for the float32 baseline (into the run's work folder), from the model
+        the checks loaded, so the worker that takes the baseline (importing TensorFlow meanwhile) neither loads
+        nor exports it again: with `direct`, its float32 .tflite converted straight from the loaded model
+        (`convert.keras.float32_direct`, checked equal to it on test samples); else, or where that route does not
+        take the model, its SavedModel. None when there is nothing to export (a warm re-run, a .tflite, a
+        SavedModel) or the export fails here (the worker then exports it itself, as before). With the seconds it
+        took (the baseline's convert phase counts them)."""
         model, self.keras = self.keras, None  # exported once; the model is not kept past it
         if model is None or self.src.kind not in ("keras2", "keras3"):
             return None
-        out = self.out_dir / ".work" / "export" / self.src.fingerprint / "saved_model"
+        folder = self.out_dir / ".work" / "export" / self.src.fingerprint
+        batch = 1 if self.src.kind == "keras3" else None
         t0 = time.perf_counter()
         try:
-            path = exporting.export_saved_model(model, out, batch=1 if self.src.kind == "keras3" else None)
+            made = exporting.float32_direct(model, self.ds, batch) if direct else None
+            if made is not None:
+                if made.notes:
+                    paths.write_atomic(folder / exporting.EXPORT_NOTES, json.dumps(list(made.notes)).encode())
+                path = paths.write_atomic(folder / "float32.tflite", made.content)
+            else:
+                path = exporting.export_saved_model(model, folder / "saved_model", batch=batch)
         except Exception as e:  # noqa: BLE001 - the worker's own export meets it again, as a failed candidate
             log.debug("exporting %s here failed (%s); the worker exports it", self.src.name, e)
             return None
@@ -141,6 +159,7 @@ class Run:
         extra = _rescue(self)
         if extra is not None:
             self.recipes.append(extra)
+            self.rescued = extra.name
         return extra is not None
 
     def study(self, executor: str = "local") -> Study:
@@ -192,6 +211,7 @@ def open_run(
     planned = plan_from(src, ds, can, recipes, backend, target, dropped)
     if calibration_samples is not None:
         planned = [with_samples(r, calibration_samples) for r in planned]
+    _judged_on_calibration(ds, planned)
     created = paths.absent_folders(output)
     out_dir = paths.output_dir(output)
     settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
@@ -223,6 +243,7 @@ def _study(run: Run, model, threads: int, executor: str = "local") -> Study:
         run.done[base.name] = _as_baseline(run.done[base.name])
     labelled = next((c.metrics.accuracy for c in run.done.values() if c.ok and c.metrics.accuracy), None)
     outside = _coverage(run)
+    duplicates = _duplicate_rescue(run)
     return Study(
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         model=model,
@@ -233,8 +254,8 @@ def _study(run: Run, model, threads: int, executor: str = "local") -> Study:
         baseline=base.name if base else "float32",
         environment=_tf.environment(threads),
         executor=executor,
-        candidates=[run.done[r.name] for r in run.recipes],
-        dropped=run.dropped,
+        candidates=[run.done[r.name] for r in run.recipes if r.name not in duplicates],
+        dropped=run.dropped + [Dropped(recipes=[name], reason=why) for name, why in duplicates.items()],
         open_seconds=round(run.open_seconds, 3),
         seconds=round(time.perf_counter() - run.started, 3),
         split=run.ds.split if run.ds else None,
@@ -289,10 +310,43 @@ def _lost(int8: Candidate) -> tuple[str, dict] | None:
     fid = m.fidelity if m.accuracy is None else None
     if fid is None:
         return None
-    err, agree = fid.relative_error or 0.0, fid.top1_agreement
+    least = fid.least_agreeing()
+    err, agree = fid.relative_error or 0.0, least.agreement if least is not None else None
     if err > RESCUE_OUTPUT_ERROR or (agree is not None and agree < RESCUE_AGREEMENT):
         return f"is {err:.1%} off float32", {"max_output_error": 0.01}
     return None
+
+
+def _duplicate_rescue(run: Run) -> dict[str, str]:
+    """The mixed-int8 candidate the run added itself, when its search raised no op and its rescue kept no step:
+    it is plain int8 again (judged on held-out samples, int8 met the budget there), so it is left out, with why,
+    rather than shown beside int8 as if it were something else."""
+    c = run.done.get(run.rescued) if run.rescued else None
+    if c is None or not c.ok:
+        return {}
+    if any(s.kept and s.precision != "int8" for s in c.search) or any(r.kept for r in c.rescue):
+        return {}
+    judged = next((n.split(" (not the test split", 1)[0] for n in c.notes if n.startswith("selective: on ")), "")
+    where = judged.removeprefix("selective: on ") or "its validation samples"
+    why = (
+        f"int8 met the selective search's budget on {where}, so it raised no op and kept no rescue step: it "
+        "would duplicate int8 (whose table figures are on the test split)"
+    )
+    log.warning("Dropped %s: %s", c.name, why)
+    return {c.name: why}
+
+
+def _judged_on_calibration(ds: Dataset | None, recipes: list[Recipe]) -> None:
+    """Say so when the data has no split apart from its test samples (only x_test, or only x_cal): calibration
+    then draws from the samples every figure is measured on, and no decision is held out of it."""
+    if ds is None or ds.x_train is not None or ds.x_cal is not ds.x_test:
+        return
+    if any(r.needs_calibration for r in recipes):
+        log.warning(
+            "%s has no training split: int8 is calibrated on the same samples its accuracy and fidelity are "
+            "measured on. Give x/y (split 80/20) or x_train/x_test, or calibration samples of their own (x_cal).",
+            Path(ds.source).name,
+        )
 
 
 def _coverage(run: Run) -> dict[str, float]:

@@ -19,6 +19,7 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from optimize.core import paths
 from optimize.core.recipe import Recipe
@@ -62,6 +63,30 @@ class _Pending:
             exported_seconds=exported[1] if exported else 0.0,
         )
 
+    def release_made(self, ex, base: Recipe, float32: Path) -> None:
+        """Submit the waiting groups now, compared with the float32 .tflite the sweep's process converted
+        (`Run.export`), while a worker measures it as the baseline: they need its file, not its figures (the
+        accuracy deltas are filled in once it is measured, `with_deltas`)."""
+        start = (tuple(base.steps), float32)
+        for g in sorted(self.waiting, key=expected_cost, reverse=True):  # the longest first
+            ex.submit(self.task(g, ref=float32, start=start))
+        self.waiting = []
+
+    def with_deltas(self) -> None:
+        """What each candidate gained or lost against the baseline's accuracy (points, or the error ratio),
+        for those produced before the baseline was measured (`release_made`)."""
+        from optimize.measure.metrics import compare
+
+        base_name = self.run.baseline.name if self.run.baseline is not None else None
+        base = next((c for c in self.fresh if c.name == base_name), None) or self.run.done.get(base_name)
+        accuracy = base.metrics.accuracy if base is not None and base.ok and base.metrics is not None else None
+        if accuracy is None:
+            return
+        for i, c in enumerate(self.fresh):
+            m = c.metrics
+            if c.name != base_name and m is not None and m.accuracy is not None and not _has_delta(m):
+                self.fresh[i] = c.model_copy(update={"metrics": m.model_copy(update=compare(m.accuracy, accuracy))})
+
     def release(self, ex, baseline: Candidate | None) -> None:
         """Submit the waiting groups, compared with `baseline` (none if it failed or never came)."""
         ok = baseline is not None and baseline.ok
@@ -87,20 +112,39 @@ def _start(ex, run: Run) -> _Pending | None:
         first = next((g for g in groups if any(r.name == base.name for r in g)), None)
     pending = _Pending(run, [g for g in groups if g is not first])
     if first is not None:
-        first, alone = _split_off(first, base)
-        pending.waiting += alone
-        exported = run.export() if ex.name == "local" and _converts_source(base) else None  # workers see this disk
-        ex.submit(pending.task(first, baseline_name=base.name, exported=exported))
-        if pending.waiting and hasattr(ex, "expect"):  # workers for what follows the baseline, started now
-            ex.expect(len(pending.waiting) + 1, warm=run.src.kind in TF_KINDS)
+        _submit_baseline(ex, pending, first, base)
     else:
         pending.release(ex, known)
     return pending
 
 
+def _submit_baseline(ex, pending: _Pending, first: list[Recipe], base: Recipe) -> None:
+    """The baseline's group submitted (what starts from its artifact waits, each a task of its own), with the
+    source made ready for it here (`Run.export`); when that is its float32 .tflite, what waits starts now."""
+    run = pending.run
+    first, alone = _split_off(first, base)
+    pending.waiting += alone
+    exported = run.export(_plain(base)) if ex.name == "local" and _converts_source(base) else None  # same disk
+    ex.submit(pending.task(first, baseline_name=base.name, exported=exported))
+    if pending.waiting and hasattr(ex, "expect"):  # workers for what follows the baseline, started now
+        ex.expect(len(pending.waiting) + 1, warm=run.src.kind in TF_KINDS)
+    if exported is not None and exported[0].suffix == ".tflite":
+        pending.release_made(ex, base, exported[0])  # the float32 exists already: no wait for its measuring
+
+
+def _has_delta(m) -> bool:
+    return m.accuracy_delta is not None or m.error_ratio is not None
+
+
 def _converts_source(base: Recipe) -> bool:
     """The baseline begins by converting the source model (a Keras model: what `Run.export` exports)."""
     return bool(base.steps) and base.steps[0].technique == "convert"
+
+
+def _plain(base: Recipe) -> bool:
+    """The baseline is the plain float32 conversion (no Flex ops): what the direct route makes."""
+    p = base.steps[0].params
+    return len(base.steps) == 1 and p.scheme == "float32" and not getattr(p, "select_tf_ops", False)
 
 
 def _split_off(group: list[Recipe], base: Recipe) -> tuple[list[Recipe], list[list[Recipe]]]:
@@ -125,6 +169,8 @@ def produce(ex, runs: list[Run], progress: Progress) -> dict[str, _Pending]:
             progress.advance(p.run.label(cand.name), cand.ok)
         stuck = [p for p in pending.values() if p.waiting]
         if not stuck:
+            for p in pending.values():
+                p.with_deltas()
             return pending
         for p in stuck:  # the baseline never came: compare with nothing
             p.release(ex, None)

@@ -89,14 +89,14 @@ class Workspaces:
         self.size = size
         self.open: OrderedDict[tuple, Workspace] = OrderedDict()
 
-    def get(self, task: Task, root: Path) -> Workspace:
+    def get(self, task: Task, root: Path, shared: Path | None = None) -> Workspace:
         data_fp = task.data.fingerprint if task.data is not None else None
         key = (task.src.fingerprint, str(task.src.path), data_fp, task.settings.threads, str(root))
         ws = self.open.get(key)
         if ws is None or not ws.workdir.is_dir():
             workdir = root / f"{task.src.fingerprint}-{data_fp or 'none'}-t{task.settings.threads}"
             workdir.mkdir(parents=True, exist_ok=True)
-            ws = Workspace(task.src, task.data, workdir, task.settings.threads)
+            ws = Workspace(task.src, task.data, workdir, task.settings.threads, shared)
             self.open[key] = ws
         self.open.move_to_end(key)
         while len(self.open) > self.size:
@@ -133,14 +133,34 @@ def run_task(ws: Workspace, task: Task, progress: Progress) -> Iterator[Candidat
         yield cand
 
 
-def crashed(recipe, why: str) -> Candidate:
-    """The failed candidate for a worker that died on `recipe` (`why`: "killed by SIGSEGV", ...)."""
+def crashed(recipe, why: str, step: str | None = None) -> Candidate:
+    """The failed candidate for a worker that died on `recipe` (`why`: "killed by SIGSEGV", ...), naming the
+    step it died in and the native code that step runs (`step`: "convert scheme=int8"), where known."""
+    where = f" in step `{step}` ({step_runs(step)})" if step else " while producing or measuring this candidate"
     return Candidate.failed(
-        recipe,
-        f"worker process {why} while producing or measuring this candidate",
-        kind="WorkerCrashed",
-        detail=why.removeprefix("killed by "),
+        recipe, f"worker process {why}{where}", kind="WorkerCrashed", detail=why.removeprefix("killed by ")
     )
+
+
+#: What each technique's step runs natively: what a crash in it is a crash of.
+STEP_CODE = {
+    "convert": "the TFLite converter",
+    "quantize": "LiteRT Quantizer, the TFLite calibrator or the LiteRT runtime checking the result",
+    "pt2e": "litert-torch's PT2E quantizer and converter",
+    "selective": "LiteRT Quantizer and the LiteRT runtime",
+    "prune": "TensorFlow fine-tuning (tfmot pruning)",
+    "cluster": "TensorFlow fine-tuning (tfmot clustering)",
+    "qat": "TensorFlow fine-tuning (tfmot quantization-aware training)",
+}
+
+
+def step_runs(step: str) -> str:
+    """`the TFLite converter's int8 calibration and quantizer`: who crashed, for a step such as `convert scheme=int8`."""
+    technique, _, rest = step.partition(" ")
+    scheme = rest.removeprefix("scheme=")
+    if technique == "convert" and scheme in ("int8", "int16x8"):
+        return f"the TFLite converter's {scheme} calibration and quantizer"
+    return STEP_CODE.get(technique, technique)
 
 
 def received(payload: str, recipe, out_dir: Path) -> Candidate:

@@ -186,17 +186,20 @@ def layer_errors(
 
 
 def output_error(outs: Sequence[tuple[list[np.ndarray], list[np.ndarray]]]) -> float:
-    """Mean |quantized - float| over the float output's range, averaged over outputs and samples."""
+    """The worst output's relative error, the sweep's own fidelity measure (optimize.measure.metrics): mean
+    |quantized - float| over the float output's range (optimize.models.tasks.relative_error), over the samples
+    where the float model is finite; one measure everywhere a figure is compared with the table's."""
+    from optimize.models.tasks import relative_error
+
     if not outs:
         return 0.0
-    per_output = []
     outs = [o for o in outs if all(np.all(np.isfinite(a)) for a in o[0])] or outs  # where float is finite
+    per_output = []
     for j in range(len(outs[0][0])):
-        f = np.stack([o[0][j] for o in outs]).astype(np.float64)
-        q = np.stack([o[1][j] for o in outs]).astype(np.float64)
-        span = float(f.max() - f.min()) or float(np.abs(f).max()) or 1.0
-        per_output.append(float(np.abs(q - f).mean()) / span)
-    return float(np.mean(per_output))
+        f = np.stack([o[0][j] for o in outs])
+        q = np.stack([o[1][j] for o in outs])
+        per_output.append(relative_error(q, f))
+    return float(max(per_output))
 
 
 def rank(layers: list[LayerError]) -> list[LayerError]:
@@ -229,31 +232,34 @@ SENSITIVE = ("LOG", "RSQRT", "SQRT", "DIV", "POW", "LOG_SOFTMAX")
 def feeding_sensitive(quantized: bytes, hops: int = 4) -> list[str]:
     """Output tensors of quantized ops that feed one of the SENSITIVE float ops: through its DEQUANTIZE, and
     through up to `hops` float ops between them (a float mel matrix between the int8 power spectrum and its LOG)."""
+    return list(feeding_sensitive_ops(quantized, hops))
+
+
+def feeding_sensitive_ops(quantized: bytes, hops: int = 4) -> dict[str, str]:
+    """`feeding_sensitive`, each tensor with the sensitive op it feeds (LOG, RSQRT, ...)."""
     sg = read_model(quantized).main
     producer = {o: op for op in sg.ops for o in op.outputs if o >= 0}
-    out: list[str] = []
+    out: dict[str, str] = {}
 
-    def walk(tensor: int, left: int) -> None:
+    def walk(tensor: int, left: int, sensitive: str) -> None:
         src = producer.get(tensor)
         if src is None or not src.outputs:
             return
         if src.name == "DEQUANTIZE":
             src = producer.get(src.inputs[0]) if src.inputs else None
             if src is not None and src.name not in ("QUANTIZE", "DEQUANTIZE") and src.outputs:
-                name = sg.tensors[src.outputs[0]].name
-                if name not in out:
-                    out.append(name)
+                out.setdefault(sg.tensors[src.outputs[0]].name, sensitive)
             return
         if sg.tensors[src.outputs[0]].dtype.startswith("float") and left > 0:
             for i in src.inputs:
                 if i >= 0 and not sg.tensors[i].is_const:
-                    walk(i, left - 1)
+                    walk(i, left - 1, sensitive)
 
     for op in sg.ops:
         if op.name in SENSITIVE:
             for i in op.inputs:
                 if i >= 0 and not sg.tensors[i].is_const:
-                    walk(i, hops)
+                    walk(i, hops, op.name)
     return out
 
 

@@ -131,21 +131,19 @@ def fidelity_of(
     label_at: int = 0,
     scored: bool = False,
 ) -> Fidelity:
-    """Every output against the reference: mean/std/max |diff|, relative error, IoU for masks, and argmax
-    agreement where an output is classes (a softmax head; for the output the labels or --task describe,
-    `label_at`, the task decides). `scored`: that output is scored against labels (marked `labelled`)."""
+    """Every output against the reference: mean/std/max |diff|, relative error, IoU for masks, argmax
+    agreement where an output is classes (a softmax head) and decision agreement at 0.5 where it is yes/no
+    decisions (a sigmoid head that is not a mask); for the output the labels or --task describe, `label_at`,
+    the task decides (tasks.output_kind). `scored`: that output is scored against labels (marked `labelled`)."""
     per = []
     for j, (name, a, b) in enumerate(zip(names, outs, ref)):
         head = hs[j] if hs else None
-        if j == label_at:
-            classes = task == tasks.Task.CLASSIFICATION or (
-                task is None and head is not None and head.activation == "softmax"
-            )
-        else:
-            classes = head is not None and head.activation == "softmax"
+        kind = tasks.output_kind(head, task if j == label_at else None)
         o = _output_fidelity(name, a, b, head is not None and head.is_mask)
-        agree = _agreement(a, b) if classes else None
-        per.append(o.model_copy(update={"top1_agreement": agree, "labelled": scored and j == label_at}))
+        agree = _agreement(a, b) if kind is tasks.Task.CLASSIFICATION else None
+        decisions = _decisions(a, b, head) if kind in (tasks.Task.BINARY, tasks.Task.MULTILABEL) else None
+        update = {"top1_agreement": agree, "decision_agreement": decisions, "labelled": scored and j == label_at}
+        per.append(o.model_copy(update=update))
     agreements = [o.top1_agreement for o in per if o.top1_agreement is not None]
     return Fidelity(
         reference=reference,
@@ -163,6 +161,17 @@ def _agreement(a: np.ndarray, b: np.ndarray) -> float | None:
         return None
     both = _finite_rows(a) & _finite_rows(b)
     return float((a[both].argmax(-1) == b[both].argmax(-1)).mean()) if both.any() else None
+
+
+def _decisions(a: np.ndarray, b: np.ndarray, head: Head | None) -> float | None:
+    """Decision agreement of a sigmoid output with the reference's: the share of its yes/no decisions at 0.5
+    (every unit of every sample where both are finite) that match, as top-1 agreement is for classes."""
+    both = _finite_rows(a) & _finite_rows(b)
+    if not both.any():
+        return None
+    head = head or Head(a.shape)
+    pa, pb = tasks.probabilities(a[both], head), tasks.probabilities(b[both], head)
+    return float(((pa > 0.5) == (pb > 0.5)).mean())
 
 
 def _finite_rows(a: np.ndarray) -> np.ndarray:

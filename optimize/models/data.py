@@ -56,6 +56,17 @@ def as_float(x: Inputs) -> Inputs:
     )
 
 
+def _as_input(v: np.ndarray) -> np.ndarray:
+    return v if np.issubdtype(v.dtype, np.integer) else v.astype(np.float32, copy=False)
+
+
+def as_inputs(x: Inputs) -> Inputs:
+    """Samples as a model takes them: floats as float32, integers (token ids, masks, user ids) kept integer,
+    so an Embedding, a GATHER or a torch embedding gets the ids it indexes with. Whoever feeds a tensor of
+    another integer width casts to it (the runtime, the converter's representative dataset, PT2E)."""
+    return {k: _as_input(v) for k, v in x.items()} if isinstance(x, dict) else _as_input(x)
+
+
 @dataclass(frozen=True)
 class Dataset:
     """Train (for fine-tuning), calibration (for int8 ranges) and test (for accuracy, fidelity) splits."""
@@ -104,8 +115,8 @@ class Dataset:
         return np.sort(np.random.default_rng(self.calibration_seed).choice(total, n, replace=False))
 
     def calibration(self, n: int) -> Inputs:
-        """The n calibration samples (`calibration_index`), as float32."""
-        return as_float(take(self.x_cal, self.calibration_index(n)))
+        """The n calibration samples (`calibration_index`): floats as float32, integer inputs integer (`as_inputs`)."""
+        return as_inputs(take(self.x_cal, self.calibration_index(n)))
 
     def require_training(self, technique: str) -> None:
         """Fine-tuning needs training inputs; labels are optional (outputs without them learn the float model's)."""
@@ -173,12 +184,117 @@ def _check_range(x: np.ndarray, dtype: str, what: str) -> None:
                 "Scale or clip the data to the range the model was trained on.",
             )
     elif np.issubdtype(target, np.integer) and np.issubdtype(x.dtype, np.number):
+        if np.issubdtype(x.dtype, np.floating):
+            _check_whole(x, target, what)
         info = np.iinfo(target)
         lo, hi = float(np.min(x)), float(np.max(x))
         if lo < info.min or hi > info.max:
             raise DataError(
                 f"{what} holds values {lo:g}..{hi:g}, outside {target.name} (the model's input type).",
                 f"Store values within {info.min}..{info.max}.",
+            )
+
+
+def _check_whole(x: np.ndarray, target: np.dtype, what: str) -> None:
+    """Floats fed to an integer input (token ids, user ids) must be whole numbers: 3.7 is no id."""
+    frac = np.flatnonzero(x.reshape(-1) != np.round(x.reshape(-1)))
+    if frac.size:
+        v = x.reshape(-1)[frac[0]]
+        raise DataError(
+            f"{what} holds {v:g}, not a whole number ({frac.size} value(s) with a fraction); the model's input "
+            f"takes {target.name} ids.",
+            f"Store the ids as integers ({target.name}).",
+        )
+
+
+def _splits(ds: Dataset) -> list[tuple[str, str, Inputs]]:
+    """(split, what the file calls it, its inputs) of every split that has any: a split cut from x is x."""
+    cut = ds.split is not None and ds.split.method != "given"
+    out = []
+    for k, v in (("x_cal", ds.x_cal), ("x_train", ds.x_train), ("x_test", ds.x_test)):
+        if v is not None:
+            out.append((k, "x" if cut and (k != "x_cal" or v is ds.x_train or v is ds.x_test) else k, v))
+    return out
+
+
+def _input_array(x: Inputs, name: str, single: bool) -> np.ndarray | None:
+    if isinstance(x, dict):
+        return x.get(name)
+    return x if single else None
+
+
+def integer_ids(ds: Dataset, types: dict[str, str], single: bool | None = None) -> tuple[Dataset, list[str]]:
+    """Ids stored as floats for inputs that take integers (`types`: input name -> dtype, the model's; `single`:
+    the model has one input, so an unnamed array is its): whole numbers are cast to the input's type, exactly
+    (said in the notes returned); any other value is refused in one line, as are values the type cannot hold.
+    Every other array is left as it is."""
+    ints = {n: np.dtype(t) for n, t in types.items() if _is_int(t)}
+    single = len(types) == 1 if single is None else single
+    cast: dict[int, np.ndarray] = {}  # by id(): x_cal is often x_train itself, cast once
+    notes: list[str] = []
+
+    def fit(x: Inputs, split: str) -> Inputs:
+        if id(x) in cast:  # x_cal is x_train itself: one cast, the identity kept
+            return cast[id(x)]
+        cast[id(x)] = fitted = _fit(x, split)
+        return fitted
+
+    def _fit(x: Inputs, split: str) -> Inputs:
+        names = list(x) if isinstance(x, dict) else list(ints) if single else []
+        out = dict(x) if isinstance(x, dict) else None
+        for name in names:
+            a = _input_array(x, name, single)
+            if name not in ints or a is None or not np.issubdtype(a.dtype, np.floating) or a.size == 0:
+                continue
+            if id(a) not in cast:
+                where = f"{ds.source}: {split}" + (f":{name}" if isinstance(x, dict) else "")
+                _check_range(a, ints[name].name, where)  # whole numbers the type holds, or one line
+                cast[id(a)] = a.astype(ints[name])
+                notes.append(
+                    f"{Path(ds.source).name}: {split}" + (f":{name}" if isinstance(x, dict) else "") + " holds "
+                    f"ids stored as {a.dtype}: whole numbers, cast to {ints[name].name} (the model's input "
+                    f"{name} takes {ints[name].name})"
+                )
+            if out is None:
+                return cast[id(a)]
+            out[name] = cast[id(a)]
+        return out if out is not None and any(out[k] is not x[k] for k in out) else x
+
+    if not ints:
+        return ds, []
+    fitted = {split: fit(x, label) for split, label, x in _splits(ds)}
+    return replace(ds, **fitted), list(dict.fromkeys(notes))  # x's train and test parts: one note
+
+
+def _is_int(dtype: str) -> bool:
+    try:
+        return np.issubdtype(np.dtype(dtype), np.integer)
+    except TypeError:
+        return False
+
+
+def check_ids(ds: Dataset, bounds: list, inputs: int) -> None:
+    """Ids within the vocabulary of the embedding they index (`bounds`: `vocabulary.IdBound`s read from the
+    model; `inputs`: how many inputs the model has, so a single unnamed array belongs to its only one): an id
+    beyond it, or below 0, fails every run of the float model ("gather index out of bounds"), so it is one
+    line now, naming the input and the bound."""
+    for b in bounds:
+        for _, split, x in _splits(ds):
+            a = _input_array(x, b.input, inputs == 1)
+            if a is None or a.size == 0 or not np.issubdtype(a.dtype, np.number):
+                continue
+            lowest = getattr(b, "lowest", 0)
+            lo, hi = float(np.min(a)), float(np.max(a))
+            if lo >= lowest and hi <= b.size - 1:
+                continue
+            where = f"{ds.source}: {split}" + (f":{b.input}" if isinstance(x, dict) else "")
+            bad = hi if hi > b.size - 1 else lo
+            n = int(np.count_nonzero((a < lowest) | (a > b.size - 1)))
+            raise DataError(
+                f"{where} holds id {bad:g} ({n} id(s) out of range): input {b.input} indexes {b.layer} of "
+                f"{b.size} rows, ids {lowest}..{b.size - 1}.",
+                "Map ids outside the vocabulary to one the model knows (its out-of-vocabulary id), or pass the "
+                "model trained on them.",
             )
 
 
@@ -453,6 +569,14 @@ def warn_split(ds: Dataset | None) -> None:
     _WARNED.add(key)
     for w in ds.split.warnings:
         log.warning("%s: %s.", Path(ds.source).name, w)
+
+
+def say_once(notes: list[str]) -> None:
+    """Say each note on screen once per process (a data fact every command that reads the file repeats)."""
+    for note in notes:
+        if note not in _WARNED:
+            _WARNED.add(note)
+            log.warning("%s.", note)
 
 
 def _same_count(xs: Inputs | None, ys: Labels | None, name: str, source: str) -> None:

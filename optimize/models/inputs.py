@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from optimize.core.errors import DataError, ModelError
 from optimize.core.vocab import Task
 from optimize.models import source as models
-from optimize.models.data import Dataset, check_inputs, combine, load_data
+from optimize.models.data import Dataset, check_ids, check_inputs, combine, integer_ids, load_data, say_once
 from optimize.models.known import Memo, heads_of, record_model, specs_of
 from optimize.models.normalize import not_float
 
@@ -102,6 +102,24 @@ def _check_label_names(data: Dataset) -> None:
             f"{wrong[0]!r} is not an output of the model (it has {', '.join(outputs)}).",
             "Key labels as y:<output name> and pass --label-output with one of those names.",
         )
+
+
+def fit_data(src: models.ModelSource, ds: Dataset | None) -> Dataset | None:
+    """The data made to fit the model's integer inputs before any work, from what the model says without
+    loading it (its stored config, its .tflite): ids stored as floats cast when they are whole numbers (said
+    on screen once) or refused in one line, and ids beyond the vocabulary of the embedding they index refused
+    in one line naming the input and the bound. A model whose inputs are not known yet is left to `check_data`."""
+    if ds is None:
+        return None
+    inputs = src.inputs
+    if inputs is None and (src.flat or src.kind in ("keras2", "keras3")):
+        inputs = models.opened(src).inputs
+    if inputs is None:
+        return ds
+    ds, notes = integer_ids(ds, {s.name: s.dtype for s in inputs})
+    say_once(notes)
+    check_ids(ds, models.id_bounds(src), len(inputs))
+    return ds
 
 
 def read_data(data, calibration=None) -> Dataset | None:

@@ -100,15 +100,25 @@ def _tensor_name(t) -> str:
 def _add_signature(model) -> bool:
     if model.signatureDefs:
         return False
-    s = _schema()
     sg = model.subgraphs[0]
-    sig = s.SignatureDefT()
-    sig.signatureKey, sig.subgraphIndex = SIGNATURE, 0
+    named = {}
     for attr in ("inputs", "outputs"):
         taken: set[str] = set()
         names = [_clean(_tensor_name(sg.tensors[idx]), taken) for idx in getattr(sg, attr)]
         if names != sorted(names):  # the runtime lists signature keys by name: keep the graph's order
             names = [f"{attr[:-1]}_{i}_{n}" for i, n in enumerate(names)]
+        named[attr] = names
+    _set_signature(model, named["inputs"], named["outputs"])
+    return True
+
+
+def _set_signature(model, inputs: list[str], outputs: list[str]) -> None:
+    """The model's one signature, serving_default: the main subgraph's inputs and outputs by these names."""
+    s = _schema()
+    sg = model.subgraphs[0]
+    sig = s.SignatureDefT()
+    sig.signatureKey, sig.subgraphIndex = SIGNATURE, 0
+    for attr, names in (("inputs", inputs), ("outputs", outputs)):
         maps = []
         for name, idx in zip(names, getattr(sg, attr)):
             m = s.TensorMapT()
@@ -116,7 +126,17 @@ def _add_signature(model) -> bool:
             maps.append(m)
         setattr(sig, attr, maps)
     model.signatureDefs = [sig]
-    return True
+
+
+def named_signature(content: bytes, inputs: list[str], outputs: list[str]) -> bytes:
+    """`content` with a serving_default signature naming its main subgraph's inputs and outputs, in graph order,
+    `inputs` and `outputs` (a converter that leaves none, as the TFLite converter does for concrete functions)."""
+    model = _load(content)
+    sg = model.subgraphs[0]
+    if len(inputs) != len(sg.inputs) or len(outputs) != len(sg.outputs):
+        raise ValueError(f"{len(sg.inputs)} inputs and {len(sg.outputs)} outputs, not {len(inputs)} and {len(outputs)}")
+    _set_signature(model, inputs, outputs)
+    return _save(model)
 
 
 def _unique_names(model) -> int:

@@ -131,9 +131,9 @@ def _layers(model) -> list:
 def _samples(model3, data) -> list[np.ndarray]:
     """Inputs to compare the two models on: the data's test samples, else seeded normal values."""
     if data is not None:
-        from optimize.models.data import as_float, take
+        from optimize.models.data import as_inputs, take
 
-        xs = as_float(take(data.x_test, slice(0, SAMPLES)))
+        xs = as_inputs(take(data.x_test, slice(0, SAMPLES)))
         names = [x.name for x in model3.inputs]
         return [xs[n] for n in names] if isinstance(xs, dict) else [xs]
     rng = np.random.default_rng(0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import zipfile
 from dataclasses import replace
@@ -18,7 +19,7 @@ from pathlib import Path
 from optimize.core.bounded import loads_json, member_json
 from optimize.core.errors import ModelError
 from optimize.core.paths import check_tree, open_regular, read_bounded, regular_file
-from optimize.models import _tf
+from optimize.models import _tf, legacy
 
 # the opened model's record and its description, known to every caller as source.X too
 from optimize.models.spec import FLAT_KINDS as FLAT_KINDS
@@ -33,6 +34,8 @@ from optimize.models.spec import opened_content as opened_content
 from optimize.models.spec import opened_tflite as opened_tflite
 from optimize.models.spec import tflite_heads as tflite_heads
 from optimize.models.spec import tflite_io as tflite_io
+
+log = logging.getLogger(__name__)
 
 EXPECTED = "Pass a Keras .keras/.h5 file, a SavedModel directory, a .tflite, a .pt2 or an .onnx file."
 
@@ -133,7 +136,18 @@ def open_model(path, trust: bool = False, known=None) -> ModelSource:
         raise ModelError(f"{p} has no readable Keras model config.", "Save the model again with Keras.")
     check_trust(src, config, trust)
     check_modules(src, config, trust)
+    if p.suffix.lower() in (".h5", ".hdf5"):
+        _say_restored(p, config)
     return _opened_keras(src, config)
+
+
+def _say_restored(p: Path, config: dict) -> None:
+    """Say on screen what an old Keras file leaves out that loading it makes explicit (`legacy.restored`)."""
+    _, changes = legacy.restored(config)
+    if changes:
+        log.warning(
+            "%s was saved by a Keras without these settings; loaded as it computed: %s.", p.name, "; ".join(changes)
+        )
 
 
 def _open_savedmodel(p: Path, known=None) -> ModelSource:
@@ -208,12 +222,20 @@ def load_keras2(src: ModelSource):
     # tfmot's classes are needed only to read back a model saved with its wrappers (QAT); importing tfmot costs
     # ~2 s, on the float32 baseline's path of every sweep
     scope = _tf.tfmot().quantization.keras.quantize_scope() if _saved_with_tfmot(src) else contextlib.nullcontext()
+    changes: list[str] = []
     try:
         with scope:
+            config = _keras_config(src) if src.path.suffix.lower() in (".h5", ".hdf5") else None
+            fixed, changes = legacy.restored(config) if config is not None else (None, [])
+            if changes:  # a Keras 2.0.x file: what its Keras meant, made explicit (models.legacy)
+                model = keras.models.model_from_json(json.dumps(fixed))
+                model.load_weights(str(src.path))
+                return model
             return keras.models.load_model(src.path, compile=False, safe_mode=not src.trusted)
     except Exception as e:  # corrupt or partial file
+        restored = f" (restored from its old config: {'; '.join(changes)})" if changes else ""
         raise ModelError(
-            f"Cannot load {src.path.name} with tf_keras: {str(e).splitlines()[0][:200]}", EXPECTED
+            f"Cannot load {src.path.name} with tf_keras{restored}: {str(e).splitlines()[0][:200]}", EXPECTED
         ) from None
 
 
@@ -247,7 +269,7 @@ def _keras_config(src: ModelSource) -> dict | None:
             with h5py.File(src.path, "r") as f:
                 raw = f.attrs.get("model_config")
             config = loads_json(raw, str(src.path), ModelError, KERAS_FIX, KERAS_JSON)
-        return config if isinstance(config, dict) else None
+        return legacy.normalized(config) if isinstance(config, dict) else None
     except (KeyError, TypeError, ValueError, OSError, zipfile.BadZipFile, NotImplementedError, RuntimeError):
         return None
 
@@ -325,7 +347,28 @@ def input_specs(src: ModelSource) -> list[InputSpec]:
         if src.inputs is not None:
             return list(src.inputs)
     model = load_keras2(src) if src.kind == "keras2" else load_keras3(src)
-    return [InputSpec(t.name.split(":")[0], tuple(-1 if d is None else int(d) for d in t.shape)) for t in model.inputs]
+    return [
+        InputSpec(t.name.split(":")[0], tuple(-1 if d is None else int(d) for d in t.shape), _dtype_name(t.dtype))
+        for t in model.inputs
+    ]
+
+
+def _dtype_name(dtype) -> str:
+    """A Keras tensor's dtype as numpy names it (tf_keras gives a tf.DType, Keras 3 a string)."""
+    return str(getattr(dtype, "name", dtype) or "float32")
+
+
+def id_bounds(src: ModelSource) -> list:
+    """How many ids each id input takes (`vocabulary.IdBound`), read from the model without TensorFlow: a Keras
+    file's Embedding layers (its stored config), a float .tflite's GATHER / EMBEDDING_LOOKUP tables. [] for a
+    SavedModel (its graph is TensorFlow's to read) or where the model does not say."""
+    from optimize.models import vocabulary
+
+    if src.kind in ("keras2", "keras3"):
+        return vocabulary.keras_bounds(_keras_config(src), keras3=src.kind == "keras3")
+    if src.flat and opened(src).content is not None:
+        return vocabulary.tflite_bounds(opened(src).content)
+    return []
 
 
 def input_shape(src: ModelSource) -> tuple:

@@ -110,6 +110,31 @@ def _tflite_io(content: bytes) -> tuple[tuple[InputSpec, ...], tuple[str, ...]]:
     return inputs, outputs
 
 
+def integer_inputs(content: bytes) -> list[tuple[str, str]]:
+    """(name, dtype) of each input of a .tflite that takes integers which are not quantized values (token ids,
+    masks, user ids: no scale): integer I/O leaves them as they are, as it must."""
+    from optimize.models import runtime
+
+    _, names, ins, _, _ = runtime.io_details(runtime.describe(content))
+    return [
+        (n, np.dtype(d["dtype"]).name)
+        for n, d in zip(names, ins)
+        if np.issubdtype(d["dtype"], np.integer) and not (d.get("quantization") or (0.0, 0))[0]
+    ]
+
+
+def integer_io_note(content: bytes, io: str, who: str) -> str | None:
+    """What integer I/O did to a model with integer inputs: quantized its float inputs and outputs only."""
+    kept = integer_inputs(content) if io != "float" else []
+    if not kept:
+        return None
+    listed = ", ".join(f"{n} ({t})" for n, t in kept)
+    return (
+        f"{who}: {io} I/O quantizes the float inputs and outputs only; the integer input(s) {listed} keep their "
+        "type (ids and masks are not quantized values)."
+    )
+
+
 def opened_tflite(src: ModelSource, content: bytes) -> ModelSource:
     """A .tflite source with its normalised bytes, what normalising changed, and its inputs and outputs."""
     from optimize.models.normalize import normalize

@@ -142,9 +142,24 @@ def _auc(scores: np.ndarray, y: np.ndarray) -> float | None:
     return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 
-def _probabilities(out: np.ndarray, head: Head) -> np.ndarray:
+def probabilities(out: np.ndarray, head: Head) -> np.ndarray:
     """Sigmoid outputs as they are; logits (no final sigmoid) squashed."""
-    return out if head.activation == "sigmoid" else 1 / (1 + np.exp(-out))
+    return out if head.activation == "sigmoid" else 1 / (1 + np.exp(-out.astype(np.float64)))
+
+
+def output_kind(head: Head | None, task: str | None = None) -> Task | None:
+    """What one output is, for judging it against float32: classes (a softmax head, or the labelled output of
+    a classification task), yes/no decisions (a sigmoid head that is not a mask, or a binary/multi-label
+    task), else values (None: no agreement applies). `task`: the labelled output's task, when this is it."""
+    if task is not None:
+        return None if Task(task) is Task.OTHER else Task(task)
+    if head is None:
+        return None
+    if head.activation == "softmax":
+        return Task.CLASSIFICATION
+    if head.activation == "sigmoid" and not head.is_mask:
+        return Task.BINARY if head.units == 1 else Task.MULTILABEL
+    return None
 
 
 def scores(task: Task, out: np.ndarray, y: np.ndarray, head: Head, k: int = 5) -> dict:
@@ -163,10 +178,10 @@ def scores(task: Task, out: np.ndarray, y: np.ndarray, head: Head, k: int = 5) -
         topk = float((np.argsort(-logits, axis=1)[:, :k] == y[:, None]).any(1).mean())
         return {"top1": top1, "topk": topk, "k": k}
     if task is Task.BINARY:
-        p = _probabilities(out.reshape(n), head)
+        p = probabilities(out.reshape(n), head)
         return {"top1": float(((p > 0.5).astype(np.int64) == y).mean()), "auc": _auc(p, y)}
     if task is Task.MULTILABEL:
-        p = _probabilities(out.reshape(n, -1), head)
+        p = probabilities(out.reshape(n, -1), head)
         return {"top1": float(((p > 0.5) == (y.reshape(n, -1) > 0.5)).mean())}
     diff = out.reshape(n, -1).astype(np.float64) - np.asarray(y, np.float64).reshape(n, -1)
     return {"mae": float(np.abs(diff).mean()), "rmse": float(np.sqrt((diff**2).mean()))}

@@ -45,7 +45,7 @@ def _fidelity(c: Candidate) -> str:
     if worst is not None:
         parts.append(f"rel err {worst.relative_error * 100:.2f}%" + (f" ({worst.name})" if several else ""))
     if least is not None:
-        parts.append(f"agree {least.top1_agreement * 100:.1f}%" + (f" ({least.name})" if several else ""))
+        parts.append(f"agree {least.agreement * 100:.1f}%" + (f" ({least.name})" if several else ""))
     if f.outputs:
         parts.append(f"max |Δ| {max(o.max_abs_diff for o in f.outputs):.3g}")
     return ", ".join(parts)

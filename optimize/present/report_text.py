@@ -10,7 +10,7 @@ from optimize.core.results import FEW_SAMPLES, PHASES, Candidate, Metrics, Study
 from optimize.core.shown import clip
 from optimize.core.vocab import Delegate, Target
 from optimize.decide.advice import describe
-from optimize.decide.guard import unlabelled_outputs
+from optimize.decide.guard import has_labelled_goal, unlabelled_outputs
 from optimize.delegates.observe import OBSERVED
 from optimize.present.lines import conversion_line, fmt_bytes, island_cost, island_groups
 
@@ -134,16 +134,25 @@ def _few(c: Candidate) -> str:
     return "*" if f is not None and f.few_samples else ""  # a rough figure: the legend says so
 
 
+def _others(f) -> bool:
+    """Whether fidelity judges only the outputs the labels do not score (labels on one, none on others)."""
+    return any(o.labelled for o in f.outputs) and any(not o.labelled for o in f.outputs)
+
+
 def _agree(c: Candidate, base: _Base) -> str:
+    """The lowest agreement among the outputs fidelity judges (top-1 for classes, decisions at 0.5 for sigmoid
+    outputs): what an agreement goal, the default guard's included, decides on."""
     f = c.metrics.fidelity
-    return _pct(f.top1_agreement) + _few(c) if f and f.top1_agreement is not None else "-"
+    least = f.least_agreeing(_others(f)) if f else None
+    return _pct(least.agreement) + _few(c) if least is not None else "-"
 
 
 def _rel_err(c: Candidate, base: _Base) -> str:
-    """The worst output's relative error against the float reference (what a label-free goal is judged on)."""
+    """The worst relative error against the float reference among the outputs fidelity judges (what a
+    label-free goal, the default guard's included, decides on)."""
     f = c.metrics.fidelity
-    err = f.relative_error if f is not None else None
-    return "-" if err is None else f"{err * 100:.2f}%{_few(c)}"
+    worst = f.worst(_others(f)) if f is not None else None
+    return "-" if worst is None else f"{worst.relative_error * 100:.2f}%{_few(c)}"
 
 
 def _size_x(c: Candidate, base: _Base) -> str:
@@ -185,7 +194,7 @@ def _study_has(cands: list[Candidate]) -> dict[str, bool]:
     return {
         "labels": labelled(ok) or not ok,
         "unlabelled": bool(unlabelled_outputs(ok)[0]),
-        "classes": any(c.metrics.fidelity and c.metrics.fidelity.top1_agreement is not None for c in ok),
+        "classes": any(c.metrics.fidelity and c.metrics.fidelity.least_agreeing() is not None for c in ok),
         "sparse": any(map(_sparse, cands)),
         "memory": any(c.metrics.memory for c in ok),
         "islands": any(c.islands for c in ok),
@@ -195,22 +204,27 @@ def _study_has(cands: list[Candidate]) -> dict[str, bool]:
 def table_columns(cands: list[Candidate], every: bool = False) -> list[_Col]:
     """The columns this study needs (`every`: all of them), each with its drop order when the terminal is
     narrow (highest goes first). Chosen by what matters here: the gzip size is never dropped when a
-    pruned or clustered candidate exists (its whole benefit is there); without labels the fidelity to
-    float32 takes the accuracy columns' place and is never dropped. The candidate name is never cut."""
+    pruned or clustered candidate exists (its whole benefit is there), unless the figures that decide (the
+    agreement beside the relative error) need its room; without labels, or for outputs the labels do not
+    score, the fidelity to float32 (rel err, and agreement where an output decides) is what the guard
+    judges, and is never dropped. The candidate name is never cut."""
     found = _study_has(cands)
     has = {k: v or every for k, v in found.items()}
     # without labels, or with outputs the labels do not score, fidelity (the worst output's) is the only word
     # on some output's quality: kept, so a candidate that breaks an output nobody labelled shows it
     fidelity = 4 if has["labels"] and not found["unlabelled"] else 0
+    deciding = fidelity == 0 and has["classes"]  # agreement judges some output: it keeps its column
+    gzip = (1 if deciding else 0) if has["sparse"] else 5
     cols = [
         _Col("candidate", lambda c, b: esc(c.name), 0),
         _Col("size", lambda c, b: _kb(c.metrics.size.bytes), 0),
         _Col("x", _size_x, 3, "size x"),
-        _Col("gzip", lambda c, b: _kb(c.metrics.size.gzip_bytes), 0 if has["sparse"] else 5),
+        _Col("gzip", lambda c, b: _kb(c.metrics.size.gzip_bytes), gzip),
         _Col("x", lambda c, b: _ratio(c.metrics.size.gzip_bytes, b.size.gzip_bytes if b.size else None), 7, "gzip x"),
     ]
     cols += [_Col("acc", _accuracy, 2), _Col("Δ", _delta, 0)] if has["labels"] else []
-    cols += [_Col("rel err", _rel_err, fidelity)] + ([_Col("agree", _agree, fidelity or 1)] if has["classes"] else [])
+    # agreement decides as much as rel err does (a 5.55% rel err beside 34% top-1 agreement): kept as long as it is
+    cols += [_Col("rel err", _rel_err, fidelity)] + ([_Col("agree", _agree, fidelity)] if has["classes"] else [])
     cols += [_Col("float", _float_ops, 4, "float ops")] if has["islands"] else []
     cols += [
         _Col("p50 ms", lambda c, b: "-" if c.p50_ms is None else f"{c.p50_ms:.3f}", 0),
@@ -349,6 +363,8 @@ def next_steps(study: Study, folder: Path | None) -> list[str]:
             lines.append(f"  {target:8} {esc(rec.chosen)}{keep}")
         elif rec.guard and rec.warnings:
             lines.append(f"  {target:8} none passes the default guard")
+        else:  # every target is listed: one that runs nothing fully says so
+            lines.append(f"  {target:8} none it runs fully")
         warnings += [w for w in rec.warnings if w not in warnings]
     lines += [f"[red]WARNING: {esc(w)}[/red]" for w in warnings]
     lines.append(f"Next: optimize recommend {esc(where)} --target T   (why, and what else)")
@@ -405,13 +421,25 @@ def _fidelity_legend(cands: list[Candidate]) -> str:
     counts = sorted({f.samples for f in fid})
     n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     few = f"; * = from fewer than {FEW_SAMPLES} samples, a rough figure" if counts[0] < FEW_SAMPLES else ""
-    agree = ", agree = top-1 agreement with it" if any(f.top1_agreement is not None for f in fid) else ""
+    agree = ", agree = the lowest agreement with it" + _agree_kinds(fid) if _agreeing(fid) else ""
     return f"No labels: rel err = the worst output's mean |difference| from float32 over its range{agree}, on {n} samples{few}."
+
+
+def _agreeing(fid: list) -> bool:
+    return any(f.least_agreeing() is not None for f in fid)
+
+
+def _agree_kinds(fid: list) -> str:
+    """` (top-1)`, ` (decisions at 0.5)` or both: what the agree column holds."""
+    top1 = any(f.top1_agreement is not None or any(o.top1_agreement is not None for o in f.outputs) for f in fid)
+    decisions = any(o.decision_agreement is not None for f in fid for o in f.outputs)
+    kinds = [k for k, on in (("top-1", top1), ("decisions at 0.5", decisions)) if on]
+    return f" ({', '.join(kinds)})" if kinds else ""
 
 
 def _others_legend(fid: list, others: list[str]) -> str:
     """With labels on one output and none on others: rel err is what judges those others."""
-    agree = ", agree = the lowest top-1 agreement with it" if any(f.top1_agreement is not None for f in fid) else ""
+    agree = ", agree = the lowest agreement with it" + _agree_kinds(fid) if _agreeing(fid) else ""
     return (
         f"rel err = the worst output's mean |difference| from float32 over its range{agree}: acc and Δ score "
         f"the labelled output, and {', '.join(others)} (no labels) is judged by this alone."
@@ -516,6 +544,9 @@ def print_metrics(name: str, m: Metrics) -> None:
         for o in m.fidelity.outputs:
             rel = f", rel err {_pct(o.relative_error)}" if o.relative_error is not None else ""
             agree = f", top-1 agreement {_pct(o.top1_agreement)}" if o.top1_agreement is not None else ""
+            agree += (
+                f", decisions at 0.5 agree {_pct(o.decision_agreement)}" if o.decision_agreement is not None else ""
+            )
             con.print(
                 f"  fidelity  {esc(o.name)}: |diff| mean {o.mean_abs_diff:.4g}, std {o.std_abs_diff:.4g}, "
                 f"max {o.max_abs_diff:.4g}{rel}{agree} vs {esc(m.fidelity.reference)}"
@@ -537,7 +568,11 @@ def debug_lines(report, width: int = 80, top: int = 25) -> list[str]:
     """The per-layer error table as plain lines that fit `width`: one line of figures per op, its output
     tensor's whole name on the line below (folded, never cut), rows in the report's ranking."""
     head = f"{'rank':>4}  {'op (#index)':22}  {'added':>8}  {'rel rmse':>8}  {'rmse/scale':>10}  {'weights':>7}  {'if float':>8}"
-    lines = [f"{report.scheme}: output error {report.output_error:.4f} over {report.samples} samples", head]
+    import textwrap
+
+    over = report.held_out or f"{report.samples} samples"
+    title = f"{report.scheme}: output error {report.output_error:.4f} (the worst output's, as a sweep measures it) over {over}"
+    lines = [*textwrap.wrap(title, width, subsequent_indent="  "), head]
     room = max(20, width - 6)
     for rank, le in enumerate(report.layers[:top], 1):
         step = "-" if le.rmse_over_scale is None else f"{le.rmse_over_scale:.2f}"
@@ -587,7 +622,7 @@ def print_debug(report, width: int | None = None) -> None:
         "rmse/scale ~0.29 is pure rounding; above ~0.7 points at clipping or a poor range."
     )
     for line in report.fixes:
-        con.print(esc(line), highlight=False)
+        con.print(esc(line), highlight=False, soft_wrap=False)
 
 
 def format_advice(advice) -> str:
@@ -614,20 +649,29 @@ def _answer(rec) -> list[str]:
     return lines
 
 
+def _heading(rec) -> list[str]:
+    """The target and goals, and the default guard in force with what the user left unstated."""
+    goals = ", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None)
+    lines = [f"Target: {rec.target}    Goals: {goals}"]
+    if rec.guard:
+        unstated = "No accuracy goal given"
+        if has_labelled_goal(rec.goals):
+            unstated = "No goal for the outputs without labels given"
+        lines.append(f"{unstated}: the default guard applies ({rec.guard}).")
+    return lines
+
+
 def format_recommendation(rec) -> str:
     """A recommendation (or bare advice) as terminal text: path, pipeline, choice, ranking, rejections, facts."""
     from optimize.decide.advice import Advice
 
     if isinstance(rec, Advice):
         return format_advice(rec)
-    goals = ", ".join(f"{k}={v}" for k, v in rec.goals.model_dump().items() if v is not None)
     adv = rec.advice
-    lines = [f"Target: {rec.target}    Goals: {goals}"]
-    if rec.guard:
-        lines.append(f"No accuracy goal given: the default guard applies ({rec.guard}).")
-    lines += ["", "Decision path (rule of thumb):"]
+    lines = _heading(rec) + ["", "Decision path (rule of thumb):"]
     lines += [f"  {i}. {q.question} {q.answer} -> {q.decided}" for i, q in enumerate(adv.path, 1)]
     lines.append(f"  Rule-of-thumb pipeline: {describe(adv.pipeline)}")
+    lines += [f"  {rec.path_update}"] if rec.path_update else []
     lines += ["", *_answer(rec)]
     if len(rec.ranked) > 1:
         lines += ["", "Also eligible, in order: " + ", ".join(rec.ranked[1:])]

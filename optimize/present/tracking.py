@@ -3,8 +3,8 @@
 Each child run carries the recipe's steps as params (`step0.technique = convert`, `step0.scheme = int8`,
 ...), the backend, the library versions, the executor and the node that timed it; metrics `size_bytes`,
 `gzip_bytes`, `p50_ms`, accuracy (`top1`, `accuracy_delta`, or `mae` and `error_ratio`) and fidelity
-(`top1_agreement`, `relative_error`); the `.tflite` as an artifact; delegate verdicts as tags
-(`delegate.gpu = full 12/12`). A failed candidate is a FAILED run with its reason as a tag. The parent
+(`top1_agreement`, `decision_agreement` for sigmoid outputs, `relative_error`); the `.tflite` as an artifact;
+delegate verdicts as tags (`delegate.gpu = full 12/12`). A failed candidate is a FAILED run with its reason as a tag. The parent
 run carries the study and the model's report as artifacts.
 
 `--mlflow` alone means `./mlruns`: a folder holding MLflow's SQLite store (`mlflow.db`, the backend
@@ -174,6 +174,9 @@ def metrics(c: Candidate) -> dict[str, float]:
     if m.fidelity is not None:
         if m.fidelity.top1_agreement is not None:
             out["top1_agreement"] = m.fidelity.top1_agreement
+        decisions = [o.decision_agreement for o in m.fidelity.outputs if o.decision_agreement is not None]
+        if decisions:
+            out["decision_agreement"] = min(decisions)
         if m.fidelity.relative_error is not None:
             out["relative_error"] = m.fidelity.relative_error
     if m.memory is not None:

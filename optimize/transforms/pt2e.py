@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
 from optimize.core.errors import DataError, TechniqueFailed
@@ -27,6 +28,7 @@ from optimize.core.registry import Context, Params, Stage, technique
 from optimize.core.results import write_atomic
 from optimize.core.vocab import Backend, Scheme
 from optimize.models.data import count, take
+from optimize.models.spec import integer_io_note
 
 
 class PT2EParams(Params):
@@ -61,12 +63,14 @@ def _samples(ctx: Context, params: PT2EParams) -> list[dict]:
     """Calibration samples as {input key: batch of 1}, as the converted .tflite (and the named module) take them."""
     if ctx.data is None:
         raise DataError("int8 by PT2E needs calibration data.", "Pass --data DATA.npz.")
-    xs = ctx.data.calibration(params.samples)
-    keys = [i.key for i in ctx.source.conversion.inputs]
+    xs = ctx.data.calibration(params.samples)  # token ids stay integer: an embedding indexes with them
+    inputs = ctx.source.conversion.inputs
+    types = {i.key: np.dtype(i.dtype) for i in inputs if i.dtype}
     rows = []
     for k in range(count(xs)):
         one = take(xs, slice(k, k + 1))
-        rows.append(one if isinstance(one, dict) else {keys[0]: one})
+        one = one if isinstance(one, dict) else {inputs[0].key: one}
+        rows.append({n: v.astype(types[n], copy=False) if n in types else v for n, v in one.items()})
     return rows
 
 
@@ -92,6 +96,9 @@ def pt2e(model: Path, params: PT2EParams, ctx: Context) -> Path:
         f"pt2e: litert-torch PT2E int8, {params.observer} observers, {'channel' if params.per_channel else 'tensor'}-wise "
         f"weights, calibrated on {len(rows)} samples in {time.perf_counter() - t0:.1f} s; {io_words(content)}."
     )
+    kept = integer_io_note(content, "int8", "pt2e")
+    if kept:
+        ctx.notes.append(kept)
     return write_atomic(ctx.workdir / "pt2e-int8.tflite", content)
 
 

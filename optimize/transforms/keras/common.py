@@ -11,7 +11,7 @@ import numpy as np
 from optimize.core.errors import ModelError, TechniqueFailed
 from optimize.core.registry import Context
 from optimize.models import _tf
-from optimize.models.data import as_float
+from optimize.models.data import as_inputs
 from optimize.models.tasks import _head
 
 
@@ -200,7 +200,7 @@ def teacher_outputs(model, ctx: Context) -> list[np.ndarray] | None:
 
 def predict(model, xs) -> list[np.ndarray]:
     """A Keras model's outputs on `xs` (every output, in order), quietly, in batches."""
-    out = model.predict(as_float(xs), batch_size=64, verbose=0)
+    out = model.predict(as_inputs(xs), batch_size=64, verbose=0)
     out = list(out.values()) if isinstance(out, dict) else out
     return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
 
@@ -238,7 +238,7 @@ def fine_tune(
             ctx.notes.append(note)
     model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss=loss, metrics=metrics, loss_weights=weights)
     model.fit(
-        as_float(ctx.data.x_train),
+        as_inputs(ctx.data.x_train),
         y,
         epochs=epochs,
         batch_size=batch_size,

@@ -66,7 +66,7 @@ def _calibrate_ranges(qmodel, ctx: Context) -> None:
     """
     import numpy as np
 
-    from optimize.models.data import as_float, count, take
+    from optimize.models.data import as_inputs, count, take
 
     ds = ctx.data
     if ds is None or ds.x_train is None:
@@ -85,7 +85,7 @@ def _calibrate_ranges(qmodel, ctx: Context) -> None:
     ]
     n = count(ds.x_train)
     pick = np.sort(np.random.default_rng(ctx.seed).choice(n, min(RANGE_SAMPLES, n), replace=False))
-    xs = as_float(take(ds.x_train, pick))
+    xs = as_inputs(take(ds.x_train, pick))
     original = quant_ops.MovingAvgQuantize
 
     def at_once(*args, **kwargs):

@@ -14,6 +14,7 @@
                                      float32 (a GATHER's table, an ADD's position embeddings), stored as
                                      float16 or int8 behind a DEQUANTIZE, which the runtime folds back once
                                      at load
+    negations_as_mul(f)              float NEG computed as MUL by -1 (exact), which int8 quantizers do have
 
 All of them read and write with normalize's loader (the schema object API ai-edge-litert ships).
 """
@@ -344,3 +345,25 @@ def weights_behind_dequantize(
     for si, ops in new_ops.items():
         model.subgraphs[si].operators = ops + list(model.subgraphs[si].operators)
     return (_save(model), done) if done else (content, 0)
+
+
+# ------------------------------------------------------------------------------------------ negation
+def negations_as_mul(content: bytes) -> tuple[bytes, int]:
+    """Each float NEG of the main graph computed as MUL by a constant -1 instead (exact in float: the same
+    bits). No int8 quantizer has an integer NEG (the converter's MLIR quantizer and LiteRT Quantizer both leave
+    it float, between DEQUANTIZE and QUANTIZE: Keras 3's LayerNormalization holds one), while an int8 MUL by
+    -1 (stored as -127 at scale 1/127) is exact too. Returns the model and how many NEGs were rewritten."""
+    s = _schema()
+    model = _load(content)
+    codes = _codes(model)
+    sg = model.subgraphs[0]
+    negs = [op for op in sg.operators if codes[op.opcodeIndex] == "NEG" and sg.tensors[int(op.inputs[0])].type == 0]
+    if not negs:
+        return content, 0
+    minus_one = _tensor(sg, "optimize/minus_one", [], 0, _buffer(model, np.array(-1.0, np.float32).tobytes()))
+    mul = _opcode(model, "MUL")
+    for op in negs:
+        op.opcodeIndex = mul
+        op.inputs = np.array([int(op.inputs[0]), minus_one], np.int32)
+        op.builtinOptionsType, op.builtinOptions = s.BuiltinOptions.MulOptions, s.MulOptionsT()
+    return _save(model), len(negs)

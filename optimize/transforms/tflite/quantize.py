@@ -30,6 +30,7 @@ from optimize.models import runtime
 from optimize.models.data import take
 from optimize.models.normalize import not_float
 from optimize.models.source import FLAT_KINDS
+from optimize.models.spec import integer_io_note
 from optimize.transforms.tflite import calibrator, graphfix, repair
 from optimize.transforms.tflite.isolate import isolated
 from optimize.transforms.tflite.quantizer import quiet as _quiet
@@ -241,6 +242,9 @@ def _calibrated_scheme(content: bytes, params: QuantizeParams, ctx: Context, sig
     if chosen is None:
         raise TechniqueFailed(f"{params.scheme}: " + "; ".join(tried))
     _record(chosen, params, ctx, calibration, flow)
+    note = integer_io_note(chosen.data, params.io, "quantize")
+    if note:
+        ctx.notes.append(note)
     return chosen.data
 
 
@@ -359,8 +363,9 @@ def _kernels_left(made: _Made, flow: list[str]) -> list[str]:
 
 def _prepared(content: bytes, params: QuantizeParams, ctx: Context, inputs: dict) -> bytes:
     """The float model as the quantizers see it: inputs with free dimensions given the data's shape as their
-    default (calibrators allocate at it: at 1 along a free dimension, a framed signal may not run), and with
-    integer I/O, outputs that ops also read given their own tensors (so each output is quantized)."""
+    default (calibrators allocate at it: at 1 along a free dimension, a framed signal may not run), NEG as MUL by
+    -1 (an integer kernel exists for it), and with integer I/O, outputs that ops also read given their own
+    tensors (so each output is quantized)."""
     from optimize.models.data import take
 
     work = content
@@ -376,6 +381,12 @@ def _prepared(content: bytes, params: QuantizeParams, ctx: Context, inputs: dict
                 f"shape {list(shapes[pinned[0]])} (the signature stays free)."
             )
     work = _finite_masks(work, params, ctx)
+    work, negs = graphfix.negations_as_mul(work)
+    if negs:
+        ctx.notes.append(
+            f"quantize: {negs} NEG op(s) computed as MUL by -1 (the same float results), which the int8 quantizers "
+            "make integer (NEG they leave float)."
+        )
     if params.io != IO.FLOAT and graphfix.shared_outputs(work):
         work, n = graphfix.split_outputs(work)
         if n:

@@ -2,7 +2,9 @@
 accuracy budget is met. A bounded, seeded, greedy search over LiteRT Quantizer per-op configs.
 
 1. Calibrate once (optimize.transforms.tflite.session.Session); quantize everything to int8; measure the budget's metric on a
-   validation split of the training data (never the test split the candidate is reported on).
+   validation split of the training data (never the test split the candidate is reported on) that the calibration never
+   saw: the training samples calibration did not draw, or, where it drew (nearly) all of them, a share held out of
+   it (calibration, and the rescue's equalization and corrections, then use the rest).
    When it misses the budget, first the rescue that keeps 8 bits (optimize.transforms.tflite.rescue: equalize, bias
    correction, auto activation ranges, learned rounding; each kept only if it helps, one evaluation each).
 2. Rank the quantized ops by the error each adds (optimize.measure.layer_error), preferring ops next to an island
@@ -14,7 +16,7 @@ Every move is recorded on the candidate (`search`), and the decision in its note
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -31,6 +33,10 @@ from optimize.models import runtime, tasks
 from optimize.models.data import as_float, count, take
 from optimize.transforms.tflite import repair, rescue
 from optimize.transforms.tflite import session as litert
+
+#: Fewer validation samples than this left beside the calibration samples, and a share of them is held out of it.
+MIN_HELD_OUT = 20
+HOLD_OUT_SHARE = 0.25  # of the samples, when calibration would take them all (at most half)
 
 #: Budgets used when a recipe names none: what "int8 hurts" means in peers.md and issue 10.
 DEFAULT_DROP = 0.005  # classification: at most half a point of top-1
@@ -91,6 +97,7 @@ class _Budget:
     task: object = None  # tasks.Task of the labelled output
     head: object = None  # tasks.Head of the labelled output
     output: int = 0  # which output the labels belong to
+    held_out: str = ""  # how the validation samples were kept from the calibration, in words
 
     def describe(self, value: float) -> str:
         if self.kind == "drop":
@@ -125,17 +132,63 @@ def _predict(content: bytes, xs, threads: int) -> list[np.ndarray]:
     return runtime.Runner(runtime.load(content, threads=threads, like=take(xs, slice(0, 1)))).predict(xs)
 
 
-def _budget(float_model: bytes, params: SelectiveParams, ctx: Context) -> _Budget:
-    """Validation data (a seeded subset of the training split) and the metric the budget is about."""
+def _same(a, b) -> bool:
+    """Whether two splits hold the same samples (the calibration split is the training split unless given)."""
+    if a is b:
+        return True
+    if isinstance(a, dict) or isinstance(b, dict):
+        return (
+            isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        )
+    return a.shape == b.shape and np.array_equal(a, b)
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Where the search judges: `pick`, indices into `pool` (the training split with labels, else the
+    calibration split), none of which the calibration (`calibration`: the data it draws from) ever sees."""
+
+    pool: str  # "train" or "cal"
+    pick: np.ndarray
+    calibration: object  # the Dataset calibration and the rescue's fitting draw from
+    words: str
+
+
+def held_out(ds, samples: int, eval_samples: int, seed: int) -> Validation:
+    """Validation samples the calibration never saw. With a calibration split of its own, every training
+    sample; else those the calibration does not draw (`ds.calibration_index(samples)`), or, where fewer than
+    MIN_HELD_OUT are left, a seeded share held out of it (at most half): the calibration then draws from the rest."""
+    from dataclasses import replace
+
+    labelled = ds.x_train is not None and ds.y_train is not None
+    pool, name = (ds.x_train, "train") if labelled else (ds.x_cal, "cal")
+    n, rng = count(pool), np.random.default_rng(seed)
+    if name == "train" and not _same(pool, ds.x_cal):
+        pick = np.sort(rng.choice(n, min(eval_samples, n), replace=False))
+        return Validation(name, pick, ds, f"{len(pick)} training samples (calibrated on a split of its own)")
+    free = np.setdiff1d(np.arange(n), ds.calibration_index(samples))
+    if len(free) >= MIN_HELD_OUT:
+        pick = np.sort(rng.choice(free, min(eval_samples, len(free)), replace=False))
+        words = f"{len(pick)} held-out samples (calibration draws from the other {n - len(pick)})"
+    elif n >= 2:
+        k = min(n // 2, max(MIN_HELD_OUT, int(np.ceil(n * HOLD_OUT_SHARE))))
+        pick = np.sort(rng.choice(n, min(k, eval_samples), replace=False))
+        words = f"{len(pick)} samples held out of the calibration (it draws from the other {n - len(pick)})"
+    else:
+        return Validation(name, np.arange(n), ds, f"{n} sample(s), the calibration's own: too few to hold any out")
+    rest = np.setdiff1d(np.arange(n), pick)
+    return Validation(name, pick, replace(ds, x_cal=take(ds.x_cal, rest)), words)
+
+
+def _budget(float_model: bytes, params: SelectiveParams, ctx: Context, where: Validation) -> _Budget:
+    """Validation data (held out of the calibration: `where`) and the metric the budget is about."""
     from optimize.measure.metrics import label_index, source_names
     from optimize.models.tasks import heads
 
     ds = ctx.data
-    labelled = ds.x_train is not None and ds.y_train is not None
-    xs_all = ds.x_train if labelled else ds.x_cal
-    rng = np.random.default_rng(params.seed)
-    pick = np.sort(rng.choice(count(xs_all), min(params.eval_samples, count(xs_all)), replace=False))
-    xs = as_float(take(xs_all, pick))
+    labelled = where.pool == "train"
+    pick = where.pick
+    xs = as_float(take(ds.x_train if labelled else ds.x_cal, pick))
     runner = runtime.Runner(runtime.load(float_model, threads=ctx.threads, like=take(xs, slice(0, 1))))
     reference = runner.predict(xs)
     finite = np.all([np.isfinite(r.reshape(len(r), -1)).all(axis=1) for r in reference], axis=0)
@@ -144,7 +197,7 @@ def _budget(float_model: bytes, params: SelectiveParams, ctx: Context) -> _Budge
         reference = [r[finite] for r in reference]
     if not labelled or params.max_output_error is not None:
         limit = params.max_output_error or DEFAULT_OUTPUT_ERROR
-        return _Budget("output", limit, xs, None, reference, 0.0)
+        return _Budget("output", limit, xs, None, reference, 0.0, held_out=where.words)
     i = label_index(ds, runner)
     head = heads(float_model, runner)[i]
     y = np.asarray(ds.labels("train", source_names(ds, runner)[i] if ds.outputs else None))[pick]
@@ -157,7 +210,7 @@ def _budget(float_model: bytes, params: SelectiveParams, ctx: Context) -> _Budge
         if regression
         else _limit(params.max_accuracy_drop, DEFAULT_DROP)
     )
-    budget = _Budget(kind, limit, xs, y, reference, 0.0, task=task, head=head, output=i)
+    budget = _Budget(kind, limit, xs, y, reference, 0.0, task=task, head=head, output=i, held_out=where.words)
     budget.base = _score(budget, reference)
     return budget
 
@@ -376,6 +429,9 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
     if ctx.data is None:
         raise DataError("selective needs calibration data.", "Pass --calibration DATA.npz or --data DATA.npz.")
     content = _read_model(Path(model))
+    where = held_out(ctx.data, params.samples, params.eval_samples, params.seed)
+    budget = _budget(content, params, ctx, where)
+    ctx = replace(ctx, data=where.calibration)  # calibration and the rescue's fitting never see the validation samples
     signature, inputs = _inspect(content, Path(model))
     qparams = QuantizeParams(
         scheme=params.scheme,
@@ -385,7 +441,6 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
         calibration=params.calibration,
     )
     calibration = _calibration_data(qparams, ctx, signature, inputs, Path(model))
-    budget = _budget(content, params, ctx)
     extra = [(f"validation sample {i}", take(budget.xs, slice(i, i + 1))) for i in range(min(16, count(budget.xs)))]
     session, _, fixer = repaired_session(content, qparams, ctx, calibration, inputs, extra)
     content = session.content  # inputs with free dimensions pinned to the data's shape, if any
@@ -548,7 +603,8 @@ def _summary(search: _Search, first: float, final: float, size: int, float_size:
     raised += f", ... ({len(shown) - 6} more)" if len(shown) > 6 else ""
     verdict = "meets" if b.meets(final) else "does not meet"
     return (
-        f"selective: full int8 {b.describe(first)}; raised {len(search.overrides)} op(s) [{raised}] -> "
+        f"selective: on {b.held_out or f'{count(b.xs)} validation samples'} (not the test split the table "
+        f"reports): full int8 {b.describe(first)}; raised {len(search.overrides)} op(s) [{raised}] -> "
         f"{b.describe(final)} at {size / float_size:.2f}x the float32 size; {verdict} the budget "
-        f"({b.describe(b.limit)}) after {search.evals} evaluation(s) on {count(b.xs)} validation samples."
+        f"({b.describe(b.limit)}) after {search.evals} evaluation(s)."
     )

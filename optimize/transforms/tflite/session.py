@@ -16,13 +16,18 @@ Every native call runs in a forked child (optimize.transforms.tflite.isolate).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from optimize.core.errors import OptimizeError, TechniqueFailed
+from optimize.core.paths import write_atomic
 from optimize.core.registry import Context
 from optimize.core.vocab import Precision
 from optimize.transforms.tflite.isolate import QuantizerCrashed, isolated
@@ -113,8 +118,28 @@ class Session:
             )
 
     def _calibrate(self) -> dict:
+        qsvs, records = shared_calibration(self.ctx.shared, self._key(), self._calibrate_here)
+        if records.get("ranges"):
+            self.ctx.records["ranges"] = records["ranges"]
+        return qsvs
+
+    def _key(self) -> str:
+        """What the ranges depend on: the float model, the samples and how ranges are chosen (not the bit
+        width: int8, int16x8 and the rescue's variants share one calibration)."""
+        h = hashlib.sha256(self.content)
+        for group, samples in sorted((self.calibration or {}).items()):
+            h.update(str(group).encode())
+            for sample in samples:
+                for name, a in sorted(sample.items()) if isinstance(sample, dict) else [("", sample)]:
+                    a = np.ascontiguousarray(a)
+                    h.update(f"{name}|{a.dtype}|{a.shape}".encode())
+                    h.update(a.tobytes())
+        h.update(f"{self.params.calibration}|{self.params.granularity}".encode())
+        return h.hexdigest()[:24]
+
+    def _calibrate_here(self) -> tuple[dict, dict]:
         try:
-            qsvs, records = isolated(
+            return isolated(
                 _calibrate_in_child,
                 self.content,
                 self.calibration,
@@ -128,9 +153,6 @@ class Session:
             raise TechniqueFailed(f"LiteRT Quantizer could not calibrate this model: {e}") from e
         except Exception as e:  # the quantizer raises many types on models it cannot handle
             raise TechniqueFailed(f"LiteRT Quantizer could not calibrate this model: {_first_line(e)}") from e
-        if records.get("ranges"):
-            self.ctx.records["ranges"] = records["ranges"]
-        return qsvs
 
     def with_base(self, base: Mapping[str, str], clamps=frozenset()) -> Session:
         """The same calibration with a base every variant gets."""
@@ -179,6 +201,80 @@ class Session:
         if self.clamps:
             out, _ = graphfix.clamp_divisors(out, self.clamps)
         return out
+
+
+# ------------------------------------------------------------------------------------------- shared calibrations
+
+_CALIBRATIONS: dict[str, tuple[dict, dict]] = {}  # this process's, by key (a worker's int8 and its rescue)
+
+
+def shared_calibration(folder: Path | None, key: str, compute) -> tuple[dict, dict]:
+    """(ranges, records) for `key`: from this process's memory, else from `folder` (shared by the run's tasks on
+    this machine: another worker calibrated the same model on the same samples), else `compute()`d and kept in
+    both. One task calibrates at a time per key (a lock file): the others wait for it and read its ranges, so a
+    sweep's int8 and int16x8, started together, calibrate once. A store that cannot be read or written is
+    passed by (each task calibrates, as before)."""
+    if key in _CALIBRATIONS:
+        return _CALIBRATIONS[key]
+    if folder is None:
+        return _remember(key, compute())
+    import fcntl
+
+    path = Path(folder) / f"calibration-{key}.json"
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        lock = open(Path(folder) / f"calibration-{key}.lock", "a+b")  # noqa: SIM115 - held across the compute
+    except OSError:
+        return _remember(key, compute())
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = _read_calibration(path)
+        if found is None:
+            found = compute()
+            with contextlib.suppress(OSError, TypeError, ValueError):
+                write_atomic(path, json.dumps(_plain(found)).encode())
+    return _remember(key, found)
+
+
+def _remember(key: str, found: tuple[dict, dict]) -> tuple[dict, dict]:
+    _CALIBRATIONS.clear()  # one model's at a time: a worker moves on to other models
+    _CALIBRATIONS[key] = found
+    return found
+
+
+def _plain(value):
+    """Ranges as JSON: arrays as {"dtype", "shape", "values"}."""
+    if isinstance(value, np.ndarray | np.generic):
+        a = np.asarray(value)
+        return {"__array__": True, "dtype": a.dtype.str, "shape": list(a.shape), "values": a.ravel().tolist()}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _arrays(value):
+    if isinstance(value, dict) and value.get("__array__") is True:
+        return np.asarray(value["values"], dtype=np.dtype(value["dtype"])).reshape(value["shape"])
+    if isinstance(value, dict):
+        return {k: _arrays(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_arrays(v) for v in value]
+    return value
+
+
+def _read_calibration(path: Path) -> tuple[dict, dict] | None:
+    from optimize.core.bounded import loads_json
+    from optimize.core.paths import read_bounded
+
+    if not path.is_file():
+        return None
+    try:
+        qsvs, records = _arrays(loads_json(read_bounded(path, "calibration", limit=2**30), "calibration"))
+        return dict(qsvs), dict(records)
+    except Exception:  # noqa: BLE001 - a damaged entry is calibrated again
+        return None
 
 
 def made_by(who: str, content: bytes) -> bytes:

@@ -130,8 +130,11 @@ def test_a_dynamic_batch_fixed_to_the_data_is_said(tmp_path):
     torch.export.save(ep, str(tmp_path / "dyn.pt2"))
     np.savez(tmp_path / "d.npz", x=RNG.normal(size=(8, 8)).astype(np.float32))
     src, _ = open_inputs(tmp_path / "dyn.pt2", tmp_path / "d.npz")
-    assert "input x [?, 8] has dynamic dimensions: converted at [1, 8]" in " ".join(src.conversion.facts)
+    assert "input x [?, 8] fixed to [1, 8] (dynamic in the program" in " ".join(src.conversion.facts)
     assert src.conversion.inputs[0].shape == [1, 8]
+    from optimize.present.lines import conversion_line
+
+    assert "; input x [?, 8] fixed to [1, 8])" in conversion_line(src.conversion)  # the note every candidate has
 
 
 def test_int8_with_int8_io_names_the_op_that_blocks_it(tmp_path):

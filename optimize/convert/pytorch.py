@@ -321,8 +321,8 @@ def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where
         _fits(d, shape, where)
         if say_fixed and d.dims is not None and any(v is None for v in d.dims):
             plan.facts.append(
-                f"input {d.name} {_dims(d.dims)} has dynamic dimensions: converted at {list(shape)}, the data's "
-                "shape, which the .tflite then takes"
+                f"input {d.name} {_dims(d.dims)} fixed to {list(shape)} (dynamic in the program: converted at the "
+                "data's shape, which the .tflite then takes)"
             )
         last = Layout(layout) is Layout.CHANNELS_LAST and axis == "batch" and len(shape) == 4
         dtype = str(rows.dtype) if rows is not None and not np.issubdtype(rows.dtype, np.floating) else d.dtype

@@ -633,7 +633,7 @@ def _facts(study: Study, target: Target, goals: Goals, advice: Advice, choice: _
 def _delegate_fixes(study: Study, delegate: str) -> list[str]:
     """The delegate's own hints on the float32 model (what blocks it and what to change), when no candidate
     runs on it: the fix, not only the verdict."""
-    base = study.baseline
+    base = study.float_reference
     report = base.delegates.get(delegate) if base is not None else None
     return list(report.hints) if report is not None and report.verdict != "full" else []
 

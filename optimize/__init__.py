@@ -15,9 +15,9 @@ The public API (the CLI is a thin shell over these); with a Keras model and an .
     >>> cand = optimize.run(recipe, "model.keras", data="data.npz", output="out/gpu.tflite")
     >>> cand.name, cand.artifact, str(cand.scheme)      # the recipe's name, the file asked for
     ('mobile-gpu', 'gpu.tflite', 'float16')
-    >>> metrics = optimize.evaluate("out/gpu.tflite", reference="out/float32.tflite")
-    >>> metrics.size.bytes < study.candidates[0].metrics.size.bytes
-    True
+    >>> metrics = optimize.evaluate("out/gpu.tflite", data="data.npz", reference="out/float32.tflite")
+    >>> metrics.size.bytes < study.candidates[0].metrics.size.bytes, metrics.fidelity.reference
+    (True, 'float32.tflite')
     >>> reports = optimize.check_delegates("out/gpu.tflite")  # GPU, NNAPI, Hexagon, Core ML, XNNPACK
     >>> sorted(reports)
     ['coreml', 'gpu', 'hexagon', 'nnapi', 'xnnpack']

@@ -17,8 +17,9 @@ from optimize.core.errors import OptimizeError, RecipeError  # noqa: E402
 from optimize.core.vocab import IO, Backend, Delegate, Layout, Objective, Scheme, Target, Task  # noqa: E402
 
 app = typer.Typer(
-    help="Optimize TensorFlow models for LiteRT: quantize, prune, cluster, QAT; measure every variant; "
-    "check GPU/NNAPI/Hexagon/Core ML/XNNPACK; recommend one.\n\nStart with: optimize sweep",
+    help="Optimize TensorFlow (Keras, SavedModel, .tflite), PyTorch (.pt2) and ONNX models for LiteRT: "
+    "quantize, prune, cluster, QAT; measure every variant; check GPU/NNAPI/Hexagon/Core ML/XNNPACK; "
+    "recommend one.\n\nStart with: optimize sweep   (the built-in demo)",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -26,6 +27,23 @@ app = typer.Typer(
 )
 recipes_app = typer.Typer(help="List, show and validate recipes.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(recipes_app, name="recipes")
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from optimize import __version__
+
+        typer.echo(f"optimize {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _top(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """The options before any command (the help text is the app's)."""
 
 
 THREADS = typer.Option(
@@ -549,6 +567,8 @@ def evaluate(
     from optimize.measure.metrics import evaluate as run_eval
     from optimize.present import report_text
 
+    if reference is not None and data is None:  # fidelity is measured on inputs: none given, none invented
+        raise OptimizeError("--reference needs inputs to compare outputs on:", "add --data D.npz.")
     src, ds = open_inputs(model, data, measuring=_measuring(task, label_output, 0), layout=layout, threads=threads)
     with tempfile.TemporaryDirectory(prefix="optimize-evaluate-") as tmp:
         flat, converted = _converted(src, Path(tmp))
@@ -680,6 +700,9 @@ def recommend(
     max_size_bytes: int | None = typer.Option(None, help="Largest acceptable .tflite."),
     max_latency_ms: float | None = typer.Option(None, help="Slowest acceptable p50 latency (host CPU)."),
     objective: Objective = typer.Option(Objective.SIZE, help="Rank by size, latency or accuracy."),
+    recipe: bool = typer.Option(
+        False, "--recipe", help="Also print the chosen pipeline as a TOML recipe (for optimize run)."
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Pick a scheme for a target and a budget.
@@ -690,6 +713,7 @@ def recommend(
     Example:
       optimize recommend --target gpu             (the decision tree alone)
       optimize recommend out/study.json --target gpu --max-accuracy-drop 0.01
+      optimize recommend out/study.json --target gpu --recipe
       optimize recommend out/study.json --max-error-increase 0.05   (regression)
     """
     from optimize.core.results import load_study
@@ -715,11 +739,11 @@ def recommend(
             goals=goals,
             dense_weights=dense_weights,
         )
-        _show(advice.model_dump_json(indent=2) if as_json else format_recommendation(advice), fit=not as_json)
+        _show(advice.model_dump_json(indent=2) if as_json else format_recommendation(advice, recipe), fit=not as_json)
         return
     folder = study if study.is_dir() else study.parent
     rec = choose(load_study(study), target, goals, folder=folder)
-    _show(rec.model_dump_json(indent=2) if as_json else format_recommendation(rec), fit=not as_json)
+    _show(rec.model_dump_json(indent=2) if as_json else format_recommendation(rec, recipe), fit=not as_json)
     raise_if_unmet(rec)
 
 
@@ -850,15 +874,34 @@ def recipes_list() -> None:
 
 @recipes_app.command("show")
 def recipes_show(recipe: str = typer.Argument(..., help="Recipe name or path.")) -> None:
-    """Print a recipe resolved (defaults filled in).
+    """Print a recipe as `optimize run` runs it (defaults filled in).
+
+    Its post-training schemes are shown made by the backend run uses.
 
     \b
     Example:
       optimize recipes show mobile-gpu
     """
+    import textwrap
+
     from optimize.core.recipe import load_recipe
 
-    typer.echo(load_recipe(recipe).to_toml())
+    def steps(r) -> str:
+        return " -> ".join(
+            s.technique + (f"({s.params.scheme})" if getattr(s.params, "scheme", None) else "") for s in r.steps
+        )
+
+    written = load_recipe(recipe)
+    runs = written.with_backend()
+    if runs.steps != written.steps:  # said as TOML comments, so the text still loads as the recipe
+        who = {Backend.LITERT: "LiteRT Quantizer", Backend.CONVERTER: "the TFLite converter"}.get(runs.made_by)
+        note = (
+            f"As written: {steps(written)}. `optimize run` runs {steps(runs)}"
+            + (f", quantized by {who}" if who else "")
+            + f" (backend {runs.backend}), as below."
+        )
+        typer.echo("\n".join(f"# {line}" for line in textwrap.wrap(note, 76, break_on_hyphens=False)))
+    typer.echo(runs.to_toml())
 
 
 @recipes_app.command("validate")

@@ -221,7 +221,7 @@ def _int8_model(src, ds) -> bytes:
 
 
 def test_per_tensor_ranges_get_one_value_per_axis():
-    from optimize.transforms.tflite.quantizer import _keepdims
+    from optimize.transforms.tflite.quantizer_setup import _keepdims
 
     class T:
         def __init__(self, name, rank):

@@ -27,6 +27,23 @@ def test_help_lists_every_command_with_an_example(cli):
             assert "Example:" in sub.stdout, cmd
 
 
+def test_version_and_what_the_help_says_it_takes(cli):
+    import optimize
+
+    r = cli("--version")
+    assert r.returncode == 0 and r.stdout == f"optimize {optimize.__version__}\n", r.stdout + r.stderr
+    top = " ".join(cli("--help").stdout.split())
+    for kind in ("TensorFlow", "Keras", "SavedModel", ".tflite", "PyTorch", ".pt2", "ONNX"):
+        assert kind in top, kind
+
+
+def test_evaluate_reference_without_data_is_refused_before_any_work(cli, float_tflite):
+    """Fidelity is measured on inputs: --reference without --data was dropped in silence (exit 0)."""
+    r = cli("evaluate", str(float_tflite), "--reference", str(float_tflite))
+    assert_one_line_error(r, "--reference needs inputs", "--data")
+    assert r.stdout == ""
+
+
 @pytest.fixture
 def bad_files(tmp_path):
     truncated = tmp_path / "truncated.tflite"
@@ -150,3 +167,29 @@ def test_advice_without_a_study(cli):
     r = cli("recommend", "--target", "coreml")
     assert r.returncode == 0, r.stderr
     assert "float16" in r.stdout
+
+
+def test_recipes_show_shows_what_run_does(cli):
+    """mobile-gpu is written as convert(float16); run makes it as float32 then LiteRT Quantizer's float16."""
+    import tomllib
+
+    from optimize.core.recipe import load_recipe
+
+    r = cli("recipes", "show", "mobile-gpu")
+    assert r.returncode == 0, r.stderr
+    said = tomllib.loads(r.stdout)
+    assert [(s["technique"], s["scheme"]) for s in said["steps"]] == [("convert", "float32"), ("quantize", "float16")]
+    assert "# As written: convert(float16)" in r.stdout and "LiteRT Quantizer" in r.stdout
+    assert load_recipe("mobile-gpu").with_backend().to_toml() in r.stdout
+
+
+def test_recommend_prints_no_recipe_unless_asked(cli, tmp_path):
+    from study_fixtures import full_study
+
+    full_study().save(tmp_path / "study.json")
+    plain = cli("recommend", str(tmp_path / "study.json"), "--target", "gpu")
+    asked = cli("recommend", str(tmp_path / "study.json"), "--target", "gpu", "--recipe")
+    tree = cli("recommend", "--target", "gpu")
+    assert plain.returncode == asked.returncode == tree.returncode == 0, plain.stderr + asked.stderr
+    assert "[[steps]]" not in plain.stdout and "[[steps]]" not in tree.stdout
+    assert "--recipe" in plain.stdout and "[[steps]]" in asked.stdout

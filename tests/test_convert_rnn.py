@@ -76,7 +76,9 @@ def test_the_float32_baseline_matches_keras_on_a_stateful_lstm(rnn_models):
     from pathlib import Path
 
     with tempfile.TemporaryDirectory() as tmp:
-        state = Workspace(models.open_model(model), ds, Path(tmp)).produce(build("f", [{"technique": "convert"}]).steps)
+        state = Workspace(models.open_model(model), ds, Path(tmp)).produce(
+            build("f", [{"technique": "convert"}]).steps, "f"
+        )
         runner = runtime.Runner(runtime.load(state.path))
         ours = runner.predict(ds.x_test)[0]
         leaky = np.stack([runner.run(ds.x_test[i : i + 1])[0] for i in range(len(ds.x_test))])

@@ -14,7 +14,7 @@ import pytest
 from delegate_fixtures import op, tensor, tiny
 
 from optimize.delegates import TargetParams, check_delegates, format_report, rules_for
-from optimize.delegates.engine import boundary
+from optimize.delegates.apply_rules import boundary
 from optimize.delegates.graph import NodeView
 from optimize.delegates.overlay import LOST, RED, node_data
 from optimize.delegates.rules import Reason

@@ -1,9 +1,11 @@
-"""Docs that cannot drift (issue 17): README.md and recipes/README.md compared with the code.
+"""Docs that cannot drift: README.md, docs/ and recipes/README.md compared with the code.
 
-The options table lists every option of every command and nothing else; the recipe keys, goals and
-technique params tables match the records and the registry; every `error:` line recipes/README.md
-quotes is the one the code prints for that mistake; help texts that name choices or ranges name the
-real ones; sizes are in one unit everywhere.
+The options table (docs/commands.md) lists every option of every command and nothing else; the recipe
+keys, goals and technique params tables match the records and the registry; every `error:` line
+recipes/README.md quotes is the one the code prints for that mistake; help texts that name choices or
+ranges name the real ones; sizes are in one unit everywhere. The README stays a page: its two set-up
+commands are the ones CI runs, its Python snippet has the main guard it recommends, no history; the
+architecture page lists every module; the docs site's navigation holds every page.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from tests_support import error_messages, one_line_error
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 RECIPES = (ROOT / "recipes" / "README.md").read_text()
+COMMANDS = (ROOT / "docs" / "commands.md").read_text()
 
 
 def _commands() -> dict[str, object]:
@@ -53,12 +56,12 @@ def _table(text: str, header: str) -> dict[str, str]:
 
 
 def test_options_table_lists_every_option_of_every_command():
-    table = _table(README, "| command | options |")
+    table = _table(COMMANDS, "| command | options |")
     commands = _commands()
     expected = {name: ", ".join(f"`{o}`" for o in _options(cmd)) or "-" for name, cmd in commands.items()}
     missing = [f"| `{n}` | {row} |" for n, row in expected.items() if table.get(n) != row]
-    assert not missing, "README's options table should read:\n" + "\n".join(missing)
-    assert set(table) == set(commands), f"README lists commands that do not exist: {set(table) - set(commands)}"
+    assert not missing, "docs/commands.md's options table should read:\n" + "\n".join(missing)
+    assert set(table) == set(commands), f"docs list commands that do not exist: {set(table) - set(commands)}"
 
 
 def test_options_in_the_recipes_readme_exist():
@@ -166,7 +169,7 @@ def test_one_size_unit_on_screen_and_in_the_report():
 
     from optimize.present import report, report_text
 
-    assert "decimal kB and MB" in README
+    assert "decimal kB and MB" in COMMANDS
     assert report_text.fmt_bytes is report.fmt_bytes
     assert report.fmt_bytes(152_000) == "152.0 kB" and report.fmt_bytes(2_500_000) == "2.50 MB"
     md = report.render_markdown(full_study())
@@ -177,3 +180,89 @@ def test_one_size_unit_on_screen_and_in_the_report():
     con.print(report_text.candidates_table(full_study().candidates, width=200))
     text = con.export_text()
     assert "152.0 kB" in text and "KB" not in text and "KiB" not in text
+
+
+# ---- the README is a page a newcomer reads in five minutes; the rest is in docs/
+def test_the_readme_is_a_page_without_history():
+    lines = README.splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move detail into docs/"
+    assert not [line for line in lines if len(line) > 120], "README.md lines over 120 characters"
+    history = re.findall(r"(?i)\b(?:round[ -]\d+|issue[ -]?\d+|before issue)\b", README)
+    assert not history, f"README.md holds history ({history}): it goes to CHANGELOG.md"
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert "Keep a Changelog" in changelog and "## [Unreleased]" in changelog
+
+
+def test_the_readme_set_up_commands_are_the_ones_ci_runs():
+    """The demo's one-liner and the test command, verbatim; .ci/run runs the latter as the README says,
+    and builds the docs site."""
+    demo, tests = "pip install -e . && optimize sweep", 'pip install -e ".[test]" && python -m pytest'
+    blocks = re.findall(r"```bash\n(.*?)```", README, re.S)
+    assert any(demo in b for b in blocks) and any(tests in b for b in blocks), blocks
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert tests in ci.splitlines(), ".ci/run must run the README's test command verbatim"
+    assert 'pip install -e ".[docs]"' in ci and "mkdocs build --strict" in ci
+
+
+def test_the_readme_python_snippets_have_the_main_guard_they_recommend():
+    """optimize.sweep or optimize.run called at a script's top level runs without crash isolation (and
+    says so): a snippet that calls them does it under `if __name__ == "__main__":`."""
+    import ast
+
+    snippets = re.findall(r"```python\n(.*?)```", README, re.S)
+    assert snippets
+    for code in snippets:
+        tree = ast.parse(code)
+        for node in tree.body:
+            top = (
+                [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+                if not isinstance(node, ast.If | ast.FunctionDef)
+                else []
+            )
+            called = [ast.unparse(c.func) for c in top]
+            assert not any(c in ("optimize.sweep", "optimize.run") for c in called), code
+
+
+def test_readme_links_point_at_files_that_exist():
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", README):
+        assert (ROOT / target).exists(), f"README.md links to {target}, which does not exist"
+
+
+def test_the_architecture_page_lists_every_module():
+    """docs/architecture.md's "Every module" block names each package and each module in it, so the layout
+    a newcomer reads is the one on disk (a module moved or added fails this until the page follows)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text[text.index("## Every module") :]
+    block = block[block.index("```") : block.index("```", block.index("```") + 3)]
+    words = set(re.findall(r"[A-Za-z_][\w]*", block))
+    missing = []
+    for py in sorted((ROOT / "optimize").rglob("*.py")):
+        rel = py.relative_to(ROOT / "optimize")
+        for package in rel.parts[:-1]:
+            if package not in words:
+                missing.append(f"{package}/")
+        if py.stem != "__init__" and py.stem not in words:
+            missing.append(str(rel))
+    assert not missing, f"docs/architecture.md's module list lacks: {sorted(set(missing))}"
+
+
+def test_the_docs_site_navigates_to_every_page_and_notebook():
+    yaml = pytest.importorskip("yaml")
+
+    class _Env(yaml.SafeLoader):
+        pass
+
+    _Env.add_constructor("!ENV", lambda loader, node: None)
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_Env)
+
+    def pages(nav) -> list[str]:
+        out = []
+        for item in nav:
+            for value in item.values() if isinstance(item, dict) else [item]:
+                out += pages(value) if isinstance(value, list) else [value]
+        return out
+
+    listed = set(pages(config["nav"]))
+    docs = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")}
+    notebooks = {f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert docs | notebooks == listed, (docs | notebooks) ^ listed

@@ -174,11 +174,11 @@ def test_a_failing_profiler_calibrator_says_nothing_a_user_cannot_act_on(float_m
     params = quantize.QuantizeParams(scheme="int8")
     rng = np.random.default_rng(0)
     calibration = {sig: [{io["inputs"][0]: rng.uniform(-1, 1, (1, 8, 8, 1)).astype(np.float32)} for _ in range(8)]}
-    from optimize.transforms.tflite import quantizer
+    from optimize.transforms.tflite import quantizer_setup
 
-    with caplog.at_level(logging.DEBUG, logger="optimize.transforms.tflite.quantizer"):
-        qsvs = quantizer.calibrate(
-            content, calibration, quantizer.recipe(params), params, Context(workdir=None, data=None)
+    with caplog.at_level(logging.DEBUG, logger="optimize.transforms.tflite.quantizer_setup"):
+        qsvs = quantizer_setup.calibrate(
+            content, calibration, quantizer_setup.recipe(params), params, Context(workdir=None, data=None)
         )
     assert qsvs  # the default calibrator made the ranges
     said = [r for r in caplog.records if "profiler" in r.getMessage()]

@@ -2,7 +2,9 @@
 
 Execution is slow (each notebook starts a kernel and imports TensorFlow; 01 runs the full demo sweep),
 so it is marked slow. The notebooks share one output folder through OPTIMIZE_NOTEBOOK_OUT: 01 sweeps
-into it, the others reuse that study (and sweep themselves when run alone).
+into it, the others reuse that study (and sweep themselves when run alone). Each runs in notebooks/, as
+`jupyter lab notebooks/` runs it, and must leave the checkout as it was, with no TensorFlow log line in
+its outputs.
 """
 
 from __future__ import annotations
@@ -73,12 +75,57 @@ def test_notebook_runs_top_to_bottom(path, shared_out, tmp_path, monkeypatch):
     # The kernel must import this checkout's optimize, whatever its working directory.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     nb = nbformat.read(path, as_version=4)
+    before = _tree()
     client = NotebookClient(
         nb,
         kernel_name=_kernel_name(),
         timeout=CELL_TIMEOUT,
-        resources={"metadata": {"path": str(tmp_path)}},
+        resources={"metadata": {"path": str(ROOT / "notebooks")}},  # where `jupyter lab notebooks/` runs it
     )
     client.execute()  # raises CellExecutionError, with the cell and its traceback, on the first error
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+    assert _tree() == before, f"{path.name} left files in the checkout: {sorted(_tree() - before)}"
+    logged = [line for line in _printed(nb) if TF_LOG.search(line)]
+    assert not logged, f"{path.name} shows TensorFlow's log lines: {logged[:3]}"
+
+
+#: A line of TensorFlow's (absl's) C++ log: `E0000 00:00:1795767471.781862 8299 cuda_executor.cc:...`, and
+#: the start-up chatter that comes with it.
+TF_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d|cuInit|oneDNN custom operations|absl::InitializeLog")
+
+
+def _printed(nb) -> list[str]:
+    """Every line a notebook's cells printed (streams and plain-text results)."""
+    out = []
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            text = o.get("text") or o.get("data", {}).get("text/plain", "")
+            out += "".join(text).splitlines()
+    return out
+
+
+def _tree() -> set[str]:
+    """The files below the checkout's notebooks/ and the checkout's top (where a stray optimize-out lands)."""
+    top = {p.name for p in ROOT.iterdir()}
+    return top | {str(p.relative_to(ROOT)) for p in (ROOT / "notebooks").rglob("*")}
+
+
+def test_the_notebooks_cross_reference_notebooks_that_exist():
+    """01's "Next" once named three notebooks and said "Both"; every notebook named is one that exists."""
+    names = {p.name for p in NOTEBOOKS}
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        text = "\n".join(c.source for c in nb.cells)
+        for named in re.findall(r"\b0\d_[a-z_]+\.ipynb", text):
+            assert named in names, f"{path.name} names {named}, which is not in notebooks/"
+        assert "optimize-out" not in text, f"{path.name} writes into the checkout's optimize-out"
+    first = nbformat.read(NOTEBOOKS[0], as_version=4).cells[-1].source
+    assert all(p.name in first for p in NOTEBOOKS[1:]), "01's Next cell lists every other notebook"
+
+
+def test_the_notebooks_extra_installs_jupyter():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("jupyterlab") for d in extras["notebooks"]), extras["notebooks"]

@@ -89,7 +89,8 @@ def test_the_regression_baseline_records_its_error_ratio_not_a_top1_delta():
 
 def test_the_sweep_summary_lists_every_target_for_a_regression_model():
     lines = next_steps(regression_study(), None)
-    assert lines[0].startswith("Smallest candidate each target runs fully, within the default guard (regression")
+    head = next(line for line in lines if line.startswith("What to ship"))
+    assert head.startswith("What to ship: the smallest file each target runs fully, within the default guard (regr")
     for target in ("cpu", "gpu", "coreml", "nnapi", "hexagon", "mcu"):
         assert any(re.match(rf"  {target} +\S", line) for line in lines), (target, lines)
 

@@ -182,3 +182,28 @@ def test_real_architecture_skips_layers_tfmot_cannot_wrap(tmp_path):
     assert any(s.endswith("(Rescaling)") for s in c.skipped_layers)  # names get _N suffixes in a session
     assert any("TFOpLambda" in s for s in c.skipped_layers)
     assert any("left as they were" in n for n in c.notes)
+
+
+def test_a_study_of_another_model_in_the_output_folder_is_replaced_whole(float_tflite, tmp_path, caplog):
+    """-o held another model's study: its .tflite files went on beside the new study.json. Said before the
+    run, removed when the new study is published; files the old study does not list stay."""
+    import logging
+
+    from study_fixtures import full_study
+
+    old = full_study()
+    old = old.model_copy(
+        update={"candidates": [c.model_copy(update={"artifact": f"{c.name}.tflite"}) for c in old.candidates]}
+    )
+    old.save(tmp_path / "study.json")
+    for c in old.candidates:
+        (tmp_path / f"{c.name}.tflite").write_bytes(b"old")
+    (tmp_path / "mine.txt").write_text("not optimize's")
+    f16 = build("float16", [{"technique": "convert", "scheme": "float16"}])
+    with caplog.at_level(logging.WARNING, logger="optimize"):
+        study = sweeps.sweep(float_tflite, None, tmp_path, recipes=[f16], delegates=False, runs=3, jobs=0, cache=False)
+    said = [r.getMessage() for r in caplog.records if "holds the study of another model" in r.getMessage()]
+    assert said and "(demo)" in said[0], caplog.text
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(["study.json", "mine.txt", *(f"{c.name}.tflite" for c in study.candidates)]), left
+    assert (tmp_path / "float32.tflite").read_bytes() != b"old"

@@ -430,7 +430,7 @@ def test_format_recommendation_says_everything():
     for q in rec.advice.path:
         assert q.question in text and q.decided in text
     assert "Pareto front" in text and "Good to know" in text
-    advice_text = format_recommendation(advise("edgetpu"))
+    advice_text = format_recommendation(advise("edgetpu"), recipe=True)
     assert "Decision path" in advice_text and 'io = "uint8"' in advice_text
 
 

@@ -48,7 +48,7 @@ class Recommendation(Record):
     chosen: str | None
     chosen_recipe_toml: str | None = None
     ranked: list[str]
-    pareto: list[str]
+    pareto: list[str] = Field(description="The Pareto front (size, latency, accuracy) of what runs on the target.")
     rejected: list[Rejection]
     facts: list[str]
     headline: str = Field("", description="The answer in one line: the choice, or why there is none.")
@@ -419,7 +419,15 @@ def _rescue_fact(c: Candidate, int8: Candidate | None, base: Candidate) -> str:
     before = f"int8 {_change(int8)}; " if int8 is not None and _change(int8) else ""
     moved = f"keeping {len(kept)} op(s) in {ways}" if kept else "no op needed moving"
     ratio = c.metrics.size.bytes / base.metrics.size.bytes
-    return f"{c.name}: {before}{moved} recovers to {_change(c) or 'measured'} at {ratio:.2f}x the float32 size."
+    fid = c.metrics.fidelity
+    after = _change(c) or (
+        f"{fid.relative_error * 100:.2f}% off float32" if fid and fid.relative_error is not None else None
+    )
+    return (
+        f"{c.name}: {before}{moved}"
+        + (f" brings it to {after}" if after else "")
+        + f", at {ratio:.2f}x float32's size."
+    )
 
 
 def _rescue_facts(study: Study) -> list[str]:
@@ -627,7 +635,7 @@ def _facts(study: Study, target: Target, goals: Goals, advice: Advice, choice: _
     if goals.objective is Objective.ACCURACY and not choice.by_labels:
         extra = [*extra, "No labels: accuracy is ranked by fidelity to float32 (top-1 agreement for class outputs, "
                  "else the worst output's relative error; under 0.1% of the range counts as none)."]  # fmt: skip
-    return list(dict.fromkeys(generic + sorted(choice.facts | set(extra)) + study_facts))
+    return explain.facts_once(generic + sorted(choice.facts | set(extra)) + study_facts, study)
 
 
 def _delegate_fixes(study: Study, delegate: str) -> list[str]:
@@ -688,7 +696,7 @@ def recommend(
         if chosen and chosen.steps
         else None,
         ranked=[c.name for c in choice.ranked],
-        pareto=pareto_front(study.candidates, study.baseline),
+        pareto=pareto_front(choice.ranked, study.baseline),
         rejected=choice.rejected,
         facts=_facts(study, target, goals, advice, choice, label_facts),
         headline=choice.headline(keep),

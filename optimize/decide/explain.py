@@ -62,9 +62,48 @@ def alternatives(
         kept = [c for c in worked if c.name not in rejected]
         if worked and not kept:
             continue  # measured and rejected for this target: offering it would contradict the measurement
-        where = f"measured as {kept[0].name}" if kept else "not measured in this study"
+        where = f"measured as {kept[0].name}" if kept else _variant(study, steps) or "not measured in this study"
         out.append(f"{label}: {describe(steps)} ({where})")
     return out
+
+
+def _variant(study: Study, steps: list[dict]) -> str | None:
+    """How the study measured a pipeline it did not measure as such: the same techniques at another number
+    format or I/O type (`qat-int8`, with float I/O, for QAT then int8 with int8 I/O), in words, or None."""
+    scheme, io, techs = shape_of_steps(steps)
+    if not techs:
+        return None
+    for c in study.candidates:
+        c_scheme, c_io, c_techs = shape_of(c)
+        if c.ok and c_techs == techs:
+            return f"not as such: measured with {c_scheme}, {c_io} I/O as {c.name}"
+    return None
+
+
+def facts_once(facts: list[str], study: Study) -> list[str]:
+    """Each fact said once. A candidate measured slower than float32 whose XNNPACK coverage is partial gets one
+    line for both, and where that candidate is its scheme's (int16x8), the rule of thumb's word on the scheme
+    leads that line instead of standing beside it: three lines on int16x8's reference kernels become one."""
+    out = list(dict.fromkeys(facts))
+    for c in study.candidates:
+        if c.ok:
+            out = _one_line_on(c, out)
+    return out
+
+
+def _one_line_on(c: Candidate, facts: list[str]) -> list[str]:
+    """`facts` with what they say of `c`'s reference kernels in one line (facts_once)."""
+    label = c.name if c.name == c.scheme else f"{c.name} ({c.scheme})"
+    xnn = next((f for f in facts if f.startswith(f"{c.name}: XNNPACK takes ")), None)
+    slow = next((f for f in facts if f.startswith(f"{label} measured slower than float32 here: ")), None)
+    if not (xnn and slow):
+        return facts
+    general = next((f for f in facts if c.name == c.scheme and f.startswith(f"{c.scheme} ")), None)
+    where = xnn.removeprefix(f"{c.name}: XNNPACK takes ").split(";")[0]
+    measured = slow.removeprefix(f"{label} measured slower than float32 here: ").rstrip(".")
+    lead = general.rstrip(".") if general else f"{label} runs on the CPU's reference kernels"
+    one = f"{lead}: here XNNPACK takes {where}, and it measured {measured}."
+    return [one if f == slow else f for f in facts if f not in (xnn, general)]
 
 
 def _size(c: Candidate) -> int:

@@ -68,7 +68,7 @@ def check_delegates(
     Raises ModelError for a file that is not a readable, structurally valid TFLite model, OptimizeError
     for an unknown delegate.
     """
-    from optimize.delegates.engine import ModelFacts, run_rules
+    from optimize.delegates.apply_rules import ModelFacts, run_rules
     from optimize.models.tflite import read_model
 
     names = _names(delegates)

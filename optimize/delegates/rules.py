@@ -12,7 +12,7 @@ partition `policy`, and two stages, as the runtime has them:
 
 A `Verdict` carries a reason *code* (`Reason`) beside the delegate's own words, so hints, reports and
 overlays key on the code, never on the text. The optional hooks (`veto`, `build_failure`, `hints`) have
-do-nothing defaults in `Rules`, so the engine calls them unconditionally.
+do-nothing defaults in `Rules`, so `apply_rules` calls them unconditionally.
 
 Each module keeps its op table as data (op name -> `Rule`: highest op version, minimum feature level,
 a tuple of small checks). A check returns a Verdict or None; the first Verdict wins, the way the runtime's
@@ -131,7 +131,7 @@ class Policy:
 
 @runtime_checkable
 class DelegateRules(Protocol):
-    """What the engine needs from one delegate's rules."""
+    """What `apply_rules` needs from one delegate's rules."""
 
     name: Delegate
     source: str

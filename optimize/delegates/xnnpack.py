@@ -15,7 +15,7 @@ from pathlib import Path
 
 from optimize.core.errors import ModelError
 from optimize.core.results import DelegateReport, NodeVerdict
-from optimize.delegates.engine import verdict
+from optimize.delegates.apply_rules import verdict
 from optimize.delegates.rules import Reason
 
 SOURCE = "runtime: ai-edge-litert interpreter with the default XNNPACK delegate (primary subgraph)"

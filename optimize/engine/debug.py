@@ -60,7 +60,7 @@ def debug_model(
         if src.flat:  # a .tflite, or the float .tflite a PyTorch / ONNX model was converted to
             float_path = ws.source().path  # the normalised float32 model a sweep starts from
         else:
-            float_path = ws.produce(build("float32", [{"technique": "convert"}]).steps).path
+            float_path = ws.produce(build("float32", [{"technique": "convert"}]).steps, "float32").path
         content = float_path.read_bytes()
         params = get("quantize").parse({"scheme": scheme})
         where = held_out(ds, params.samples, samples, seed=0)

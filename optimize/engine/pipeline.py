@@ -243,7 +243,9 @@ class Workspace:
             return None
         return lambda: exporting.export_saved_model(load(), self.workdir / key / "saved_model_batch1", batch=1)
 
-    def produce(self, steps: Iterable[Step]) -> _State:
+    def produce(self, steps: Iterable[Step], name: str) -> _State:
+        """The state after `steps`, each made once per workspace. Each step made is one log line that names
+        the candidate (`name`), so the lines of two workers read apart when they interleave in a pipe."""
         state = self.source()
         prefix: list = []
         for step in steps:
@@ -254,7 +256,7 @@ class Workspace:
                 continue
             tech = registry.get(step.technique)
             # `step` travels with the record: a worker that dies in this step is reported with it (engine.work)
-            log.info("  %s %s", tech.name, _brief(step), extra={"step": _step_name(tech.name, step)})
+            log.info("%s: %s %s", name, tech.name, _brief(step), extra={"step": _step_name(tech.name, step)})
             with timed(self.phases, _phase(tech)):
                 state = self._step(tech, step.params, state, key, prefix)
             self.memo[key] = state
@@ -348,7 +350,7 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
     weights float that the converter quantizes (an LSTM), or float compute in an integer-only model (PRELU,
     LEAKY_RELU), the same scheme is made by the converter instead, and said so."""
     try:
-        state = ws.produce(recipe.steps)
+        state = ws.produce(recipe.steps, recipe.name)
         with timed(ws.phases, "verify"):
             parsed, composition = _read_back(state.path, recipe)
             problem = verify.check(recipe, composition) if recipe.steps else None
@@ -363,7 +365,7 @@ def produce_verified(ws: Workspace, recipe: Recipe) -> tuple[Recipe, _State, Com
         )
     if problem and _other_route(ws, recipe):
         other = recipe.with_backend(Backend.CONVERTER)
-        state = ws.produce(other.steps)
+        state = ws.produce(other.steps, other.name)
         with timed(ws.phases, "verify"):
             parsed, composition = _read_back(state.path, other)
             other_problem = verify.check(other, composition)

@@ -70,6 +70,7 @@ class Run:
     created: list[Path] = field(default_factory=list)  # folders `-o` made that did not exist (deepest first)
     keras: object = field(default=None, repr=False)  # the Keras model the checks loaded (this process only)
     rescued: str | None = None  # the accuracy-rescue recipe the run added itself (mixed-int8), by name
+    replaces: list[str] = field(default_factory=list)  # the .tflite files the study already in -o lists (schedule)
 
     def export(self, direct: bool = True) -> tuple[Path, float] | None:
         """The source Keras model made ready for the float32 baseline (into the run's work folder), from the model

@@ -232,9 +232,46 @@ def run_all(
         for r in runs:
             shutil.rmtree(r.out_dir / ".work", ignore_errors=True)
             studies.append(r.study(name))
-        for r in runs:
-            paths.publish(r.out_dir, r.final)
+        for r, study in zip(runs, studies, strict=True):
+            _publish(r, study)
     return studies
+
+
+def _publish(r: Run, study: Study) -> None:
+    """The run's staging folder moved into its output folder, and the files of the study it replaced that
+    this one did not write again removed (`_replaced`)."""
+    paths.publish(r.out_dir, r.final)
+    written = {c.artifact for c in study.candidates}
+    for name in r.replaces:
+        if name not in written:
+            paths.remove_below(r.final, r.final / name)
+
+
+def _replaced(r: Run) -> list[str]:
+    """The .tflite files the study already in the output folder lists: what this run's study replaces. Those
+    this run does not write again are removed once it publishes (a run that fails or is interrupted leaves
+    the folder as it was), so another model's files never stay beside the new study.json; said before the
+    run when that study is another model's."""
+    from optimize.core.errors import OptimizeError
+    from optimize.core.results import load_study
+
+    if not (r.out_dir / "study.json").is_file():
+        return []
+    try:
+        old = load_study(r.out_dir)
+    except OptimizeError:  # not a study this version reads: its files are left alone
+        return []
+    files = [
+        c.artifact for c in old.candidates if c.artifact and c.artifact.endswith(".tflite") and "/" not in c.artifact
+    ]
+    if files and old.model_fingerprint != r.src.fingerprint:
+        log.warning(
+            "%s holds the study of another model (%s): its %d .tflite file(s) are replaced when this run ends.",
+            r.out_dir,
+            old.model,
+            len(files),
+        )
+    return files
 
 
 @contextlib.contextmanager
@@ -246,6 +283,7 @@ def _staged(runs: list[Run], progress: Progress):
     folders of a run that was killed are removed by the next run into the same folder (`paths.staging`)."""
     progress.start(sum(len(r.recipes) for r in runs))
     for r in runs:
+        r.replaces = _replaced(r)
         r.final, r.out_dir = r.out_dir, paths.staging(r.out_dir)
     try:
         with paths.temporaries_in(runs[0].out_dir / paths.TMP):

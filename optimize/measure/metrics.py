@@ -222,7 +222,8 @@ def evaluate(
 ) -> Metrics:
     """Every measurement of one .tflite. Without data, latency and memory use a zero input.
 
-    `reference` is the float model to compare outputs with (inference_diff-style fidelity).
+    `reference` is the float model to compare outputs with (inference_diff-style fidelity), on the data's
+    test inputs: without data there is no fidelity (`optimize evaluate` refuses --reference without --data).
     `baseline_accuracy` (the float model's on the same data) fills `accuracy_delta` or `error_ratio`.
     `timing=False` leaves latency and memory to `add_timing`, so a sweep can time every candidate
     on a quiet machine after the parallel work is done. `loaded`: the model's interpreter, when the

@@ -521,22 +521,20 @@ def _split_warnings(counts: dict[str, int], seen: set[str]) -> list[str]:
         return []
     if len(counts) == 1:
         ((only, k),) = counts.items()
-        return [
-            f"the test split holds one class only (class {only}, {k} samples): accuracy is measured on that class alone"
-        ]
+        return [f"test split of one class ({only}; {k} sample{'' if k == 1 else 's'}): accuracy measures it alone"]
     warnings = []
     missing = sorted(seen - set(counts), key=_class_key)
     if missing:
         warnings.append(
-            f"the test split holds no sample of {len(missing)} class(es) the training split has "
-            f"({_listed(missing)}): accuracy says nothing about them"
+            f"test split lacks {len(missing)} class(es) the training split has ({_listed(missing)}): "
+            "accuracy says nothing of them"
         )
     few = {c: k for c, k in counts.items() if k < HANDFUL}
     if few:
         shown = _listed([f"{c}: {k}" for c, k in sorted(few.items(), key=lambda ck: _class_key(ck[0]))])
         warnings.append(
-            f"the test split holds fewer than {HANDFUL} samples of {len(few)} of its {len(counts)} classes "
-            f"({shown}): their share of the accuracy is a rough figure"
+            f"test split has under {HANDFUL} samples of {len(few)} of its {len(counts)} classes ({shown}): "
+            "a rough accuracy"
         )
     return warnings
 

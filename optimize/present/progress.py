@@ -123,7 +123,7 @@ class _Fitted(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         from optimize.core.shown import wrap
 
-        return wrap(super().format(record))
+        return wrap(super().format(record), hang=4)
 
 
 def _shown(record: logging.LogRecord) -> bool:

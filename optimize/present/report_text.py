@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from optimize.core.results import FEW_SAMPLES, PHASES, Candidate, Metrics, Study, labelled
 from optimize.core.shown import clip
-from optimize.core.vocab import Delegate, Target
+from optimize.core.vocab import TARGET_DELEGATE, Delegate, Target
 from optimize.decide.advice import describe
 from optimize.decide.guard import has_labelled_goal, unlabelled_outputs
 from optimize.delegates.observe import OBSERVED
@@ -30,11 +31,44 @@ REASON_CHARS = 240  # a zoo's failure reason, cut at a word (study.json keeps it
 OBSERVED_GPU = OBSERVED[Delegate.GPU]
 
 
+class _Trimmed:
+    """stdout as a rich console writes to it, less the blanks rich leaves at the end of a line (a centred
+    title's padding, the space a wrapped line broke at): nothing a reader sees, and noise in a pipe or a diff."""
+
+    _END = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)(?=\n)")
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(self._END.sub(r"\1", text))
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def _console(width: int | None = None):
     """A console at the terminal's width (COLUMNS, else 80 when not a terminal), or the width asked."""
+    import sys
+
     from rich.console import Console
 
-    return Console(width=width, soft_wrap=False)
+    return Console(width=width, soft_wrap=False, file=_Trimmed(sys.stdout))
+
+
+def _lines(con, text: str, hang: int = 0, style: str = "") -> None:
+    """Plain program text (names in it shown, never obeyed), wrapped at spaces to the console's width with
+    its continuation lines `hang` columns in (rich would start them at column 0); `style` colours it where
+    colour shows."""
+    from rich.text import Text
+
+    from optimize.core.shown import escape, wrap
+
+    lines = wrap(escape(text), con.width, hang=hang).split("\n")
+    # a path is never split: one too long to stand indented stands at column 0, where it fits if anything does
+    text = "\n".join(line.lstrip() if len(line) > con.width else line for line in lines)
+    con.print(Text(text, style=style), soft_wrap=True, highlight=False)
 
 
 def _wrote(con, text: str) -> None:
@@ -112,21 +146,29 @@ class _Base:
         return cls(m.size, baseline.p50_ms, m.accuracy.mae if m.accuracy else None)
 
 
+def _thin(c: Candidate) -> str:
+    """A star on accuracy measured on fewer than FEW_SAMPLES test samples (a 5-sample file tests on one)."""
+    a = c.metrics.accuracy
+    return "*" if a is not None and a.samples < FEW_SAMPLES else ""
+
+
 def _accuracy(c: Candidate, base: _Base) -> str:
     a = c.metrics.accuracy
     if a is None:
         return "-"
-    return _pct(a.top1) if a.top1 is not None else (f"MAE {a.mae:.4g}" if a.mae is not None else "-")
+    shown = _pct(a.top1) if a.top1 is not None else (f"MAE {a.mae:.4g}" if a.mae is not None else "-")
+    return shown + _thin(c) if shown != "-" else shown
 
 
 def _delta(c: Candidate, base: _Base) -> str:
     """Classification: the top-1 change in points; regression: the error as a multiple of float32's."""
     m = c.metrics
     if m.error_ratio is not None:
-        return f"x{m.error_ratio:.2f}"
+        return f"x{m.error_ratio:.2f}" + _thin(c)
     if m.accuracy is not None and m.accuracy.mae is not None:
-        return f"x{m.accuracy.mae / base.mae:.2f}" if base.mae else "-"
-    return _pct(m.accuracy_delta, signed=True)
+        return f"x{m.accuracy.mae / base.mae:.2f}" + _thin(c) if base.mae else "-"
+    shown = _pct(m.accuracy_delta, signed=True)
+    return shown + _thin(c) if shown != "-" else shown
 
 
 def _few(c: Candidate) -> str:
@@ -160,7 +202,7 @@ def _size_x(c: Candidate, base: _Base) -> str:
     if base.size is not None:
         return _ratio(c.metrics.size.bytes, base.size.bytes)
     comp = c.composition
-    return f"w{comp.shrink:.2f}" if comp is not None and comp.float32_equivalent_bytes else "-"
+    return f"{comp.shrink:.2f}" if comp is not None and comp.float32_equivalent_bytes else "-"
 
 
 def _float_ops(c: Candidate, base: _Base) -> str:
@@ -323,6 +365,8 @@ def candidates_tables(
     """The candidates as rich Tables that fit `width` columns, and the names of the columns left out.
     With `wide` every column is shown, in as many tables as it takes to fit."""
     columns = _columns(cands, width, wide)
+    if baseline is None:  # one run's candidate: its size ratio is of weight bytes, named apart from "x"
+        columns = [replace(c, header="w x", name="weights x") if c.label == "size x" else c for c in columns]
     cells = _cells(cands, columns, _Base.of(baseline))
     if width is None:
         return [_table(cands, columns, cells, list(range(len(columns))), title)], []
@@ -348,36 +392,77 @@ def _print_tables(con, cands: list[Candidate], baseline: Candidate | None, title
         con.print(f"Left out at {con.width} columns: {', '.join(dropped)}; --wide shows every column.")
 
 
+#: The targets the sweep's closing summary answers for, in the order it lists them.
+SHIP_TARGETS = (Target.CPU, Target.GPU, Target.COREML, Target.NNAPI, Target.HEXAGON, Target.MCU)
+#: An output folder longer than this is said once above the files, which are then named alone.
+SHORT_FOLDER = 24
+
+
 def next_steps(study: Study, folder: Path | None) -> list[str]:
-    """What to do after a sweep: the best candidate per common target (within the default guard, whose
-    warnings are red and start with WARNING), and the commands that go further. Lines are rich markup."""
+    """What to do after a sweep, as plain lines: the commands that go further, then the file to ship for
+    every common target (the smallest candidate it runs fully, within the default guard), or what keeps
+    each candidate off it; then the guard's warnings (lines that start with WARNING)."""
     from optimize.decide.choose import recommend
 
     where = str(Path(folder) / "study.json") if folder else "study.json"
-    lines, warnings, guard = [], [], None
-    for target in (Target.CPU, Target.GPU, Target.COREML, Target.NNAPI, Target.HEXAGON, Target.MCU):
+    # files by their path while it is short enough to copy from the line, else by name, the folder said once
+    by_name = folder is not None and len(str(folder)) > SHORT_FOLDER
+    ship, warnings, guard = [], [], None
+    for target in SHIP_TARGETS:
         rec = recommend(study, target, folder=folder)
         guard = guard or rec.guard
-        if rec.chosen:
-            keep = " (keep the float32 file)" if rec.keep_float32 else ""
-            lines.append(f"  {target:8} {esc(rec.chosen)}{keep}")
-        elif rec.guard and rec.warnings:
-            lines.append(f"  {target:8} none passes the default guard")
-        else:  # every target is listed: one that runs nothing fully says so
-            lines.append(f"  {target:8} none it runs fully")
+        ship.append(f"  {target:8} {_ship(study, target, rec, None if by_name else folder)}")
         warnings += [w for w in rec.warnings if w not in warnings]
-    lines += [f"[red]WARNING: {esc(w)}[/red]" for w in warnings]
-    lines.append(f"Next: optimize recommend {esc(where)} --target T   (why, and what else)")
-    lines.append(f"      optimize report {esc(where)}   (report.md, report.html, plots)")
-    if len(lines) <= 2:
-        return lines
     within = f"within the default guard ({guard}; no accuracy goal given)" if guard else "no accuracy goal given"
-    return [f"Smallest candidate each target runs fully, {within}:"] + lines
+    return [
+        f"Next: optimize recommend {where} --target T   (why, and what else)",
+        f"      optimize report {where}   (report.md, report.html, plots)",
+        f"What to ship{f' (in {folder})' if by_name else ''}: the smallest file each target runs fully, {within}:",
+        *ship,
+        *(f"WARNING: {w}" for w in warnings),
+    ]
+
+
+def _ship(study: Study, target: Target, rec, folder: Path | None) -> str:
+    """One target's answer: the file and why in a few words, or why nothing is (the default guard, or the
+    blocker of the candidate that comes closest to running fully)."""
+    if rec.keep_float32:
+        keep = rec.keep_float32 if folder is not None else Path(rec.keep_float32).name
+        return f"{keep} (keep the float32 file: nothing smaller passes)"
+    if rec.chosen:
+        c = study.candidate(rec.chosen)
+        base = next((b for b in study.candidates if b.name == study.baseline), None)
+        path = Path(folder) / c.artifact if folder and c.artifact else Path(c.artifact or f"{c.name}.tflite")
+        b = _Base.of(base)
+        ratio = f"{_ratio(c.metrics.size.bytes, b.size.bytes if b.size else None)}x float32's size"
+        has_labels = c.metrics.accuracy is not None
+        quality = f"Δ {_delta(c, b)}" if has_labels else f"rel err {_rel_err(c, b)}"
+        return f"{path} ({c.name}: {ratio}, {quality})"
+    if rec.guard and rec.warnings:
+        return "none passes the default guard (see WARNING below)"
+    return f"nothing runs fully on {target}: {_blocker(study, target, rec)}"
+
+
+def _blocker(study: Study, target: Target, rec) -> str:
+    """Why no candidate runs fully on the target: for a delegate's target, the candidate it takes most of
+    and the first node it leaves on the CPU (or its veto); else the first rejection."""
+    reasons = {r.candidate: r.reason for r in rec.rejected}
+    delegate = TARGET_DELEGATE.get(target)
+    reports = [(c, c.delegates[delegate]) for c in study.candidates if c.ok and delegate in c.delegates]
+    if reports:
+        c, r = max(reports, key=lambda cr: cr[1].nodes_delegated / max(cr[1].nodes_total, 1))
+        if r.verdict != "full" or c.name not in reasons:
+            first = r.vetoed or (f"{r.cpu_nodes[0].op}: {r.cpu_nodes[0].reason}" if r.cpu_nodes else r.verdict)
+            return f"{c.name} comes closest ({r.nodes_delegated}/{r.nodes_total} nodes); {first}"
+        return f"{c.name}: {reasons[c.name]}"
+    if rec.rejected:
+        return f"{rec.rejected[0].candidate}: {rec.rejected[0].reason}"
+    return rec.headline or "no candidate was measured"
 
 
 def legend(cands: list[Candidate], baseline: Candidate | None) -> list[str]:
     """What the table's columns mean, in plain words (nothing in the table depends on colour)."""
-    lines = [_latency_legend(cands, baseline), _fidelity_legend(cands)]
+    lines = [_latency_legend(cands, baseline), _fidelity_legend(cands), _thin_legend(cands)]
     if any(c.ok and c.islands for c in cands):
         lines.append("float = ops computing on float tensors, of all ops (float islands: each listed below, with why).")
     if any(c.delegates for c in cands):
@@ -396,15 +481,24 @@ def legend(cands: list[Candidate], baseline: Candidate | None) -> list[str]:
     return [line for line in lines if line]
 
 
+def _thin_legend(cands: list[Candidate]) -> str:
+    """What a star on acc and Δ means, when a candidate's accuracy comes from a thin test split."""
+    thin = sorted({c.metrics.accuracy.samples for c in cands if c.ok and _thin(c)})
+    if not thin:
+        return ""
+    n = f"{thin[0]}" if len(thin) == 1 else f"{thin[0]}-{thin[-1]}"
+    return f"* on acc and Δ = measured on {n} test sample(s), fewer than {FEW_SAMPLES}: a rough figure."
+
+
 def _latency_legend(cands: list[Candidate], baseline: Candidate | None) -> str:
     lat = baseline.metrics.latency if baseline is not None and baseline.ok else None
     if lat is not None:
         return (
             f"Latency: {lat.runtime}, {lat.threads} threads, p50 of {lat.runs} runs after {lat.warmup_runs} "
-            f"warm-up. x = ratio to {baseline.name}."
+            f"warm-up. x = the figure to its left over {baseline.name}'s."
         )
     if any(c.ok and c.composition for c in cands):
-        return "x = weight bytes over the same weights in float32 (w0.25: a quarter)."
+        return "w x = the weights' bytes over the same weights in float32 (0.25: a quarter)."
     return ""
 
 
@@ -446,15 +540,24 @@ def _others_legend(fid: list, others: list[str]) -> str:
     )
 
 
-def _print_outcome(con, c: Candidate, baseline: Candidate | None = None) -> None:
+def _print_outcome(con, c: Candidate, baseline: Candidate | None = None, notes: bool = True) -> None:
     if c.error:
-        con.print(f"[red]{esc(c.name)} failed:[/red] {esc(c.error)}")
-    for note in dict.fromkeys(c.notes):  # each note once (a candidate and its reference may both say it)
-        con.print(f"[dim]{esc(c.name)}: {esc(note)}[/dim]")
+        _lines(con, f"{c.name} failed: {c.error}", hang=2, style="red")
+    for note in dict.fromkeys(c.notes) if notes else ():  # each once (a candidate and its reference may say it)
+        _lines(con, f"{c.name}: {note}", hang=2, style="dim")
     if c.ok and c.islands:
         con.print(f"{esc(c.name)}: float islands: {esc(island_cost(c, baseline))}")
         for group in island_groups(c)[:6]:
             con.print(f"  {esc(group)}")
+
+
+def _grouped_notes(cands: list[Candidate]) -> list[tuple[list[str], str]]:
+    """Each note once, with every candidate that says it (four int8 chains quantized alike say the same)."""
+    said: dict[str, list[str]] = {}
+    for c in cands:
+        for note in dict.fromkeys(c.notes):
+            said.setdefault(note, []).append(c.name)
+    return [(names, note) for note, names in said.items()]
 
 
 def print_study(study: Study, folder: Path | None = None, wide: bool = False, width: int | None = None) -> None:
@@ -470,13 +573,22 @@ def print_study(study: Study, folder: Path | None = None, wide: bool = False, wi
     for line in legend(study.candidates, base):
         con.print(esc(line))
     for c in study.candidates:
-        _print_outcome(con, c, base)
+        _print_outcome(con, c, base, notes=False)
+    for names, note in _grouped_notes(study.candidates):
+        _lines(con, f"{', '.join(names)}: {note}", hang=2, style="dim")
     if folder:
         written = [c for c in study.candidates if c.artifact and (Path(folder) / c.artifact).is_file()]
         _wrote(con, f"Wrote {len(written)} artifact(s) and {Path(folder) / 'study.json'}")
     if any(c.ok for c in study.candidates):
-        for line in next_steps(study, folder):
-            con.print(line)  # rich markup, its names escaped
+        _print_next_steps(con, study, folder)
+
+
+def _print_next_steps(con, study: Study, folder: Path | None) -> None:
+    """next_steps, each line wrapped under its own text; the guard's warnings red where colour shows."""
+    for line in next_steps(study, folder):
+        warning = line.startswith("WARNING:")
+        hang = len("WARNING: ") if warning else 11 if line.startswith("  ") else 6
+        _lines(con, line, hang=hang, style="red" if warning else "")
 
 
 def phase_lines(cands: list[Candidate], study: Study | None = None) -> list[str]:
@@ -532,14 +644,18 @@ def print_candidates(
 
 def print_metrics(name: str, m: Metrics) -> None:
     con = _console()
+
+    def say(text: str) -> None:  # a wrapped line continues under the figures, not at column 0
+        _lines(con, text, hang=len("  accuracy  "))
+
     con.print(f"[bold]{esc(name)}[/bold]")
-    con.print(f"  size      {m.size.bytes:,} bytes ({m.size.gzip_bytes:,} gzipped)")
+    say(f"  size      {m.size.bytes:,} bytes ({m.size.gzip_bytes:,} gzipped)")
     if m.accuracy:
         a = m.accuracy
         if a.top1 is not None:
-            con.print(f"  accuracy  top-1 {_pct(a.top1)}, top-{a.k} {_pct(a.topk)} on {a.samples} samples")
+            say(f"  accuracy  top-1 {_pct(a.top1)}, top-{a.k} {_pct(a.topk)} on {a.samples} samples")
         else:
-            con.print(f"  accuracy  MAE {a.mae:.5g} on {a.samples} samples")
+            say(f"  accuracy  MAE {a.mae:.5g} on {a.samples} samples")
     if m.fidelity:
         for o in m.fidelity.outputs:
             rel = f", rel err {_pct(o.relative_error)}" if o.relative_error is not None else ""
@@ -547,21 +663,21 @@ def print_metrics(name: str, m: Metrics) -> None:
             agree += (
                 f", decisions at 0.5 agree {_pct(o.decision_agreement)}" if o.decision_agreement is not None else ""
             )
-            con.print(
-                f"  fidelity  {esc(o.name)}: |diff| mean {o.mean_abs_diff:.4g}, std {o.std_abs_diff:.4g}, "
-                f"max {o.max_abs_diff:.4g}{rel}{agree} vs {esc(m.fidelity.reference)}"
+            say(
+                f"  fidelity  {o.name}: |diff| mean {o.mean_abs_diff:.4g}, std {o.std_abs_diff:.4g}, "
+                f"max {o.max_abs_diff:.4g}{rel}{agree} vs {m.fidelity.reference}"
             )
         if m.fidelity.top1_agreement is not None and not any(o.top1_agreement is not None for o in m.fidelity.outputs):
-            con.print(f"            top-1 agreement {_pct(m.fidelity.top1_agreement)}")
+            say(f"            top-1 agreement {_pct(m.fidelity.top1_agreement)}")
     if m.latency:
         lt = m.latency
-        con.print(
+        say(
             f"  latency   p50 {lt.p50_ms:.3f} ms, p90 {lt.p90_ms:.3f}, mean {lt.mean_ms:.3f} ± {lt.std_ms:.3f} "
             f"({lt.runs} runs, {lt.threads} threads, XNNPACK {'on' if lt.xnnpack else 'off'}); "
             f"init {lt.init_ms:.1f} ms, first {lt.first_ms:.2f} ms [{lt.runtime}]"
         )
     if m.memory:
-        con.print(f"  memory    peak {_kb(m.memory.peak_rss_bytes)} ({m.memory.method})")
+        say(f"  memory    peak {_kb(m.memory.peak_rss_bytes)} ({m.memory.method})")
 
 
 def debug_lines(report, width: int = 80, top: int = 25) -> list[str]:
@@ -625,24 +741,34 @@ def print_debug(report, width: int | None = None) -> None:
         con.print(esc(line), highlight=False, soft_wrap=False)
 
 
-def format_advice(advice) -> str:
-    """The decision tree's answer as terminal text."""
+def _recipe_lines(toml: str | None, recipe: bool) -> list[str]:
+    """The chosen pipeline's recipe as TOML where asked for (`--recipe`), else one line saying how to get it:
+    the advice reads on without 25 lines of TOML in the middle."""
+    if not toml:
+        return []
+    if recipe:
+        return ["", "Recipe (save it as a .toml file: `optimize run FILE MODEL` runs it):", "", toml.rstrip()]
+    return ["", "Its recipe, as TOML for `optimize run`: add --recipe."]
+
+
+def format_advice(advice, recipe: bool = False) -> str:
+    """The decision tree's answer as terminal text (`recipe`: with the pipeline's TOML recipe, at the end)."""
     lines = [f"Target: {advice.target}", "", "Decision path:"]
     for i, q in enumerate(advice.path, 1):
         lines.append(f"  {i}. {q.question} {q.answer} -> {q.decided}")
-    lines += ["", f"Recommended pipeline: {describe(advice.pipeline)}", "", advice.recipe_toml.rstrip()]
+    lines += ["", f"Recommended pipeline: {describe(advice.pipeline)}"]
     if advice.alternatives:
         lines += ["", "Alternatives:"] + [f"  - {a}" for a in advice.alternatives]
     if advice.facts:
         lines += ["", "Good to know:"] + [f"  - {f}" for f in advice.facts]
+    lines += _recipe_lines(advice.recipe_toml, recipe)
     return "\n".join(lines) + "\n"
 
 
 def _answer(rec) -> list[str]:
-    """The measured answer: the choice (or why there is none), its recipe or the float32 file to keep, why
-    it differs from the rule of thumb, the default guard's warnings (in words: `WARNING:`), what to try."""
+    """The measured answer: the choice (or why there is none) or the float32 file to keep, why it differs
+    from the rule of thumb, the default guard's warnings (in words: `WARNING:`), what to try."""
     lines = [rec.headline or (f"Chosen from measurements: {rec.chosen}" if rec.chosen else "No choice.")]
-    lines += ["", rec.chosen_recipe_toml.rstrip()] if rec.chosen_recipe_toml and not rec.keep_float32 else []
     lines += [""] + [f"Why: {w}" for w in rec.why] if rec.why else []
     lines += [""] + [f"WARNING: {w}" for w in rec.warnings] if rec.warnings else []
     lines += ["", "What to try:"] + [f"  - {t}" for t in rec.to_try] if rec.to_try else []
@@ -661,12 +787,13 @@ def _heading(rec) -> list[str]:
     return lines
 
 
-def format_recommendation(rec) -> str:
-    """A recommendation (or bare advice) as terminal text: path, pipeline, choice, ranking, rejections, facts."""
+def format_recommendation(rec, recipe: bool = False) -> str:
+    """A recommendation (or bare advice) as terminal text: path, pipeline, choice, ranking, rejections, facts;
+    the chosen recipe's TOML only with `recipe` (else a line saying how to ask for it)."""
     from optimize.decide.advice import Advice
 
     if isinstance(rec, Advice):
-        return format_advice(rec)
+        return format_advice(rec, recipe)
     adv = rec.advice
     lines = _heading(rec) + ["", "Decision path (rule of thumb):"]
     lines += [f"  {i}. {q.question} {q.answer} -> {q.decided}" for i, q in enumerate(adv.path, 1)]
@@ -675,13 +802,15 @@ def format_recommendation(rec) -> str:
     lines += ["", *_answer(rec)]
     if len(rec.ranked) > 1:
         lines += ["", "Also eligible, in order: " + ", ".join(rec.ranked[1:])]
-    lines += ["", "Pareto front (size, latency, accuracy): " + (", ".join(rec.pareto) or "none")]
+    if rec.pareto:
+        lines += ["", f"Pareto front of what runs on {rec.target} (size, latency, accuracy): " + ", ".join(rec.pareto)]
     if rec.rejected:
         lines += ["", "Rejected:"] + [f"  - {r.candidate}: {r.reason}" for r in rec.rejected]
     if rec.alternatives:
         lines += ["", "Alternatives:"] + [f"  - {a}" for a in rec.alternatives]
     if rec.facts:
         lines += ["", "Good to know:"] + [f"  - {f}" for f in rec.facts]
+    lines += _recipe_lines(None if rec.keep_float32 else rec.chosen_recipe_toml, recipe)
     return "\n".join(lines) + "\n"
 
 

@@ -33,8 +33,8 @@ from optimize.models.source import FLAT_KINDS
 from optimize.models.spec import integer_io_note
 from optimize.transforms.tflite import calibrator, graphfix, repair
 from optimize.transforms.tflite.isolate import isolated
-from optimize.transforms.tflite.quantizer import quiet as _quiet
-from optimize.transforms.tflite.quantizer import recipe as _recipe
+from optimize.transforms.tflite.quantizer_setup import quiet as _quiet
+from optimize.transforms.tflite.quantizer_setup import recipe as _recipe
 from optimize.transforms.tflite.session import Session
 
 RECIPES = {

@@ -31,7 +31,7 @@ from optimize.core.paths import write_atomic
 from optimize.core.registry import Context
 from optimize.core.vocab import Precision
 from optimize.transforms.tflite.isolate import QuantizerCrashed, isolated
-from optimize.transforms.tflite.quantizer import calibrate, quiet, recipe
+from optimize.transforms.tflite.quantizer_setup import calibrate, quiet, recipe
 
 
 def scope_regex(tensor_name: str) -> str:

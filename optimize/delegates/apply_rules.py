@@ -4,7 +4,7 @@ Per subgraph (validation subgraphs skipped): the per-node decision (with the FP1
 DEQUANTIZE folding where the delegate uses it), the dynamic-tensor veto, partitioning, selection of the
 largest partitions, then the second stage: the delegate building its graph from the chosen partitions,
 where the first node that fails fails the whole delegation (`BUILD_FAILURE`: the report names that node,
-and says how many nodes the delegate would otherwise have taken). The engine calls the `DelegateRules`
+and says how many nodes the delegate would otherwise have taken). `run_rules` calls the `DelegateRules`
 protocol only; facts every delegate needs (dynamic tensors, the model's scheme) are computed once per
 model in `ModelFacts` and shared.
 """

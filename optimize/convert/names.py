@@ -51,32 +51,55 @@ def readable(name: str) -> str:
 
 def clean(content: bytes) -> bytes:
     """The .tflite with readable tensor names (see the module docstring); the same bytes when none changes."""
-    from optimize.models.normalize import _load, _save, _schema
+    from optimize.models.normalize import _load, _save
 
     model = _load(content)
-    s = _schema()
-    codes = {v: k for k, v in vars(s.BuiltinOperator).items() if not k.startswith("_")}
     changed = False
     for sg in model.subgraphs or []:
-        keep = set(sg.inputs if sg.inputs is not None else []) | set(sg.outputs if sg.outputs is not None else [])
-        producer = {int(t): op for op in sg.operators or [] for t in (op.outputs if op.outputs is not None else [])}
-        names = [t.name.decode() if isinstance(t.name, bytes) else str(t.name or "") for t in sg.tensors]
-        taken = set(names)
-        for i, t in enumerate(sg.tensors):
-            if i in keep:
-                continue
-            new = readable(names[i])
-            if new.startswith(";") or not new:
-                op = producer.get(i)
-                code = model.operatorCodes[op.opcodeIndex] if op is not None else None
-                what = codes.get(max(code.builtinCode or 0, code.deprecatedBuiltinCode or 0), "op") if code else "op"
-                new = what.lower() + (new or ";")
-            if new == names[i]:
-                continue
-            base, k = new, 2
-            while new in taken:  # fused ops of one module share its path: numbered apart
-                new, k = f"{base}#{k}", k + 1
-            taken.add(new)
-            t.name = new
-            changed = True
+        changed |= _rename(model, sg)
     return _save(model) if changed else content
+
+
+def _text(name) -> str:
+    return name.decode() if isinstance(name, bytes) else str(name or "")
+
+
+def _op_name(model, op) -> str:
+    """A builtin op's name in lower case (`softmax`), for a tensor whose name says nothing else."""
+    from optimize.models.normalize import _schema
+
+    codes = {v: k for k, v in vars(_schema().BuiltinOperator).items() if not k.startswith("_")}
+    if op is None:
+        return "op"
+    code = model.operatorCodes[op.opcodeIndex]
+    return codes.get(max(code.builtinCode or 0, code.deprecatedBuiltinCode or 0), "op").lower()
+
+
+def _ints(values) -> list:
+    return [] if values is None else list(values)
+
+
+def _rename(model, sg) -> bool:
+    """Readable names for one subgraph's tensors (its inputs and outputs kept); whether any changed."""
+    keep = {int(i) for i in _ints(sg.inputs)} | {int(i) for i in _ints(sg.outputs)}
+    producer = {int(t): op for op in sg.operators or [] for t in _ints(op.outputs)}
+    names = [_text(t.name) for t in sg.tensors]
+    taken = set(names)
+    changed = False
+    for i, t in enumerate(sg.tensors):
+        new = readable(names[i]) if i not in keep else names[i]
+        if not new or new.startswith(";"):
+            new = _op_name(model, producer.get(i)) + (new or ";")
+        if new != names[i]:
+            t.name = _unique(new, taken)
+            changed = True
+    return changed
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """`name`, or `name#2`, `name#3`, ... where it is taken (fused ops of one module share its path)."""
+    new, k = name, 2
+    while new in taken:
+        new, k = f"{name}#{k}", k + 1
+    taken.add(new)
+    return new

@@ -392,6 +392,17 @@ def _pad_operands(node: OnnxNode, graph: OnnxGraph):
     return pads, float(v.reshape(-1)[0]) if v is not None and v.size else 0.0, ax.tolist() if ax is not None else None
 
 
+def _pad_gathers(node: OnnxNode, shp, padded: list[int], begin: dict, end: dict, crop, mode: str):
+    """(axis, source positions) per padded axis, for reflect/edge/wrap padding F.pad cannot lower."""
+    if shp is None:
+        raise ConversionError(f"{where(node)}: {mode} padding of axis {padded[0]} needs the input's static shape")
+    sizes = [shp[ax] - next((lo + hi for a, lo, hi in crop if a == ax), 0) for ax in range(len(shp))]
+    bad = [ax for ax in padded if mode == "reflect" and max(begin.get(ax, 0), end.get(ax, 0)) >= sizes[ax]]
+    if bad:
+        raise ConversionError(f"{where(node)}: reflect padding of axis {bad[0]} is as long as the axis itself")
+    return [(ax, pad_index(sizes[ax], max(begin.get(ax, 0), 0), max(end.get(ax, 0), 0), mode)) for ax in padded]
+
+
 @register("Pad")
 def _pad(node: OnnxNode, graph: OnnxGraph):
     pads, value, axes = _pad_operands(node, graph)
@@ -410,14 +421,7 @@ def _pad(node: OnnxNode, graph: OnnxGraph):
     padded = [ax for ax in range(rank) if begin.get(ax, 0) > 0 or end.get(ax, 0) > 0]
     span = rank - min(padded, default=rank)  # F.pad pads the last `span` axes
     if mode != "constant" and padded and not (span <= 3 and rank - span >= 2):
-        if shp is None:
-            raise ConversionError(f"{where(node)}: {mode} padding of axis {padded[0]} needs the input's static shape")
-        sizes = [shp[ax] - next((lo + hi for a, lo, hi in crop if a == ax), 0) for ax in range(rank)]
-        bad = [ax for ax in padded if mode == "reflect" and max(begin.get(ax, 0), end.get(ax, 0)) >= sizes[ax]]
-        if bad:
-            raise ConversionError(f"{where(node)}: reflect padding of axis {bad[0]} is as long as the axis itself")
-        gathers = [(ax, pad_index(sizes[ax], max(begin.get(ax, 0), 0), max(end.get(ax, 0), 0), mode)) for ax in padded]
-        return result(Pad([], mode, value, crop, gathers), node, 0)
+        return result(Pad([], mode, value, crop, _pad_gathers(node, shp, padded, begin, end, crop, mode)), node, 0)
     torch_pads: list[int] = []
     for ax in range(rank - 1, min(padded, default=rank - 1) - 1, -1):  # F.pad: last dimension first
         torch_pads += [max(begin.get(ax, 0), 0), max(end.get(ax, 0), 0)]

@@ -304,6 +304,16 @@ def _static(d: Declared, where: str) -> tuple[tuple[int, ...], str]:
     return tuple(d.dims), "batch" if d.dims and d.dims[0] == 1 else "whole"
 
 
+def _fixed(d: Declared, shape: tuple[int, ...]) -> list[str]:
+    """The fact that a dynamic dimension of a program's input was fixed to the data's shape (or none)."""
+    if d.dims is None or all(v is not None for v in d.dims):
+        return []
+    return [
+        f"input {d.name} {_dims(d.dims)} fixed to {list(shape)} (dynamic in the program: converted at the data's "
+        "shape, which the .tflite then takes)"
+    ]
+
+
 def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where: str, say_fixed: bool = True) -> Plan:
     """Every input's sample shape and role (see the module docstring), what is frozen, what goes NHWC.
     `say_fixed`: a dynamic dimension the data fixes is one of the plan's facts (an ONNX graph's normaliser
@@ -319,11 +329,7 @@ def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where
             continue
         shape, axis = _sample_axis(d, tuple(rows.shape[1:]), where) if rows is not None else _static(d, where)
         _fits(d, shape, where)
-        if say_fixed and d.dims is not None and any(v is None for v in d.dims):
-            plan.facts.append(
-                f"input {d.name} {_dims(d.dims)} fixed to {list(shape)} (dynamic in the program: converted at the "
-                "data's shape, which the .tflite then takes)"
-            )
+        plan.facts += _fixed(d, shape) if say_fixed else []
         last = Layout(layout) is Layout.CHANNELS_LAST and axis == "batch" and len(shape) == 4
         dtype = str(rows.dtype) if rows is not None and not np.issubdtype(rows.dtype, np.floating) else d.dtype
         plan.inputs.append(

@@ -89,11 +89,16 @@ def check_delegates(
         report = observe_gpu(model)
         if report is not None:
             out[OBSERVED[name]] = report
-    moved = [op for g in facts.model.subgraphs for op in g.ops if op.name == "TRANSPOSE"]
+    return _with_transposes(out, facts.model)
+
+
+def _with_transposes(out: dict[str, DelegateReport], model) -> dict[str, DelegateReport]:
+    """The reports with the model's TRANSPOSE count, and how many of them change an image layout."""
+    moved = [op for g in model.subgraphs for op in g.ops if op.name == "TRANSPOSE"]
     if not moved:
         return out
-    spatial = any(op.name in SPATIAL for g in facts.model.subgraphs for op in g.ops)
-    layout = sum(1 for g in facts.model.subgraphs for op in g.ops if op.name == "TRANSPOSE" and _layout_change(g, op))
+    spatial = any(op.name in SPATIAL for g in model.subgraphs for op in g.ops)
+    layout = sum(1 for g in model.subgraphs for op in g.ops if op.name == "TRANSPOSE" and _layout_change(g, op))
     layout = layout if spatial else 0  # an attention model's [0, 2, 3, 1] moves heads, not image channels
     return {k: r.model_copy(update={"transposes": len(moved), "layout_transposes": layout}) for k, r in out.items()}
 

@@ -303,6 +303,24 @@ def _left_float(model, codes) -> list[tuple[int, int]]:
 FLOAT16_MAX = 65504.0
 
 
+def _storable(values: np.ndarray, kind: str, min_elements: int) -> bool:
+    """Whether a float32 weight is stored at `kind`: big enough, finite, and within float16's range for it."""
+    if values.size < min_elements or not np.all(np.isfinite(values)):
+        return False
+    return kind != "float16" or float(np.abs(values).max()) <= FLOAT16_MAX
+
+
+def _stored(model, sg, t, values: np.ndarray, shape: list[int], kind: str) -> int:
+    """A new constant holding `values` as float16, or as int8 (symmetric, one scale per row of the first axis)."""
+    if kind == "float16":
+        return _tensor(sg, f"{_name(t)}/float16", shape, 1, _buffer(model, values.astype(np.float16).tobytes()))
+    rows = values.reshape(shape[0], -1) if len(shape) > 1 else values.reshape(1, -1)
+    scale = np.maximum(np.abs(rows).max(axis=1), 1e-30) / 127.0
+    q = np.clip(np.round(rows / scale[:, None]), -127, 127).astype(np.int8)
+    quant = _quant(scale, np.zeros(len(scale), np.int64), 0)
+    return _tensor(sg, f"{_name(t)}/int8", shape, 9, _buffer(model, q.tobytes()), quant)
+
+
 def weights_behind_dequantize(
     content: bytes, kind: str, min_elements: int = 1024, left_float: bool = False
 ) -> tuple[bytes, int]:
@@ -321,19 +339,10 @@ def weights_behind_dequantize(
         sg = model.subgraphs[si]
         t = sg.tensors[ti]
         values = np.frombuffer(bytes(np.asarray(model.buffers[t.buffer].data, np.uint8)), np.float32)
-        if values.size < min_elements or not np.all(np.isfinite(values)):
-            continue
-        if kind == "float16" and np.abs(values).max() > FLOAT16_MAX:
+        if not _storable(values, kind, min_elements):
             continue
         shape = [int(d) for d in (t.shape if t.shape is not None else [values.size])]
-        if kind == "float16":
-            stored = _tensor(sg, f"{_name(t)}/float16", shape, 1, _buffer(model, values.astype(np.float16).tobytes()))
-        else:
-            rows = values.reshape(shape[0], -1) if len(shape) > 1 else values.reshape(1, -1)
-            scale = np.maximum(np.abs(rows).max(axis=1), 1e-30) / 127.0
-            q = np.clip(np.round(rows / scale[:, None]), -127, 127).astype(np.int8)
-            quant = _quant(scale, np.zeros(len(scale), np.int64), 0)
-            stored = _tensor(sg, f"{_name(t)}/int8", shape, 9, _buffer(model, q.tobytes()), quant)
+        stored = _stored(model, sg, t, values, shape, kind)
         out = _tensor(sg, f"{_name(t)}/dequantized", shape, 0, 0, None, t.shapeSignature)
         for op in sg.operators:
             op.inputs = np.array([out if int(i) == ti else int(i) for i in op.inputs], np.int32)

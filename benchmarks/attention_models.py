@@ -137,8 +137,21 @@ def _keras(folder: Path, ids, mask, y) -> float:
 
 
 def build(name: str, folder: Path) -> tuple[list[Path], Path, float]:
-    """(model files, data, the trained model's test accuracy) for `name` (encoder, bert, keras)."""
+    """(model files, data, the trained model's test accuracy) for `name` (encoder, bert, keras); a model built
+    before in `folder` is reused (`trained.json`)."""
+    import json
+
     folder.mkdir(parents=True, exist_ok=True)
+    done = folder / "trained.json"
+    if done.is_file():
+        made = json.loads(done.read_text())
+        return [Path(p) for p in made["paths"]], Path(made["data"]), made["accuracy"]
+    paths, data_file, accuracy = _build(name, folder)
+    done.write_text(json.dumps({"paths": [str(p) for p in paths], "data": str(data_file), "accuracy": accuracy}))
+    return paths, data_file, accuracy
+
+
+def _build(name: str, folder: Path) -> tuple[list[Path], Path, float]:
     ids, mask, y = data()
     if name == "keras":
         accuracy = _keras(folder, ids, mask, y)

@@ -349,7 +349,8 @@ def run_transformer(name: str, out: Path, jobs: int) -> dict:
         base = next(c for c in study.candidates if c.name == "float32")
         res["files"].append({
             "file": path.name, "seconds": time.perf_counter() - t0,
-            "float32_bytes": base.metrics.size.bytes, "float32_accuracy": base.metrics.accuracy,
+            "float32_bytes": base.metrics.size.bytes,
+            "float32_accuracy": base.metrics.accuracy.top1 if base.metrics.accuracy else None,
             "candidates": [_transformer_figures(c, base, study.float_ms) for c in study.candidates],
         })  # fmt: skip
     return res
@@ -359,9 +360,8 @@ def _transformer_figures(c, base, float_ms: float | None) -> dict:
     f = _figures(c, float_ms, {})
     m = c.metrics
     f["size_ratio"] = m.size.bytes / base.metrics.size.bytes if c.ok and m else None
-    f["accuracy_lost"] = (
-        base.metrics.accuracy - m.accuracy if c.ok and m and m.accuracy is not None and base.metrics.accuracy else None
-    )
+    top1 = base.metrics.accuracy.top1 if base.metrics.accuracy is not None else None
+    f["accuracy_lost"] = top1 - m.accuracy.top1 if c.ok and m and m.accuracy is not None and top1 is not None else None
     return f
 
 

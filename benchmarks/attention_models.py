@@ -127,9 +127,8 @@ def _keras(folder: Path, ids, mask, y) -> float:
     m = keras.ops.cast(mask_in, "float32")[..., None]
     out = keras.layers.Dense(2, name="logits")(keras.ops.sum(h * m, 1) / keras.ops.maximum(keras.ops.sum(m, 1), 1.0))
     model = keras.Model([ids_in, mask_in], out)
-    model.compile(
-        keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True), ["accuracy"]
-    )
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss, metrics=["accuracy"])
     x = [ids.astype(np.int32), mask.astype(np.int32)]
     model.fit([a[:TRAIN] for a in x], y[:TRAIN], epochs=12, batch_size=64, verbose=0)
     model.save(folder / "text.keras")

@@ -370,8 +370,8 @@ def _cell(f: dict | None) -> str:
         return "-"
     if not f["ok"]:
         return "failed: " + (f["error"] or "")[:70]
-    lost = f"{f['accuracy_lost'] * 100:+.2f} pt" if f["accuracy_lost"] is not None else "-"
-    return f"{f['size_ratio']:.2f}x, {lost}, err {_pct(f['rel_err'])}, p50 {f['p50_ratio']:.2f}x"
+    delta = f"{(-f['accuracy_lost'] * 100) or 0.0:+.2f} pt" if f["accuracy_lost"] is not None else "-"
+    return f"{f['size_ratio']:.2f}x, {delta}, err {_pct(f['rel_err'])}, p50 {f['p50_ratio']:.2f}x"
 
 
 def _best_int8(cands: list[dict]) -> dict | None:
@@ -381,9 +381,8 @@ def _best_int8(cands: list[dict]) -> dict | None:
 
 
 TRANSFORMER_HEADER = (
-    "| model | float32 (acc) | float16: size, acc lost, err, p50 | dynamic | best int8 in the guard | int8 (name) |\n"
-    + "|---" * 6
-    + "|"
+    "| model | float32 (acc) | float16: size, top-1 change, err, p50 | dynamic | best int8 in the guard | its name "
+    "| int8-pt2e |\n" + "|---" * 7 + "|"
 )
 
 
@@ -397,7 +396,8 @@ def transformer_table(out: Path) -> str:
             acc = f"{f['float32_accuracy']:.2%}" if f["float32_accuracy"] is not None else "-"
             rows.append(
                 f"| {f['file']} | {f['float32_bytes'] / 1024:.0f} kB ({acc}) | {_cell(by.get('float16'))} | "
-                f"{_cell(by.get('dynamic'))} | {_cell(best)} | {best['name'] if best else '-'} |"
+                f"{_cell(by.get('dynamic'))} | {_cell(best)} | {best['name'] if best else '-'} | "
+                f"{_cell(by.get('int8-pt2e'))} |"
             )
     return TRANSFORMER_HEADER + "\n" + "\n".join(rows)
 

@@ -5,7 +5,8 @@
 
 What runs (issue 26): `--sweeps` sweeps of a mix of models, seeded and built here (a Keras 2 CNN with labels,
 so pruning, clustering and QAT run; a Keras 3 model with labels, so it is rebuilt in tf_keras; a SavedModel and
-a float .tflite of the CNN; and sweeps that fail: a truncated .tflite and data of the wrong shape), all against
+a float .tflite of the CNN; with the torch extra, a PyTorch MLP as a .pt2 and as an .onnx, converted once by the
+front door and then from its cache; and sweeps that fail: a truncated .tflite and data of the wrong shape), all against
 one result cache on moto's S3 server (started here, on 127.0.0.1 only), from `--writers` concurrent writers.
 Writer 0 is one long-lived process calling `optimize.sweep` in a loop (the API: its open files and memory are
 what a leak would grow); the others run each sweep as its own `optimize sweep ... --json` process (the CLI: its
@@ -126,6 +127,40 @@ def build_models(folder: Path) -> dict[str, dict]:
         "tflite": {"model": folder / "cnn.tflite", "data": folder / "digits.npz", "expect": 0, "weight": 3},
         "truncated": {"model": folder / "truncated.tflite", "data": None, "expect": 2, "weight": 1},
         "wrong-data": {"model": folder / "cnn.tflite", "data": folder / "wrong_shape.npz", "expect": 2, "weight": 1},
+        **torch_models(folder, x, y),
+    }
+
+
+def torch_models(folder: Path, x, y) -> dict[str, dict]:
+    """A seeded PyTorch MLP on the same digits (NHWC rows, as the data holds them), trained for a moment, as a
+    torch.export program (.pt2) and as ONNX (the TorchScript exporter: offline); none without the torch extra."""
+    import importlib.util
+    import warnings
+
+    if not all(importlib.util.find_spec(m) for m in ("torch", "litert_torch", "onnx", "onnxruntime", "onnx2torch")):
+        return {}
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    opt = torch.optim.Adam(net.parameters(), 1e-2)
+    xs, ys = torch.from_numpy(x), torch.from_numpy(y)
+    for _ in range(60):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(xs), ys).backward()
+        opt.step()
+    net.eval()
+    sample = (xs[:1],)
+    torch.export.save(torch.export.export(net, sample), str(folder / "mlp.pt2"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation: it is the one that works offline
+        torch.onnx.export(
+            net, sample, str(folder / "mlp.onnx"), dynamo=False, input_names=["x"], output_names=["logits"],
+            dynamic_axes={"x": {0: "batch"}},
+        )  # fmt: skip
+    return {
+        "pt2": {"model": folder / "mlp.pt2", "data": folder / "digits.npz", "expect": 0, "weight": 1},
+        "onnx": {"model": folder / "mlp.onnx", "data": folder / "digits.npz", "expect": 0, "weight": 1},
     }
 
 
@@ -647,7 +682,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--models",
-        help="a subset, comma-separated: keras2, keras3, savedmodel, tflite, truncated, wrong-data (default: all)",
+        help="a subset, comma-separated: keras2, keras3, savedmodel, tflite, truncated, wrong-data, pt2, onnx "
+        "(default: all; pt2 and onnx need the torch extra)",
     )
     ap.add_argument("--keep", help="work in this folder and keep it (logs, outputs)")
     ap.add_argument("--json", action="store_true", help="print the report as one JSON object")

@@ -62,7 +62,12 @@ OBSERVE = typer.Option(
     "--observe",
     help="Also observe these delegates in the runtime where this machine can: gpu (LiteRT's GPU accelerator).",
 )
-TASK = typer.Option(None, "--task", help="What the labels are (default: guessed from the output and labels).")
+TASK = typer.Option(
+    None,
+    "--task",
+    help="What the labels are (default: guessed from the output and labels), or that the outputs are a detector's "
+    "boxes and scores (detections kept against float32's) or a segmentation map (mask IoU).",
+)
 LABEL_OUTPUT = typer.Option(None, "--label-output", help="The output the labels belong to (default: the first).")
 MAX_ERROR_INCREASE = typer.Option(
     None, help="Regression labels: MAE at most this much above float32's, e.g. 0.05 = 5% more."
@@ -73,6 +78,10 @@ MAX_OUTPUT_ERROR = typer.Option(
 MIN_AGREEMENT = typer.Option(
     None, help="Outputs that decide: top-1 (classes) or decisions at 0.5 (sigmoid) agreeing with float32, e.g. 0.98."
 )
+MIN_DETECTIONS_KEPT = typer.Option(
+    None, help="Detectors: share of float32's detections kept (IoU >= 0.5, same class), e.g. 0.95."
+)
+MIN_MASK_IOU = typer.Option(None, help="Segmentation: mask IoU with float32's, e.g. 0.9.")
 CAL_SEED = typer.Option(0, "--calibration-seed", help="Seeds the random choice of calibration samples.")
 TRUST = typer.Option(
     False, "--trust-model-code", help="Load Keras files whose layers carry Python code (Lambda): it will run."
@@ -237,6 +246,8 @@ def sweep(
     max_error_increase: float | None = MAX_ERROR_INCREASE,
     max_output_error: float | None = MAX_OUTPUT_ERROR,
     min_agreement: float | None = MIN_AGREEMENT,
+    min_detections_kept: float | None = MIN_DETECTIONS_KEPT,
+    min_mask_iou: float | None = MIN_MASK_IOU,
     jobs: int | None = typer.Option(
         None, "--jobs", "-j", min=0, help="Worker processes (default: cores, memory permitting; 0: in-process)."
     ),
@@ -281,6 +292,8 @@ def sweep(
         max_output_error=max_output_error,
         max_error_increase=max_error_increase,
         min_agreement=min_agreement,
+        min_detections_kept=min_detections_kept,
+        min_mask_iou=min_mask_iou,
     )
     if mlflow:
         from optimize.present.tracking import check
@@ -697,6 +710,8 @@ def recommend(
     max_error_increase: float | None = MAX_ERROR_INCREASE,
     max_output_error: float | None = MAX_OUTPUT_ERROR,
     min_agreement: float | None = MIN_AGREEMENT,
+    min_detections_kept: float | None = MIN_DETECTIONS_KEPT,
+    min_mask_iou: float | None = MIN_MASK_IOU,
     max_size_bytes: int | None = typer.Option(None, help="Largest acceptable .tflite."),
     max_latency_ms: float | None = typer.Option(None, help="Slowest acceptable p50 latency (host CPU)."),
     objective: Objective = typer.Option(Objective.SIZE, help="Rank by size, latency or accuracy."),
@@ -730,6 +745,8 @@ def recommend(
         max_output_error,
         max_error_increase,
         min_agreement,
+        min_detections_kept,
+        min_mask_iou,
     )
     if study is None:
         advice = advise(

@@ -2,7 +2,8 @@
 the project's own error type, never crash the process, never hang.
 
 Three readers: the flatbuffer validator (`models.tflite.read_model`, shared by compat and every
-other reader), the .tflite normaliser, and the .npz data reader. Mutations are byte flips, truncations
+other reader), the .tflite normaliser, and the .npz data reader; and the PyTorch and ONNX front door
+(issue 37: mutated ONNX graphs and .pt2 archives through `open_inputs`, see below). Mutations are byte flips, truncations
 and, for the flatbuffer, edits of the fields a crafted file aims at (tensor, buffer, opcode and subgraph
 indices, signature maps, shapes, quantization). Every mutant the validator accepts is then loaded,
 allocated and invoked by the LiteRT interpreter in a child process, which must not die of a signal.
@@ -15,14 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import signal
 import subprocess
 import sys
 import zipfile
 
 import numpy as np
+import pytest
 from delegate_fixtures import load_t, op, save_t, tensor, tiny
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from optimize.core.errors import OptimizeError
@@ -250,3 +253,346 @@ def test_the_data_reader_raises_only_data_errors(tmp_path_factory, data):
             load_data(p)
     except OptimizeError:
         pass
+
+
+# ---------------------------------------------------------------------------------------------- the front door
+# Issue 37, item 7: ONNX graphs and .pt2 archives mutated from seeded models (dims, dtypes, external data,
+# attributes, subgraphs; members, JSON, pickles) through the whole front door (`open_inputs`), with torch.export
+# and litert-torch stubbed (every failure of theirs is already one line, and they take seconds each): only
+# OptimizeError or a result, never another exception, never a payload, never a read outside the model (an audit
+# hook watches every open of the planted secret and FIFO). A seeded, bounded run here; a longer one is slow.
+
+DOOR = settings(FUZZ, max_examples=60, deadline=None)
+DOOR_LONG = settings(FUZZ, max_examples=400, deadline=None)
+_OPENED: list[str] = []
+_WATCHING: list[bool] = []
+
+
+def _audit(event: str, args) -> None:
+    if _WATCHING and event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        name = os.fsdecode(args[0])
+        if name.endswith(("secret.bin", "fifo", "environ")):
+            _OPENED.append(name)
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.fixture(scope="module")
+def door(tmp_path_factory):
+    """A folder with a secret and a FIFO (the working folder while the targets run), the data, and a canned
+    .tflite the stubbed converter returns."""
+    import importlib.util
+
+    pytest.importorskip("torch", reason="the torch extra is not installed")
+    if importlib.util.find_spec("onnx2torch") is None:  # not imported here: onnx_ops imports it
+        pytest.skip("the torch extra is not installed")
+    root = tmp_path_factory.mktemp("door")
+    (root / "secret.bin").write_bytes(b"DOOR-SECRET-0000" * 64)
+    os.mkfifo(root / "fifo")
+    np.savez(root / "d.npz", x=np.random.default_rng(0).random((4, 4)).astype(np.float32))
+    old = os.getcwd()
+    os.chdir(root)
+    try:
+        yield root
+    finally:
+        os.chdir(old)
+
+
+def _through_the_door(path, data) -> None:
+    """`open_inputs` on a crafted file, converters stubbed; OptimizeError is the only way out but a result."""
+    from unittest import mock
+
+    from optimize.convert import pytorch
+    from optimize.convert.front import open_inputs
+
+    _WATCHING.append(True)
+    try:
+        with (
+            mock.patch.object(pytorch, "export", lambda *a, **k: None),
+            mock.patch.object(pytorch, "to_tflite", lambda *a, **k: BASE),
+            _no_hang(60),
+        ):
+            open_inputs(path, data)
+        event("converted")
+    except OptimizeError as e:
+        event(f"refused: {' '.join(e.problem.split(':', 1)[-1].split()[:3])}")  # --hypothesis-show-statistics
+    finally:
+        _WATCHING.clear()
+    assert _OPENED == [], _OPENED
+
+
+def _onnx_base() -> bytes:
+    """x [1, 4] -> MatMul(W) -> Add(a Constant) -> If(cond: Identity | Mul by an initializer of its own) -> Relu."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def vi(name, shape):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    rng = np.random.default_rng(0)
+    then = helper.make_graph([helper.make_node("Identity", ["a"], ["b"])], "then", [], [vi("b", [1, 4])])
+    other = helper.make_graph(
+        [helper.make_node("Mul", ["a", "k"], ["b"])], "else", [], [vi("b", [1, 4])],
+        [numpy_helper.from_array(np.full(4, 0.5, np.float32), "k")],
+    )  # fmt: skip
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["m"]),
+        helper.make_node("Constant", [], ["C"], value=numpy_helper.from_array(rng.random(4).astype(np.float32))),
+        helper.make_node("Add", ["m", "C"], ["a"]),
+        helper.make_node("If", ["cond"], ["i"], then_branch=then, else_branch=other),
+        helper.make_node("Relu", ["i"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(rng.random((4, 4)).astype(np.float32), "W"), numpy_helper.from_array(
+        np.array(False), "cond")]  # fmt: skip
+    g = helper.make_graph(nodes, "g", [vi("x", [1, 4])], [vi("y", [1, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def _onnx_tensors(m) -> list:
+    """Every tensor of the seeded graph: initializers, the Constant's value, the else branch's initializer."""
+    out = list(m.graph.initializer)
+    for n in m.graph.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                out.append(a.t)
+            if a.HasField("g"):
+                out.extend(a.g.initializer)
+    return out
+
+
+LOCATIONS = st.sampled_from(["secret.bin", "../secret.bin", "fifo", "/proc/self/environ", "./secret.bin"])
+
+
+@st.composite
+def onnx_mutants(draw) -> bytes:
+    import onnx
+    from onnx import AttributeProto, TensorProto
+
+    data = _ONNX_BASE()
+    kind = draw(st.sampled_from(["dims", "dtype", "external", "attribute", "subgraph", "bytes", "truncate"]))
+    if kind in ("bytes", "truncate"):
+        raw = bytearray(data)
+        if kind == "truncate":
+            return bytes(raw[: draw(st.integers(0, len(raw) - 1))])
+        for _ in range(draw(st.integers(1, 8))):
+            raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
+        return bytes(raw)
+    m = onnx.load_from_string(data)
+    tensors = _onnx_tensors(m)
+    t = tensors[draw(st.integers(0, len(tensors) - 1))]
+    if kind == "dims":
+        dims = st.one_of(st.integers(-2, 8), st.sampled_from([2**31, 2**40, 2**62]))
+        t.dims[:] = draw(st.lists(dims, max_size=4))
+    elif kind == "dtype":
+        t.data_type = draw(st.integers(0, 40))
+    elif kind == "external":
+        t.data_location = draw(st.sampled_from([TensorProto.EXTERNAL, TensorProto.DEFAULT]))
+        for key, value in (("location", draw(LOCATIONS)), ("offset", str(draw(st.integers(0, 64)))), ("length", "16")):
+            e = t.external_data.add()
+            e.key, e.value = key, value
+    elif kind == "attribute":
+        node = m.graph.node[draw(st.integers(0, len(m.graph.node) - 1))]
+        if node.attribute and draw(st.booleans()):
+            a = node.attribute[draw(st.integers(0, len(node.attribute) - 1))]
+            a.type = draw(st.sampled_from(list(AttributeProto.AttributeType.values())))
+            a.name = draw(st.sampled_from([a.name, "value_float", "value_ints", "sparse_value", "x\nerror: forged"]))
+        else:
+            extra = node.attribute.add()
+            extra.name, extra.type = draw(st.sampled_from(["axis", "perm", "to", "value"])), AttributeProto.INT
+            extra.i = draw(st.integers(-(2**40), 2**40))
+    else:  # subgraph: a branch loses or gains a node, or points at the graph it sits in
+        which = draw(st.sampled_from(["then_branch", "else_branch"]))
+        branch = next(a.g for n in m.graph.node for a in n.attribute if a.name == which)
+        choice = draw(st.integers(0, 2))
+        if choice == 0 and branch.node:
+            del branch.node[0]
+        elif choice == 1:
+            branch.node.extend(m.graph.node[:2])
+        else:
+            branch.output[0].name = draw(st.sampled_from(["y", "W", "", "missing"]))
+    return m.SerializeToString()
+
+
+def _ONNX_BASE(_cache: list = []) -> bytes:  # noqa: B006, N802 - built once, on first use (needs onnx)
+    if not _cache:
+        _cache.append(_onnx_base())
+    return _cache[0]
+
+
+def _onnx_target(door, data: bytes) -> None:
+    path = door / "m.onnx"
+    path.write_bytes(data)
+    _through_the_door(path, door / "d.npz")
+
+
+@DOOR
+@given(data=onnx_mutants())
+def test_mutated_onnx_graphs_are_one_line_or_a_result(door, data):
+    _onnx_target(door, data)
+
+
+@pytest.mark.slow
+@DOOR_LONG
+@given(data=onnx_mutants())
+def test_mutated_onnx_graphs_at_length(door, data):
+    _onnx_target(door, data)
+
+
+def test_the_onnx_base_goes_through(door):
+    """The unmutated seed converts (the stubbed converter's .tflite comes back): the fuzzing starts from a
+    file the door accepts."""
+    from unittest import mock
+
+    from optimize.convert import pytorch
+    from optimize.convert.front import open_inputs
+
+    path = door / "base.onnx"
+    path.write_bytes(_ONNX_BASE())
+    with mock.patch.object(pytorch, "export", lambda *a, **k: None), mock.patch.object(
+        pytorch, "to_tflite", lambda *a, **k: BASE
+    ):  # fmt: skip
+        src, _ = open_inputs(path, door / "d.npz")
+    assert src.conversion is not None and src.conversion.source == "onnx"
+
+
+# .pt2 archives
+
+
+def _pt2_base(_cache: list = []) -> bytes:  # noqa: B006 - built once, on first use (needs torch)
+    if not _cache:
+        import tempfile
+
+        import torch
+
+        class Small(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.l = torch.nn.Linear(4, 4)
+                self.register_buffer("c", torch.ones(4))
+
+            def forward(self, x):
+                return torch.relu(self.l(x) + self.c)
+
+        torch.manual_seed(0)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "base.pt2")
+            torch.export.save(torch.export.export(Small().eval(), (torch.zeros(1, 4),)), path)
+            _cache.append(open(path, "rb").read())  # noqa: SIM115
+    return _cache[0]
+
+
+def _payload() -> bytes:
+    """A pickle that would create a marker file if anything unpickled it freely."""
+    import pickle
+
+    class Run:
+        def __reduce__(self):
+            return (exec, ("open('PAYLOAD-RAN', 'w').close()",))
+
+    return pickle.dumps(Run(), protocol=2)
+
+
+TARGETS = st.sampled_from([
+    "torch.serialization.os.system", "builtins.eval", "torch.ops.aten.add.__call__", "#x", "math.sqrt",
+    "torch.ops.aten.relu.default", "torch.ops.aten.linear.default", "_operator.getitem", "torch.ops.load_library.x",
+])  # fmt: skip
+
+
+def _edit_json(draw, doc) -> None:
+    """One edit of a .pt2's JSON: a tensor's sizes, strides, offset or dtype, a node's target, a key dropped."""
+    dicts = [d for d in _dicts(doc)]
+    metas = [d for d in dicts if "sizes" in d and "strides" in d]
+    nodes = [d for d in dicts if "target" in d and "inputs" in d]
+    kind = draw(st.integers(0, 3))
+    value = st.one_of(st.integers(-3, 8), st.sampled_from([2**31, 2**33, 2**62]))
+    if kind == 0 and metas:
+        meta = metas[draw(st.integers(0, len(metas) - 1))]
+        field = draw(st.sampled_from(["sizes", "strides"]))
+        meta[field] = [{"as_int": draw(value)} for _ in range(draw(st.integers(0, 3)))]
+    elif kind == 1 and metas:
+        meta = metas[draw(st.integers(0, len(metas) - 1))]
+        meta[draw(st.sampled_from(["storage_offset", "dtype", "layout"]))] = draw(
+            st.one_of(value, st.just({"as_int": 2**40}), st.just(None))
+        )
+    elif kind == 2 and nodes:
+        nodes[draw(st.integers(0, len(nodes) - 1))]["target"] = draw(TARGETS)
+    elif dicts:
+        d = dicts[draw(st.integers(0, len(dicts) - 1))]
+        if d:
+            d.pop(draw(st.sampled_from(sorted(d))))
+
+
+def _dicts(doc):
+    stack = [doc]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            yield x
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+
+
+@st.composite
+def pt2_mutants(draw) -> bytes:
+    import json
+
+    base = _pt2_base()
+    kind = draw(st.sampled_from(["json", "member bytes", "pickle", "payload", "truncate", "rename", "duplicate"]))
+    if kind == "truncate":
+        return base[: draw(st.integers(0, len(base) - 1))]
+    z = zipfile.ZipFile(io.BytesIO(base))
+    members = {i.filename: z.read(i) for i in z.infolist()}
+    names = sorted(members)
+    out: list[tuple[str, bytes]] = list(members.items())
+    if kind == "json":
+        name = draw(st.sampled_from([n for n in names if n.endswith(".json")]))
+        doc = json.loads(members[name])
+        _edit_json(draw, doc)
+        out = [(n, json.dumps(doc).encode() if n == name else d) for n, d in out]
+    elif kind in ("member bytes", "pickle"):
+        pool = [n for n in names if n.endswith(".pt")] if kind == "pickle" else names
+        name = draw(st.sampled_from(pool))
+        data = bytearray(members[name])
+        for _ in range(draw(st.integers(1, 4))):
+            if data:
+                data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+        out = [(n, bytes(data) if n == name else d) for n, d in out]
+    elif kind == "payload":
+        name = draw(st.sampled_from([n for n in names if n.endswith(".pt") or "/data/" in n]))
+        out = [(n, _payload() if n == name else d) for n, d in out]
+    elif kind == "rename":
+        name = draw(st.sampled_from(names))
+        new = draw(st.sampled_from(["other/" + name.split("/", 1)[1], "../" + name, "/" + name, name + "\nx"]))
+        out = [(new if n == name else n, d) for n, d in out]
+    else:
+        name = draw(st.sampled_from(names))
+        out.append((name, members[name]))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as w, __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("ignore")
+        for n, d in out:
+            w.writestr(zipfile.ZipInfo(n, date_time=(2024, 1, 1, 0, 0, 0)), d)
+    return buf.getvalue()
+
+
+def _pt2_target(door, data: bytes) -> None:
+    path = door / "m.pt2"
+    path.write_bytes(data)
+    _through_the_door(path, door / "d.npz")
+    assert not (door / "PAYLOAD-RAN").exists()
+
+
+@DOOR
+@given(data=pt2_mutants())
+def test_mutated_pt2_archives_are_one_line_or_a_result(door, data):
+    _pt2_target(door, data)
+
+
+@pytest.mark.slow
+@DOOR_LONG
+@given(data=pt2_mutants())
+def test_mutated_pt2_archives_at_length(door, data):
+    _pt2_target(door, data)

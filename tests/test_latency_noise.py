@@ -218,7 +218,7 @@ def test_time_rounds_stops_when_settled_and_not_before_min_rounds(monkeypatch):
     loads: list[str] = []
     monkeypatch.setattr(timing, "model_settled", lambda mine, others: True)
     out = timing.time_rounds(loaders("ab", log, loads), [None, None], warmup=0, runs=30, rounds=15)
-    assert all(r["rounds"] == timing.MIN_ROUNDS for r in out)
+    assert all(r["rounds"] == timing.OVERWHELM_ROUNDS for r in out)  # asked from then on (model_settled decides)
     monkeypatch.setattr(timing, "model_settled", lambda mine, others: False)
     out = timing.time_rounds(loaders("ab", log, loads), [None, None], warmup=0, runs=30, rounds=15)
     assert all(r["rounds"] == 15 and r["runs"] == 30 for r in out)
@@ -233,14 +233,14 @@ def test_a_settled_model_leaves_the_rounds_and_the_others_go_on(monkeypatch):
 
     def first_only(mine, others):
         asked.append(len(mine))
-        return len(asked) == 1  # the first model asked at MIN_ROUNDS settles, no other ever does
+        return len(asked) == 1  # the first model asked (at OVERWHELM_ROUNDS) settles, no other ever does
 
     monkeypatch.setattr(timing, "model_settled", first_only)
     log: list[str] = []
     loads: list[str] = []
     a, b = timing.time_rounds(loaders("ab", log, loads), [None, None], warmup=0, runs=30, rounds=15)
-    assert a["rounds"] == timing.MIN_ROUNDS and b["rounds"] == 15
-    assert loads.count("a") == timing.MIN_ROUNDS and loads.count("b") == 15
+    assert a["rounds"] == timing.OVERWHELM_ROUNDS and b["rounds"] == 15
+    assert loads.count("a") == timing.OVERWHELM_ROUNDS and loads.count("b") == 15
     la = Latency(runtime="x", threads=1, xnnpack=True, init_ms=0, **a)
     lb = Latency(runtime="x", threads=1, xnnpack=True, init_ms=0, **b)
     assert noise.paired(la, lb)
@@ -255,3 +255,15 @@ def test_a_slow_model_keeps_its_interpreter_across_rounds(monkeypatch):
     loads: list[str] = []
     out = timing.time_rounds(loaders("ab", log, loads), [None, None], warmup=0, runs=6, rounds=3, settle=False)
     assert loads == ["a", "b"] and all(r["rounds"] == 3 for r in out)
+
+
+def test_an_overwhelming_pair_is_decided_early_and_a_close_one_not():
+    """A model several times slower than another in every round (int16x8 on reference kernels) is decided from
+    OVERWHELM_ROUNDS rounds on; a pair near the margin, or a model timed alone, still needs MIN_ROUNDS."""
+    n = timing.OVERWHELM_ROUNDS
+    slow, fast = [200.0, 210.0, 190.0][:n], [4.0, 4.1, 3.9][:n]
+    assert timing.model_settled(slow, [fast]) and timing.model_settled(fast, [slow])
+    assert not timing.model_settled([4.0, 4.2, 3.8][:n], [fast])  # the same within noise: more rounds
+    assert not timing.model_settled([200.0, 3.0, 190.0][:n], [fast])  # one round against it: more rounds
+    assert not timing.model_settled(slow, [])  # alone: its own interval, from MIN_ROUNDS on
+    assert timing.OVERWHELM_ROUNDS < timing.MIN_ROUNDS

@@ -74,7 +74,7 @@ def test_label_output_picks_the_regression_head(two_input, tmp_path):
 @pytest.mark.parametrize(
     "arrays, expected",
     [
-        ({"x:image": np.zeros((4, 8, 8, 1), np.float32)}, "no array for the model's input 'features'"),
+        ({"x:image": np.zeros((4, 8, 8, 1), np.float32)}, "no array for the model's input features"),
         ({"x:image": np.zeros((4, 8, 8, 1), np.float32), "x:features": np.zeros((3, 3), np.float32)}, "has 3 samples"),
         ({"x": np.zeros((4, 8, 8, 1), np.float32)}, "The model has 2 inputs"),
         ({"x:image": np.zeros((4, 8, 8, 1), np.float32), "x:feats": np.zeros((4, 3), np.float32)}, "x:feats"),

@@ -30,6 +30,9 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, helper, numpy_helper, shape_inference
 
+from optimize.convert.onnx_checks import fold_bytes
+from optimize.core.shown import named
+
 #: Ops never folded even when their inputs are constant (random).
 NO_FOLD = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 #: Folding that makes a tensor bigger than this (bytes) and bigger than its inputs is skipped (ConstantOfShape,
@@ -53,6 +56,29 @@ class NormalizeError(ValueError):
 
 
 # ----------------------------------------------------------------------------------------------- helpers
+
+
+class Consts:
+    """Initializers by name, each turned into an array only when asked for (once): a pass reading a few
+    constants costs what it reads, not every weight of the model."""
+
+    def __init__(self, tensors):
+        self._protos = {t.name: t for t in tensors}
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def __contains__(self, name) -> bool:
+        return name in self._arrays or name in self._protos
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._arrays:
+            self._arrays[name] = numpy_helper.to_array(self._protos[name])
+        return self._arrays[name]
+
+    def __setitem__(self, name: str, value: np.ndarray) -> None:
+        self._arrays[name] = value
+
+    def get(self, name: str, default=None):
+        return self[name] if name in self else default
 
 
 def _const_attr_value(node: NodeProto) -> np.ndarray:
@@ -122,7 +148,11 @@ def _set_shape(vi: onnx.ValueInfoProto, shape) -> None:
 
 def shape_words(dims) -> str:
     """`[batch, 3, ?, ?]`: an input's declared dimensions as its file names them."""
-    return "[" + ", ".join(d.dim_param or (str(d.dim_value) if d.dim_value > 0 else "?") for d in dims) + "]"
+    return (
+        "["
+        + ", ".join(named(d.dim_param) if d.dim_param else (str(d.dim_value) if d.dim_value > 0 else "?") for d in dims)
+        + "]"
+    )
 
 
 def _eval_node(node: NodeProto, inputs: dict[str, np.ndarray], opset: list) -> list[np.ndarray]:
@@ -172,7 +202,7 @@ def freeze_inputs(model: ModelProto, values: dict[str, np.ndarray], facts: list[
         arr = np.asarray(value).astype(dtype).reshape([d.dim_value for d in vi.type.tensor_type.shape.dim] or ())
         g.input.remove(vi)
         g.initializer.append(numpy_helper.from_array(arr, name))
-        facts.append(f"input {name} frozen to {arr.tolist() if arr.size <= 4 else arr.shape}")
+        facts.append(f"input {named(name)} frozen to {arr.tolist() if arr.size <= 4 else arr.shape}")
 
 
 def fix_input_shapes(model: ModelProto, shapes: dict[str, tuple[int, ...]], facts: list[str]) -> None:
@@ -183,7 +213,7 @@ def fix_input_shapes(model: ModelProto, shapes: dict[str, tuple[int, ...]], fact
         if want is None:
             continue
         if any(not (d.HasField("dim_value") and d.dim_value > 0) for d in dims) or not dims:
-            facts.append(f"input {vi.name} {shape_words(dims)} fixed to {list(want)}")
+            facts.append(f"input {named(vi.name)} {shape_words(dims)} fixed to {list(want)}")
         _set_shape(vi, want)
 
 
@@ -194,14 +224,14 @@ def _wanted_shape(vi: onnx.ValueInfoProto, shapes: dict[str, tuple[int, ...]]) -
     if vi.name not in shapes:
         if any(d is None for d in declared):
             raise NormalizeError(
-                f"input {vi.name} has free dimensions {shape_words(dims)}: pass data for it to fix them"
+                f"input {named(vi.name)} has free dimensions {shape_words(dims)}: pass data for it to fix them"
             )
         return None
     want = tuple(int(s) for s in shapes[vi.name])
     if declared and len(declared) != len(want):
-        raise NormalizeError(f"input {vi.name} has rank {len(declared)}, the data's samples {want}")
+        raise NormalizeError(f"input {named(vi.name)} has rank {len(declared)}, the data's samples {want}")
     if any(d is not None and d != w for d, w in zip(declared, want)):
-        raise NormalizeError(f"input {vi.name} has shape {shape_words(dims)}, the data's samples {want}")
+        raise NormalizeError(f"input {named(vi.name)} has shape {shape_words(dims)}, the data's samples {want}")
     return want
 
 
@@ -320,7 +350,7 @@ class _Round:
     def __init__(self, model: ModelProto, counter, counts: Counter):
         self.model, self.counter, self.counts = model, counter, counts
         g = model.graph
-        self.const = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+        self.const = Consts(g.initializer)
         self.vinfo = {v.name: v for v in itertools.chain(g.input, g.value_info, g.output)}
         self.opset = list(model.opset_import)
         self.changed = False
@@ -355,6 +385,10 @@ class _Round:
 
     def _fold(self, n: NodeProto) -> list[NodeProto]:
         ins = {i: self.const[i] for i in n.input if i}
+        # what the node would make, bounded before numpy is asked to make it (ConstantOfShape([2**40]))
+        size = fold_bytes(n, ins, self.vinfo)
+        if size is None or (size > MAX_FOLD_GROWTH and size > sum(v.nbytes for v in ins.values())):
+            return [n]
         try:
             outs = _eval_node(n, ins, self.opset)
         except Exception:  # noqa: BLE001 - a node the reference evaluator cannot run stays as it is
@@ -487,8 +521,11 @@ def normalize(
         facts.append(f"{n_const} Constant node(s) moved into initializers")
     m = fold_constants(m, facts)
     ids = 0
-    while (k := remove_identities(m)) > 0:  # a second pass sees output Identities once inner ones are gone
+    for _ in range(MAX_ROUNDS):  # a second pass sees output Identities once inner ones are gone
+        k = remove_identities(m)
         ids += k
+        if not k:
+            break
     if ids:
         facts.append(f"{ids} Identity node(s) bypassed")
     eliminate_dead(m)
@@ -569,12 +606,18 @@ def _fold_conv(n: NodeProto, nxt: NodeProto, inits: dict):
 
 
 class _Graph:
-    """What the fusion patterns ask of the graph: constants, producers and the single consumer of a value."""
+    """What the fusion patterns ask of the graph: constants, producers and the single consumer of a value,
+    as they were when the pass began. A pass makes every fusion whose nodes no other fusion of the same
+    pass touched (`touched`), marks what it removes and replaces, and `commit` rebuilds the node list once:
+    a pass is linear in the graph, however many fusions it makes."""
 
     def __init__(self, model: ModelProto):
         g = model.graph
         self.g = g
-        self.inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+        self.inits = Consts(g.initializer)
+        self.dead: set[int] = set()
+        self.replaced: dict[int, NodeProto] = {}
+        self.changed: set[int] = set()
         self.prod = {o: n for n in g.node for o in n.output}
         self.outputs = {o.name for o in g.output}
         self.cons: dict[str, list[NodeProto]] = {}
@@ -585,14 +628,31 @@ class _Graph:
                 for name in _used_names(sg):
                     self.cons.setdefault(name, []).append(n)
 
+    def touched(self, n: NodeProto) -> bool:
+        return id(n) in self.dead or id(n) in self.replaced or id(n) in self.changed
+
     def only_user(self, name: str) -> NodeProto | None:
         users = self.cons.get(name, [])
-        return users[0] if len(users) == 1 and name not in self.outputs else None
+        ok = len(users) == 1 and name not in self.outputs and not self.touched(users[0])
+        return users[0] if ok else None
 
     def producer(self, name: str, op_type: str, user: NodeProto) -> NodeProto | None:
         """The node of `op_type` that writes `name`, when `user` is the only one reading it."""
         p = self.prod.get(name)
-        return p if p is not None and p.op_type == op_type and self.only_user(p.output[0]) is user else None
+        ok = p is not None and p.op_type == op_type and not self.touched(p) and self.only_user(p.output[0]) is user
+        return p if ok else None
+
+    def remove(self, *nodes: NodeProto) -> None:
+        self.dead.update(id(n) for n in nodes)
+
+    def replace(self, n: NodeProto, new: NodeProto) -> None:
+        self.replaced[id(n)] = new
+
+    def commit(self) -> None:
+        """The node list rebuilt once: removed nodes left out, replaced ones in their place."""
+        nodes = [self.replaced.get(id(n), n) for n in self.g.node if id(n) not in self.dead]
+        del self.g.node[:]
+        self.g.node.extend(nodes)
 
 
 def _fuse_conv(gr: _Graph, n: NodeProto) -> str | None:
@@ -607,7 +667,8 @@ def _fuse_conv(gr: _Graph, n: NodeProto) -> str | None:
     del n.input[:]
     n.input.extend([x, base + "__W", base + "__b"])
     n.output[0] = base  # the Conv now writes what its consumer wrote
-    gr.g.node.remove(nxt)
+    gr.changed.add(id(n))
+    gr.remove(nxt)
     return what
 
 
@@ -642,10 +703,8 @@ def _fuse_div6(gr: _Graph, n: NodeProto, domain: str) -> str | None:
         return None
     x, clip, add = found
     hs = helper.make_node("HardSwish", [x], [n.output[0]], name=(n.name or n.output[0]) + "/hardswish", domain=domain)
-    idx = list(gr.g.node).index(n)
-    for dead in (add, clip, mul, n):
-        gr.g.node.remove(dead)
-    gr.g.node.insert(max(0, idx - 3), hs)
+    gr.remove(add, clip, mul)
+    gr.replace(n, hs)  # where the Div was: after x's producer
     return "HardSwish (x*clip(x+3,0,6)/6)"
 
 
@@ -660,18 +719,19 @@ def _fuse_hardsigmoid(gr: _Graph, n: NodeProto, domain: str) -> str | None:
         hs = helper.make_node(
             "HardSwish", [x], [n.output[0]], name=(n.name or n.output[0]) + "/hardswish", domain=domain
         )
-        idx = list(gr.g.node).index(hsig)
-        gr.g.node.remove(hsig)
-        gr.g.node.remove(n)
-        gr.g.node.insert(idx, hs)
+        gr.remove(hsig)
+        gr.replace(n, hs)
         return "HardSwish (x*hardsigmoid(x))"
     return None
 
 
-def _fuse_one(model: ModelProto, domain: str) -> str | None:
-    """The first fusion that applies, made; what it fused (None when none applies)."""
+def _fuse_pass(model: ModelProto, domain: str) -> Counter:
+    """Every fusion that applies to nodes no other fusion of this pass touched, made; what each fused."""
     gr = _Graph(model)
-    for n in gr.g.node:
+    made = Counter()
+    for n in list(gr.g.node):
+        if gr.touched(n):
+            continue
         done = None
         if n.op_type in ("Conv", "ConvTranspose"):
             done = _fuse_conv(gr, n)
@@ -680,22 +740,25 @@ def _fuse_one(model: ModelProto, domain: str) -> str | None:
         elif n.op_type == "Mul":
             done = _fuse_hardsigmoid(gr, n, domain)
         if done:
-            return done
-    return None
+            made[done] += 1
+    gr.commit()
+    return made
 
 
 def fuse_patterns(model: ModelProto, facts: list[str]) -> None:
-    """Rewrite exporter idioms into the single ops they spell (fewer ops; quantizers see whole ops)."""
+    """Rewrite exporter idioms into the single ops they spell (fewer ops; quantizers see whole ops), pass by
+    pass until none applies (a Conv absorbs its BatchNormalization in one pass, the bias Add after it in
+    the next)."""
     opset = max((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), default=1)
     # HardSwish is an ONNX op from opset 14; an older graph gets it in our own domain (a converter of ours
     # takes it; raising the opset would change the meaning of other ops, e.g. Squeeze's axes)
     domain = "" if opset >= 14 else OWN_DOMAIN
     counts = Counter()
-    for _ in range(100_000):
-        done = _fuse_one(model, domain)
-        if done is None:
+    for _ in range(MAX_ROUNDS):
+        made = _fuse_pass(model, domain)
+        if not made:
             break
-        counts[done] += 1
+        counts.update(made)
     if counts:
         if domain and not any(o.domain == OWN_DOMAIN for o in model.opset_import):
             model.opset_import.append(helper.make_opsetid(OWN_DOMAIN, 1))

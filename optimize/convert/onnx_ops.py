@@ -35,6 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from optimize.core.shown import named
+
 _MISSING = "torchvision cannot be imported here ({why}); the ONNX {op} operator needs it"
 
 
@@ -135,7 +137,7 @@ def unsupported_ops(model: onnx.ModelProto) -> list[str]:
         version = opsets.get(dom, opsets.get("ai.onnx", 1))
         if (dom, n.op_type) not in missing and not has_converter(n.op_type, version, dom):
             missing[(dom, n.op_type)] = (
-                f"{dom + '.' if dom else ''}{n.op_type} (opset {version}, node {n.name or n.output[0]})"
+                f"{named((dom + '.' if dom else '') + n.op_type)} (opset {version}, node {named(n.name or n.output[0])})"
             )
     return list(missing.values())
 
@@ -187,7 +189,7 @@ def result(module: nn.Module, node: OnnxNode, *indices: int) -> OperationConvert
 
 
 def where(node: OnnxNode) -> str:
-    return f"{node.operation_type} node {node.name or node.output_values[0]}"
+    return f"{named(node.operation_type)} node {named(node.name or node.output_values[0])}"
 
 
 class Module(nn.Module, OnnxToTorchModule):

@@ -46,8 +46,9 @@ from pathlib import Path
 import numpy as np
 
 from optimize.convert import vocabulary
-from optimize.core.errors import DataError, ModelError
+from optimize.core.errors import DataError, ModelError, OptimizeError
 from optimize.core.results import Conversion, ConvertedInput
+from optimize.core.shown import named
 from optimize.core.vocab import Layout
 from optimize.models.data import Dataset, count, say_once, take
 from optimize.models.spec import (
@@ -163,29 +164,10 @@ def open_file(p: Path, kind: str, fingerprint: str):
 
 
 def _read_onnx(p: Path):
-    import onnx
+    """The ONNX graph, parsed from the file's bytes and checked (`onnx_checks`) before anything else reads it."""
+    from optimize.convert.onnx_checks import read
 
-    from optimize.core.paths import read_bounded
-
-    data = read_bounded(p, "model", ModelError)
-    if not data:
-        raise ModelError(
-            f"{p.name} is empty (0 bytes).", "Pass the .onnx an exporter wrote (a copy may have been cut short)."
-        )
-    try:
-        model = onnx.load_from_string(data)
-    except Exception as e:  # noqa: BLE001 - DecodeError and friends: not ONNX
-        raise ModelError(
-            f"{p.name} is not a readable ONNX file ({e.__class__.__name__}).", "Pass the .onnx an exporter wrote."
-        ) from None
-    if not model.HasField("graph") or not model.graph.node:
-        raise ModelError(f"{p.name} holds no ONNX graph (no nodes).", "Pass the .onnx an exporter wrote.")
-    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
-        raise ModelError(
-            f"{p.name} keeps its weights in files beside it (ONNX external data), which optimize does not follow.",
-            "Save it as one file: onnx.save(onnx.load(path), 'model.onnx', save_as_external_data=False).",
-        )
-    return model
+    return read(p)[0]
 
 
 # ------------------------------------------------------------------------------------------- modules (Python API)
@@ -276,7 +258,7 @@ def _sample_axis(d: Declared, row: tuple[int, ...], where: str) -> tuple[tuple[i
     if len(row) == len(d.dims):
         return tuple(row), "whole"
     raise DataError(
-        f"{where}: the data's rows for input {d.name} have shape {list(row)}, the model takes rank {len(d.dims)} "
+        f"{where}: the data's rows for input {named(d.name)} have shape {list(row)}, the model takes rank {len(d.dims)} "
         f"({_dims(d.dims)}).",
         "Give one sample per row: the input without its batch axis, or the whole input where the batch axis is not first.",
     )
@@ -289,7 +271,7 @@ def _dims(dims) -> str:
 def _fits(d: Declared, shape: tuple[int, ...], where: str) -> None:
     if d.dims is not None and any(a is not None and a != b for a, b in zip(d.dims, shape)):
         raise DataError(
-            f"{where}: input {d.name} takes {_dims(d.dims)}; the data gives {list(shape)} per sample.",
+            f"{where}: input {named(d.name)} takes {_dims(d.dims)}; the data gives {list(shape)} per sample.",
             "Give one sample per row, in the model's own layout (NCHW for images).",
         )
 
@@ -298,8 +280,8 @@ def _static(d: Declared, where: str) -> tuple[tuple[int, ...], str]:
     """The shape of an input the data does not cover: its declared dims, which must all be fixed."""
     if d.dims is None or any(v is None for v in d.dims):
         raise DataError(
-            f"{where}: input {d.name} has free dimensions {_dims(d.dims or ())} and no data fixes them.",
-            f"Pass --data with x:{d.name} (one sample per row).",
+            f"{where}: input {named(d.name)} has free dimensions {_dims(d.dims or ())} and no data fixes them.",
+            f"Pass --data with x:{named(d.name)} (one sample per row).",
         )
     return tuple(d.dims), "batch" if d.dims and d.dims[0] == 1 else "whole"
 
@@ -314,18 +296,31 @@ def _fixed(d: Declared, shape: tuple[int, ...]) -> list[str]:
     ]
 
 
+def _check_keys(declared: list[Declared], ds: Dataset | None, where: str) -> None:
+    """Every `x:<name>` of the data names one of the model's inputs (a key naming none is one line)."""
+    keys = ds.x_cal if ds is not None and isinstance(ds.x_cal, dict) else {}
+    extra = [k for k in keys if k not in {n for d in declared for n in (d.name, signature_name(d.name))}]
+    if extra:
+        raise DataError(
+            f"{where}: the data has x:{named(extra[0])}, but the model's inputs are "
+            f"{', '.join(named(d.name) for d in declared)}.",
+            "Name each x:<input> after the model's input.",
+        )
+
+
 def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where: str, say_fixed: bool = True) -> Plan:
     """Every input's sample shape and role (see the module docstring), what is frozen, what goes NHWC.
     `say_fixed`: a dynamic dimension the data fixes is one of the plan's facts (an ONNX graph's normaliser
     says so itself, naming the dimension)."""
     plan = Plan([], layout=Layout(layout))
     single = len(declared) == 1
+    _check_keys(declared, ds, where)
     for d in declared:
         rows = _rows(ds, d.name, single)
         value = _constant_scalar(rows, d)
         if value is not None:
             plan.frozen[d.name] = value
-            plan.facts.append(f"input {d.name} is {value} in every sample: frozen into the graph")
+            plan.facts.append(f"input {named(d.name)} is {value} in every sample: frozen into the graph")
             continue
         shape, axis = _sample_axis(d, tuple(rows.shape[1:]), where) if rows is not None else _static(d, where)
         _fits(d, shape, where)
@@ -361,7 +356,7 @@ def _onnx_declared(model) -> list[Declared]:
 
 def _onnx_module(p: Path, model, plan: Plan) -> tuple[object, list[str], list[str], dict]:
     """The normalised ONNX graph as an nn.Module, its output names, what normalising did, and timings."""
-    from optimize.convert import onnx_ops
+    from optimize.convert import onnx_checks, onnx_ops, steps
     from optimize.convert.onnx_graph import NormalizeError, normalize
 
     t0 = time.perf_counter()
@@ -371,12 +366,15 @@ def _onnx_module(p: Path, model, plan: Plan) -> tuple[object, list[str], list[st
         norm = normalize(model, shapes, frozen)
     except NormalizeError as e:
         raise ModelError(f"{p.name}: {e}.", "Pass data whose samples fix every free dimension.") from None
+    onnx_checks.check_values(norm.model, p.name)  # what running it would allocate, its shapes now fixed
+    onnx_checks.check_nodes(norm.model, p.name)
+    steps.begin(p.name, onnx_checks.check_size(norm.model, p.name), "a normalised ONNX graph")
     bad = onnx_ops.unsupported_ops(norm.model)
     if bad:
         norm = _other_opset(p, model, shapes, frozen, bad)
     t1 = time.perf_counter()
     try:
-        with _quiet():
+        with _quiet(), steps.step("onnx2torch"):
             module = onnx_ops.convert(norm.model)
     except NotImplementedError as e:  # our ConversionError, or onnx2torch's own
         raise ModelError(
@@ -569,9 +567,9 @@ def _first_sample(plan: Plan, ds: Dataset | None, sample=None) -> dict[str, np.n
         if sample is not None:
             x = sample[k].detach().cpu().numpy()
             x = x[None] if i.sample_axis == "whole" else x
-        elif ds is not None:
+        elif ds is not None and _rows(ds, i.name, len(plan.inputs) == 1) is not None:
             x = _rows(ds, i.name, len(plan.inputs) == 1)[:1]
-        else:
+        else:  # no data, or none for this input (its declared shape is static: `_static`)
             x = np.zeros([1, *i.source_shape] if i.sample_axis == "whole" else i.source_shape, np.float32)
         x = _transform(x, i)
         out[i.key] = np.ascontiguousarray(x).astype(np.dtype(i.dtype))
@@ -594,6 +592,40 @@ def cache_dir() -> Path:
     if root is None:
         root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "optimize"
     return root / "converted"
+
+
+def library_folder(name: str) -> Path | None:
+    """A folder of ours in `<cache>/converted` for what a library keeps between runs (torch's inductor cache,
+    ONNX Runtime's telemetry session file), which would otherwise land in the temp folder before a run's
+    staging folder exists; None when it cannot be made (the library keeps its default)."""
+    folder = cache_dir() / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder
+
+
+def _import_onnxruntime():
+    """onnxruntime, imported (once) with TMPDIR at a folder of ours: its telemetry writes a `.ses` file into the
+    temp folder it sees at import, whatever is asked of it later."""
+    import sys
+
+    if "onnxruntime" in sys.modules:
+        return sys.modules["onnxruntime"]
+    folder = library_folder("onnxruntime")
+    old = os.environ.get("TMPDIR")
+    if folder is not None:
+        os.environ["TMPDIR"] = str(folder)
+    try:
+        import onnxruntime
+
+        return onnxruntime
+    finally:
+        if old is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old
 
 
 def _route_digest() -> str:
@@ -646,8 +678,25 @@ def _store(key: str, content: bytes, record: Conversion) -> None:
 
 def prepare(src, ds: Dataset | None, layout: str = Layout.SOURCE):
     """The source converted to its float .tflite (from the cache when made before), and the data as that
-    .tflite takes it: a ModelSource the rest of the pipeline treats as a float .tflite."""
+    .tflite takes it: a ModelSource the rest of the pipeline treats as a float .tflite. Whatever a file makes
+    fail on the way (a graph that passed every check and still does not run: onnx2torch, the eager run on the
+    first sample) is one line naming the step's error, never a traceback."""
+    try:
+        return _prepare(src, ds, layout)
+    except OptimizeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - anything a crafted graph makes a library raise: one line
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise ModelError(
+            f"{src.path.name} could not be converted ({e.__class__.__name__}{': ' + first if first else ''}).",
+            "Export the model again with standard ops (or as a .pt2), and check it runs in its own runtime.",
+        ) from None
 
+
+def _prepare(src, ds: Dataset | None, layout: str):
+    inductor = library_folder("torchinductor")  # torch's cache, not the temp folder (a run leaves nothing there)
+    if inductor is not None:
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor))
     with _quiet():  # torch, torchao and litert-torch talk on import and while converting
         if src.kind == "module":
             src = _export_module(src, ds)
@@ -733,6 +782,9 @@ def _inner(src, model, plan: Plan) -> tuple[object, list[str], list[str], dict]:
         return _onnx_module(src.path, model, plan)
     ep, facts = model
     refuse_higher_order(ep, src.path.name)
+    from optimize.convert import steps
+
+    steps.begin(src.path.name, facts.nodes, "a program")
     notes = [f"written by torch {facts.torch_version}"] if facts.torch_version else []
     notes += facts.notes + ([f"{len(facts.pickled)} pickled member(s) read weights-only"] if facts.pickled else [])
     module = _program_module(ep)
@@ -797,10 +849,14 @@ def _convert(src, model, plan: Plan, ds: Dataset | None) -> tuple[bytes, Convers
     named = NamedIO(inner, inputs, outputs, last_in, last_out, whole_out).eval()
     rows = _first_sample(plan, ds)
     kw = sample_kwargs(plan, rows)
+    from optimize.convert import steps
+
     t0 = time.perf_counter()
-    export(named, kw, src.path.name)  # fails fast, naming where, before the converter's own export
+    with steps.step("torch.export"):
+        export(named, kw, src.path.name)  # fails fast, naming where, before the converter's own export
     t1 = time.perf_counter()
-    content = to_tflite(named, kw, src.path.name)
+    with steps.step("litert-torch"):
+        content = to_tflite(named, kw, src.path.name)
     seconds.update({"export": t1 - t0, "convert": time.perf_counter() - t1})
     record = _record(src, plan, content, outputs, [outputs[k] for k in last_out], facts, seconds)
     return content, record.model_copy(update={"whole_outputs": [outputs[k] for k in whole_out]})
@@ -939,13 +995,14 @@ def source_outputs(src, xs: list[dict[str, np.ndarray]]) -> tuple[str, list[list
 
 
 def _onnx_runtime(path: Path, xs: list[dict], record: Conversion):
-    import onnxruntime as ort
+    from optimize.convert.onnx_checks import read
 
-    from optimize.core.paths import read_bounded
+    ort = _import_onnxruntime()
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    sess = ort.InferenceSession(read_bounded(path, "model", ModelError), so, providers=["CPUExecutionProvider"])
+    _, checked = read(path)  # the bytes checked again as they are now: no external data for ORT to resolve
+    sess = ort.InferenceSession(checked, so, providers=["CPUExecutionProvider"])
     types = {i.name: i.type for i in sess.get_inputs()}
     names = [o.name for o in sess.get_outputs()]
     out = []

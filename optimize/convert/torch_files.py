@@ -22,21 +22,19 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from optimize.convert import pt2_checks
+from optimize.convert.limits import shown
+from optimize.convert.pt2_checks import EXPORT_PT2, MAX_MEMBER_BYTES, MAX_MEMBERS
+from optimize.core.bounded import loads_json, read_member
 from optimize.core.errors import ModelError
 from optimize.core.paths import read_bounded
 
-MAX_MEMBER_BYTES = 4 << 30  # an archive member claiming more than this uncompressed is refused
-MAX_MEMBERS = 100_000
 MAX_JSON_BYTES = 256 << 20  # a program's JSON (its graph) is a few MB; this bounds what is parsed
-EXPORT_PT2 = (
-    "Export the model as a .pt2: ep = torch.export.export(model.eval(), (sample,)); torch.export.save(ep, 'model.pt2')."
-)
 #: Where pickles sit in a .pt2 that `torch.export.load` unpickles (each is checked weights-only first).
 PICKLED_PREFIXES = ("data/sample_inputs/", "data/weights/", "data/constants/")
 
@@ -51,6 +49,7 @@ class Pt2Facts:
     torch_version: str | None = None
     schema: tuple[int, int] | None = None
     notes: list[str] = field(default_factory=list)
+    nodes: int = 0  # the program's graph nodes (what conversion takes)
 
 
 @contextlib.contextmanager
@@ -83,6 +82,11 @@ def safe_torch_load(data: bytes, what: str):
             "from the file.",
             "Save the model again with torch.export.save from plain tensors.",
         ) from None
+    except Exception as e:  # noqa: BLE001 - a damaged pickle: any error of the unpickler is one line
+        raise ModelError(
+            f"{what} holds a pickle that cannot be read ({e.__class__.__name__}): a damaged or forged file.",
+            "Save the model again with torch.export.save from plain tensors.",
+        ) from None
 
 
 def blocked_global(e: Exception) -> str:
@@ -97,31 +101,10 @@ def blocked_global(e: Exception) -> str:
     return "objects outside plain tensors"
 
 
-def _root(names: list[str]) -> str:
-    """The folder a .pt2 archive keeps its members under ('model/' for torch.export.save's)."""
-    for n in names:
-        p = PurePosixPath(n)
-        if p.name == "archive_format":
-            return "" if str(p.parent) == "." else str(p.parent) + "/"
-    return ""
-
-
-def _check_members(path: Path, infos: list[zipfile.ZipInfo]) -> None:
-    if len(infos) > MAX_MEMBERS:
-        raise ModelError(f"{path.name}: {len(infos)} archive members, more than a model has.", EXPORT_PT2)
-    for i in infos:
-        parts = PurePosixPath(i.filename).parts
-        if i.file_size > MAX_MEMBER_BYTES or ".." in parts or i.filename.startswith("/"):
-            raise ModelError(f"{path.name}: archive member {i.filename!r} is malformed or oversized.", EXPORT_PT2)
-
-
 def _json(z: zipfile.ZipFile, name: str, path: Path):
-    if z.getinfo(name).file_size > MAX_JSON_BYTES:
-        raise ModelError(f"{path.name}: {name} is larger than a program's description.", EXPORT_PT2)
-    try:
-        return json.loads(z.read(name))
-    except ValueError:
-        raise ModelError(f"{path.name}: {name} is not valid JSON (a damaged .pt2).", EXPORT_PT2) from None
+    """A member parsed as JSON: its size, compression ratio and nesting bounded before it is parsed."""
+    data = read_member(z, name, MAX_JSON_BYTES, path.name, ModelError)
+    return loads_json(data, f"{path.name}: {shown(name)}", ModelError, EXPORT_PT2, "valid JSON (a damaged .pt2)")
 
 
 def _read_writer(z: zipfile.ZipFile, names: list[str], root: str, facts: Pt2Facts, path: Path) -> None:
@@ -130,6 +113,7 @@ def _read_writer(z: zipfile.ZipFile, names: list[str], root: str, facts: Pt2Fact
         rel = n[len(root) :]
         if rel.startswith("models/") and rel.endswith(".json"):
             meta = _json(z, n, path)
+            facts.nodes += pt2_checks.check_program(meta, path, rel)
             sv = meta.get("schema_version") or {} if isinstance(meta, dict) else {}
             with contextlib.suppress(TypeError, ValueError):
                 facts.schema = (int(sv.get("major", -1)), int(sv.get("minor", -1)))
@@ -139,8 +123,10 @@ def _read_writer(z: zipfile.ZipFile, names: list[str], root: str, facts: Pt2Fact
 
 
 def _check_entries(z: zipfile.ZipFile, names: list[str], root: str, facts: Pt2Facts, path: Path) -> None:
-    """Constants must be tensors (an opaque or TorchScript object constant runs code when read); pickled
-    weights and constants must load weights-only."""
+    """Constants must be tensors (an opaque or TorchScript object constant runs code when read); stored ones
+    must lie inside their storage (`pt2_checks.check_stored`); pickled weights and constants must load
+    weights-only, within the bounds."""
+    sizes = {i.filename: i.file_size for i in z.infolist()}
     for kind, suffix, folder in (
         ("constants", "_constants_config.json", "data/constants/"),
         ("weights", "_weights_config.json", "data/weights/"),
@@ -150,7 +136,9 @@ def _check_entries(z: zipfile.ZipFile, names: list[str], root: str, facts: Pt2Fa
             if rel.startswith(folder) and rel.endswith(suffix):
                 config = _json(z, n, path)
                 entries = config.get("config", {}) if isinstance(config, dict) else {}
-                for fqn, meta in (entries if isinstance(entries, dict) else {}).items():
+                entries = entries if isinstance(entries, dict) else {}
+                pt2_checks.check_stored(entries, root + folder, sizes, path, kind[:-1])
+                for fqn, meta in entries.items():
                     _check_entry(z, root, folder, kind, str(fqn), meta if isinstance(meta, dict) else {}, facts, path)
 
 
@@ -159,16 +147,19 @@ def _check_entry(z, root: str, folder: str, kind: str, fqn: str, meta: dict, fac
     if kind == "constants" and not member.startswith("tensor_"):
         what = "a TorchScript object" if member.startswith("custom_obj_") else "a pickled Python object"
         raise ModelError(
-            f"{path.name}: constant {fqn[:80]} is {what} ({folder}{member[:80]}); refused: loading it runs code "
-            "from the file.",
+            f"{path.name}: constant {shown(fqn)} is {what} ({shown(folder + member)}); refused: loading it runs "
+            "code from the file.",
             "Export a model whose constants are tensors.",
         )
     if meta.get("use_pickle"):
         try:
-            data = z.read(root + folder + member)
+            data = read_member(z, root + folder + member, MAX_MEMBER_BYTES, path.name, ModelError)
         except KeyError:
-            raise ModelError(f"{path.name}: {kind} entry {fqn[:80]} points to a missing member.", EXPORT_PT2) from None
-        safe_torch_load(data, f"{path.name}: {folder}{member}")
+            raise ModelError(
+                f"{path.name}: {kind} entry {shown(fqn)} points to a missing member.", EXPORT_PT2
+            ) from None
+        where = f"{folder}{member}"
+        pt2_checks.check_loaded(safe_torch_load(data, f"{path.name}: {shown(where)}"), path, shown(where))
         facts.pickled.append(folder + member)
 
 
@@ -181,7 +172,8 @@ def _check_pickles(z: zipfile.ZipFile, names: list[str], root: str, facts: Pt2Fa
         )
         pickled = pickled or (rel.startswith("serialized_") and rel.endswith(".pt"))
         if pickled and rel not in facts.pickled:
-            safe_torch_load(z.read(n), f"{path.name}: {rel}")
+            data = read_member(z, n, MAX_MEMBER_BYTES, path.name, ModelError)
+            pt2_checks.check_loaded(safe_torch_load(data, f"{path.name}: {shown(rel)}"), path, shown(rel))
             facts.pickled.append(rel)
 
 
@@ -193,11 +185,12 @@ def inspect_pt2(path: str | os.PathLike) -> Pt2Facts:
     try:
         with zipfile.ZipFile(path) as z:
             infos = z.infolist()
-            _check_members(path, infos)
+            root = pt2_checks.check_archive(path, infos)
             names = [i.filename for i in infos]
-            root = _root(names)
             fmt = (
-                z.read(root + "archive_format")[:64].decode(errors="replace").strip()
+                read_member(z, root + "archive_format", 1 << 10, path.name, ModelError)[:64]
+                .decode(errors="replace")
+                .strip()
                 if root + "archive_format" in names
                 else None
             )

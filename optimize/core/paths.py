@@ -198,11 +198,21 @@ def check_tree(folder: str | Path, what: str, error: type[OptimizeError] = Optim
 def output_dir(path: str | Path) -> Path:
     """Make sure `path` is (or can become) a folder we can write into; one clear error otherwise.
 
-    Creates the folder (and its parents). Checked before any work, so a bad `-o` costs nothing.
+    Creates the folder (and its parents). Checked before any work, so a bad `-o` costs nothing. A `-o` that
+    is itself a symbolic link is refused (the folder it points to is named in the fix): what is written
+    stays inside the folder the user named, and a link planted where the user meant a folder to be made
+    cannot send the results elsewhere. Links among its parents (a /home on another disk) are followed.
     """
     p = Path(path)
     if "\0" in str(p):
         raise OptimizeError(f"The output folder {str(p)!r} holds a NUL byte.", "Pass a folder name with -o.")
+    if p.is_symlink():  # writes stay inside what the user named: a link there (planted or not) is not followed
+        target = os.readlink(p)
+        real = p.resolve()
+        fix = f"Pass the folder itself: -o {real}." if real.is_dir() else "Pass a folder with -o."
+        raise OptimizeError(
+            f"Cannot write into {p}: it is a symbolic link (to {target}), which optimize does not follow.", fix
+        )
     for parent in [p, *p.parents]:
         if parent.exists() and not parent.is_dir():
             raise OptimizeError(

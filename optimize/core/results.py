@@ -148,6 +148,40 @@ class Memory(Record):
     method: str = Field(default="child process: VmHWM after one run minus VmRSS after importing the runtime")
 
 
+class SliceError(Record):
+    """One slice of an output (channels along its feature axis) against the same slice of the reference: an
+    output whose channels carry quantities of different scales (boxes beside scores) is measured per slice."""
+
+    name: str = Field(description="What the slice holds: 'boxes', 'scores', or 'channels 4-14'.")
+    axis: int = Field(description="The output's axis the channels are on (batch is 0).")
+    channels: str = Field(description="The channels, in runs: '0-3', '4-14'.")
+    range: float = Field(description="The slice's range in the reference (max - min).")
+    mean_abs_diff: float
+    max_abs_diff: float
+    relative_error: float = Field(description="mean |diff| over the slice's own range in the reference (0..1).")
+
+
+class DetectionFidelity(Record):
+    """A detector's detections against float32's on the same inputs: each of float32's detections (score at
+    least `score_threshold`, after per-class non-maximum suppression for decoded boxes) is kept when the
+    candidate has one of the same class overlapping it at IoU >= `iou_threshold` (for a raw anchor head: at the
+    same anchor) scoring at least the threshold less a margin of 0.05 (a borderline score is not a loss)."""
+
+    layout: str = Field(description="The head: yolo ([1, 4+C, N] or [1, N, 4+C]), ssd (boxes + scores) or anchors.")
+    outputs: list[str] = Field(description="The outputs that hold the boxes and scores.")
+    score_threshold: float
+    iou_threshold: float = 0.5
+    reference_detections: int = Field(description="Detections float32 makes on the samples.")
+    kept: int = Field(description="Of those, the ones the candidate makes too (same class, IoU >= threshold).")
+    extra: int = Field(0, description="The candidate's detections float32 does not make.")
+    mean_iou: float | None = Field(None, description="Mean IoU of the kept detections with float32's.")
+
+    @property
+    def kept_fraction(self) -> float | None:
+        """Share of float32's detections kept (None when float32 detects nothing on the samples)."""
+        return self.kept / self.reference_detections if self.reference_detections else None
+
+
 class OutputFidelity(Record):
     """Per-output difference from the float reference, as TFLite's inference_diff reports it."""
 
@@ -155,7 +189,21 @@ class OutputFidelity(Record):
     mean_abs_diff: float
     std_abs_diff: float
     max_abs_diff: float
-    relative_error: float | None = Field(None, description="mean |diff| over the reference output's range (0..1).")
+    relative_error: float | None = Field(
+        None,
+        description="mean |diff| over the reference output's range (0..1); for an output measured in slices, the "
+        "worst slice's (each over its own range).",
+    )
+    slices: list[SliceError] = Field(
+        default_factory=list,
+        description="The output's slices when its channels carry quantities of different scales (else none).",
+    )
+    tensor_relative_error: float | None = Field(
+        None, description="With slices: mean |diff| over the whole output's range (one figure for the tensor)."
+    )
+    detection: DetectionFidelity | None = Field(
+        None, description="On a detector head's outputs: its detections kept against float32's (judged by them)."
+    )
     iou: float | None = Field(None, description="For mask outputs: IoU of the two masks thresholded at 0.5.")
     nonfinite_samples: int = Field(
         0, description="Samples where this output is NaN/inf and the reference's is not (left out of the figures)."
@@ -188,6 +236,11 @@ class Fidelity(Record):
     top1_agreement: float | None = Field(
         None, description="Fraction of samples whose argmax matches: the worst class output's (class outputs only)."
     )
+
+    @property
+    def detection(self) -> DetectionFidelity | None:
+        """A detector's detections kept against float32's (on the outputs of its head), or None."""
+        return next((o.detection for o in self.outputs if o.detection is not None), None)
 
     @property
     def few_samples(self) -> bool:
@@ -233,6 +286,28 @@ class Accuracy(Record):
     rmse: float | None = Field(None, description="Regression: root mean squared error, in the target's units.")
 
 
+class TargetFidelity(Fidelity):
+    """Fidelity to float32 (and accuracy, with labels) as a target's hardware computes the candidate, where its
+    arithmetic differs from the CPU's: the GPU dequantizes weights and computes in float (float16 for a float16
+    model), the CPU's hybrid kernels quantize activations on the fly. Emulated on the CPU, or observed on the
+    device."""
+
+    method: Literal["emulated", "observed"] = Field(
+        description="emulated: a copy in the target's arithmetic run by the CPU interpreter; observed: run on it."
+    )
+    how: str = Field("", description="What was run, in a line (the emulation's rewrite, or the device).")
+    accuracy: Accuracy | None = None
+    accuracy_delta: float | None = Field(None, description="Top-1 minus the float baseline's (CPU float32).")
+    error_ratio: float | None = Field(None, description="Regression: MAE over the float baseline's (CPU float32).")
+    flagged: str | None = Field(None, description="Why the target computes this candidate badly, when it does.")
+
+
+class OnTarget(Record):
+    """Per target whose arithmetic is not the CPU's, the candidate's quality as that target computes it."""
+
+    gpu: TargetFidelity | None = None
+
+
 class Metrics(Record):
     size: Size
     accuracy: Accuracy | None = None
@@ -244,6 +319,9 @@ class Metrics(Record):
     latency: Latency | None = None
     memory: Memory | None = None
     memory_error: str | None = Field(None, description="Why peak memory could not be measured, when it could not.")
+    on_target: OnTarget | None = Field(
+        None, description="Quality as each target whose arithmetic differs from the CPU's computes it (gpu)."
+    )
 
 
 class ProbeFailure(Record):
@@ -405,6 +483,28 @@ class LayerError(Record):
     )
 
 
+class OutputStage(Record):
+    """`optimize debug` on an output whose channels carry quantities of different scales (a detector's boxes and
+    scores in one head): what quantizing the output stage (the last op that joins them, and the reshapes after
+    it) costs, measured by keeping that stage float."""
+
+    op: str = Field(description="The op that makes the output stage (CONCATENATION, ...).")
+    op_index: int = Field(description="Its index in the quantized model's main subgraph.")
+    tensors: list[str] = Field(description="The output stage's tensors kept float in the measurement.")
+    slices: list[SliceError] = Field(description="Each slice of the output, fully quantized.")
+    slices_float: list[SliceError] = Field(description="The same slices with the output stage kept float.")
+    detections: DetectionFidelity | None = Field(None, description="A detector's detections kept, fully quantized.")
+    detections_float: DetectionFidelity | None = Field(None, description="And with the output stage kept float.")
+
+    @property
+    def worst(self) -> float:
+        return max((s.relative_error for s in self.slices), default=0.0)
+
+    @property
+    def worst_float(self) -> float:
+        return max((s.relative_error for s in self.slices_float), default=0.0)
+
+
 class DebugReport(Record):
     """Where a quantized model loses accuracy: every quantized op ranked, worst first."""
 
@@ -422,6 +522,9 @@ class DebugReport(Record):
     seconds: float = 0.0
     fixes: list[str] = Field(
         default_factory=list, description="The fix to try, from the ranking: what to change, and the command for it."
+    )
+    output_stage: OutputStage | None = Field(
+        None, description="An output of several scales: its slices' error and what keeping its last stage float buys."
     )
     repaired: list[FloatIsland] = Field(
         default_factory=list,
@@ -475,6 +578,10 @@ class Goals(Record):
         None, gt=0, le=1, description="No labels needed: mean |diff| from float32 over the output range."
     )
     min_agreement: float | None = Field(None, ge=0, le=1, description="No labels needed: top-1 agreement.")
+    min_detections_kept: float | None = Field(
+        None, ge=0, le=1, description="Detectors: share of float32's detections kept (0.95 = at most 5% lost)."
+    )
+    min_mask_iou: float | None = Field(None, ge=0, le=1, description="Segmentation: mask IoU with float32's.")
     max_size_bytes: int | None = Field(None, gt=0)
     max_latency_ms: float | None = Field(None, gt=0)
     objective: Objective = Objective.SIZE

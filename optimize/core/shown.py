@@ -34,6 +34,20 @@ def escape(text: object) -> str:
     return _UNSAFE.sub(_show, str(text))
 
 
+#: A name that reads as itself: word characters (any script), dots, colons, slashes, brackets, @ # + -.
+_PLAIN_NAME = re.compile(r"[\w.:/@#+\-\[\]]+")
+
+
+def named(text: object, limit: int = 80) -> str:
+    """A name from a file (a data key, a tensor, input, node or op name) as a message shows it: as it is when
+    it is a plain name (`serving_default_x:0`, `conv1.weight`), else quoted and escaped like `repr`
+    (`'x\\nerror: ...'`), so no name can end a line, forge one, or hide where it ends; cut to `limit`
+    characters either way."""
+    name = str(text)
+    cut = name[:limit] + ("..." if len(name) > limit else "")
+    return cut if _PLAIN_NAME.fullmatch(name) else repr(cut)
+
+
 def escape_lines(text: str) -> str:
     """Each line of program-made text escaped, the line breaks between them kept."""
     return "\n".join(escape(line) for line in str(text).split("\n"))

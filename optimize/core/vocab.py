@@ -87,6 +87,8 @@ class Task(StrEnum):
     MULTILABEL = "multilabel"  # several sigmoid units, 0/1 label vectors
     REGRESSION = "regression"  # values in the target's own units
     OTHER = "other"  # landmarks, boxes, masks, embeddings: compared with the float model only
+    DETECT = "detect"  # a detector head (boxes and scores): detections kept against the float model's
+    SEGMENT = "segment"  # a segmentation map (classes or a mask per pixel): mask IoU against the float model's
 
 
 class Precision(StrEnum):

@@ -29,6 +29,7 @@ from optimize.core.vocab import IO, TARGET_DELEGATE, Objective, Scheme, Target
 from optimize.decide import explain, kinds
 from optimize.decide.advice import EPS, PASSED_OVER, PRUNE_FACT, Advice, advise, check_target, recipe_toml
 from optimize.decide.guard import WORST, Guard, axes, default_guard, has_quality_goal, quality, remedy
+from optimize.decide.on_target import as_computed_on
 from optimize.measure.noise import speed, versus
 
 
@@ -84,6 +85,8 @@ def make_goals(
     max_output_error: float | None = None,
     max_error_increase: float | None = None,
     min_agreement: float | None = None,
+    min_detections_kept: float | None = None,
+    min_mask_iou: float | None = None,
 ) -> Goals:
     """Goals from CLI options; an impossible goal or an unknown objective is one clear line."""
     from pydantic import ValidationError
@@ -99,6 +102,8 @@ def make_goals(
             max_output_error=max_output_error,
             max_error_increase=max_error_increase,
             min_agreement=min_agreement,
+            min_detections_kept=min_detections_kept,
+            min_mask_iou=min_mask_iou,
         )
     except ValidationError as e:
         raise from_validation(
@@ -271,17 +276,31 @@ def _fidelity_problem(m, goals: Goals, is_base: bool, unlabelled_only: bool = Fa
             continue
         worst = check.worst(outputs)
         if worst is None:
-            if check.bound.lower and unlabelled_only and f is not None:
-                continue  # no output that decides among those judged: agreement does not apply
+            if _not_applicable(check, outputs, f is not None and unlabelled_only):
+                continue
             return _unmeasured(check)
         if check.broken(check.read(worst), goal):
             return _broken(check, worst, goal, named)
     return None
 
 
+def _not_applicable(check: kinds.Check, outputs: list, others_only: bool) -> bool:
+    """Whether a goal no output has a figure for does not apply to them: agreement where none of the outputs
+    the labels leave decides, the output error where every output is judged by a figure of its own (a
+    detector's detections, a mask's IoU)."""
+    if check.bound.lower and others_only:
+        return True
+    own = bool(outputs) and all(kinds.of_output(o) in kinds.OWN_FIGURE for o in outputs)
+    return own and check.bound is kinds.OUTPUT_ERROR
+
+
 def _unmeasured(check: kinds.Check) -> str:
     if check.bound.goal == "max_output_error":
         return "not compared with float32, so max_output_error cannot be checked"
+    if check.bound is kinds.DETECTIONS_KEPT:
+        return "no detector head whose detections were counted, so min_detections_kept cannot be checked"
+    if check.bound is kinds.MASK_IOU:
+        return "no mask output whose IoU was measured, so min_mask_iou cannot be checked"
     return "agreement not measured (no output decides: classes or yes/no), so min_agreement cannot be checked"
 
 
@@ -292,6 +311,11 @@ def _broken(check: kinds.Check, o, goal: float, named: bool) -> str:
             return f"output {o.name} off by {o.relative_error * 100:.3g}% of its range > {goal * 100:g}%"
         return f"output error {o.relative_error:.3g} of the output range > {goal:g}"
     which = f"output {o.name} " if named else ""
+    if check.bound is kinds.DETECTIONS_KEPT:
+        d = o.detection
+        return f"keeps {d.kept} of float32's {d.reference_detections} detections ({check.read(o) * 100:.1f}% < {goal * 100:g}%)"
+    if check.bound is kinds.MASK_IOU:
+        return f"{which}mask IoU {check.read(o) * 100:.1f}% with float32's < {goal * 100:g}%"
     return f"{which}{kinds.agreement_name(o)} {check.read(o) * 100:.2f}% < {goal * 100:g}%"
 
 
@@ -679,8 +703,10 @@ def recommend(
     target = check_target(target)
     goals = goals or Goals()
     _check_study(study)
+    study, target_facts = as_computed_on(study, target)  # the gpu target judges the GPU's arithmetic
     advice = _advice(study, target, goals, have_calibration_data, have_training_data)
     goals, label_facts = _without_labels(study, goals)
+    label_facts = [*label_facts, *target_facts]
     choice = _Choice(study, target, goals)
     chosen = choice.chosen
     keep = choice.keep_float32(folder)

@@ -25,7 +25,8 @@ DEBUG_CLIPPING = 0.7
 @dataclass(frozen=True)
 class Tried:
     """One fix and what measuring it found. `unit`: error (relative error, debug's and the sweep's fidelity
-    measure), points (top-1 lost), mae (the MAE's ratio to float32's); `before`/`after` in it (None: not
+    measure), points (top-1 lost), mae (the MAE's ratio to float32's), detections (the share of float32's
+    detections lost: a detector's measure); `before`/`after` in it (None: not
     measured); `where`: here, or the study's candidate that measured it; `failed`: why it could not be made."""
 
     what: str
@@ -55,6 +56,8 @@ class Tried:
             return f"{_points(b)} -> {_points(a)} points of top-1 lost"
         if self.unit == "mae":
             return f"MAE x{b:.3f} -> x{a:.3f} of float32's"
+        if self.unit == "detections":  # the share of float32's detections lost
+            return f"{(1 - b) * 100:.1f}% -> {(1 - a) * 100:.1f}% of float32's detections kept"
         change = ""
         if b > 0 and math.isfinite(b):
             change = " (no change)" if abs(a / b - 1) < 0.005 else f" ({(a / b - 1) * 100:+.0f}%)"
@@ -105,3 +108,30 @@ def _left(t: Tried) -> float:
     base = t.before - 1 if t.unit == "mae" else t.before
     left = t.after - 1 if t.unit == "mae" else t.after
     return left / base if base else 0.0
+
+
+def stage_tried(stage, scheme: str) -> tuple[Tried | None, str]:
+    """The output stage of an output of several scales (a detector's boxes and scores joined in one tensor), as
+    measured by `optimize debug`: keeping it float, in the worst slice's error (and the detections kept), and the
+    cause in words when one scale for the joined quantities is what breaks the model. (None, "") without one."""
+    if stage is None or not stage.slices:
+        return None, ""
+    worst = max(stage.slices, key=lambda e: e.relative_error)
+    after = next((e for e in stage.slices_float if e.name == worst.name and e.channels == worst.channels), None)
+    det, det_f = stage.detections, stage.detections_float
+    what = f"the output stage ({stage.op} #{stage.op_index} and after) kept float"
+    command = "optimize run mixed-int8 MODEL --data D.npz"
+    if det is not None and det_f is not None and det.kept_fraction is not None:  # a detector: its detections
+        tried = Tried(what, command, 1 - det.kept_fraction, 1 - (det_f.kept_fraction or 0.0), unit="detections")
+    else:
+        tried = Tried(what, command, worst.relative_error, after.relative_error if after is not None else None)
+    small = min(stage.slices, key=lambda e: e.range)  # the quantity one scale for the tensor cannot resolve
+    big = max(stage.slices, key=lambda e: e.range)
+    cause = (
+        f"the output stage: {stage.op} #{stage.op_index} joins quantities of different scales in one {scheme} "
+        f"tensor, {small.name} (range {small.range:.4g}) beside {big.name} (range {big.range:.4g}), so "
+        f"{small.name} is {small.relative_error * 100:.2f}% of its range off float32"
+    )
+    if det is not None and det.kept_fraction is not None:
+        cause += f" and {det.kept} of float32's {det.reference_detections} detections are kept"
+    return tried, cause + "."

@@ -35,7 +35,8 @@ from optimize.measure.noise import compare_latency
 
 __all__ = ["DEFAULT_MAX_DROP", "DEFAULT_MAX_ERROR_INCREASE", "DEFAULT_MAX_OUTPUT_ERROR", "DEFAULT_MIN_AGREEMENT"]
 FIDELITY_RESOLUTION = 0.001
-QUALITY_GOALS = ("max_accuracy_drop", "max_error_increase", "max_output_error", "min_agreement")
+OUTPUT_GOALS = ("max_output_error", "min_agreement", "min_detections_kept", "min_mask_iou")
+QUALITY_GOALS = ("max_accuracy_drop", "max_error_increase", *OUTPUT_GOALS)
 
 
 class Guard(Record):
@@ -63,7 +64,7 @@ def has_labelled_goal(goals: Goals) -> bool:
 
 
 def has_output_goal(goals: Goals) -> bool:
-    return goals.max_output_error is not None or goals.min_agreement is not None
+    return any(getattr(goals, k) is not None for k in OUTPUT_GOALS)
 
 
 def labelled_kind(cands: list[Candidate]) -> Kind | None:
@@ -84,7 +85,11 @@ def _fidelity_key(c: Candidate, baseline: str | None) -> tuple[float, float] | N
     err = f.relative_error
     bucket = -math.inf if err is None else -math.floor(err / FIDELITY_RESOLUTION + 1e-9) * FIDELITY_RESOLUTION
     least = f.least_agreeing()
-    return (1.0 if least is None else least.agreement, bucket)
+    first = 1.0 if least is None else least.agreement
+    det = f.detection
+    if det is not None and det.kept_fraction is not None:  # a detector: the detections it keeps come first
+        first = min(first, det.kept_fraction)
+    return (first, bucket)
 
 
 def quality(c: Candidate, by_labels: bool, baseline: str | None = None) -> tuple[float, float] | None:
@@ -119,6 +124,9 @@ def fidelity_words(c: Candidate, baseline: str | None = None, unlabelled_only: b
         parts.append(f"output error {worst.relative_error * 100:.2f}% of the range")
     if least is not None:
         parts.append(_agreement_words(least, several))
+    det = f.detection
+    if det is not None and det.kept_fraction is not None:
+        parts.insert(0, f"keeps {det.kept} of float32's {det.reference_detections} detections")
     few = " (fewer than 32: a rough figure)" if f.few_samples else ""
     return ", ".join(parts + [f"{f.samples} samples{few}"])
 
@@ -228,7 +236,9 @@ def _output_kinds(cands: list[Candidate], unlabelled_only: bool) -> dict[str, Ki
 def _fidelity_part(found: dict[str, Kind], bounds: dict[str, float]) -> str:
     """`within 5% of float32's range, 98% of decisions at 0.5 agreeing`: the fidelity bounds for these
     outputs, each agreement naming its outputs when they are of several kinds."""
-    words = [kinds.OUTPUT_ERROR.words(bounds.get("max_output_error"))]
+    error = any(kinds.OUTPUT_ERROR in k.against_float for k in found.values())
+    words = [kinds.OUTPUT_ERROR.words(bounds.get("max_output_error"))] if error else []
+    words += _own_figure_words(found, bounds)
     deciding = [k for k in kinds.KINDS if k.agreement and k in found.values()]
     for k in deciding:
         agree = next(b for b in k.against_float if b.goal == "min_agreement")
@@ -236,6 +246,17 @@ def _fidelity_part(found: dict[str, Kind], bounds: dict[str, float]) -> str:
         named = f" ({_names(which)})" if len(set(found.values())) > 1 else ""
         words.append(agree.words(bounds.get("min_agreement")) + named)
     return ", ".join(words)
+
+
+def _own_figure_words(found: dict[str, Kind], bounds: dict[str, float]) -> list[str]:
+    """`at least 95% of float32's detections kept`: the bounds of the outputs judged by a figure of their own,
+    naming those outputs when the study has outputs of several kinds."""
+    words = []
+    for k in kinds.OWN_FIGURE:
+        which = [n for n, kk in found.items() if kk is k]
+        named = f" ({_names(which)})" if which and len(set(found.values())) > 1 else ""
+        words += [b.words(bounds.get(b.goal)) + named for b in k.against_float] if which else []
+    return words
 
 
 def default_guard(goals: Goals, study: Study) -> Guard | None:
@@ -256,11 +277,15 @@ def default_guard(goals: Goals, study: Study) -> Guard | None:
     found = _output_kinds(ok, unlabelled_only=False)
     if not found:
         return None
-    update: dict = {"max_output_error": DEFAULT_MAX_OUTPUT_ERROR}
-    if any(k.agreement for k in found.values()):
-        update["min_agreement"] = DEFAULT_MIN_AGREEMENT
+    update = _fidelity_bounds(found)
     words = f"no labels: outputs {_fidelity_part(found, update)}"
-    return Guard(goals=goals.model_copy(update=update), words=words, override="--max-output-error")
+    override = next(b.option for k in found.values() for b in k.against_float)
+    return Guard(goals=goals.model_copy(update=update), words=words, override=override)
+
+
+def _fidelity_bounds(found: dict[str, Kind]) -> dict[str, float]:
+    """The default bounds of the goals that judge these outputs against float32 (each kind's own)."""
+    return {b.goal: b.default for k in found.values() for b in k.against_float}
 
 
 def unlabelled_outputs(cands: list[Candidate]) -> tuple[list[str], bool]:
@@ -294,9 +319,7 @@ def _labelled_guard(goals: Goals, ok: list[Candidate], kind: Kind) -> Guard | No
         words.append(_labelled_words_for(kind, name, bool(others)))
         unstated.append("no accuracy goal was given")
     if others and not has_output_goal(goals):
-        update["max_output_error"] = DEFAULT_MAX_OUTPUT_ERROR
-        if any(k.agreement for k in others.values()):
-            update["min_agreement"] = DEFAULT_MIN_AGREEMENT
+        update.update(_fidelity_bounds(others))
         words.append(f"the outputs without labels ({_names(list(others))}) {_fidelity_part(others, update)}")
         if not unstated:
             unstated.append("no goal for the outputs without labels was given")
@@ -321,8 +344,9 @@ def measured(guard: Guard, c: Candidate) -> bool:
     for goal in ("max_accuracy_drop", "max_error_increase"):
         if getattr(g, goal) is not None and _labelled_figure(c, goal) is None:
             return False
-    if g.max_output_error is not None or g.min_agreement is not None:
-        return m.fidelity is not None and m.fidelity.worst(guard.unlabelled_only) is not None
+    if has_output_goal(g):
+        f = m.fidelity
+        return f is not None and any(c.read(o) is not None for c in kinds.CHECKS for o in kinds.judged(f))
     return True
 
 

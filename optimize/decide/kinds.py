@@ -8,8 +8,10 @@ classes, accuracy at 0.5 for yes/no decisions, the MAE's increase for values. Ev
 against float32 (`Kind.against_float`): the relative error (mean |diff| over the reference's range) for all,
 and agreement where the output makes decisions: top-1 for classes, each decision at 0.5 for sigmoid outputs.
 
-Adding a kind (detections, masks): one `Kind` in `KINDS`, ahead of VALUES (the catch-all), whose `has` knows its
-outputs by the figure the measurement stored on them; and, when its figure has a goal of its own, one `Check` in
+A detector's outputs are judged by the detections kept against float32's, a mask's by its IoU with float32's:
+those figures, not the output error, say whether the boxes, scores and masks still work.
+
+Adding a kind: one `Kind` in `KINDS`, ahead of VALUES (the catch-all), whose `has` knows its outputs by the figure the measurement stored on them; and, when its figure has a goal of its own, one `Check` in
 `CHECKS` reading that figure, bounded by a new `Goals` field. Pure: no TensorFlow, no numpy.
 """
 
@@ -27,6 +29,8 @@ DEFAULT_MAX_DROP = 0.02
 DEFAULT_MAX_ERROR_INCREASE = 0.05
 DEFAULT_MAX_OUTPUT_ERROR = 0.05
 DEFAULT_MIN_AGREEMENT = 1 - DEFAULT_MAX_DROP
+DEFAULT_MIN_DETECTIONS_KEPT = 0.95
+DEFAULT_MIN_MASK_IOU = 0.9
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,15 @@ DECISION_AGREEMENT = Bound(
 )
 
 
+DETECTIONS_KEPT = Bound(
+    "min_detections_kept",
+    DEFAULT_MIN_DETECTIONS_KEPT,
+    "--min-detections-kept",
+    "at least {v}% of float32's detections kept",
+)
+MASK_IOU = Bound("min_mask_iou", DEFAULT_MIN_MASK_IOU, "--min-mask-iou", "mask IoU of at least {v}% with float32's")
+
+
 @dataclass(frozen=True)
 class Kind:
     """One kind of output. `name` is what the screen calls it; `has` tells an output compared with float32
@@ -103,8 +116,10 @@ VALUES = Kind(
     (OUTPUT_ERROR,),
     measure="MAE",
 )
+DETECTIONS = Kind("detections", lambda o: o.detection is not None, None, (DETECTIONS_KEPT,), measure="detections kept")
+MASKS = Kind("masks", lambda o: o.iou is not None, None, (MASK_IOU,), measure="mask IoU")
 #: Every kind, most specific first; VALUES takes whatever no other kind claims.
-KINDS: tuple[Kind, ...] = (CLASSES, DECISIONS, VALUES)
+KINDS: tuple[Kind, ...] = (DETECTIONS, MASKS, CLASSES, DECISIONS, VALUES)
 
 
 def of_output(o: OutputFidelity) -> Kind:
@@ -159,6 +174,10 @@ class Check:
 
 #: The goals judged on outputs against float32, in the order they are checked.
 CHECKS: tuple[Check, ...] = (
-    Check(OUTPUT_ERROR, lambda o: o.relative_error),
+    Check(OUTPUT_ERROR, lambda o: o.relative_error if OUTPUT_ERROR in of_output(o).against_float else None),
     Check(TOP1_AGREEMENT, lambda o: o.agreement),
+    Check(DETECTIONS_KEPT, lambda o: o.detection.kept_fraction if o.detection is not None else None),
+    Check(MASK_IOU, lambda o: o.iou),
 )
+#: The goals of kinds judged by a task figure of their own (not the output error): a detector's, a mask's.
+OWN_FIGURE = (DETECTIONS, MASKS)

@@ -59,6 +59,33 @@ except Exception as e:  # the accelerator's refusal is the observation
 print("JSON" + json.dumps(out), flush=True)
 """
 
+OUTPUTS = r"""
+import json, sys
+import numpy as np
+from ai_edge_litert.compiled_model import CompiledModel
+from ai_edge_litert.hardware_accelerator import HardwareAccelerator as HA
+from ai_edge_litert.tensor_buffer import TensorBuffer
+feeds = np.load(sys.argv[2])
+try:
+    m = CompiledModel.from_file(sys.argv[1], hardware_accel=HA.GPU | HA.CPU)
+    key = list(m.get_signature_list())[0]
+    ins, outs = m.get_input_tensor_details(key), m.get_output_tensor_details(key)
+    got = {}
+    for k in range(int(feeds["n"])):
+        inputs = m.create_input_buffers(0)  # outputs in host memory: some GPU buffers cannot be locked to read
+        outputs = [TensorBuffer.create_from_host_memory(np.zeros(d["shape"], d["dtype"])) for d in outs.values()]
+        for i, (b, d) in enumerate(zip(inputs, ins.values())):
+            b.write(feeds[f"in{i}_{k}"].astype(d["dtype"]).reshape(d["shape"]))
+        m.run_by_index(0, inputs, outputs)
+        for j, (b, d) in enumerate(zip(outputs, outs.values())):
+            got[f"out{j}_{k}"] = b.read(int(np.prod(d["shape"])), d["dtype"]).reshape(d["shape"])
+    np.savez(sys.argv[3], **got)
+    out = {"ran": True, "full": bool(m.is_fully_accelerated()), "names": list(outs)}
+except Exception as e:
+    out = {"ran": False, "error": (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]}
+print("JSON" + json.dumps(out), flush=True)
+"""
+
 _COUNT = re.compile(r"(\d+) operations will run on the GPU, and the remaining (\d+) operations will run on the CPU")
 _NONE = re.compile(r"No operations will run on the GPU, and all (\d+) operations will run on the CPU")
 _RESTORED = "Restored original execution plan after delegate application failure"
@@ -229,3 +256,39 @@ def observe_study(study, folder: Path, progress=None):
             c = c.model_copy(update={"delegates": {**c.delegates, OBSERVED[Delegate.GPU]: report}})
         candidates.append(c)
     return study.model_copy(update={"candidates": candidates})
+
+
+def gpu_outputs(model: str | Path, feeds: list[list], icd: Path | None = None) -> tuple[list, str]:
+    """The model's outputs computed by the GPU accelerator: `feeds` holds, per sample, each input as the model
+    takes it (in signature order, its own dtype); the outputs come back per sample in signature order, in the
+    model's output dtypes. (outputs, the device in words); ValueError with the accelerator's words when it
+    cannot run the model, or when no device is here."""
+    import numpy as np
+
+    icd = icd or gpu_device()
+    if icd is None:
+        raise ValueError(UNAVAILABLE)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "feeds.npz"
+        arrays = {f"in{i}_{k}": np.asarray(x) for k, sample in enumerate(feeds) for i, x in enumerate(sample)}
+        np.savez(path, n=len(feeds), **arrays)
+        env = {**os.environ, "VK_ICD_FILENAMES": str(icd)}
+        result_path = Path(tmp) / "outputs.npz"
+        try:
+            r = subprocess.run(
+                [sys.executable, "-c", OUTPUTS, str(model), str(path), str(result_path)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            raise ValueError(f"no answer within {TIMEOUT_S} s") from None
+        lines = [ln[4:] for ln in r.stdout.splitlines() if ln.startswith("JSON")]
+        result = json.loads(lines[-1]) if lines else {"ran": False, "error": f"exit code {r.returncode}"}
+        if not result.get("ran"):
+            raise ValueError(result.get("error", "the accelerator did not run the model"))
+        with np.load(result_path) as got:
+            per = [[got[f"out{j}_{k}"] for j in range(len(result["names"]))] for k in range(len(feeds))]
+    how = "" if result.get("full") else ", part of it on the CPU"
+    return per, f"observed: LiteRT's GPU accelerator (ML Drift) on {_device_name(icd)}{how}"

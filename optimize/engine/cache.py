@@ -19,7 +19,9 @@ cannot be read (an S3 endpoint gone, a permission) is a miss with one warning; t
 What is cached: candidates that worked, and failures that would happen again on the same inputs (a
 technique's own failure, a worker killed by SIGSEGV in a technique). Never failures the environment
 caused: a full disk, memory, a worker killed by SIGKILL, a lost node, a timeout. A cache that cannot be
-written is a warning, never a failed sweep.
+written is a warning, never a failed sweep; a local one that cannot be written when the run starts for a
+reason that leaves it readable (a full disk, a quota, a read-only filesystem: `storage.ReadOnlyStore`) still
+serves what it holds, with one warning naming that reason.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from optimize.core.paths import default_root
 from optimize.core.results import Candidate, write_atomic
-from optimize.engine.storage import StorageError, join, open_store
+from optimize.engine.storage import ReadOnlyStore, StorageError, join, open_store
 
 # 3: candidates carry the robustness probe; every deterministic failure is kept.
 # 4: entries and artifacts as separate objects in a store (a folder or any fsspec URL).
@@ -44,7 +46,8 @@ from optimize.engine.storage import StorageError, join, open_store
 # 6: latency timed round-robin across a study's candidates, with its rounds and p50 interval.
 # 7: sigmoid outputs carry their decision agreement; a regression baseline its error ratio; the selective search
 #    judges on samples its calibration never saw.
-CACHE_FORMAT = 7
+# 8: fidelity per output slice, detections kept, and the figures in the GPU's arithmetic (metrics.on_target).
+CACHE_FORMAT = 8
 MAX_RECORD_BYTES = 64 * 2**20  # a record with its debug tables is a few MiB at most
 MAX_ARTIFACT_BYTES = 2**31  # a flatbuffer cannot be larger
 log = logging.getLogger(__name__)
@@ -115,10 +118,11 @@ def cacheable(c: Candidate) -> bool:
 class ResultCache:
     """Candidates by key in a store (`optimize.engine.storage`), or nothing when `store` is None."""
 
-    def __init__(self, store=None):
+    def __init__(self, store=None, writable: bool = True):
         self.store = store
+        self.writable = writable  # False: a cache on a full (or read-only) disk serves what it holds
         self.warned = False
-        if store is not None:
+        if store is not None and writable:
             store.clean()
 
     @property
@@ -196,7 +200,7 @@ class ResultCache:
 
     def put(self, key: str, cand: Candidate, out_dir: Path) -> None:
         """Store a candidate if it is worth remembering. A failure to write is a warning, never an error."""
-        if not self.enabled or not cacheable(cand):
+        if not self.enabled or not self.writable or not cacheable(cand):
             return
         try:
             doc = {"format": CACHE_FORMAT, "key": key, "artifact_sha256": None, "artifact_bytes": None}
@@ -262,6 +266,8 @@ class Known:
         return None
 
     def _put(self, key: str, record) -> None:
+        if not self.cache.writable:
+            return
         try:
             self.cache.store.create(key, record.model_dump_json().encode())
         except Exception as e:  # noqa: BLE001 - a cache that cannot be written is never an error
@@ -304,6 +310,9 @@ def result_cache(option: bool | str | None = True) -> ResultCache:
     if store.url not in _CHECKED:
         try:
             store.check()  # before any work: a bucket that does not exist or cannot be written is one line
+        except ReadOnlyStore as e:  # a full disk: what the cache holds still serves this run
+            log.warning("%s Reading what it holds; keeping nothing new this run.", e.problem)
+            return ResultCache(store, writable=False)
         except StorageError as e:
             if explicit:
                 raise

@@ -7,7 +7,7 @@ out of the scheme, optimize.transforms.tflite.repair), then rank every op's int8
 from __future__ import annotations
 
 from optimize.core.results import DebugReport
-from optimize.decide.debug_advice import debug_fixes
+from optimize.decide.debug_advice import debug_fixes, stage_tried
 from optimize.engine import debug_fixes as debug_fixes_mod
 from optimize.measure.layer_error import Samples, analyze
 
@@ -79,6 +79,11 @@ def debug_model(
             ) from None
         report = analyze(session.content, session.quantize, picked, scheme=scheme, leave_out=leave_out, threads=threads)
         report = report.model_copy(update={"repaired": fixer.islands, "held_out": where.words})
+        stage = output_stage(session.content, session.quantize, picked, threads, ds.task)
+        if stage is not None:  # an output of several scales: its worst slice is the output's error
+            report = report.model_copy(
+                update={"output_stage": stage, "output_error": max(report.output_error, stage.worst)}
+            )
 
         def make(update: dict) -> bytes:
             other = get("quantize").parse({"scheme": scheme, **update})
@@ -96,6 +101,9 @@ def _tried(report, session, make, picked, content, threads, found, src, ds):
 
     if report.output_error < DEBUG_FINE:
         return [], ""
+    staged, why = stage_tried(report.output_stage, str(report.scheme))
+    if staged is not None and staged.helped:  # the output stage is the cause: its measured fix says it all
+        return [staged], why
     fx = debug_fixes_mod
     bench = fx.Bench(picked, fx.reference(content, picked, threads), threads)
     full = session.quantize()
@@ -104,6 +112,7 @@ def _tried(report, session, make, picked, content, threads, found, src, ds):
     studied = fx.from_study(*found) if found else []
     kinds = {"int16x8" for t in studied if t.what.startswith("16-bit")}
     tried += more + fx.other_schemes(report, make, bench, kinds, str(report.scheme)) + studied
+    tried += [staged] if staged is not None else []
     if not any(t.what == "quantization-aware training" for t in studied) and report.scheme == "int8":
         tried.append(fx.qat_offer(src, ds))
     return tried, cause
@@ -125,3 +134,57 @@ def _finite(float_model: bytes, picked: Samples, threads: int) -> Samples:
         except runtime.InvokeError:
             continue
     return Samples(kept or picked.items)
+
+
+def _outputs(content: bytes, picked, threads: int):
+    """The model's outputs on each sample, stacked per output."""
+    import numpy as np
+
+    from optimize.models import runtime
+
+    runner = runtime.Runner(runtime.load(content, threads=threads, like=picked.items[0]))
+    per = [runner.run_fresh(s) for s in picked.items]
+    return [np.stack([p[i] for p in per]) for i in range(len(per[0]))]
+
+
+def output_stage(float_model: bytes, quantize, picked, threads: int = 2, task=None):
+    """Where the float model's outputs carry quantities of different scales (a detector's boxes beside its
+    scores, recognised as a sweep does, or channels of another scale): each slice's error fully quantized and
+    with the output stage kept float (one more quantization and pass), and a detector's detections kept in
+    both; None for outputs of one scale."""
+    from optimize.core.errors import DataError
+    from optimize.core.results import OutputStage
+    from optimize.core.vocab import Task
+    from optimize.measure import detection, slices
+    from optimize.transforms.tflite.selective import output_stage as stage_of
+
+    if not picked.items:
+        return None
+    ref = _outputs(float_model, picked, threads)
+    try:
+        layout = detection.recognise([r.shape for r in ref], ref, "" if task == Task.DETECT else None)
+    except DataError:
+        layout = None
+    cuts = layout.slices([r.shape for r in ref]) if layout else {}
+    cuts.update({i: c for i, r in enumerate(ref) if i not in cuts and (c := slices.scale_slices(r))})
+    full = quantize(None)
+    found = stage_of(full)
+    if not cuts or found is None:
+        return None
+    op, index, tensors = found
+    kept = _outputs(quantize(dict.fromkeys(tensors, "float")), picked, threads)
+    outs = _outputs(full, picked, threads)
+    names = [str(i) for i in range(len(ref))]
+
+    def errs(o):
+        return [e for i, c in cuts.items() for e in slices.slice_errors(o[i], ref[i], c)]
+
+    return OutputStage(
+        op=op,
+        op_index=index,
+        tensors=tensors,
+        slices=errs(outs),
+        slices_float=errs(kept),
+        detections=detection.compare(outs, ref, names, layout) if layout else None,
+        detections_float=detection.compare(kept, ref, names, layout) if layout else None,
+    )

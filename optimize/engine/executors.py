@@ -144,17 +144,17 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _worker_main(conn, index: int, warm: bool = False) -> None:
-    """A worker: its workspaces kept across the tasks it is given; events go back over the pipe. `warm`: a
-    spare started before the run knew its tasks imports TensorFlow first, and takes the run's temporary folder
-    from a ("tmpdir", folder) message."""
+def _worker_main(conn, index: int, warm: str = "") -> None:
+    """A worker: its workspaces kept across the tasks it is given; events go back over the pipe. `warm`: what it
+    imports before its first task (`_warm_up`: "tf" or "measure"; a spare started before the run knew its tasks
+    also takes the run's temporary folder from a ("tmpdir", folder) message)."""
     _die_with_parent()
     root = logging.getLogger("optimize")
     root.handlers[:] = [_PipeHandler(conn)]
     root.setLevel(logging.INFO)
     root.propagate = False
     if warm:
-        _warm_up()
+        _warm_up(warm)
     workspaces = Workspaces()
     progress = _PipeProgress(conn)
     while True:
@@ -189,14 +189,20 @@ def _leave(conn) -> None:
     os._exit(0)
 
 
-def _warm_up() -> None:
-    """What a Keras or SavedModel task imports first (TensorFlow, tf_keras: seconds), done while the parent
-    is still opening the model. A failure here is the task's to report, not this one's."""
+def _warm_up(what: str) -> None:
+    """What the worker's first task imports, done while the parent is still opening the model: "tf" for a task
+    that converts a Keras model or a SavedModel (TensorFlow, tf_keras: seconds), "measure" for one that only
+    quantizes and measures a .tflite (the interpreter, LiteRT Quantizer, the pipeline: about a second). A
+    failure here is the task's to report, not this one's."""
     with contextlib.suppress(Exception):
-        from optimize.models import _tf
+        if what == "tf":
+            from optimize.models import _tf
 
-        _tf.tf()
-        _tf.keras()
+            _tf.tf()
+            _tf.keras()
+        import litert_quantizer.quantizer  # noqa: F401
+
+        from optimize.engine import pipeline  # noqa: F401
 
 
 def _start(proc) -> None:
@@ -219,10 +225,10 @@ class Spare:
     baseline, the first task, starts warm. The process executor adopts it as its first worker; one never
     adopted (a warm re-run answered from the cache, bad input, a serial or Ray run) is killed by `close`."""
 
-    def __init__(self) -> None:
+    def __init__(self, warm: str = "tf") -> None:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, 0, True), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, 0, warm), daemon=True)
         _start(self.proc)
         child.close()
         self.taken = False
@@ -255,7 +261,7 @@ class Spare:
 
 
 def spare(kind: str, jobs: int | None, model) -> Spare | None:
-    """A warm spare worker for a local run with worker processes whose model needs TensorFlow (Keras or
+    """A warm spare worker for a local run with worker processes whose model TensorFlow opens (Keras or
     SavedModel; None is the built-in Keras demo); None where no worker process would take it."""
     from pathlib import Path
 
@@ -266,7 +272,9 @@ def spare(kind: str, jobs: int | None, model) -> Spare | None:
     p = None if model is None else Path(model)
     if p is not None and not (p.is_dir() or p.suffix.lower() in (".keras", ".h5", ".hdf5")):
         return None
-    return Spare()
+    # a Keras model's float32 is converted here, straight from the model the checks load (runs.Run.export):
+    # its tasks measure a .tflite; a SavedModel's baseline converts it in the worker
+    return Spare("tf" if p is not None and p.is_dir() else "measure")
 
 
 def describe_exit(code: int | None) -> str:
@@ -321,15 +329,15 @@ class ProcessExecutor(_LocalTiming):
     def submit(self, task: Task) -> None:
         self.queue.append(task)
 
-    def expect(self, n: int, warm: bool = False) -> None:
+    def expect(self, n: int, warm: str = "") -> None:
         """`n` more tasks will come once a running one is done (a model's groups after its baseline): start the
-        workers they will need now, so their start-up (Python, and with `warm` TensorFlow: seconds) overlaps
-        the running task instead of following it."""
+        workers they will need now, so their start-up (Python, and what `warm` names, `_warm_up`: TensorFlow's
+        import takes seconds) overlaps the running task instead of following it."""
         want = min(self.jobs, len(self.workers) + n)
         while len(self.workers) < want:
             self._spawn(warm)
 
-    def _spawn(self, warm: bool = False) -> _Worker:
+    def _spawn(self, warm: str = "") -> _Worker:
         w = self.spare.take() if self.spare is not None and self.spawned == 0 else None
         if w is None:
             parent, child = self.ctx.Pipe()

@@ -485,8 +485,9 @@ def make_candidate(
         metrics = None
         with timed(phases, "load"):
             loaded = _load(artifact, ws.threads, ws.data) if measure_it or delegates else None
+        checked = _checked_already(state, reference)  # the quantizer's check ran these bytes (their sha256) or None
         with timed(phases, "probe"):
-            probed = _probe_loaded(ws, loaded, state, reference, made, progress)
+            probed = _probe_loaded(ws, loaded, state, reference, made, progress, checked is not None)
         if measure_it:
             progress.phase(f"{recipe.name}: measuring")
             metrics = _measure(
@@ -499,6 +500,8 @@ def make_candidate(
                 samples=eval_samples,
                 baseline_accuracy=baseline.accuracy if baseline else None,
                 loaded=loaded,
+                on_target=True if reference is not None else "self",
+                digest=checked,
             )
         _refuse_nonfinite(metrics)
         notes = list(state.notes)
@@ -572,14 +575,14 @@ def _failed(recipe: Recipe, e: BaseException, t0: float, phases: dict[str, float
     return failed
 
 
-def _probe_loaded(ws: Workspace, loaded, state: _State, reference, recipe: Recipe, progress: Progress):
+def _probe_loaded(ws: Workspace, loaded, state: _State, reference, recipe: Recipe, progress: Progress, checked: bool):
     """The robustness probe on the candidate's interpreter (None when it does not load here); without
     data, a note on the free input dimensions it ran at."""
     if loaded is None:
         return None
     if ws.data is None:
         state.notes = [*state.notes, *_free_note(loaded)]
-    if _checked_already(state, reference):
+    if checked:
         from optimize.models import runtime
 
         # these bytes ran on every probe input (and more) in the quantizer's own check, against this same
@@ -590,17 +593,18 @@ def _probe_loaded(ws: Workspace, loaded, state: _State, reference, recipe: Recip
     return robustness(ws, loaded, reference, recipe)
 
 
-def _checked_already(state: _State, reference: Path | None) -> bool:
-    """Whether the quantizer's failure check ran this very artifact on every probe input, compared with the
-    very float model that is the probe's reference (transforms.tflite.repair.Check)."""
+def _checked_already(state: _State, reference: Path | None) -> str | None:
+    """The artifact's sha256 when the quantizer's failure check ran this very artifact on every probe input,
+    compared with the very float model that is the probe's reference (transforms.tflite.repair.Check); else None."""
     checked = state.records.get("checked")
     if not checked or reference is None:
-        return False
+        return None
 
     def digest(path: Path) -> str:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
-    return checked["sha256"] == digest(state.path) and checked["float_sha256"] == digest(reference)
+    same = checked["sha256"] == digest(state.path) and checked["float_sha256"] == digest(reference)
+    return checked["sha256"] if same else None
 
 
 def _refuse_nonfinite(metrics: Metrics | None) -> None:

@@ -168,8 +168,12 @@ class Run:
         study = _study(self, self.model, self.settings["threads"], executor)
         if self.observe:  # after timing, so the accelerator's threads never disturb a measurement
             from optimize.delegates.observe import observe_study
+            from optimize.engine.on_gpu import observe_arithmetic
 
             study = observe_study(study, self.out_dir, Progress())
+            study = observe_arithmetic(
+                study, self.out_dir, self.ds, self.settings["threads"], self.settings["eval_samples"]
+            )
         study.save(self.out_dir / "study.json")
         return study
 
@@ -285,6 +289,8 @@ def _plain_int8(run: Run) -> Candidate | None:
 #: Without labels, plain int8 worse than the default guard (optimize.decide.guard) gets the rescue too.
 RESCUE_OUTPUT_ERROR = 0.05  # the worst output's mean |diff| over its range
 RESCUE_AGREEMENT = 0.98  # top-1 agreement with float32, for class outputs
+RESCUE_DETECTIONS = 0.95  # a detector: the share of float32's detections int8 must keep (the default guard's)
+RESCUE_DETECTIONS_BUDGET = 0.98  # what the search aims at on its few held-out samples, so the guard's holds
 
 
 def _rescue(run: Run) -> Recipe | None:
@@ -308,6 +314,9 @@ def _lost(int8: Candidate) -> tuple[str, dict] | None:
         return f"lost {-m.accuracy_delta * 100:.1f} points", {"max_accuracy_drop": 0.005}
     if m.error_ratio is not None and m.error_ratio > 1 + RESCUE_INCREASE:
         return f"made the error x{m.error_ratio:.2f}", {"max_error_increase": 0.10}
+    lost = _lost_detections(m)
+    if lost is not None:
+        return lost
     fid = m.fidelity if m.accuracy is None else None
     if fid is None:
         return None
@@ -348,6 +357,14 @@ def _judged_on_calibration(ds: Dataset | None, recipes: list[Recipe]) -> None:
             "measured on. Give x/y (split 80/20) or x_train/x_test, or calibration samples of their own (x_cal).",
             Path(ds.source).name,
         )
+
+
+def _lost_detections(m) -> tuple[str, dict] | None:
+    """A detector's int8 that keeps too few of float32's detections: the search's budget is the detections."""
+    det = m.fidelity.detection if m.fidelity is not None else None
+    if det is None or det.kept_fraction is None or det.kept_fraction >= RESCUE_DETECTIONS:
+        return None
+    return f"keeps {det.kept_fraction:.0%} of float32's detections", {"min_detections_kept": RESCUE_DETECTIONS_BUDGET}
 
 
 def _coverage(run: Run) -> dict[str, float]:

@@ -126,10 +126,11 @@ def _submit_baseline(ex, pending: _Pending, first: list[Recipe], base: Recipe) -
     pending.waiting += alone
     exported = run.export(_plain(base)) if ex.name == "local" and _converts_source(base) else None  # same disk
     ex.submit(pending.task(first, baseline_name=base.name, exported=exported))
+    made = exported is not None and exported[0].suffix == ".tflite"  # the float32 itself: nothing to convert
     if pending.waiting and hasattr(ex, "expect"):  # workers for what follows the baseline, started now
-        ex.expect(len(pending.waiting) + 1, warm=run.src.kind in TF_KINDS)
-    if exported is not None and exported[0].suffix == ".tflite":
-        pending.release_made(ex, base, exported[0])  # the float32 exists already: no wait for its measuring
+        ex.expect(len(pending.waiting) + 1, warm="tf" if run.src.kind in TF_KINDS and not made else "measure")
+    if made:
+        pending.release_made(ex, base, exported[0])  # no wait for its measuring either
 
 
 def _has_delta(m) -> bool:

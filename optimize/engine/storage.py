@@ -16,6 +16,7 @@ free. S3 endpoints and credentials come from the standard AWS environment (`AWS_
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 import uuid
@@ -32,6 +33,15 @@ PROBE = f"{TMP}/writable"  # the one object a check writes to a remote store
 
 class StorageError(OptimizeError):
     """A cache URL that cannot be used (unknown scheme, missing package)."""
+
+
+class ReadOnlyStore(StorageError):
+    """A local cache that can be read but not written (its disk full, a quota reached, a read-only
+    filesystem): a run serves what it holds and keeps nothing new."""
+
+
+#: Why a local folder that reads fine takes no new object: these leave it a read-only cache.
+READ_ONLY_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 class LocalStore:
@@ -63,7 +73,13 @@ class LocalStore:
             self.delete(key)
         except (OSError, ValueError) as e:
             why = getattr(e, "strerror", None) or str(e).splitlines()[0][:120]
-            raise StorageError(f"Cannot write the cache {self.url} ({why}).", _FIX) from None
+            readable = self.root.is_dir() and os.access(self.root, os.R_OK | os.X_OK)
+            if getattr(e, "errno", None) in READ_ONLY_ERRNOS and readable:
+                raise ReadOnlyStore(
+                    f"The cache {self.url} cannot be written ({why}).",
+                    "Free space on its disk, or pass another --cache.",
+                ) from None
+            raise StorageError(f"Cannot write the cache {self.url} ({why}).", _LOCAL_FIX) from None
 
     def clean(self) -> None:
         now = time.time()
@@ -151,6 +167,7 @@ class FsspecStore:
             raise StorageError(f"Cannot use the cache {self.url}: {error}.", _FIX)
 
 
+_LOCAL_FIX = "Pass a folder you can write with --cache, or --no-cache."
 _FIX = (
     "Create the bucket or folder and check its permissions and credentials (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, "
     "...), pass another --cache, or --no-cache."

@@ -3,6 +3,7 @@ latency and peak memory. Honest figures: host CPU, thread count and XNNPACK reco
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import hashlib
@@ -12,9 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from optimize.core.errors import DataError, ModelError
-from optimize.core.results import Accuracy, Fidelity, Latency, Memory, Metrics, OutputFidelity, Size
-from optimize.measure import timing
+from optimize.core.results import Accuracy, Fidelity, Latency, Memory, Metrics, OnTarget, OutputFidelity, Size
+from optimize.measure import detection, slices, timing
 from optimize.measure.memory import peak_memory_bytes
+from optimize.measure.on_target import emulated
 from optimize.measure.timing import time_invoke
 from optimize.models import runtime, tasks
 from optimize.models.data import Dataset, check_inputs, count, load_data, take
@@ -117,6 +119,11 @@ def accuracy_on(ds: Dataset, outs: list[np.ndarray], hs: list[Head], runner: run
         return None
     y = np.asarray(y)[:n]
     task = tasks.detect(hs[i], y, ds.task)
+    if task in (tasks.Task.DETECT, tasks.Task.SEGMENT):
+        raise DataError(
+            f"{ds.source}: --task {task} compares the model's {task} outputs with float32's; it does not score labels.",
+            "Leave the labels out of the data (x only), or pick the task the labels are for.",
+        )
     y = tasks.check_labels(task, hs[i], y, "y_test")
     return Accuracy(samples=len(y), task=task, output=name, **tasks.scores(task, outs[i], y, hs[i]))
 
@@ -130,20 +137,27 @@ def fidelity_of(
     task: str | None = None,
     label_at: int = 0,
     scored: bool = False,
+    detector: str | None = None,
+    score_threshold: float = detection.DEFAULT_SCORE,
 ) -> Fidelity:
-    """Every output against the reference: mean/std/max |diff|, relative error, IoU for masks, argmax
-    agreement where an output is classes (a softmax head) and decision agreement at 0.5 where it is yes/no
-    decisions (a sigmoid head that is not a mask); for the output the labels or --task describe, `label_at`,
-    the task decides (tasks.output_kind). `scored`: that output is scored against labels (marked `labelled`)."""
+    """Every output against the reference: mean/std/max |diff|, relative error (per slice where its channels
+    carry quantities of different scales: the worst slice's), IoU for masks, argmax agreement where an output is
+    classes (a softmax head) and decision agreement at 0.5 where it is yes/no decisions (a sigmoid head that is
+    not a mask); for the output the labels or --task describe, `label_at`, the task decides
+    (tasks.output_kind). `scored`: that output is scored against labels (marked `labelled`). A detector head
+    (recognised from the shapes and the reference's values, or `detector`: the layout named, "" to recognise it
+    under --task detect) adds the detections kept against the reference's, at `score_threshold`, on the
+    outputs that hold its boxes and scores."""
+    layout, found = _detections(outs, ref, names, hs, task, detector, score_threshold)
+    named = layout.slices([tuple(b.shape) for b in ref]) if layout else {}
     per = []
     for j, (name, a, b) in enumerate(zip(names, outs, ref)):
         head = hs[j] if hs else None
-        kind = tasks.output_kind(head, task if j == label_at else None)
-        o = _output_fidelity(name, a, b, head is not None and head.is_mask)
-        agree = _agreement(a, b) if kind is tasks.Task.CLASSIFICATION else None
-        decisions = _decisions(a, b, head) if kind in (tasks.Task.BINARY, tasks.Task.MULTILABEL) else None
-        update = {"top1_agreement": agree, "decision_agreement": decisions, "labelled": scored and j == label_at}
-        per.append(o.model_copy(update=update))
+        o = _one_output(name, a, b, head, tasks.output_kind(head, task if j == label_at else None), named.get(j))
+        mine = found if found is not None and j in layout.outputs else None
+        if mine is not None:  # a detector's output: judged by its detections, not agreement
+            o = o.model_copy(update={"top1_agreement": None, "decision_agreement": None})
+        per.append(o.model_copy(update={"labelled": scored and j == label_at, "detection": mine}))
     agreements = [o.top1_agreement for o in per if o.top1_agreement is not None]
     return Fidelity(
         reference=reference,
@@ -151,6 +165,36 @@ def fidelity_of(
         outputs=per,
         top1_agreement=min(agreements) if agreements else None,
     )
+
+
+def _detections(outs, ref, names, hs, task, detector, threshold):
+    """(the detector head among the outputs or None, its detections kept against the reference's or None)."""
+    if task == tasks.Task.DETECT and detector is None:
+        detector = ""
+    shapes = [tuple(h.shape) if hs else tuple(b.shape) for h, b in zip(hs or ref, ref)]
+    layout = detection.recognise(shapes, ref, detector) if ref and all(len(b) for b in ref) else None
+    if layout is None:
+        return None, None
+    both = np.logical_and.reduce([_finite_rows(a) & _finite_rows(b) for a, b in zip(outs, ref)])
+    return layout, detection.compare([a[both] for a in outs], [b[both] for b in ref], names, layout, threshold)
+
+
+def _one_output(name: str, a, b, head: Head | None, kind, cut: list | None) -> OutputFidelity:
+    """One output against the reference, with the figures of its kind: agreement for classes, decisions at 0.5
+    for sigmoid outputs, mask IoU for a segmentation map; cut by scale unless it is one quantity (`cut`: named
+    slices)."""
+    segment = kind is tasks.Task.SEGMENT
+    whole = head is not None and (head.activation == "softmax" or head.is_mask) or segment
+    o = _output_fidelity(
+        name, a, b, head is not None and head.is_mask, cut if cut is not None else (None if not whole else [])
+    )
+    update = {
+        "top1_agreement": _agreement(a, b) if kind is tasks.Task.CLASSIFICATION else None,
+        "decision_agreement": _decisions(a, b, head) if kind in (tasks.Task.BINARY, tasks.Task.MULTILABEL) else None,
+    }
+    if segment:
+        update["iou"] = tasks.segmentation_iou(a, b, head)
+    return o.model_copy(update=update)
 
 
 def _agreement(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -178,19 +222,24 @@ def _finite_rows(a: np.ndarray) -> np.ndarray:
     return np.isfinite(a.reshape(len(a), -1)).all(axis=1) if a.size else np.ones(len(a), bool)
 
 
-def _output_fidelity(name: str, a: np.ndarray, b: np.ndarray, is_mask: bool) -> OutputFidelity:
+def _output_fidelity(name: str, a: np.ndarray, b: np.ndarray, is_mask: bool, cut: list | None = None) -> OutputFidelity:
     """One output against the reference, over the samples where both are finite; the samples where only
-    the reference is finite are counted (a quantized model going NaN where float32 does not)."""
+    the reference is finite are counted (a quantized model going NaN where float32 does not). `cut`: the
+    output's named slices ([]: measure it whole; None: cut it by scale, `slices.scale_slices`)."""
     mine, theirs = _finite_rows(a), _finite_rows(b)
     both = mine & theirs
     a, b = a[both], b[both]
     d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    whole = tasks.relative_error(a, b) if d.size else None
+    parts = slices.slice_errors(a, b, slices.scale_slices(b) if cut is None else cut) if d.size else []
     return OutputFidelity(
         name=name,
         mean_abs_diff=float(d.mean()) if d.size else 0.0,
         std_abs_diff=float(d.std()) if d.size else 0.0,
         max_abs_diff=float(d.max()) if d.size else 0.0,
-        relative_error=tasks.relative_error(a, b) if d.size else None,
+        relative_error=max([whole, *(p.relative_error for p in parts)]) if parts else whole,
+        slices=parts,
+        tensor_relative_error=whole if parts else None,
         iou=tasks.mask_iou(a, b) if is_mask and d.size else None,
         nonfinite_samples=int((~mine & theirs).sum()),
     )
@@ -207,6 +256,57 @@ def compare(acc: Accuracy | None, base: Accuracy | None) -> dict:
     return {}
 
 
+@dataclasses.dataclass(frozen=True)
+class Scorer:
+    """Outputs of one candidate on the samples `xs` -> (its Fidelity to the reference outputs `ref`, its
+    Accuracy with labels, the change against the baseline's): the one measure the CPU's figures and those in
+    another arithmetic (the GPU's, emulated or observed) share."""
+
+    ds: Dataset
+    xs: object
+    ref: list[np.ndarray]
+    names: list[str]
+    reference: str
+    hs: list[Head]
+    task: str | None
+    label_at: int
+    baseline: Accuracy | None
+
+    def fidelity(self, outs: list[np.ndarray], acc: Accuracy | None) -> Fidelity:
+        return fidelity_of(
+            outs, self.ref, self.names, self.reference, self.hs, self.task, self.label_at, acc is not None
+        )
+
+    def __call__(self, outs: list[np.ndarray], runner: runtime.Runner):
+        a = accuracy_on(self.ds, outs, self.hs, runner, count(self.xs))
+        return self.fidelity(outs, a), a, compare(a, self.baseline)
+
+
+def _scorer_of(ds, xs, outs, hs, runner, acc, reference, path, threads, baseline) -> Scorer:
+    """The Scorer of a candidate being evaluated (its reference's outputs; its own without one: the baseline)."""
+    ref = _reference_outputs(Path(reference), xs, threads) if reference is not None else outs
+    task = acc.task if acc else ds.task
+    name = Path(reference or path).name
+    return Scorer(ds, xs, ref, source_names(ds, runner), name, hs, task, label_index(ds, runner), baseline or acc)
+
+
+def scorer(
+    model: str | Path, ds: Dataset, reference: str | Path, threads: int = 2, samples: int | None = DEFAULT_SAMPLES,
+    baseline_accuracy: Accuracy | None = None,
+) -> tuple[Scorer, runtime.Runner]:  # fmt: skip
+    """The Scorer a sweep measured `model` with (the same samples, reference outputs, names and task), and the
+    model's CPU runner (its inputs' and outputs' types and order)."""
+    runner = runtime.Runner(runtime.load(model, threads=threads, like=take(ds.x_test, slice(0, 1))))
+    xs = take(ds.x_test, slice(0, samples)) if samples else ds.x_test
+    ref = _reference_outputs(Path(reference), xs, threads)
+    hs = heads(Path(model), runner)
+    acc = accuracy_on(ds, ref, hs, runner, count(xs))
+    task = acc.task if acc else ds.task
+    names = source_names(ds, runner)
+    score = Scorer(ds, xs, ref, names, Path(reference).name, hs, task, label_index(ds, runner), baseline_accuracy)
+    return score, runner
+
+
 def evaluate(
     model: str | Path,
     data: str | Path | Dataset | None = None,
@@ -219,6 +319,8 @@ def evaluate(
     baseline_accuracy: Accuracy | None = None,
     timing: bool = True,
     loaded: runtime.Loaded | None = None,
+    on_target: bool | str = True,
+    digest: str | None = None,
 ) -> Metrics:
     """Every measurement of one .tflite. Without data, latency and memory use a zero input.
 
@@ -227,27 +329,36 @@ def evaluate(
     `baseline_accuracy` (the float model's on the same data) fills `accuracy_delta` or `error_ratio`.
     `timing=False` leaves latency and memory to `add_timing`, so a sweep can time every candidate
     on a quiet machine after the parallel work is done. `loaded`: the model's interpreter, when the
-    caller has one (`runtime.load(model, threads=threads)`), so it is built once.
+    caller has one (`runtime.load(model, threads=threads)`), so it is built once. `digest`: the file's sha256,
+    when this process ran these bytes on some of the samples already (`runtime.Runner`). `on_target`: with a
+    reference, also the figures in the GPU's arithmetic (`metrics.on_target.gpu`, emulated on the CPU); "self":
+    the model is the reference (the float32 baseline), its GPU figures against its own CPU outputs.
     """
     path = Path(model)
     _check_tflite(path)
     ds = _dataset(data)
     like = take(ds.x_test, slice(0, 1)) if ds is not None else None
-    runner = runtime.Runner(loaded or runtime.load(path, threads=threads, like=like))
-    acc = fid = xs = None
+    runner = runtime.Runner(loaded or runtime.load(path, threads=threads, like=like), digest=digest)
+    acc = fid = xs = gpu = None
     if ds is not None:
         check_inputs(ds, runner_specs(runner))
         xs = take(ds.x_test, slice(0, samples)) if samples else ds.x_test
         outs = _predict(runner, xs, path, ds.source)
         hs = heads(path, runner)
         acc = accuracy_on(ds, outs, hs, runner, count(xs))
-        if reference is not None:
-            ref = _reference_outputs(Path(reference), xs, threads)
-            task = acc.task if acc else ds.task
-            at = label_index(ds, runner)
-            names = source_names(ds, runner)
-            fid = fidelity_of(outs, ref, names, Path(reference).name, hs, task, at, scored=acc is not None)
-    metrics = Metrics(size=size_of(path), accuracy=acc, fidelity=fid, **compare(acc, baseline_accuracy))
+        if reference is not None or on_target == "self":
+            score = _scorer_of(ds, xs, outs, hs, runner, acc, reference, path, threads, baseline_accuracy)
+            fid = score.fidelity(outs, acc)
+            if on_target:
+                gpu = emulated(path, xs, score, threads, cpu=(fid, acc, compare(acc, score.baseline)))
+            fid = fid if reference is not None else None
+    metrics = Metrics(
+        size=size_of(path),
+        accuracy=acc,
+        fidelity=fid,
+        on_target=OnTarget(gpu=gpu) if gpu is not None else None,
+        **compare(acc, baseline_accuracy),
+    )
     if timing:
         sample = take(xs, slice(0, 1)) if xs is not None else None
         metrics = add_timing(metrics, path, sample, threads=threads, runs=runs, warmup=warmup, memory=memory)

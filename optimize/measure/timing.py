@@ -31,6 +31,11 @@ ROUNDS = 15
 MIN_ROUNDS = 6
 #: A p50 interval this narrow (relative to p50) needs no more rounds.
 TIGHT = 0.05
+#: A pair whose every round so far puts one this many times slower than the other is decided from
+#: `OVERWHELM_ROUNDS` rounds on (int16x8 on reference kernels against XNNPACK's kernels: 50-200x): machine
+#: noise moves a p50 by tens of percent, not several-fold three rounds running.
+OVERWHELM = 3.0
+OVERWHELM_ROUNDS = 3
 #: A model whose first invoke takes this long (reference kernels: int16x8) keeps one interpreter across its
 #: rounds: where its arena lands is noise far below its run time, and rebuilding and warming it up again
 #: each round would cost seconds.
@@ -106,7 +111,7 @@ def time_rounds(
         size = runs // rounds + (k < runs % rounds)  # `runs` in all, spread over the rounds
         for i in ((k + j) % n for j in range(n)):
             models[i].time_block(k, size, rounds, budget_s)
-        if settle and k + 1 >= MIN_ROUNDS and _settle(models):
+        if settle and k + 1 >= OVERWHELM_ROUNDS and _settle(models):
             break
     session = uuid.uuid4().hex[:12]
     return [m.error if m.error is not None else {**m.stats(), "session": session} for m in models]
@@ -175,12 +180,16 @@ def model_settled(mine: list[float], others: list[list[float]]) -> bool:
 
     if not others:
         lo, hi = median_interval(mine)
-        return hi - lo <= TIGHT * statistics.median(mine)
+        return len(mine) >= MIN_ROUNDS and hi - lo <= TIGHT * statistics.median(mine)
 
     def decided(a: list[float], b: list[float]) -> bool:
         common = min(len(a), len(b))
         ratios = [x / y for x, y in zip(a[:common], b[:common]) if y > 0]
-        if common < MIN_ROUNDS or len(ratios) < common:
+        if len(ratios) < common:
+            return False
+        if common >= OVERWHELM_ROUNDS and (min(ratios) > OVERWHELM or max(ratios) < 1 / OVERWHELM):
+            return True
+        if common < MIN_ROUNDS:
             return False
         lo, hi = median_interval(ratios)
         return hi < 1 / (1 + MARGIN) or lo > 1 + MARGIN or (lo >= 1 / (1 + MARGIN) and hi <= 1 + MARGIN)

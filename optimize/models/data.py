@@ -23,6 +23,7 @@ import numpy as np
 from optimize.core.errors import DataError
 from optimize.core.paths import regular_file
 from optimize.core.results import Split
+from optimize.core.shown import named
 
 log = logging.getLogger(__name__)
 
@@ -146,12 +147,14 @@ class Dataset:
             if isinstance(x, dict):
                 if name not in x:
                     raise DataError(
-                        f"{self.source} has no array for the model's input {name!r} (it has {', '.join(x)}).",
-                        f"Add x:{name} (and x_train:{name}/x_test:{name} if you split).",
+                        f"{self.source} has no array for the model's input {named(name)} (it has {', '.join(map(named, x))}).",
+                        f"Add x:{named(name)} (and x_train:{named(name)}/x_test:{named(name)} if you split).",
                     )
                 x = x[name]
             _check_shape(x, shape, name)
-            _check_range(x, dtype, f"{self.source}: {split}" + (f":{name}" if isinstance(self.x_cal, dict) else ""))
+            _check_range(
+                x, dtype, f"{self.source}: {split}" + (f":{named(name)}" if isinstance(self.x_cal, dict) else "")
+            )
 
 
 def _check_shape(x: np.ndarray, shape: tuple, name: str) -> None:
@@ -159,11 +162,11 @@ def _check_shape(x: np.ndarray, shape: tuple, name: str) -> None:
     got = tuple(x.shape[1:])
     if len(want) != len(got) or any(w not in (-1, g) for w, g in zip(want, got)):
         raise DataError(
-            f"Data samples have shape {list(got)} but the model's {name} takes {list(want)} (batch excluded).",
+            f"Data samples have shape {list(got)} but the model's {named(name)} takes {list(want)} (batch excluded).",
             "Reshape the arrays in the .npz to match the model input.",
         )
     if not np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_:
-        raise DataError(f"Data for {name} has dtype {x.dtype}; the model takes numbers.", "Store x as float32.")
+        raise DataError(f"Data for {named(name)} has dtype {x.dtype}; the model takes numbers.", "Store x as float32.")
 
 
 def _check_range(x: np.ndarray, dtype: str, what: str) -> None:
@@ -247,13 +250,13 @@ def integer_ids(ds: Dataset, types: dict[str, str], single: bool | None = None) 
             if name not in ints or a is None or not np.issubdtype(a.dtype, np.floating) or a.size == 0:
                 continue
             if id(a) not in cast:
-                where = f"{ds.source}: {split}" + (f":{name}" if isinstance(x, dict) else "")
+                where = f"{ds.source}: {split}" + (f":{named(name)}" if isinstance(x, dict) else "")
                 _check_range(a, ints[name].name, where)  # whole numbers the type holds, or one line
                 cast[id(a)] = a.astype(ints[name])
                 notes.append(
-                    f"{Path(ds.source).name}: {split}" + (f":{name}" if isinstance(x, dict) else "") + " holds "
+                    f"{Path(ds.source).name}: {split}" + (f":{named(name)}" if isinstance(x, dict) else "") + " holds "
                     f"ids stored as {a.dtype}: whole numbers, cast to {ints[name].name} (the model's input "
-                    f"{name} takes {ints[name].name})"
+                    f"{named(name)} takes {ints[name].name})"
                 )
             if out is None:
                 return cast[id(a)]
@@ -287,11 +290,11 @@ def check_ids(ds: Dataset, bounds: list, inputs: int) -> None:
             lo, hi = float(np.min(a)), float(np.max(a))
             if lo >= lowest and hi <= b.size - 1:
                 continue
-            where = f"{ds.source}: {split}" + (f":{b.input}" if isinstance(x, dict) else "")
+            where = f"{ds.source}: {split}" + (f":{named(b.input)}" if isinstance(x, dict) else "")
             bad = hi if hi > b.size - 1 else lo
             n = int(np.count_nonzero((a < lowest) | (a > b.size - 1)))
             raise DataError(
-                f"{where} holds id {bad:g} ({n} id(s) out of range): input {b.input} indexes {b.layer} of "
+                f"{where} holds id {bad:g} ({n} id(s) out of range): input {named(b.input)} indexes {b.layer} of "
                 f"{b.size} rows, ids {lowest}..{b.size - 1}.",
                 "Map ids outside the vocabulary to one the model knows (its out-of-vocabulary id), or pass the "
                 "model trained on them.",
@@ -303,14 +306,14 @@ def check_inputs(ds: Dataset, specs: list) -> None:
     names = ds.input_names
     if names is None and len(specs) > 1:
         raise DataError(
-            f"The model has {len(specs)} inputs ({', '.join(s.name for s in specs)}); the data has one array x.",
-            "Key one array per input: x:" + ", x:".join(s.name for s in specs) + " (numpy.savez(..., **{...})).",
+            f"The model has {len(specs)} inputs ({', '.join(named(s.name) for s in specs)}); the data has one array x.",
+            "Key one array per input: x:" + ", x:".join(named(s.name) for s in specs) + " (numpy.savez(..., **{...})).",
         )
     if names is not None:
         extra = sorted(set(names) - {s.name for s in specs})
         if extra:
             raise DataError(
-                f"{ds.source} has x:{extra[0]}, but the model's inputs are {', '.join(s.name for s in specs)}.",
+                f"{ds.source} has x:{named(extra[0])}, but the model's inputs are {', '.join(named(s.name) for s in specs)}.",
                 "Name each x:<input> after the model's input.",
             )
     for s in specs:
@@ -378,7 +381,7 @@ def _group(arrays: dict[str, np.ndarray], p) -> dict[str, Inputs]:
             out[split] = arr
         else:
             if isinstance(out.get(split), np.ndarray):
-                raise DataError(f"{p} has both {split} and {split}:{name}.", f"Key every {split} by name.")
+                raise DataError(f"{p} has both {split} and {split}:{named(name)}.", f"Key every {split} by name.")
             out.setdefault(split, {})[name] = arr
     return out
 
@@ -582,7 +585,7 @@ def _same_count(xs: Inputs | None, ys: Labels | None, name: str, source: str) ->
         return
     for label, y in ys.items() if isinstance(ys, dict) else [("", ys)]:
         if count(xs) != len(y):
-            tag = f"y_{name}:{label}" if label else f"y_{name}"
+            tag = f"y_{name}:{named(label)}" if label else f"y_{name}"
             raise DataError(
                 f"{source}: x_{name} has {count(xs)} samples but {tag} has {len(y)}.", "Give one label per sample."
             )

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 
 from optimize.core.errors import ModelError
+from optimize.core.shown import named
 from optimize.models.flatbuffer import Model, Op, Subgraph, Tensor
 
 MAX_TENSOR_BYTES = 1 << 40  # 1 TiB
@@ -71,7 +72,7 @@ def tensor_bytes(t: Tensor) -> int | None:
 
 
 def _check_tensor(t: Tensor, sg: int, n_buffers: int, where: str) -> None:
-    at = f"tensor {t.index} ('{t.name}') of subgraph {sg}"
+    at = f"tensor {t.index} ({named(t.name)}) of subgraph {sg}"
     if t.buffer and t.buffer >= n_buffers:
         raise _fail(where, f"{at} refers to buffer {t.buffer}, but the model has {n_buffers} buffers")
     if t.dtype.startswith("type"):

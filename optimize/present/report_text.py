@@ -197,6 +197,16 @@ def _rel_err(c: Candidate, base: _Base) -> str:
     return "-" if worst is None else f"{worst.relative_error * 100:.2f}%{_few(c)}"
 
 
+def _kept(c: Candidate, base: _Base) -> str:
+    """A detector's share of float32's detections kept (what its guard judges), or a mask's IoU with float32's."""
+    f = c.metrics.fidelity
+    det = f.detection if f is not None else None
+    if det is not None and det.kept_fraction is not None:
+        return f"{det.kept_fraction * 100:.1f}%{_few(c)}"
+    ious = [o.iou for o in f.outputs if o.iou is not None] if f is not None else []
+    return f"{min(ious) * 100:.1f}%{_few(c)}" if ious else "-"
+
+
 def _size_x(c: Candidate, base: _Base) -> str:
     """Size over the baseline's; without a baseline (one quantize run), weight bytes over their float32."""
     if base.size is not None:
@@ -240,6 +250,8 @@ def _study_has(cands: list[Candidate]) -> dict[str, bool]:
         "sparse": any(map(_sparse, cands)),
         "memory": any(c.metrics.memory for c in ok),
         "islands": any(c.islands for c in ok),
+        "detections": any(c.metrics.fidelity and c.metrics.fidelity.detection for c in ok),
+        "masks": any(c.metrics.fidelity and any(o.iou is not None for o in c.metrics.fidelity.outputs) for c in ok),
     }
 
 
@@ -267,6 +279,7 @@ def table_columns(cands: list[Candidate], every: bool = False) -> list[_Col]:
     cols += [_Col("acc", _accuracy, 2), _Col("Δ", _delta, 0)] if has["labels"] else []
     # agreement decides as much as rel err does (a 5.55% rel err beside 34% top-1 agreement): kept as long as it is
     cols += [_Col("rel err", _rel_err, fidelity)] + ([_Col("agree", _agree, fidelity)] if has["classes"] else [])
+    cols += _task_columns(found)
     cols += [_Col("float", _float_ops, 4, "float ops")] if has["islands"] else []
     cols += [
         _Col("p50 ms", lambda c, b: "-" if c.p50_ms is None else f"{c.p50_ms:.3f}", 0),
@@ -275,6 +288,13 @@ def table_columns(cands: list[Candidate], every: bool = False) -> list[_Col]:
     if has["memory"]:
         cols.append(_Col("mem", lambda c, b: _kb(c.metrics.memory.peak_rss_bytes) if c.metrics.memory else "-", 3))
     return cols
+
+
+def _task_columns(found: dict[str, bool]) -> list[_Col]:
+    """A detector's detections kept (a mask's IoU): what its guard judges, never dropped."""
+    if not (found["detections"] or found["masks"]):
+        return []
+    return [_Col("kept" if found["detections"] else "IoU", _kept, 0, "detections kept")]
 
 
 def _plain(text: str) -> int:
@@ -516,7 +536,26 @@ def _fidelity_legend(cands: list[Candidate]) -> str:
     n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     few = f"; * = from fewer than {FEW_SAMPLES} samples, a rough figure" if counts[0] < FEW_SAMPLES else ""
     agree = ", agree = the lowest agreement with it" + _agree_kinds(fid) if _agreeing(fid) else ""
-    return f"No labels: rel err = the worst output's mean |difference| from float32 over its range{agree}, on {n} samples{few}."
+    kept = _kept_words(fid)
+    sliced = " (its worst slice's, where it holds quantities of different scales)" if _sliced(fid) else ""
+    return (
+        f"No labels: rel err = the worst output's mean |difference| from float32 over its range{sliced}{agree}"
+        f"{kept}, on {n} samples{few}."
+    )
+
+
+def _kept_words(fid: list) -> str:
+    det = next((f.detection for f in fid if f.detection is not None), None)
+    if det is None:
+        return ""
+    return (
+        f", kept = float32's detections kept (score >= {det.score_threshold:g}, same class, IoU >= "
+        f"{det.iou_threshold:g})"
+    )
+
+
+def _sliced(fid: list) -> bool:
+    return any(o.slices for f in fid for o in f.outputs)
 
 
 def _agreeing(fid: list) -> bool:
@@ -667,6 +706,9 @@ def print_metrics(name: str, m: Metrics) -> None:
                 f"  fidelity  {o.name}: |diff| mean {o.mean_abs_diff:.4g}, std {o.std_abs_diff:.4g}, "
                 f"max {o.max_abs_diff:.4g}{rel}{agree} vs {m.fidelity.reference}"
             )
+            for sl in o.slices:  # an output of several scales: each part over its own range
+                con.print(f"            {esc(sl.name)} (range {sl.range:.4g}): rel err {_pct(sl.relative_error)}")
+        _print_task(con, m)
         if m.fidelity.top1_agreement is not None and not any(o.top1_agreement is not None for o in m.fidelity.outputs):
             say(f"            top-1 agreement {_pct(m.fidelity.top1_agreement)}")
     if m.latency:
@@ -678,6 +720,22 @@ def print_metrics(name: str, m: Metrics) -> None:
         )
     if m.memory:
         say(f"  memory    peak {_kb(m.memory.peak_rss_bytes)} ({m.memory.method})")
+
+
+def _print_task(con, m) -> None:
+    """A detector's detections kept, and the figures as the GPU computes the candidate."""
+    det = m.fidelity.detection
+    if det is not None:
+        con.print(
+            f"            detections kept {det.kept} of float32's {det.reference_detections} ({det.layout} head, "
+            f"score >= {det.score_threshold:g}, IoU >= {det.iou_threshold:g}), {det.extra} extra"
+        )
+    gpu = m.on_target.gpu if m.on_target else None
+    if gpu is not None and gpu.outputs:
+        worst = gpu.worst()
+        err = f"rel err {_pct(worst.relative_error)}" if worst and worst.relative_error is not None else ""
+        flag = f"; {esc(gpu.flagged)}" if gpu.flagged else ""
+        con.print(f"  on gpu    {err} ({gpu.method}: {esc(gpu.how)}){flag}")
 
 
 def debug_lines(report, width: int = 80, top: int = 25) -> list[str]:

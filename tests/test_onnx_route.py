@@ -127,6 +127,27 @@ def test_pad(mode):
     _check(m, {"x": RNG.normal(size=(1, 2, 5, 6)).astype(np.float32)})
 
 
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+@pytest.mark.parametrize(
+    "shape,pads",
+    [
+        ([1, 20, 4], [0, 3, 0, 0, 2, 0]),  # the middle axis of [N, T, C] (tf2onnx's Keras audio models)
+        ([1, 4, 8, 3], [0, 1, 2, 0, 0, 1, 2, 0]),  # H and W of an NHWC image
+        ([3, 5], [1, 0, 2, 0]),  # the first axis
+    ],
+)
+def test_pad_of_any_axis(mode, shape, pads):
+    node = helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)
+    m = _model([node], [_vi("x", shape)], [_vi("y", None)], [("p", np.array(pads, np.int64))], opset=19)
+    _check(m, {"x": RNG.normal(size=shape).astype(np.float32)})
+
+
+def test_pad_positions():
+    assert onnx_ops.pad_index(4, 2, 2, "reflect") == [2, 1, 0, 1, 2, 3, 2, 1]
+    assert onnx_ops.pad_index(4, 2, 1, "replicate") == [0, 0, 0, 1, 2, 3, 3]
+    assert onnx_ops.pad_index(3, 1, 2, "circular") == [2, 0, 1, 2, 0, 1]
+
+
 @pytest.mark.parametrize(
     "mode,ctm,nearest,scale",
     [

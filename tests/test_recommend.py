@@ -443,3 +443,26 @@ def test_recommend_imports_no_tensorflow_or_numpy():
     code = "import sys, optimize.decide.choose, optimize.decide.advice; bad = [m for m in ('tensorflow', 'numpy', 'matplotlib') if m in sys.modules]; sys.exit(', '.join(bad) or 0)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def test_nothing_on_the_gpu_says_the_refusal_and_the_delegates_fix():
+    """A text model's GPU report: its partition limit leaves a node out first, an integer mask's CAST is what
+    the delegate refuses; the rejection names the refusal, and the delegate's hint (the fix) is a fact."""
+    from optimize.core.results import NodeVerdict
+
+    gpu = report("gpu", "partial", 20).model_copy(
+        update={
+            "cpu_nodes": [
+                NodeVerdict(
+                    index=0, op="ADD", version=1, reason="Supported, but its partition ...", code="partition-limit"
+                ),
+                NodeVerdict(index=3, op="CAST", version=1, reason="Not supported Cast case.", code="tensor-type"),
+            ],
+            "hints": ["GPU: #3 CAST turns an integer mask into bool (...): give the model a float32 mask."],
+        }
+    )
+    base = candidate("float32", delegates={**reports(), "gpu": gpu})
+    rec = recommend(study([base, candidate("int8", "int8", delegates={**reports(), "gpu": gpu})]), "gpu")
+    assert rec.chosen is None
+    assert all("CAST: Not supported Cast case." in r.reason for r in rec.rejected)
+    assert any("give the model a float32 mask" in f for f in rec.facts)

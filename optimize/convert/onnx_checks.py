@@ -270,12 +270,18 @@ def parse(data: bytes, name: str) -> ModelProto:
     `load_from_string` never follows external data; `check` refuses any before a reader could)."""
     import onnx
 
+    if not data:
+        raise ModelError(
+            f"{name} is empty (0 bytes).", "Pass the .onnx an exporter wrote (a copy may have been cut short)."
+        )
     try:
         model = onnx.load_from_string(data)
     except Exception as e:  # noqa: BLE001 - DecodeError, RecursionError (nested too deep): not ONNX we read
         raise ModelError(
             f"{name} is not a readable ONNX file ({e.__class__.__name__}).", "Pass the .onnx an exporter wrote."
         ) from None
+    if not model.HasField("graph") or not model.graph.node:  # stray protobuf bytes parse to an empty model
+        raise ModelError(f"{name} holds no ONNX graph (no nodes).", "Pass the .onnx an exporter wrote.")
     check(model, name)
     return model
 

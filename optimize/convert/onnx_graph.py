@@ -185,6 +185,9 @@ def drop_initializer_inputs(model: ModelProto, facts: list[str]) -> None:
         g.input.remove(vi)
     if extra:
         facts.append(f"{len(extra)} initializers listed as inputs are weights, not inputs")
+        # IR 4 is the first that lets an initializer not be a graph input: below it, shape inference ignores
+        # such initializers and every shape downstream stays unknown
+        model.ir_version = max(model.ir_version, 4)
 
 
 def freeze_inputs(model: ModelProto, values: dict[str, np.ndarray], facts: list[str]) -> None:

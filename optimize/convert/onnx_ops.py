@@ -344,18 +344,41 @@ def _slice(node: OnnxNode, graph: OnnxGraph):
 
 
 class Pad(Module):
-    def __init__(self, pads: list[int], mode: str, value: float, crop: list[tuple[int, int, int]]):
+    """ONNX Pad: negative pads crop; constant padding by F.pad; reflect, edge and wrap padding by F.pad where it
+    takes them (the padded axes are the last 1-3 and a batch and channel axis precede them: MIRROR_PAD), else
+    axis by axis as a gather of precomputed source positions (`gathers`: reflect on the middle axis of an
+    [N, T, C] tensor, as tf2onnx writes Keras' NWC audio models; F.pad's unbatched form of that does not
+    lower)."""
+
+    def __init__(self, pads: list[int], mode: str, value: float, crop, gathers=()):
         super().__init__()
         self.pads, self.mode, self.value, self.crop = pads, mode, value, crop
+        self.gathers = [(axis, list(index)) for axis, index in gathers]
 
     def forward(self, x):
         for axis, lo, hi in self.crop:  # negative pads crop
             x = x.narrow(axis, lo, x.shape[axis] - lo - hi)
+        for axis, index in self.gathers:
+            x = torch.index_select(x, axis, torch.tensor(index, dtype=torch.long))
         if not any(self.pads):
             return x
         if self.mode == "constant":
             return F.pad(x, self.pads, mode="constant", value=self.value)
         return F.pad(x, self.pads, mode=self.mode)
+
+
+def pad_index(n: int, lo: int, hi: int, mode: str) -> list[int]:
+    """The source position of each output position along one axis of length n padded by lo and hi."""
+    out = []
+    for i in range(-lo, n + hi):
+        if mode == "replicate":
+            j = min(max(i, 0), n - 1)
+        elif mode == "circular":
+            j = i % n
+        else:  # reflect: the edge itself is not repeated
+            j = -i if i < 0 else (2 * (n - 1) - i if i >= n else i)
+        out.append(j)
+    return out
 
 
 PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
@@ -369,6 +392,17 @@ def _pad_operands(node: OnnxNode, graph: OnnxGraph):
     v = need_const(node, graph, 2, "constant value")
     ax = need_const(node, graph, 3, "axes")
     return pads, float(v.reshape(-1)[0]) if v is not None and v.size else 0.0, ax.tolist() if ax is not None else None
+
+
+def _pad_gathers(node: OnnxNode, shp, padded: list[int], begin: dict, end: dict, crop, mode: str):
+    """(axis, source positions) per padded axis, for reflect/edge/wrap padding F.pad cannot lower."""
+    if shp is None:
+        raise ConversionError(f"{where(node)}: {mode} padding of axis {padded[0]} needs the input's static shape")
+    sizes = [shp[ax] - next((lo + hi for a, lo, hi in crop if a == ax), 0) for ax in range(len(shp))]
+    bad = [ax for ax in padded if mode == "reflect" and max(begin.get(ax, 0), end.get(ax, 0)) >= sizes[ax]]
+    if bad:
+        raise ConversionError(f"{where(node)}: reflect padding of axis {bad[0]} is as long as the axis itself")
+    return [(ax, pad_index(sizes[ax], max(begin.get(ax, 0), 0), max(end.get(ax, 0), 0), mode)) for ax in padded]
 
 
 @register("Pad")
@@ -387,6 +421,9 @@ def _pad(node: OnnxNode, graph: OnnxGraph):
         if min(begin.get(ax, 0), end.get(ax, 0)) < 0
     ]
     padded = [ax for ax in range(rank) if begin.get(ax, 0) > 0 or end.get(ax, 0) > 0]
+    span = rank - min(padded, default=rank)  # F.pad pads the last `span` axes
+    if mode != "constant" and padded and not (span <= 3 and rank - span >= 2):
+        return result(Pad([], mode, value, crop, _pad_gathers(node, shp, padded, begin, end, crop, mode)), node, 0)
     torch_pads: list[int] = []
     for ax in range(rank - 1, min(padded, default=rank - 1) - 1, -1):  # F.pad: last dimension first
         torch_pads += [max(begin.get(ax, 0), 0), max(end.get(ax, 0), 0)]
@@ -465,10 +502,36 @@ class Gather(Module):
         return flat.reshape(list(x.shape[: self.axis]) + list(self.shape) + list(x.shape[self.axis + 1 :]))
 
 
+class Embedding(Module):
+    """Rows of a constant table picked by run-time ids: ONNX's Gather(table, ids, axis=0), as exporters write
+    nn.Embedding. `F.embedding` lowers to EMBEDDING_LOOKUP, whose table every weight recipe quantizes (float16,
+    dynamic, int4, int8); onnx2torch's general Gather lowers to GATHER_ND, whose table stays float32. Ids are
+    0..rows-1, as nn.Embedding takes them (ONNX's negative ids, counted from the end, are not exported from
+    an embedding)."""
+
+    def __init__(self, table: np.ndarray):
+        super().__init__()
+        self.register_buffer("weight", torch.as_tensor(np.ascontiguousarray(table)))
+
+    def forward(self, ids):
+        return F.embedding(ids, self.weight)
+
+
+def _embedding_table(node: OnnxNode, graph: OnnxGraph) -> np.ndarray | None:
+    """The table of a Gather that is an embedding lookup: a constant float matrix, gathered on axis 0."""
+    table = const(graph, node.input_values[0])
+    if table is None or table.ndim != 2 or table.dtype.kind != "f" or node.attributes.get("axis", 0) not in (0, -2):
+        return None
+    return table
+
+
 @register("Gather")
 def _gather(node: OnnxNode, graph: OnnxGraph):
     idx = const(graph, node.input_values[1])
-    if idx is None:  # run-time indices (an embedding lookup): onnx2torch's own module is export-friendly
+    table = _embedding_table(node, graph) if idx is None else None
+    if table is not None:
+        return result(Embedding(table), node, 1)
+    if idx is None:  # run-time indices on a computed tensor: onnx2torch's own module is export-friendly
         from onnx2torch.node_converters.gather import OnnxGather
 
         mapping = OnnxMapping(inputs=node.input_values, outputs=node.output_values)
@@ -991,11 +1054,18 @@ def flatten_outputs(out, names: list[str] | None = None) -> list:
 
 class Program(nn.Module):
     """An ExportedProgram's module taking its user inputs positionally, in the program's own order: its
-    positional arguments first, then its keyword arguments (what a program exported with keywords takes)."""
+    positional arguments first, then its keyword arguments (what a program exported with keywords takes).
+
+    The program is unflattened (`torch.export.unflatten`) into the module tree it was exported from, so the
+    converted .tflite names each tensor after the module that computed it (`enc/0/self_attn;19`); a program
+    that does not unflatten runs as one flat graph module."""
 
     def __init__(self, ep):
         super().__init__()
-        self.m = ep.module()
+        try:
+            self.m = torch.export.unflatten(ep)
+        except Exception:  # noqa: BLE001 - unflatten refuses some programs; the flat module computes the same
+            self.m = ep.module()
         spec = ep.call_spec.in_spec
         children = spec.children() if spec is not None else []
         args, kwargs = children if len(children) == 2 else (None, None)

@@ -286,6 +286,16 @@ def _static(d: Declared, where: str) -> tuple[tuple[int, ...], str]:
     return tuple(d.dims), "batch" if d.dims and d.dims[0] == 1 else "whole"
 
 
+def _fixed(d: Declared, shape: tuple[int, ...]) -> list[str]:
+    """The fact that a dynamic dimension of a program's input was fixed to the data's shape (or none)."""
+    if d.dims is None or all(v is not None for v in d.dims):
+        return []
+    return [
+        f"input {d.name} {_dims(d.dims)} fixed to {list(shape)} (dynamic in the program: converted at the data's "
+        "shape, which the .tflite then takes)"
+    ]
+
+
 def _check_keys(declared: list[Declared], ds: Dataset | None, where: str) -> None:
     """Every `x:<name>` of the data names one of the model's inputs (a key naming none is one line)."""
     keys = ds.x_cal if ds is not None and isinstance(ds.x_cal, dict) else {}
@@ -298,8 +308,10 @@ def _check_keys(declared: list[Declared], ds: Dataset | None, where: str) -> Non
         )
 
 
-def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where: str) -> Plan:
-    """Every input's sample shape and role (see the module docstring), what is frozen, what goes NHWC."""
+def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where: str, say_fixed: bool = True) -> Plan:
+    """Every input's sample shape and role (see the module docstring), what is frozen, what goes NHWC.
+    `say_fixed`: a dynamic dimension the data fixes is one of the plan's facts (an ONNX graph's normaliser
+    says so itself, naming the dimension)."""
     plan = Plan([], layout=Layout(layout))
     single = len(declared) == 1
     _check_keys(declared, ds, where)
@@ -312,6 +324,7 @@ def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where
             continue
         shape, axis = _sample_axis(d, tuple(rows.shape[1:]), where) if rows is not None else _static(d, where)
         _fits(d, shape, where)
+        plan.facts += _fixed(d, shape) if say_fixed else []
         last = Layout(layout) is Layout.CHANNELS_LAST and axis == "batch" and len(shape) == 4
         dtype = str(rows.dtype) if rows is not None and not np.issubdtype(rows.dtype, np.floating) else d.dtype
         plan.inputs.append(
@@ -358,10 +371,7 @@ def _onnx_module(p: Path, model, plan: Plan) -> tuple[object, list[str], list[st
     steps.begin(p.name, onnx_checks.check_size(norm.model, p.name), "a normalised ONNX graph")
     bad = onnx_ops.unsupported_ops(norm.model)
     if bad:
-        raise ModelError(
-            f"{p.name}: no converter for {len(bad)} ONNX op(s): {'; '.join(bad[:4])}{' ...' if len(bad) > 4 else ''}.",
-            "Export the model without them (a float model, standard ops), or as a torch.export program (.pt2).",
-        )
+        norm = _other_opset(p, model, shapes, frozen, bad)
     t1 = time.perf_counter()
     try:
         with _quiet(), steps.step("onnx2torch"):
@@ -372,6 +382,49 @@ def _onnx_module(p: Path, model, plan: Plan) -> tuple[object, list[str], list[st
         ) from None
     outputs = [o.name for o in norm.model.graph.output]
     return module, outputs, list(norm.facts), {"normalize": t1 - t0, "onnx2torch": time.perf_counter() - t1}
+
+
+#: The ONNX opsets our converters (onnx2torch's and ours) are written for; a model of another opset is converted
+#: into this range by onnx.version_converter first, when it has ops no converter takes at its own opset.
+OPSETS = (9, 21)
+
+
+def _opset(model) -> int:
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
+
+
+def _other_opset(p: Path, model, shapes: dict, frozen: dict, bad: list[str]):
+    """The model converted (onnx.version_converter) to the nearest opset in OPSETS whose converters take every
+    op, normalised; a ModelError naming the ops and the supported range when none does."""
+    from onnx import version_converter
+
+    from optimize.convert import onnx_ops
+    from optimize.convert.onnx_graph import NormalizeError, normalize
+
+    lo, hi = OPSETS
+    have = _opset(model)
+    tried = []
+    if not lo <= have <= hi:
+        near = hi if have > hi else lo
+        for target in sorted({near, 13 if have < lo else 17, 17 if have > hi else 11}, key=lambda t: abs(t - have)):
+            try:
+                converted = version_converter.convert_version(model, target)
+                norm = normalize(converted, shapes, frozen)
+            except (NormalizeError, Exception) as e:  # noqa: BLE001 - an adapter the converter lacks: the next opset
+                tried.append(f"to {target}: {str(e).splitlines()[0][:120] if str(e) else e.__class__.__name__}")
+                continue
+            left = onnx_ops.unsupported_ops(norm.model)
+            if not left:
+                norm.facts.insert(0, f"opset {have} converted to opset {target} by onnx.version_converter")
+                return norm
+            tried.append(f"to {target}: {left[0]}")
+    converted = f" (converting opset {have} {'; '.join(tried)})" if tried else ""
+    raise ModelError(
+        f"{p.name}: no converter for {len(bad)} ONNX op(s): {'; '.join(bad[:4])}"
+        f"{' ...' if len(bad) > 4 else ''}{converted}. optimize converts ONNX opsets {lo} to {hi}.",
+        "Export the model at an opset in that range without those ops (a float model, standard ops), or as a "
+        "torch.export program (.pt2).",
+    )
 
 
 def _pt2_declared(ep) -> list[Declared]:
@@ -433,17 +486,19 @@ def where_export_failed(e: BaseException) -> str:
 
 @contextlib.contextmanager
 def _quiet():
-    """litert-torch, torchao and torch talk on stdout and stderr (progress, graph dumps, warnings, the C++
-    converter's logs on fd 2): silence them."""
+    """litert-torch, torchao and torch talk on stdout and stderr (progress, graph dumps, warnings, torchao's
+    "Failed to load ..._C_mxfp8.so", torch's pytree deprecations, absl and the C++ converter's logs on fd 2):
+    kept off the user's screen, and written to optimize's log at debug level instead (`optimize.convert`)."""
     from optimize.models.runtime import captured_stderr
 
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sink = io.StringIO()
+    native: list[str] = []
     logging.disable(logging.CRITICAL)
     try:
         with (
-            captured_stderr(),
+            captured_stderr() as native,
             warnings.catch_warnings(),
             contextlib.redirect_stdout(sink),
             contextlib.redirect_stderr(sink),
@@ -452,6 +507,12 @@ def _quiet():
             yield sink
     finally:
         logging.disable(logging.NOTSET)
+        said = [ln for ln in (*sink.getvalue().splitlines(), *native) if ln.strip()]
+        if said:
+            _LOG.debug("torch, litert-torch and their libraries said:\n%s", "\n".join(said[-200:]))
+
+
+_LOG = logging.getLogger("optimize.convert")
 
 
 quiet = _quiet
@@ -480,12 +541,15 @@ def to_tflite(named, kwargs: dict, name: str, quant_config=None) -> bytes:
     try:
         with _quiet():
             edge = litert_torch.convert(named, sample_kwargs=kwargs, quant_config=quant_config)
-            return bytes(edge.model_content())
+            content = bytes(edge.model_content())
     except Exception as e:  # noqa: BLE001 - a model the converter cannot lower: one line
         first = next((ln.strip() for ln in str(e).strip().splitlines() if ln.strip()), e.__class__.__name__)
         raise ModelError(
             f"litert-torch could not convert {name}: {first[:240]}.", "Export the model with standard ops."
         ) from None
+    from optimize.convert.names import clean
+
+    return clean(content)
 
 
 def sample_kwargs(plan: Plan, rows: dict[str, np.ndarray]) -> dict:
@@ -569,7 +633,7 @@ def _route_digest() -> str:
     from importlib import metadata
 
     h = hashlib.sha256(ROUTE_VERSION.encode())
-    for f in ("onnx_ops.py", "onnx_graph.py", "pytorch.py"):
+    for f in ("onnx_ops.py", "onnx_graph.py", "pytorch.py", "names.py"):
         h.update((Path(__file__).parent / f).read_bytes())
     for dist in ("torch", "litert-torch", "onnx", "onnx2torch", "ai-edge-litert"):
         with contextlib.suppress(metadata.PackageNotFoundError):
@@ -638,7 +702,7 @@ def _prepare(src, ds: Dataset | None, layout: str):
             src = _export_module(src, ds)
         declared, model = _declared(src)
         ds, said = vocabulary.fit(src.kind, declared, model, ds, signature_name)  # ids as the model takes them
-        plan = plan_inputs(declared, ds, layout, src.path.name)
+        plan = plan_inputs(declared, ds, layout, src.path.name, say_fixed=src.kind != "onnx")
         key = _key(src.fingerprint, plan)
         hit = _cached(key)
         if hit is not None:
@@ -717,6 +781,7 @@ def _inner(src, model, plan: Plan) -> tuple[object, list[str], list[str], dict]:
     if src.kind == "onnx":
         return _onnx_module(src.path, model, plan)
     ep, facts = model
+    refuse_higher_order(ep, src.path.name)
     from optimize.convert import steps
 
     steps.begin(src.path.name, facts.nodes, "a program")
@@ -724,6 +789,40 @@ def _inner(src, model, plan: Plan) -> tuple[object, list[str], list[str], dict]:
     notes += facts.notes + ([f"{len(facts.pickled)} pickled member(s) read weights-only"] if facts.pickled else [])
     module = _program_module(ep)
     return module, [], notes, {}
+
+
+#: torch.export's control-flow operators, which litert-torch has no lowering for ("Lowering not found: cond"),
+#: and what to write instead.
+HIGHER_ORDER = {
+    "cond": "compute both branches and choose with torch.where(condition, a, b)",
+    "while_loop": "loop a fixed number of times in Python (torch.export unrolls it)",
+    "scan": "loop a fixed number of times in Python (torch.export unrolls it)",
+    "map_impl": "loop over the fixed batch in Python (torch.export unrolls it)",
+    "associative_scan": "loop a fixed number of times in Python (torch.export unrolls it)",
+    "flex_attention": "use torch.nn.functional.scaled_dot_product_attention with a mask tensor",
+}
+
+
+def refuse_higher_order(ep, name: str) -> None:
+    """A ModelError for the first control-flow operator (torch.cond, while_loop, ...) in the program: which,
+    where in the model's code, and what to write instead (litert-torch has no lowering for them)."""
+    import torch
+
+    last_user_frame = ""
+    for n in ep.graph.nodes:
+        frames = [m for m in _FRAME.finditer(n.meta.get("stack_trace") or "") if not _not_users(m.group(1))]
+        if frames:
+            m = frames[-1]
+            last_user_frame = f" ({Path(m.group(1)).name}:{m.group(2)} in {m.group(3)})"
+        if n.op != "call_function" or not isinstance(n.target, torch._ops.HigherOrderOperator):
+            continue
+        op = getattr(n.target, "__name__", str(n.target))
+        if op in HIGHER_ORDER:
+            shown = "torch.cond" if op == "cond" else f"torch's {op}"
+            raise ModelError(
+                f"{name} uses {shown}{last_user_frame}, which litert-torch cannot convert (no LiteRT lowering).",
+                f"Re-export it without: {HIGHER_ORDER[op]}.",
+            )
 
 
 def _program_module(ep):

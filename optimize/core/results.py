@@ -393,8 +393,11 @@ class DelegateReport(Record):
     verdict: Literal["full", "partial", "none"]
     cpu_nodes: list[NodeVerdict] = Field(default_factory=list)
     hints: list[str] = Field(default_factory=list)
-    transposes: int = Field(
-        0, description="TRANSPOSE ops in the model: layout changes (NCHW <-> NHWC) a converter left, each a copy."
+    transposes: int = Field(0, description="TRANSPOSE ops in the model, each a copy of its tensor.")
+    layout_transposes: int = Field(
+        0,
+        description="Of them, layout changes (NCHW <-> NHWC) a converter left; the rest reorder other axes (the "
+        "heads of multi-head attention, say): the model's own computation.",
     )
     vetoed: str | None = Field(None, description="Why the whole model stays on the CPU, if it does.")
     veto_code: str | None = Field(None, description="The veto as a code (optimize.delegates.rules.Reason).")

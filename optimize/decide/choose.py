@@ -205,7 +205,8 @@ def _target_problem(c: Candidate, target: Target, facts: set[str]) -> str | None
         return None  # the CPU runs every op; XNNPACK coverage shows up in the measured latency
     if report.verdict == "full":
         return None
-    first = report.vetoed or (f"{report.cpu_nodes[0].op}: {report.cpu_nodes[0].reason}" if report.cpu_nodes else "")
+    refused = [v for v in report.cpu_nodes if v.code not in ("partition-limit", "partition-size")] or report.cpu_nodes
+    first = report.vetoed or (f"{refused[0].op}: {refused[0].reason}" if refused else "")
     how = "runs it only partly" if report.verdict == "partial" else "does not run it"
     return f"{delegate} delegate {how} ({where})" + (f": {first}" if first else "")
 
@@ -653,10 +654,20 @@ def _facts(study: Study, target: Target, goals: Goals, advice: Advice, choice: _
         for f in advice.facts
         if not (f == PRUNE_FACT and measured_prune) and not (study.candidates and "run `optimize sweep`" in f)
     ]
+    if choice.chosen is None and target in TARGET_DELEGATE and target is not Target.CPU:
+        extra = [*extra, *_delegate_fixes(study, TARGET_DELEGATE[target])]
     if goals.objective is Objective.ACCURACY and not choice.by_labels:
         extra = [*extra, "No labels: accuracy is ranked by fidelity to float32 (top-1 agreement for class outputs, "
                  "else the worst output's relative error; under 0.1% of the range counts as none)."]  # fmt: skip
     return explain.facts_once(generic + sorted(choice.facts | set(extra)) + study_facts, study)
+
+
+def _delegate_fixes(study: Study, delegate: str) -> list[str]:
+    """The delegate's own hints on the float32 model (what blocks it and what to change), when no candidate
+    runs on it: the fix, not only the verdict."""
+    base = study.float_reference
+    report = base.delegates.get(delegate) if base is not None else None
+    return list(report.hints) if report is not None and report.verdict != "full" else []
 
 
 def _advice(study: Study, target: Target, goals: Goals, have_cal: bool | None, have_train: bool | None) -> Advice:

@@ -89,8 +89,34 @@ def check_delegates(
         report = observe_gpu(model)
         if report is not None:
             out[OBSERVED[name]] = report
-    moved = sum(1 for g in facts.model.subgraphs for op in g.ops if op.name == "TRANSPOSE")
-    return {k: r.model_copy(update={"transposes": moved}) for k, r in out.items()} if moved else out
+    return _with_transposes(out, facts.model)
+
+
+def _with_transposes(out: dict[str, DelegateReport], model) -> dict[str, DelegateReport]:
+    """The reports with the model's TRANSPOSE count, and how many of them change an image layout."""
+    moved = [op for g in model.subgraphs for op in g.ops if op.name == "TRANSPOSE"]
+    if not moved:
+        return out
+    spatial = any(op.name in SPATIAL for g in model.subgraphs for op in g.ops)
+    layout = sum(1 for g in model.subgraphs for op in g.ops if op.name == "TRANSPOSE" and _layout_change(g, op))
+    layout = layout if spatial else 0  # an attention model's [0, 2, 3, 1] moves heads, not image channels
+    return {k: r.model_copy(update={"transposes": len(moved), "layout_transposes": layout}) for k, r in out.items()}
+
+
+#: Ops on images: a model with none of them has no image layout for a TRANSPOSE to change.
+SPATIAL = {
+    "CONV_2D", "DEPTHWISE_CONV_2D", "CONV_3D", "TRANSPOSE_CONV", "AVERAGE_POOL_2D", "MAX_POOL_2D",
+    "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE",
+}  # fmt: skip
+#: Permutations that move the channel axis between second and last: NCHW <-> NHWC (and NCDHW <-> NDHWC).
+LAYOUT_PERMS = {(0, 2, 3, 1), (0, 3, 1, 2), (0, 2, 3, 4, 1), (0, 4, 1, 2, 3)}
+
+
+def _layout_change(sg, op) -> bool:
+    """Whether a TRANSPOSE changes an image layout (its constant permutation is NCHW <-> NHWC), not the heads
+    of an attention layer ([0, 2, 1, 3]) or any other axes."""
+    perm = sg.tensors[op.inputs[1]].values() if len(op.inputs) > 1 and op.inputs[1] >= 0 else None
+    return perm is not None and tuple(int(v) for v in perm) in LAYOUT_PERMS
 
 
 _VERDICT = {"full": "fully delegated", "partial": "partial", "none": "none"}
@@ -106,19 +132,32 @@ def _veto_lines(r: DelegateReport) -> list[str]:
     return [f"  vetoed: {r.vetoed}"]
 
 
+def _transpose_lines(reports: dict[str, DelegateReport]) -> list[str]:
+    """What the model's TRANSPOSE ops are: layout changes a converter left (which --layout channels-last
+    removes from a PyTorch or ONNX model), and the model's own reordering of other axes (attention heads)."""
+    r = max(reports.values(), key=lambda x: x.transposes, default=None)
+    if r is None or not r.transposes:
+        return []
+    lines = [f"TRANSPOSE ops: {r.transposes}, each a copy of its tensor on every delegate:"]
+    if r.layout_transposes:
+        lines += [
+            f"  {r.layout_transposes} NCHW <-> NHWC layout change(s) a converter left (a PyTorch or ONNX",
+            "  model converted with --layout channels-last has fewer)",
+        ]
+    if r.transposes > r.layout_transposes:
+        lines += [
+            f"  {r.transposes - r.layout_transposes} reorder other axes (the heads of multi-head attention, a",
+            "  sequence's axes): the model's own computation, which no layout option removes",
+        ]
+    return [*lines, ""]
+
+
 def format_report(reports: dict[str, DelegateReport], max_nodes: int = 25) -> str:
     """Plain text for the terminal: one block per delegate, CPU nodes with reasons, hints."""
     lines: list[str] = []
     from optimize.delegates.observe import OBSERVED
 
-    moved = max((r.transposes for r in reports.values()), default=0)
-    if moved:
-        lines += [
-            f"TRANSPOSE ops: {moved} (NCHW <-> NHWC layout changes a converter left:",
-            "  each copies its tensor, on every delegate; a PyTorch or ONNX model",
-            "  converted with --layout channels-last has fewer)",
-            "",
-        ]
+    lines += _transpose_lines(reports)
 
     labels = {key: f"{d} (observed)" for d, key in OBSERVED.items()}
     for name, r in reports.items():

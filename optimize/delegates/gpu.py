@@ -868,7 +868,35 @@ def hints(findings: Sequence[Finding], target: TargetParams, scheme: str) -> lis
         out.append("GPU: tensors of rank 5 or more are not supported; reshape to at most 4-D.")
     if Reason.NO_OPENCL in found:
         out.append("GPU: without OpenCL, SPLIT/SPLIT_V stay on the CPU (OpenGL backend).")
-    return out + _build_hints(findings)
+    return out + _integer_input_hints(findings) + _build_hints(findings)
+
+
+#: Ops that pick rows of a table by integer ids (a text model's embedding).
+LOOKUPS = ("EMBEDDING_LOOKUP", "GATHER", "GATHER_ND")
+
+
+def _integer_input_hints(findings: Sequence[Finding]) -> list[str]:
+    """What keeps a text or recommender model (integer token ids, an integer attention mask) off the GPU, and
+    the fix: the delegate computes in float, and refuses the integer-to-bool CAST of a mask and the lookups of
+    an embedding table by integer ids."""
+    out = []
+    masks = [f for f in findings if f.op == "CAST" and "output type: bool" in f.verdict.text]
+    if masks:
+        f = masks[0]
+        out.append(
+            f"GPU: #{f.index} CAST turns an integer mask into bool ({f.verdict.text.split('. ', 1)[-1].rstrip('.')}), "
+            "which the GPU refuses; it takes a float32 mask: give the model its attention mask as float32 (0/1), "
+            "whose CAST to bool, or comparison feeding a SELECT, runs on the GPU."
+        )
+    lookups = [f for f in findings if f.op in LOOKUPS and f.verdict.code is not Reason.PARTITION_LIMIT]
+    if lookups:
+        f = lookups[0]
+        out.append(
+            f"GPU: #{f.index} {f.op} looks up an embedding table by integer ids ({f.verdict.text.rstrip('.')}), "
+            "which stays on the CPU: look the embeddings up on the CPU and give the model them as a float input, "
+            "so the encoder runs on the GPU in one partition."
+        )
+    return out
 
 
 def _build_hints(findings: Sequence[Finding]) -> list[str]:

@@ -3,6 +3,8 @@ the report (`report`): sizes, float islands and what they cost, a PyTorch or ONN
 
 from __future__ import annotations
 
+import re
+
 from optimize.core.results import Candidate
 
 
@@ -70,7 +72,13 @@ def conversion_line(c) -> str:
         )
     layout = ", ".join(f"{i.key} {i.layout}" for i in c.inputs if i.layout)
     moved = f"; {c.transposes} TRANSPOSE op(s) left" if c.transposes else ""
-    return f"conversion of {c.file} ({c.route}{'; ' + layout if layout else ''}{moved}): {cost}"
+    fixed = "".join(f"; {m.group(0)}" for m in (_FIXED.match(f) for f in c.facts) if m)
+    return f"conversion of {c.file} ({c.route}{'; ' + layout if layout else ''}{moved}{fixed}): {cost}"
+
+
+#: A conversion fact saying a dynamic input dimension was fixed to the data's shape (`input x [?, 8] fixed to
+#: [1, 8]`): the converted model takes that shape only, so the one line about the conversion says it.
+_FIXED = re.compile(r"input \S+ \[[^\]]*\] fixed to \[[^\]]*\]")
 
 
 def _few_star(fid) -> str:

@@ -77,7 +77,8 @@ def _samples(ctx: Context, params: PT2EParams) -> list[dict]:
 @technique("pt2e", stage=Stage.TFLITE, params=PT2EParams)
 def pt2e(model: Path, params: PT2EParams, ctx: Context) -> Path:
     """int8 by litert-torch's PT2E quantizer on a PyTorch or ONNX model's torch graph (the other int8 route:
-    LiteRT Quantizer on its float .tflite); min/max observers, int8 input and output tensors.
+    LiteRT Quantizer on its float .tflite); min/max observers; the note says what its input and output tensors
+    hold (int8 where PT2E quantized the edge).
 
     Made from the source the float .tflite (`model`) was converted from, with the same names and layout.
     """
@@ -93,7 +94,7 @@ def pt2e(model: Path, params: PT2EParams, ctx: Context) -> Path:
     ctx.records["backend"] = Backend.PT2E
     ctx.notes.append(
         f"pt2e: litert-torch PT2E int8, {params.observer} observers, {'channel' if params.per_channel else 'tensor'}-wise "
-        f"weights, calibrated on {len(rows)} samples in {time.perf_counter() - t0:.1f} s; int8 input and output tensors."
+        f"weights, calibrated on {len(rows)} samples in {time.perf_counter() - t0:.1f} s; {io_words(content)}."
     )
     kept = integer_io_note(content, "int8", "pt2e")
     if kept:
@@ -101,18 +102,36 @@ def pt2e(model: Path, params: PT2EParams, ctx: Context) -> Path:
     return write_atomic(ctx.workdir / "pt2e-int8.tflite", content)
 
 
+def io_words(content: bytes) -> str:
+    """What the artifact's edges hold, read from it: 'int8 input and output tensors', or 'int8 input and
+    float32 output tensors' (PT2E leaves an output float after an op it does not quantize)."""
+    from optimize.models.tflite import read_model
+
+    sg = read_model(content).main
+
+    def kinds(tensors) -> str:
+        return "/".join(sorted({sg.tensors[i].dtype for i in tensors if i >= 0})) or "no"
+
+    ins, outs = kinds(sg.inputs), kinds(sg.outputs)
+    return f"{ins} input and output tensors" if ins == outs else f"{ins} input and {outs} output tensors"
+
+
 def _quantized(named, rows: list[dict], params: PT2EParams, name: str) -> bytes:
     import torch
-    from litert_torch.quantize import pt2e_quantizer, quant_config
-    from torchao.quantization.pt2e import quantize_pt2e
 
     from optimize.convert import pytorch
     from optimize.core.errors import ModelError
 
+    with pytorch.quiet():  # importing torchao and litert-torch's quantizer talks (torchao's .so, absl, pytree)
+        from litert_torch.quantize import pt2e_quantizer, quant_config
+        from torchao.quantization.pt2e import quantize_pt2e
+
+        config = _config(params)
+
     plan_rows = [{k: torch.from_numpy(v.copy()) for k, v in r.items()} for r in rows]
     try:
         ep = pytorch.export(named, plan_rows[0], name)
-        q = pt2e_quantizer.PT2EQuantizer().set_global(_config(params))
+        q = pt2e_quantizer.PT2EQuantizer().set_global(config)
         with pytorch.quiet(), torch.no_grad():
             m = quantize_pt2e.prepare_pt2e(ep.module(), q)
             for r in plan_rows:

@@ -190,9 +190,7 @@ class Calibrated:
 
             left = float_compute(read_model(out))
             if left:
-                raise TechniqueFailed(
-                    f"{self.scheme}: the TFLite calibrator leaves {', '.join(left[:4])} float (no integer kernel)"
-                )
+                raise TechniqueFailed(f"{self.scheme}: the TFLite calibrator leaves {', '.join(left[:4])} float")
         return out
 
 

@@ -10,8 +10,10 @@
     pin_inputs(f, sample)            inputs with free dimensions given the data's shape as their default
                                      (the shape signature stays free): calibrators allocate at the default
     weights_behind_dequantize(q, ..) float32 weights no quantizer reaches (constants passed into IF/WHILE,
-                                     and those inside their branch subgraphs) stored as float16 or int8
-                                     behind a DEQUANTIZE, which the runtime folds back once at load
+                                     and those inside their branch subgraphs), or that a weight recipe left
+                                     float32 (a GATHER's table, an ADD's position embeddings), stored as
+                                     float16 or int8 behind a DEQUANTIZE, which the runtime folds back once
+                                     at load
     negations_as_mul(f)              float NEG computed as MUL by -1 (exact), which int8 quantizers do have
 
 All of them read and write with normalize's loader (the schema object API ai-edge-litert ships).
@@ -282,31 +284,65 @@ def _unreached(model, codes) -> list[tuple[int, int]]:
     return found
 
 
-def weights_behind_dequantize(content: bytes, kind: str, min_elements: int = 1024) -> tuple[bytes, int]:
-    """Float32 weights of at least `min_elements` that no quantizer reaches (`_unreached`) stored as `kind`
-    ("float16", or "int8": symmetric, one scale per row of the first axis) behind a DEQUANTIZE in their own
-    subgraph, which every reader then reads instead. The runtime dequantizes a constant once, at load.
-    Returns the model and how many tensors were stored so."""
+def _left_float(model, codes) -> list[tuple[int, int]]:
+    """(subgraph, tensor) of float32 constants a weight recipe left float32 in the main graph: a Keras
+    embedding's GATHER table, the position embeddings an ADD reads, ... (what DEQUANTIZE already reads aside)."""
+    sg = model.subgraphs[0]
+    found = []
+    dequantized = {int(i) for op in sg.operators if codes[op.opcodeIndex] == "DEQUANTIZE" for i in op.inputs}
+    read = {int(i) for op in sg.operators for i in op.inputs if i >= 0}
+    for ti in sorted(read - dequantized):
+        t = sg.tensors[ti]
+        data = model.buffers[t.buffer].data if t.buffer and t.buffer < len(model.buffers) else None
+        if t.type == 0 and data is not None and len(data):
+            found.append((0, ti))
+    return found
+
+
+#: The largest magnitude float16 holds: a weight beyond it (a mask's -1e9) stays float32.
+FLOAT16_MAX = 65504.0
+
+
+def _storable(values: np.ndarray, kind: str, min_elements: int) -> bool:
+    """Whether a float32 weight is stored at `kind`: big enough, finite, and within float16's range for it."""
+    if values.size < min_elements or not np.all(np.isfinite(values)):
+        return False
+    return kind != "float16" or float(np.abs(values).max()) <= FLOAT16_MAX
+
+
+def _stored(model, sg, t, values: np.ndarray, shape: list[int], kind: str) -> int:
+    """A new constant holding `values` as float16, or as int8 (symmetric, one scale per row of the first axis)."""
+    if kind == "float16":
+        return _tensor(sg, f"{_name(t)}/float16", shape, 1, _buffer(model, values.astype(np.float16).tobytes()))
+    rows = values.reshape(shape[0], -1) if len(shape) > 1 else values.reshape(1, -1)
+    scale = np.maximum(np.abs(rows).max(axis=1), 1e-30) / 127.0
+    q = np.clip(np.round(rows / scale[:, None]), -127, 127).astype(np.int8)
+    quant = _quant(scale, np.zeros(len(scale), np.int64), 0)
+    return _tensor(sg, f"{_name(t)}/int8", shape, 9, _buffer(model, q.tobytes()), quant)
+
+
+def weights_behind_dequantize(
+    content: bytes, kind: str, min_elements: int = 1024, left_float: bool = False
+) -> tuple[bytes, int]:
+    """Float32 weights of at least `min_elements` that no quantizer reaches (`_unreached`), or with `left_float`
+    those the weight recipe left float32 in the main graph (`_left_float`), stored as `kind` ("float16", or
+    "int8": symmetric, one scale per row of the first axis) behind a DEQUANTIZE in their own subgraph, which
+    every reader then reads instead. The runtime dequantizes a constant once, at load. Weights that are not
+    finite, or beyond float16's range for float16, stay as they are. Returns the model and how many tensors
+    were stored so."""
     model = _load(content)
     codes = _codes(model)
-    targets = _unreached(model, codes)
+    targets = _left_float(model, codes) if left_float else _unreached(model, codes)
     done = 0
     new_ops: dict[int, list] = {}
     for si, ti in targets:
         sg = model.subgraphs[si]
         t = sg.tensors[ti]
         values = np.frombuffer(bytes(np.asarray(model.buffers[t.buffer].data, np.uint8)), np.float32)
-        if values.size < min_elements:
+        if not _storable(values, kind, min_elements):
             continue
         shape = [int(d) for d in (t.shape if t.shape is not None else [values.size])]
-        if kind == "float16":
-            stored = _tensor(sg, f"{_name(t)}/float16", shape, 1, _buffer(model, values.astype(np.float16).tobytes()))
-        else:
-            rows = values.reshape(shape[0], -1) if len(shape) > 1 else values.reshape(1, -1)
-            scale = np.maximum(np.abs(rows).max(axis=1), 1e-30) / 127.0
-            q = np.clip(np.round(rows / scale[:, None]), -127, 127).astype(np.int8)
-            quant = _quant(scale, np.zeros(len(scale), np.int64), 0)
-            stored = _tensor(sg, f"{_name(t)}/int8", shape, 9, _buffer(model, q.tobytes()), quant)
+        stored = _stored(model, sg, t, values, shape, kind)
         out = _tensor(sg, f"{_name(t)}/dequantized", shape, 0, 0, None, t.shapeSignature)
         for op in sg.operators:
             op.inputs = np.array([out if int(i) == ti else int(i) for i in op.inputs], np.int32)

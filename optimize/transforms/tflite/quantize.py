@@ -147,18 +147,43 @@ def _weights_only(content: bytes, params: QuantizeParams, ctx: Context) -> bytes
     passed into IF/WHILE, and those inside their branches) stored at the scheme's width behind DEQUANTIZE."""
     data = _run_quantizer(content, params, ctx, None, None)
     flow = calibrator.control_flow(content)
+    kind = "float16" if params.scheme == Scheme.FLOAT16 else "int8"
+    floor = max(params.min_weight_elements if params.scheme == Scheme.DYNAMIC else 1024, 1)
     if flow:
-        kind = "float16" if params.scheme == Scheme.FLOAT16 else "int8"
-        floor = params.min_weight_elements if params.scheme == Scheme.DYNAMIC else 1024
-        data, n = graphfix.weights_behind_dequantize(data, kind, max(floor, 1))
+        data, n = graphfix.weights_behind_dequantize(data, kind, floor)
         if n:
             ctx.notes.append(
                 f"quantize: {n} weight tensor(s) LiteRT Quantizer does not reach (read by {', '.join(flow)} or "
                 f"inside its branches) stored as {kind} behind DEQUANTIZE, which the runtime expands once at load."
             )
+    readers = _float_weight_readers(data, floor)
+    data, n = graphfix.weights_behind_dequantize(data, kind, floor, left_float=True)
+    if n:
+        ctx.notes.append(
+            f"quantize: {n} weight tensor(s) of {floor:,}+ elements LiteRT Quantizer leaves float32 (read by "
+            f"{', '.join(readers)}) stored as {kind} behind DEQUANTIZE, which the runtime expands once at load."
+        )
     _check_loads(data, params, ctx, source=content)
     ctx.notes.append(f"quantize: LiteRT Quantizer recipe {params.recipe_name}, {_granularity(params)} weights.")
     return data
+
+
+def _float_weight_readers(content: bytes, floor: int) -> list[str]:
+    """The op types reading float32 constants of `floor`+ elements in the main graph (DEQUANTIZE aside)."""
+    from optimize.models.tflite import read_model
+
+    sg = read_model(content).main
+    return sorted(
+        {
+            op.name
+            for op in sg.ops
+            if op.name != "DEQUANTIZE"
+            and any(
+                i >= 0 and sg.tensors[i].is_const and sg.tensors[i].dtype == "float32" and sg.tensors[i].numel >= floor
+                for i in op.inputs
+            )
+        }
+    )
 
 
 @dataclass
@@ -242,8 +267,7 @@ def _choose(first: _Made | None, second: _Made | None, why: str, params, tried: 
     if why == "integer-only":
         if second is None:
             raise TechniqueFailed(
-                f"{params.scheme} with {params.io} I/O cannot be integer-only here: LiteRT Quantizer leaves "
-                f"{', '.join(_float_compute(first.data))} float, and {tried[-1] if tried else 'the TFLite calibrator failed'}"
+                _not_integer_only(first, params, tried[-1] if tried else "the TFLite calibrator failed")
             )
         left = ", ".join(_float_compute(first.data))
         second.notes.append(
@@ -269,6 +293,21 @@ def _choose(first: _Made | None, second: _Made | None, why: str, params, tried: 
         f"{_timing(first, second, check)}"
     )
     return second
+
+
+def _not_integer_only(first: _Made, params: QuantizeParams, calibrator_said: str) -> str:
+    """Why integer I/O cannot be integer-only, naming the op that blocks it: one LiteRT Quantizer has no integer
+    version of (RELU_0_TO_1 on a HardSigmoid model), not its neighbours, which are float only beside it."""
+    left = _float_compute(first.data)
+    blockers = [op for op in left if op not in litert_ops()]
+    head = f"{params.scheme} with {params.io} I/O cannot be integer-only here: "
+    if blockers:
+        what = ", ".join(blockers)
+        head += f"{what} {'has' if len(blockers) == 1 else 'have'} no integer version in LiteRT Quantizer"
+        head += f" (it leaves {', '.join(left)} float)" if set(left) != set(blockers) else ""
+    else:
+        head += f"LiteRT Quantizer leaves {', '.join(left)} float"
+    return f"{head}; {calibrator_said}"
 
 
 def _timing(first: _Made, second: _Made, check) -> str:
@@ -341,6 +380,7 @@ def _prepared(content: bytes, params: QuantizeParams, ctx: Context, inputs: dict
                 f"quantize: input {', '.join(free[t] for t in pinned)} has free dimensions: calibrated at the data's "
                 f"shape {list(shapes[pinned[0]])} (the signature stays free)."
             )
+    work = _finite_masks(work, params, ctx)
     work, negs = graphfix.negations_as_mul(work)
     if negs:
         ctx.notes.append(
@@ -355,6 +395,29 @@ def _prepared(content: bytes, params: QuantizeParams, ctx: Context, inputs: dict
                 "RESHAPE), so integer I/O quantizes them."
             )
     return work
+
+
+#: Calibration samples the mask fills' score range is read on, and held-out test samples it is checked on.
+MASK_SAMPLES, MASK_HELD_OUT = 64, 16
+
+
+def _finite_masks(content: bytes, params: QuantizeParams, ctx: Context) -> bytes:
+    """Attention mask fills (-inf, -1e9, ...) made finite and just low enough, checked to change nothing in the
+    float model (optimize.transforms.tflite.masks), so calibration gives the masked scores a usable range."""
+    from optimize.models.data import count
+    from optimize.transforms.tflite import masks
+
+    if masks.find(content) is None:
+        return content
+    data = ctx.data
+    cal = data.calibration(min(params.samples, MASK_SAMPLES))
+    held = data.x_test
+    samples = [take(cal, slice(i, i + 1)) for i in range(count(cal))]
+    held_out = [take(held, slice(i, i + 1)) for i in range(min(MASK_HELD_OUT, count(held)))]
+    made = masks.make_finite(content, samples, held_out, max(1, ctx.threads))
+    if made.note:
+        ctx.notes.append(f"quantize: {made.note}")
+    return made.content
 
 
 def _flow_overrides(content: bytes) -> dict[str, str]:
@@ -445,8 +508,8 @@ def _calibrator_route(
         left = _float_compute(data)
         if left:
             kept = {i.op for i in fixer.islands if i.precision == "float"}
-            why = "kept float so the model runs" if set(left) <= kept else "no integer kernel"
-            raise TechniqueFailed(f"the TFLite calibrator leaves {', '.join(left[:4])} float ({why})")
+            why = " (kept float so the model runs)" if set(left) <= kept else ""
+            raise TechniqueFailed(f"the TFLite calibrator leaves {', '.join(left[:4])} float{why}")
     if check is None or not params.repair:
         _check_loads(data, params, ctx, source=work)
     return _Made(data, Backend.CALIBRATOR, fixer, notes)

@@ -11,6 +11,8 @@ import logging
 import re
 import warnings
 
+import numpy as np
+
 from optimize.core.registry import Context
 from optimize.models.weights import INT4_OPS
 
@@ -130,7 +132,27 @@ def calibrate(content: bytes, calibration: dict, recipe, params, ctx: Context) -
             content, num_threads=max(1, ctx.threads), mode=mode.CALIBRATION_PRESERVE_ALL_TENSORS, qsv_update_func=update
         )
         calib.calibrate(calibration, recipe)
-    return _ranges(calib.get_model_qsvs(), content, calibration, params, ctx)
+    return _ranges(_keepdims(calib.get_model_qsvs(), content), content, calibration, params, ctx)
+
+
+def _keepdims(qsvs: dict, content: bytes) -> dict:
+    """Per-tensor ranges shaped like the default calibrator's: one value per axis of the tensor ((1, 1) for a
+    [1, 1] tensor), not the profiler's (1,). LiteRT Quantizer broadcasts a (1,) scale against every axis of a
+    constant that shares its op's output scale (MAXIMUM's, MINIMUM's, CONCATENATION's operands), making it one
+    axis too many ("Ranks of scales (3) and zps (3) must be the same as the tensor rank (2)")."""
+    from optimize.models.tflite import read_model
+
+    ranks = {t.name: t.rank for g in read_model(content).subgraphs for t in g.tensors}
+    out = {}
+    for name, v in qsvs.items():
+        rank = ranks.get(name)
+        fixed = dict(v)
+        for key in ("min", "max"):
+            a = v.get(key)
+            if rank and a is not None and np.size(a) == 1 and np.ndim(a) != rank:
+                fixed[key] = np.reshape(a, (1,) * rank)
+        out[name] = fixed
+    return out
 
 
 def _ranges(qsvs: dict, content: bytes, calibration: dict, params, ctx: Context) -> dict:

@@ -30,7 +30,7 @@ from optimize.core.errors import OptimizeError, TechniqueFailed
 from optimize.core.paths import write_atomic
 from optimize.core.registry import Context
 from optimize.core.vocab import Precision
-from optimize.transforms.tflite.isolate import isolated
+from optimize.transforms.tflite.isolate import QuantizerCrashed, isolated
 from optimize.transforms.tflite.quantizer_setup import calibrate, quiet, recipe
 
 
@@ -278,8 +278,10 @@ def _read_calibration(path: Path) -> tuple[dict, dict] | None:
 
 
 def made_by(who: str, content: bytes) -> bytes:
-    """A model a quantizer wrote, validated like any .tflite: when it does not validate, the fault is the
-    quantizer's (a failed attempt naming it), never the user's model."""
+    """A model a quantizer wrote, validated like any .tflite and prepared once by the runtime in a forked child:
+    when it does not validate, or the runtime dies preparing it (a kernel's check aborts the process: int16
+    SUB with a constant operand of scale 0 in the TFLite calibrator's output), the fault is the quantizer's (a
+    failed attempt naming it and the op), never the user's model, and never the end of this process."""
     from optimize.core.errors import ModelError
     from optimize.models.tflite import read_model
 
@@ -287,7 +289,40 @@ def made_by(who: str, content: bytes) -> bytes:
         read_model(content)
     except ModelError as e:
         raise TechniqueFailed(f"{who} wrote a model that does not validate ({e.problem})") from None
+    try:
+        isolated(_prepares, content, what="the LiteRT runtime")
+    except QuantizerCrashed as e:
+        suspects = zero_scales(content)
+        raise TechniqueFailed(
+            f"{who} wrote a model that {e} while preparing it" + (f" ({'; '.join(suspects[:2])})" if suspects else "")
+        ) from None
+    except OptimizeError:
+        pass  # a model the runtime refuses with a reason is judged later, by the check that loads it
     return content
+
+
+def _prepares(content: bytes) -> bool:
+    """Whether the runtime prepares the model (its own refusals are answered, not raised: only a crash counts)."""
+    from optimize.models import runtime
+
+    return runtime.loads(content)
+
+
+def zero_scales(content: bytes) -> list[str]:
+    """'OP tensor: an input of scale 0' for ops reading a quantized tensor whose scale is 0: its kernel's
+    requantization multiplier is then 0, which the runtime's preparation aborts on."""
+    from optimize.models.tflite import read_model
+
+    sg = read_model(content).main
+    out = []
+    for op in sg.ops:
+        for i in op.inputs:
+            q = sg.tensors[i].quant if i >= 0 else None
+            if q is not None and q.count and not np.all(q.scales > 0):
+                where = sg.tensors[op.outputs[0]].name if op.outputs else str(op.index)
+                out.append(f"{op.name} {where}: its input {sg.tensors[i].name} has quantization scale 0")
+                break
+    return out
 
 
 def _first_line(e: BaseException) -> str:

@@ -80,20 +80,25 @@ def scale_slices(ref: np.ndarray, axis: int | None = None) -> list[Slice]:
         return []
     r = _ranges(ref, axis)
     whole = float(ref.max() - ref.min())
-    if not np.isfinite(whole) or whole <= 0:
+    cut = _gap(r, whole) if np.isfinite(whole) and whole > 0 else None
+    if cut is None:
         return []
-    positive = np.sort(r[r > 0])
-    if len(positive) < 2:
-        return []
-    steps = positive[1:] / positive[:-1]
-    k = int(np.argmax(steps))
-    if steps[k] < GAP or positive[k] >= SMALL * whole:  # a continuum of ranges (class logits): one quantity
-        return []
-    small = tuple(int(c) for c in np.flatnonzero((r > 0) & (r <= positive[k])))
-    large = tuple(int(c) for c in np.flatnonzero(r > positive[k]))
+    small = tuple(int(c) for c in np.flatnonzero((r > 0) & (r <= cut)))
+    large = tuple(int(c) for c in np.flatnonzero(r > cut))
     if not small or not large:
         return []
     return [Slice(f"channels {channel_runs(g)}", axis, g) for g in (large, small)]
+
+
+def _gap(ranges: np.ndarray, whole: float) -> float | None:
+    """The largest channel range of the quiet group, where the sorted ranges jump `GAP`-fold below `SMALL` of
+    the output's; None for a continuum of ranges (class logits: one quantity)."""
+    positive = np.sort(ranges[ranges > 0])
+    if len(positive) < 2:
+        return None
+    steps = positive[1:] / positive[:-1]
+    k = int(np.argmax(steps))
+    return float(positive[k]) if steps[k] >= GAP and positive[k] < SMALL * whole else None
 
 
 def _take(a: np.ndarray, s: Slice) -> np.ndarray:

@@ -94,7 +94,7 @@ def _clean(name: str, taken: set[str]) -> str:
 
 def _tensor_name(t) -> str:
     n = t.name
-    return n.decode() if isinstance(n, bytes) else (n or "")
+    return n.decode(errors="replace") if isinstance(n, bytes) else (n or "")  # a name is any bytes the file holds
 
 
 def _add_signature(model) -> bool:

@@ -42,11 +42,12 @@ def open_inputs(
 
         model, data_path = demo()
         data = data if data is not None else data_path
-    # the one read of the model: recognised, opened, described
-    src = pytorch.open_source(model) or models.open_model(model, trust, known)
-    ds = read_data(data, calibration)
-    if src.torch:
-        src, ds = pytorch.prepare(src, ds, layout)
+    # the one read of the model: recognised, opened, described (a PyTorch or ONNX one converted)
+    torch_src = pytorch.open_source(model)
+    if torch_src is not None:
+        src, ds = pytorch.prepare(torch_src, read_data(data, calibration), layout)
+    else:
+        src, ds = models.open_model(model, trust, known), read_data(data, calibration)
     ds = fit_data(src, measured(src, ds, measuring))  # integer inputs: ids as the model takes them, in range
     if check:
         check_data(src, ds, known, on_loaded)

@@ -1,6 +1,7 @@
-"""A .pt2 archive checked by us, before torch is asked to read any of it: the zip's members, the program's
-JSON and every tensor's declared layout. `torch_files.inspect_pt2` calls these; nothing here unpickles,
-imports torch or evaluates anything.
+"""A .pt2 archive checked by us, before torch is asked to read any of it (`inspect_pt2`): the zip's members,
+the program's JSON and every tensor's declared layout, then every member `torch.export.load` would unpickle
+through torch's weights-only unpickler (which refuses any global outside its allowlist and never calls one).
+Nothing here evaluates anything from the file; torch is imported only for that weights-only load.
 
 * **The archive**: at most MAX_MEMBERS members, no name twice (Python's zipfile reads the last copy, torch's
   reader may read another), every member under the one root folder that holds `archive_format` (torch's
@@ -22,18 +23,25 @@ Each refusal is one ModelError line; names from the file are shown `repr`-style,
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
+import os
 import re
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from optimize.convert.limits import MAX_MODEL_BYTES, MAX_TENSOR_BYTES, NODES_ENV, max_nodes, shown
-from optimize.core.bounded import check_member
+from optimize.core.bounded import check_member, loads_json, read_member
 from optimize.core.errors import ModelError
 
 MAX_MEMBERS = 100_000
 MAX_MEMBER_BYTES = 4 << 30  # one member's declared uncompressed size
 MAX_ARCHIVE_BYTES = 6 << 30  # every member's together: weights (<= 2 GiB), the program's JSON, sample inputs
+MAX_JSON_BYTES = 256 << 20  # a program's JSON (its graph) is a few MB; this bounds what is parsed
+#: Where pickles sit in a .pt2 that `torch.export.load` unpickles (each is checked weights-only first).
+PICKLED_PREFIXES = ("data/sample_inputs/", "data/weights/", "data/constants/")
 EXPORT_PT2 = (
     "Export the model as a .pt2: ep = torch.export.export(model.eval(), (sample,)); torch.export.save(ep, 'model.pt2')."
 )
@@ -247,3 +255,207 @@ def check_loaded(obj, path: Path, where: str) -> None:
                     f"{where} holds a tensor of {list(x.shape)[:8]} ({size:,} bytes), more than the "
                     f"{MAX_TENSOR_BYTES:,} one tensor may hold.",
                 )
+
+
+# ------------------------------------------------------------------------------------------- the inspection
+
+
+@dataclass
+class Pt2Facts:
+    """What the inspection of a .pt2 found: who wrote it, and what it holds that was checked."""
+
+    root: str
+    members: int
+    pickled: list[str] = field(default_factory=list)  # members the weights-only unpickler accepted
+    torch_version: str | None = None
+    schema: tuple[int, int] | None = None
+    notes: list[str] = field(default_factory=list)
+    nodes: int = 0  # the program's graph nodes (what conversion takes)
+
+
+def inspect_pt2(path: str | os.PathLike) -> Pt2Facts:
+    """Check a .pt2 archive without running anything from it: the archive (`check_archive`), then its JSON
+    documents read in one pass (`_documents`) and checked (`_check_documents`), then every pickled member
+    loaded weights-only (`_check_pickled`). One ModelError line for the first that fails."""
+    path = Path(path)
+    if not zipfile.is_zipfile(path):
+        raise ModelError(f"{path.name} is not a .pt2 archive (not a zip file).", EXPORT_PT2)
+    try:
+        with zipfile.ZipFile(path) as z:
+            infos = z.infolist()
+            root = check_archive(path, infos)
+            names = [i.filename for i in infos]
+            fmt, docs = _documents(z, names, root, path)
+            if fmt != "pt2":
+                raise ModelError(
+                    f"{path.name} is {describe_zip(names)}, not a torch.export program (.pt2).", EXPORT_PT2
+                )
+            facts = Pt2Facts(root=root, members=len(names))
+            unpickle = _check_documents(docs, {i.filename: i.file_size for i in infos}, names, facts, path)
+            _check_pickled(z, unpickle, facts, path)
+            return facts
+    except (zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError, OSError) as e:
+        raise ModelError(f"{path.name} is a damaged .pt2 archive ({e.__class__.__name__}).", EXPORT_PT2) from None
+
+
+def _documents(z: zipfile.ZipFile, names: list[str], root: str, path: Path) -> tuple[str | None, dict]:
+    """The archive's format (its archive_format member) and every JSON document the checks read (the programs
+    and the weights and constants configs), by name inside the root: each read bounded in size, compression
+    ratio and nesting before it is parsed."""
+    fmt = None
+    if root + "archive_format" in names:
+        fmt = read_member(z, root + "archive_format", 1 << 10, path.name, ModelError)[:64].decode(errors="replace")
+    wanted = [n for n in names if _is_document(n[len(root) :])] if fmt is not None and fmt.strip() == "pt2" else []
+    docs = {}
+    for n in wanted:
+        data = read_member(z, n, MAX_JSON_BYTES, path.name, ModelError)
+        docs[n[len(root) :]] = loads_json(
+            data, f"{path.name}: {shown(n)}", ModelError, EXPORT_PT2, "valid JSON (a damaged .pt2)"
+        )
+    return (fmt.strip() if fmt is not None else None), docs
+
+
+def _is_document(rel: str) -> bool:
+    return (rel.startswith("models/") and rel.endswith(".json")) or any(
+        rel.startswith(folder) and rel.endswith(suffix) for _, suffix, folder in CONFIGS
+    )
+
+
+#: The weights and constants configs: (kind, file name suffix, folder).
+CONFIGS = (
+    ("constants", "_constants_config.json", "data/constants/"),
+    ("weights", "_weights_config.json", "data/weights/"),
+)
+
+
+def _check_documents(docs: dict, sizes: dict[str, int], names: list[str], facts: Pt2Facts, path: Path) -> list:
+    """Who wrote the program and its graph (`check_program`), constants that are tensors, stored tensors inside
+    their storage (`check_stored`); the members to unpickle weights-only, as (member, where, what)."""
+    root = facts.root
+    for rel, meta in docs.items():
+        if rel.startswith("models/"):
+            _writer(meta, path, rel, facts)
+    if any(n[len(root) :].startswith("data/aotinductor/") for n in names):
+        facts.notes.append("holds AOTInductor-compiled code, which is never loaded")
+    unpickle = []
+    for kind, suffix, folder in CONFIGS:
+        for rel, config in docs.items():
+            if rel.startswith(folder) and rel.endswith(suffix):
+                entries = config.get("config", {}) if isinstance(config, dict) else {}
+                entries = entries if isinstance(entries, dict) else {}
+                check_stored(entries, root + folder, sizes, path, kind[:-1])
+                unpickle += [
+                    _entry(root, folder, kind, str(f), m if isinstance(m, dict) else {}, path)
+                    for f, m in entries.items()
+                ]
+    unpickle = [u for u in unpickle if u is not None]
+    listed = {member for member, _, _ in unpickle}
+    for n in names:  # every other member torch.export.load would unpickle
+        rel = n[len(root) :]
+        pickled = rel.startswith("data/sample_inputs/") or (
+            rel.startswith(PICKLED_PREFIXES[1:]) and rel.endswith(".pt")
+        )
+        if (pickled or (rel.startswith("serialized_") and rel.endswith(".pt"))) and n not in listed:
+            unpickle.append((n, rel, shown(rel)))
+    return unpickle
+
+
+def _writer(meta, path: Path, rel: str, facts: Pt2Facts) -> None:
+    """Who wrote the program (torch version, export schema), and its graph checked."""
+    facts.nodes += check_program(meta, path, rel)
+    sv = meta.get("schema_version") or {} if isinstance(meta, dict) else {}
+    with contextlib.suppress(TypeError, ValueError, AttributeError):
+        facts.schema = (int(sv.get("major", -1)), int(sv.get("minor", -1)))
+    facts.torch_version = str(meta.get("torch_version")) if isinstance(meta, dict) else None
+
+
+def _entry(root: str, folder: str, kind: str, fqn: str, meta: dict, path: Path) -> tuple[str, str, str] | None:
+    """A weights or constants entry: a constant must be a tensor (an opaque or TorchScript object runs code
+    when read); a pickled one is (member, where, what) to unpickle weights-only."""
+    member = str(meta.get("path_name", ""))
+    if kind == "constants" and not member.startswith("tensor_"):
+        what = "a TorchScript object" if member.startswith("custom_obj_") else "a pickled Python object"
+        raise ModelError(
+            f"{path.name}: constant {shown(fqn)} is {what} ({shown(folder + member)}); refused: loading it runs "
+            "code from the file.",
+            "Export a model whose constants are tensors.",
+        )
+    if not meta.get("use_pickle"):
+        return None
+    return root + folder + member, folder + member, f"{kind} entry {shown(fqn)}"
+
+
+def _check_pickled(z: zipfile.ZipFile, unpickle: list, facts: Pt2Facts, path: Path) -> None:
+    """Every member `torch.export.load` would unpickle, read bounded and loaded with the weights-only
+    unpickler, each tensor it gives back within MAX_TENSOR_BYTES (`check_loaded`)."""
+    for member, where, what in unpickle:
+        try:
+            data = read_member(z, member, MAX_MEMBER_BYTES, path.name, ModelError)
+        except KeyError:
+            raise ModelError(f"{path.name}: {what} points to a missing member.", EXPORT_PT2) from None
+        check_loaded(safe_torch_load(data, f"{path.name}: {shown(where)}"), path, shown(where))
+        facts.pickled.append(where)
+
+
+# ------------------------------------------------------------------------------------------- loading weights-only
+
+
+@contextlib.contextmanager
+def weights_only_everywhere():
+    """Every torch.load in this block is weights-only, whatever its call site asks for."""
+    old = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
+        else:
+            os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = old
+
+
+def safe_torch_load(data: bytes, what: str):
+    """torch.load with the weights-only unpickler; a refusal is one ModelError naming the member and the
+    global it would have needed."""
+    import pickle
+
+    import torch
+
+    try:
+        with weights_only_everywhere():
+            return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as e:
+        raise ModelError(
+            f"{what} holds a pickle that needs {blocked_global(e)} to load; refused: loading it could run code "
+            "from the file.",
+            "Save the model again with torch.export.save from plain tensors.",
+        ) from None
+    except Exception as e:  # noqa: BLE001 - a damaged pickle: any error of the unpickler is one line
+        raise ModelError(
+            f"{what} holds a pickle that cannot be read ({e.__class__.__name__}): a damaged or forged file.",
+            "Save the model again with torch.export.save from plain tensors.",
+        ) from None
+
+
+def blocked_global(e: Exception) -> str:
+    """'the global builtins.exec' from the weights-only unpickler's message, or a general phrase."""
+    text = str(e)
+    marker = "Unsupported global: GLOBAL "
+    if marker in text:
+        return "the global " + text.split(marker, 1)[1].split()[0]
+    for line in text.splitlines():
+        if "WeightsUnpickler error:" in line:
+            return line.split("WeightsUnpickler error:", 1)[1].strip().rstrip(".")[:120]
+    return "objects outside plain tensors"
+
+
+def describe_zip(names: list[str]) -> str:
+    """What a zip-format torch file is, from its member names alone (nothing in it is read)."""
+    tops = {PurePosixPath(n).parts[1] if len(PurePosixPath(n).parts) > 1 else n for n in names}
+    if "constants.pkl" in tops or "code" in tops:
+        return "a TorchScript archive (torch.jit.save)"
+    if any(n.endswith("serialized_exported_program.json") for n in names):
+        return "a torch.export file from torch 2.0-2.6"
+    if "data.pkl" in tops:
+        return "a torch.save file"
+    return "a zip archive of unknown content"

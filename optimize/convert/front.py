@@ -8,8 +8,8 @@ from pathlib import Path
 
 from optimize.convert import fidelity, pytorch
 from optimize.models import source as models
-from optimize.models.data import Dataset, warn_split
-from optimize.models.inputs import MeasureOptions, check_data, fit_data, measured, read_data
+from optimize.models.data import Dataset
+from optimize.models.inputs import MeasureOptions, checked, read_data
 from optimize.models.known import Memo
 
 
@@ -48,10 +48,7 @@ def open_inputs(
         src, ds = pytorch.prepare(torch_src, read_data(data, calibration), layout)
     else:
         src, ds = models.open_model(model, trust, known), read_data(data, calibration)
-    ds = fit_data(src, measured(src, ds, measuring))  # integer inputs: ids as the model takes them, in range
-    if check:
-        check_data(src, ds, known, on_loaded)
-    warn_split(ds)
+    ds = checked(src, ds, measuring, check, known, on_loaded)  # ids as the model takes them; model and data fit
     if src.torch and threads is not None:
         src = fidelity.measure(src, ds, threads)  # before any write, as everything above
     return src, ds

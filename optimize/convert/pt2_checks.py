@@ -337,27 +337,35 @@ def _check_documents(docs: dict, sizes: dict[str, int], names: list[str], facts:
             _writer(meta, path, rel, facts)
     if any(n[len(root) :].startswith("data/aotinductor/") for n in names):
         facts.notes.append("holds AOTInductor-compiled code, which is never loaded")
+    unpickle = _configured(docs, sizes, root, path)
+    listed = {member for member, _, _ in unpickle}
+    return unpickle + [
+        (n, n[len(root) :], shown(n[len(root) :])) for n in names if n not in listed and _pickled(n[len(root) :])
+    ]
+
+
+def _configured(docs: dict, sizes: dict[str, int], root: str, path: Path) -> list:
+    """The weights and constants configs checked (`check_stored`, `_entry`); their pickled entries to unpickle."""
     unpickle = []
     for kind, suffix, folder in CONFIGS:
         for rel, config in docs.items():
-            if rel.startswith(folder) and rel.endswith(suffix):
-                entries = config.get("config", {}) if isinstance(config, dict) else {}
-                entries = entries if isinstance(entries, dict) else {}
-                check_stored(entries, root + folder, sizes, path, kind[:-1])
-                unpickle += [
-                    _entry(root, folder, kind, str(f), m if isinstance(m, dict) else {}, path)
-                    for f, m in entries.items()
-                ]
-    unpickle = [u for u in unpickle if u is not None]
-    listed = {member for member, _, _ in unpickle}
-    for n in names:  # every other member torch.export.load would unpickle
-        rel = n[len(root) :]
-        pickled = rel.startswith("data/sample_inputs/") or (
-            rel.startswith(PICKLED_PREFIXES[1:]) and rel.endswith(".pt")
-        )
-        if (pickled or (rel.startswith("serialized_") and rel.endswith(".pt"))) and n not in listed:
-            unpickle.append((n, rel, shown(rel)))
+            if not (rel.startswith(folder) and rel.endswith(suffix)):
+                continue
+            entries = config.get("config", {}) if isinstance(config, dict) else {}
+            entries = entries if isinstance(entries, dict) else {}
+            check_stored(entries, root + folder, sizes, path, kind[:-1])
+            for fqn, meta in entries.items():
+                entry = _entry(root, folder, kind, str(fqn), meta if isinstance(meta, dict) else {}, path)
+                if entry is not None:
+                    unpickle.append(entry)
     return unpickle
+
+
+def _pickled(rel: str) -> bool:
+    """A member `torch.export.load` unpickles besides the configs' entries (sample inputs, pickled weights)."""
+    if rel.startswith("data/sample_inputs/"):
+        return True
+    return rel.endswith(".pt") and (rel.startswith(PICKLED_PREFIXES[1:]) or rel.startswith("serialized_"))
 
 
 def _writer(meta, path: Path, rel: str, facts: Pt2Facts) -> None:

@@ -711,12 +711,12 @@ def _prepare(src, ds: Dataset | None, layout: str):
         else:
             content, record = _convert(src, model, plan, ds)
     say_once(said)
-    converted = opened_content(replace(src, fingerprint=fingerprint_of(src.fingerprint, plan.key())), content)
-    converted = replace(converted, conversion=record, facts=tuple(record.facts), module=None)
     data = convert_data(ds, record) if ds is not None else None
+    fingerprint = fingerprint_of(src.fingerprint, plan.key())
     if hit is None:
-        _store(key, content, record)  # once it opened and described: a conversion kept is one that opens
-    return converted, data
+        _store(key, content, record)  # served again only if it validates (_cached); one that does not open fails alike
+    converted = opened_content(replace(src, fingerprint=fingerprint), content)
+    return replace(converted, conversion=record, facts=tuple(record.facts), module=None), data
 
 
 def _declared(src) -> tuple[list[Declared], object]:

@@ -66,6 +66,7 @@ class _State:
     skipped: list[str] = field(default_factory=list)
     records: dict = field(default_factory=dict)
     batch1: Path | None = None  # the same model exported with a batch of 1 (recurrent models)
+    seeded: bool = False  # made elsewhere (`Workspace.seed`), not by a step here
 
 
 KERAS3_ROUTE = (
@@ -73,6 +74,12 @@ KERAS3_ROUTE = (
     "at run time: Flatten and Reshape become SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, which the GPU, NNAPI, "
     "Hexagon and Core ML delegates refuse)"
 )
+
+
+def direct_notes(kind: str, made: Iterable[str]) -> list[str]:
+    """The notes of a float32 made straight from a Keras model (`convert.keras.float32_direct`): what the
+    conversion changed, and for Keras 3 the fixed batch it was traced with."""
+    return [*made, *([KERAS3_ROUTE] if kind == "keras3" else [])]
 
 
 class Workspace:
@@ -93,12 +100,13 @@ class Workspace:
         self.carried = 0.0  # seconds of the candidate being made that were spent elsewhere (that export)
         self._unused: list = []  # the source Keras model, loaded for a route that did not take it (exported next)
 
-    def seed(self, steps: Iterable[Step], path: Path) -> None:
-        """What `steps` make is at `path` already (another worker made it: the sweep's float32 baseline),
-        so a recipe that starts with them goes on from there instead of converting again."""
+    def seed(self, steps: Iterable[Step], path: Path, notes: Iterable[str] = ()) -> None:
+        """What `steps` make is at `path` already (another worker made it: the sweep's float32 baseline; or the
+        sweep's process, with the `notes` its convert step carries), so a recipe that starts with them goes on
+        from there instead of converting again."""
         key = _key(self.root, [s.model_dump() for s in steps])
         if key not in self.memo:
-            self.memo[key] = _State("tflite", Path(path))
+            self.memo[key] = _State("tflite", Path(path), notes=list(notes), seeded=True)
 
     def seed_export(self, path: Path, seconds: float = 0.0) -> None:
         """The source Keras model's float32 .tflite (or, where that route did not take it, its SavedModel) is at
@@ -192,8 +200,6 @@ class Workspace:
         ctx = self._context(key, state)
         path = write_atomic(ctx.workdir / "convert-float32.tflite", made[0])
         notes = [*ctx.notes, *(n for n in made[1] if n not in ctx.notes)]
-        if self.src.kind == "keras3":
-            notes.append(KERAS3_ROUTE)
         return _State("tflite", path, None, notes, ctx.skipped_layers, ctx.records)
 
     def _direct_made(self, state: _State) -> tuple[bytes, list[str]] | None:
@@ -204,14 +210,14 @@ class Workspace:
             if exported.suffix != ".tflite" or not exported.is_file():
                 return None
             self._carry_export()
-            return exported.read_bytes(), exporting.export_notes(exported.parent)
+            return exported.read_bytes(), direct_notes(self.src.kind, exporting.export_notes(exported.parent))
         keras3 = self.src.kind == "keras3"
         model = models.load_keras3(self.src) if keras3 else self._keras_model(state)
         made = exporting.float32_direct(model, self.data, batch=1 if keras3 else None)
         if made is None:
             self._unused = [model]  # the SavedModel route exports this one, not a second load
             return None
-        return made.content, list(made.notes)
+        return made.content, direct_notes(self.src.kind, made.notes)
 
     def source(self) -> _State:
         """Where every recipe starts: the model as given, or for a .tflite its plain float32 equivalent
@@ -253,6 +259,8 @@ class Workspace:
             key = _key(self.root, prefix)
             if key in self.memo:
                 state = self.memo[key]
+                if state.seeded and self._export_seconds:  # the sweep's process made it: its seconds count here
+                    self._carry_export()
                 continue
             tech = registry.get(step.technique)
             # `step` travels with the record: a worker that dies in this step is reported with it (engine.work)

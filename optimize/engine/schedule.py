@@ -21,10 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optimize.convert.keras import export_notes
 from optimize.core import paths
 from optimize.core.recipe import Recipe
 from optimize.core.results import Candidate, Study
 from optimize.engine.executors import executor
+from optimize.engine.pipeline import direct_notes
 from optimize.engine.plan import _groups, expected_cost, from_baseline
 from optimize.engine.runs import Run
 from optimize.engine.work import Task, TimingTask
@@ -68,7 +70,8 @@ class _Pending:
         (`Run.export`), while a worker measures it as the baseline (`baseline`, submitted second): they need
         its file, not its figures (the accuracy deltas are filled in once it is measured, `with_deltas`). The
         longest group goes first, to the warmest worker: it is what the sweep waits for."""
-        start = (tuple(base.steps), float32)
+        notes = direct_notes(self.run.src.kind, export_notes(float32.parent))
+        start = (tuple(base.steps), float32, tuple(notes))
         tasks = [self.task(g, ref=float32, start=start) for g in sorted(self.waiting, key=expected_cost, reverse=True)]
         for task in [*tasks[:1], baseline, *tasks[1:]]:
             ex.submit(task)

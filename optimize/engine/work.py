@@ -57,7 +57,7 @@ class Task:
     baseline: Metrics | None = None
     baseline_name: str | None = None  # a recipe of this task whose result is the reference for those after it
     own_reference: bool = False  # compare with a float32 conversion made for this task (single runs)
-    start: tuple | None = None  # (steps, artifact): what those steps made, for recipes that begin with them
+    start: tuple | None = None  # (steps, artifact[, notes]): what those steps made, for recipes that begin with them
     exported: Path | None = None  # the source model's SavedModel, exported by the parent from the model it checked
     exported_seconds: float = 0.0  # what that export took there (the baseline's convert phase counts it)
     tag: str = ""  # which run (model) the task belongs to; executors hand it back with each candidate

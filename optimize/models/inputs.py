@@ -12,9 +12,27 @@ from pydantic import BaseModel, ConfigDict, Field
 from optimize.core.errors import DataError, ModelError
 from optimize.core.vocab import Task
 from optimize.models import source as models
-from optimize.models.data import Dataset, check_ids, check_inputs, combine, integer_ids, load_data, say_once
+from optimize.models.data import Dataset, check_ids, check_inputs, combine, integer_ids, load_data, say_once, warn_split
 from optimize.models.known import Memo, heads_of, record_model, specs_of
 from optimize.models.normalize import not_float
+
+
+def checked(
+    src: models.ModelSource,
+    ds: Dataset | None,
+    measuring: MeasureOptions | None = None,
+    check: bool = False,
+    known: Memo | None = None,
+    on_loaded=None,
+) -> Dataset | None:
+    """The data told what it measures (`measured`) and made to fit the opened model's integer inputs
+    (`fit_data`), and, with `check`, the model and the data checked against each other (`check_data`); a thin
+    split said once. What is asked of the model was read when it was opened (its inputs, outputs, id bounds)."""
+    ds = fit_data(src, measured(src, ds, measuring))
+    if check:
+        check_data(src, ds, known, on_loaded)
+    warn_split(ds)
+    return ds
 
 
 def check_data(src: models.ModelSource, data: Dataset | None, known: Memo | None = None, on_loaded=None) -> None:
@@ -24,31 +42,38 @@ def check_data(src: models.ModelSource, data: Dataset | None, known: Memo | None
     A Keras model is loaded to check it (TensorFlow), unless `known` holds what loading these exact bytes
     found (`optimize.models.known`); what a load finds is handed to `known` for the next run, and the loaded
     model to `on_loaded` (a sweep exports it for its float32 baseline instead of loading it again)."""
-    record = known.model(src.fingerprint) if known is not None and src.kind in KNOWABLE else None
-    if record is not None and record.kind == src.kind:
-        heads, specs = (lambda: heads_of(record)), (lambda: _specs(src, record))
-    else:
-        loaded = models.check_loads(src)  # a Keras file that does not load: one line now, not a failed candidate
-        if loaded is not None and on_loaded is not None:
-            on_loaded(loaded)
-        heads = _once(lambda: models.output_heads(src, loaded))
-        specs = _once(lambda: models.input_specs(src))
-        if known is not None and src.kind in KNOWABLE:
-            fresh = record_model(src, heads(), specs())
-            if fresh is not None:
-                known.put_model(fresh)
-    if src.flat:
-        why = not_float(models.opened(src).content)
-        if why:
-            raise ModelError(
-                f"{src.path.name} cannot be optimized: {why}.",
-                "Pass the float32 model it was made from; `optimize evaluate` and `optimize compat` measure it as it is.",
-            )
+    heads, specs = _model_facts(src, known, on_loaded)
+    why = not_float(src.content) if src.flat and src.content is not None else None
+    if why:
+        raise ModelError(
+            f"{src.path.name} cannot be optimized: {why}.",
+            "Pass the float32 model it was made from; `optimize evaluate` and `optimize compat` measure it as it is.",
+        )
     if data is None:
         return
     check_inputs(data, specs())
     _check_label_names(data)
     _check_labels_fit(data, heads())
+
+
+def _model_facts(src: models.ModelSource, known: Memo | None, on_loaded):
+    """(its output heads, its input specs), each a function computing it once: from what an earlier run found
+    for these bytes (`known`), else from the model (a Keras file loaded: one line now if it does not load, not
+    a failed candidate later), then kept for the next run."""
+    record = known.model(src.fingerprint) if known is not None and src.kind in KNOWABLE else None
+    if record is not None and record.kind == src.kind:
+        specs = specs_of(record)
+        return (lambda: heads_of(record)), (lambda: list(specs) if specs is not None else models.input_specs(src))
+    loaded = models.check_loads(src)
+    if loaded is not None and on_loaded is not None:
+        on_loaded(loaded)
+    heads = _once(lambda: models.output_heads(src, loaded))
+    specs = _once(lambda: models.input_specs(src))
+    if known is not None and src.kind in KNOWABLE:
+        fresh = record_model(src, heads(), specs())
+        if fresh is not None:
+            known.put_model(fresh)
+    return heads, specs
 
 
 KNOWABLE = models.TF_KINDS  # the kinds whose checks need TensorFlow
@@ -63,11 +88,6 @@ def _once(fn):
         return memo[0]
 
     return call
-
-
-def _specs(src: models.ModelSource, record) -> list:
-    specs = specs_of(record)
-    return list(specs) if specs is not None else models.input_specs(src)
 
 
 def _check_labels_fit(data: Dataset, named: list) -> None:
@@ -109,16 +129,11 @@ def fit_data(src: models.ModelSource, ds: Dataset | None) -> Dataset | None:
     loading it (its stored config, its .tflite): ids stored as floats cast when they are whole numbers (said
     on screen once) or refused in one line, and ids beyond the vocabulary of the embedding they index refused
     in one line naming the input and the bound. A model whose inputs are not known yet is left to `check_data`."""
-    if ds is None:
-        return None
-    inputs = src.inputs
-    if inputs is None and (src.flat or src.kind in ("keras2", "keras3")):
-        inputs = models.opened(src).inputs
-    if inputs is None:
+    if ds is None or src.inputs is None:
         return ds
-    ds, notes = integer_ids(ds, {s.name: s.dtype for s in inputs})
+    ds, notes = integer_ids(ds, {s.name: s.dtype for s in src.inputs})
     say_once(notes)
-    check_ids(ds, models.id_bounds(src), len(inputs))
+    check_ids(ds, list(src.id_bounds), len(src.inputs))
     return ds
 
 
@@ -135,7 +150,7 @@ def measured(src: models.ModelSource, ds: Dataset | None, measuring: MeasureOpti
         return None
     kept = {"task": ds.task, "label_output": ds.label_output, "calibration_seed": ds.calibration_seed}
     m = measuring or MeasureOptions(**kept)
-    ds = replace(ds, outputs=models.output_names(src), **m.model_dump())
+    ds = replace(ds, outputs=src.outputs or (), **m.model_dump())
     if ds.task == Task.REGRESSION and ds.split is not None and ds.split.test_classes:  # values, not classes
         ds = replace(ds, split=ds.split.model_copy(update={"test_classes": {}, "warnings": []}))
     return ds

@@ -188,7 +188,7 @@ def output_heads(src: ModelSource, model=None) -> list:
         return [(n, _head(model, i)) for i, n in enumerate(names)]
     if not src.flat:
         return []
-    return tflite_heads(opened(src).content)
+    return tflite_heads((src if src.content is not None else opened(src)).content)
 
 
 def check_loads(src: ModelSource):
@@ -314,9 +314,15 @@ def opened(src: ModelSource) -> ModelSource:
 
 
 def _opened_keras(src: ModelSource, config: dict | None) -> ModelSource:
-    """A Keras source with its inputs and outputs read from its stored config (None where it does not say)."""
+    """A Keras source with its inputs and outputs read from its stored config (None where it does not say),
+    and how many ids each id input takes (its Embeddings' input_dim, `vocabulary.keras_bounds`)."""
+    from optimize.models.vocabulary import keras_bounds
+
     specs = _config_inputs(config)
-    return replace(src, inputs=tuple(specs) if specs is not None else None, outputs=_config_outputs(config))
+    bounds = tuple(keras_bounds(config, keras3=src.kind == "keras3"))
+    return replace(
+        src, inputs=tuple(specs) if specs is not None else None, outputs=_config_outputs(config), id_bounds=bounds
+    )
 
 
 def _savedmodel_inputs(path: Path) -> list[InputSpec]:
@@ -336,17 +342,13 @@ def _savedmodel_inputs(path: Path) -> list[InputSpec]:
 
 def input_specs(src: ModelSource) -> list[InputSpec]:
     """Every model input, in the order the model takes them, to check data before any work."""
+    if src.inputs is None and src.outputs is None:  # not opened yet (`open_model` opens every kind)
+        src = opened(src)
     if src.inputs is not None:
         return list(src.inputs)
-    if src.flat:
-        return list(opened(src).inputs)
     if src.kind == "savedmodel":
         return _savedmodel_inputs(src.path)
-    if src.outputs is None:  # a Keras source not opened yet: its config may say
-        src = opened(src)
-        if src.inputs is not None:
-            return list(src.inputs)
-    model = load_keras2(src) if src.kind == "keras2" else load_keras3(src)
+    model = load_keras2(src) if src.kind == "keras2" else load_keras3(src)  # a config that does not say
     return [
         InputSpec(t.name.split(":")[0], tuple(-1 if d is None else int(d) for d in t.shape), _dtype_name(t.dtype))
         for t in model.inputs
@@ -359,16 +361,11 @@ def _dtype_name(dtype) -> str:
 
 
 def id_bounds(src: ModelSource) -> list:
-    """How many ids each id input takes (`vocabulary.IdBound`), read from the model without TensorFlow: a Keras
-    file's Embedding layers (its stored config), a float .tflite's GATHER / EMBEDDING_LOOKUP tables. [] for a
-    SavedModel (its graph is TensorFlow's to read) or where the model does not say."""
-    from optimize.models import vocabulary
-
-    if src.kind in ("keras2", "keras3"):
-        return vocabulary.keras_bounds(_keras_config(src), keras3=src.kind == "keras3")
-    if src.flat and opened(src).content is not None:
-        return vocabulary.tflite_bounds(opened(src).content)
-    return []
+    """How many ids each id input takes (`vocabulary.IdBound`), read from the model without TensorFlow when it
+    was opened: a Keras file's Embedding layers (its stored config), a float .tflite's GATHER /
+    EMBEDDING_LOOKUP tables. [] for a SavedModel (its graph is TensorFlow's to read) or where the model does not
+    say."""
+    return list(opened(src).id_bounds)
 
 
 def input_shape(src: ModelSource) -> tuple:

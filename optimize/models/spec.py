@@ -52,6 +52,7 @@ class ModelSource:
     outputs: tuple[str, ...] | None = field(default=None, compare=False)
     conversion: Any = field(default=None, repr=False, compare=False)  # PyTorch / ONNX: results.Conversion
     module: Any = field(default=None, repr=False, compare=False)  # an nn.Module (Python API) before it is exported
+    id_bounds: tuple = field(default=(), compare=False)  # vocabulary.IdBound per id input, read when it was opened
 
     @property
     def name(self) -> str:
@@ -136,12 +137,15 @@ def integer_io_note(content: bytes, io: str, who: str) -> str | None:
 
 
 def opened_tflite(src: ModelSource, content: bytes) -> ModelSource:
-    """A .tflite source with its normalised bytes, what normalising changed, and its inputs and outputs."""
+    """A .tflite source with its normalised bytes, what normalising changed, its inputs and outputs, and how many
+    ids each id input takes (`vocabulary.tflite_bounds`)."""
     from optimize.models.normalize import normalize
+    from optimize.models.vocabulary import tflite_bounds
 
     n = normalize(content)
     inputs, outputs = _tflite_io(n.content)
-    return replace(src, content=n.content, facts=tuple(n.facts), inputs=inputs, outputs=outputs)
+    bounds = tuple(tflite_bounds(n.content))
+    return replace(src, content=n.content, facts=tuple(n.facts), inputs=inputs, outputs=outputs, id_bounds=bounds)
 
 
 def tflite_heads(content: bytes) -> list:

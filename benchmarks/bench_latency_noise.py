@@ -173,7 +173,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="bench-noise-"))
     try:
         if args.only in (None, "demo"):
-            from optimize.models.demo import demo_data_arrays
+            from optimize.convert.demo import demo_data_arrays
 
             study = sweep(None, None, folder / "demo")
             bench("demo CNN", study, folder / "demo", demo_data_arrays()["x_test"][:1], args.repeats, args.verbose)

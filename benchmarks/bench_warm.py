@@ -45,8 +45,9 @@ def _models(tmp: Path, everything: bool) -> list[tuple[str, list[str]]]:
     out = [("demo sweep (Keras 2 CNN)", [])]
     if not everything:
         return out
+    from optimize.convert import demo
     from optimize.convert.keras import export_saved_model
-    from optimize.models import demo, source
+    from optimize.models import source
 
     model, data = demo.demo()
     sm = export_saved_model(source.load_keras2(source.open_model(model)), tmp / "demo_savedmodel")
@@ -68,7 +69,7 @@ def main() -> int:
     ok = True
     with tempfile.TemporaryDirectory(prefix="bench-warm-") as t:
         tmp = Path(t)
-        from optimize.models import demo
+        from optimize.convert import demo
 
         demo.demo()  # trained once beforehand (~/.cache/optimize): not part of any timed run
         for i, (label, model_args) in enumerate(_models(tmp, args.all)):

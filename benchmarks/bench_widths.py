@@ -46,7 +46,7 @@ def main() -> None:
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench-widths-"))
     work.mkdir(parents=True, exist_ok=True)
-    from optimize.models.demo import cache_dir
+    from optimize.convert.demo import cache_dir
 
     demo = cache_dir() / "demo-v1"
     runs = [(f"{h} --help".strip(), [*h.split(), "--help"]) for h in HELP]

@@ -40,8 +40,8 @@ NODES = (1, 4, 16, 64)
 
 def build_zoo(folder: Path) -> Path:
     """The six models, their data and zoo.toml."""
+    from optimize.convert.demo import demo
     from optimize.models import _tf
-    from optimize.models.demo import demo
 
     model, data = demo()
     shutil.copy(model, folder / "digits_cnn.keras")

@@ -25,7 +25,7 @@ def _isolated_cache(tmp_path_factory):
     """
     import shutil
 
-    from optimize.models.demo import DEMO_VERSION, cache_dir
+    from optimize.convert.demo import DEMO_VERSION, cache_dir
 
     user = cache_dir()
     root = tmp_path_factory.mktemp("optimize-cache")

@@ -225,7 +225,7 @@ def _demo_files(folder):
 
 @pytest.mark.parametrize("which", [0, 1])
 def test_a_truncated_demo_file_is_not_taken_as_the_demo(tmp_path, which):
-    from optimize.models.demo import _intact
+    from optimize.convert.demo import _intact
 
     files = _demo_files(tmp_path / "demo")
     assert _intact(*files)
@@ -238,8 +238,8 @@ def test_a_truncated_demo_file_is_not_taken_as_the_demo(tmp_path, which):
 def test_a_truncated_cached_demo_is_rebuilt(tmp_path, monkeypatch):
     import numpy as np
 
+    from optimize.convert.demo import DEMO_VERSION, demo
     from optimize.models import _tf
-    from optimize.models.demo import DEMO_VERSION, demo
 
     monkeypatch.setenv("OPTIMIZE_CACHE", str(tmp_path))
     model, data = _demo_files(tmp_path / f"demo-v{DEMO_VERSION}")

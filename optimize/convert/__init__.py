@@ -1,8 +1,9 @@
 """The conversion stage: every route from a user's model to one float .tflite, and what that conversion cost.
-`front` is the door every command goes through (open the model, convert it if it is PyTorch or ONNX, read and
-check the data); `keras` exports Keras / SavedModel models and runs the TFLite converter (the `convert`
-technique: the float32 baseline, and the converter's own schemes); `pytorch` converts `.pt2`, `.onnx` and
-nn.Module models with litert-torch (ONNX through `onnx_graph`'s normalisation and `onnx_ops`' export-friendly
-onnx2torch converters), reading untrusted PyTorch files with `torch_files`; `fidelity` measures the float
-.tflite against the source runtime. Above `models` (what a model is, how it is opened) and `measure`; below
-`transforms` (what is done to a float .tflite or a Keras model)."""
+`front` is the door every command goes through (open the model, or the built-in `demo` when none is given;
+convert it if it is PyTorch or ONNX; read the data and check both); `keras` exports Keras / SavedModel models
+and runs the TFLite converter (the `convert` technique: the float32 baseline, straight from the loaded model
+where it can, and the converter's own schemes); `pytorch` converts `.pt2`, `.onnx` and nn.Module models with
+litert-torch (ONNX through `onnx_graph`'s normalisation and `onnx_ops`' export-friendly onnx2torch
+converters, checked first by `onnx_checks`), reading untrusted PyTorch files with `pt2_checks` and
+`torch_files`; `fidelity` measures the float .tflite against the source runtime. Above `models` (what a model
+is, how it is opened) and `measure`; below `transforms` (what is done to a float .tflite or a Keras model)."""

@@ -38,7 +38,7 @@ def open_inputs(
     `on_loaded` receives the Keras model the check loaded (`check_data`).
     """
     if model is None or str(model) == "demo":
-        from optimize.models.demo import demo
+        from optimize.convert.demo import demo
 
         model, data_path = demo()
         data = data if data is not None else data_path

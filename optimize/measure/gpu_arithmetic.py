@@ -170,6 +170,23 @@ class _Rewrite:
                 self.after(o, acts, half and not from_const, codes)
         self.sg.operators = self.out
 
+    def left_integer(self) -> str | None:
+        """The first op that still reads or writes a quantized tensor the float rewrite cannot reach (an LSTM's
+        state and intermediates, a control-flow body), by name; run as it is, such a copy corrupts the
+        interpreter's memory."""
+        t, names = self.sg.tensors, _schema().BuiltinOperator.__dict__
+        names = {v: k for k, v in names.items() if isinstance(v, int)}
+        for op in self.sg.operators:
+            if self.code(op) in (self.deq, self.quant):
+                continue
+            used = [*op.inputs, *op.outputs, *(op.intermediates if op.intermediates is not None else [])]
+            if any(i >= 0 and t[i].type in QUANTIZED and _scale(t[i]) for i in (int(x) for x in used)):
+                return names.get(self.code(op), str(self.code(op)))
+        for sg in self.model.subgraphs[1:]:
+            if any(x.type in QUANTIZED and _scale(x) for x in sg.tensors):
+                return "a control-flow body (subgraph)"
+        return None
+
     def in_float(self, op, acts: set[int], q_code: int) -> list[int]:
         """One op reading the float views of its inputs and, where it made an int8 activation, making a float one
         rounded to that (QUANTIZE after it); its original outputs."""
@@ -197,6 +214,8 @@ def gpu_copy(content: bytes, fp16: bool | None = None) -> tuple[bytes, str]:
     if not weights and not acts and not half:
         raise NotEmulated("float32 arithmetic, as on the CPU")
     rw.float_math(acts, half)
+    if (op := rw.left_integer()) is not None:
+        raise NotEmulated(f"{op} keeps integer state the GPU emulation cannot rewrite")
     words = [f"{weights} quantized weight tensors dequantized to float32"] if weights else []
     words += [f"{len(acts)} int8 activations rounded to their scales, float math"] if acts else []
     words += ["float16 computation (every activation rounded to float16)"] if half else []

@@ -205,6 +205,17 @@ def _entries(data_type: int, count: int, bits: int) -> int:
     return -(-count * bits // 8) if bits < 8 else count * per
 
 
+def check_normalised(model: ModelProto, name: str) -> None:
+    """The normalised graph, its shapes now fixed, checked before conversion starts (what running it would
+    allocate: `check_values`, `check_nodes`; its size: `check_size`), and the conversion of `name` begun."""
+    from optimize.convert import steps
+
+    check_values(model, name)
+    check_nodes(model, name)
+    nodes = check_size(model, name)
+    steps.begin(name, nodes, "a normalised ONNX graph")
+
+
 def check_values(model: ModelProto, name: str) -> None:
     """Every value of static shape the top-level graph declares (inputs, outputs, value_info) within
     MAX_TENSOR_BYTES: what running it would allocate (an input declared [2**33, 1024] is refused here,

@@ -106,7 +106,7 @@ def _check_members(path: Path, infos: list[zipfile.ZipInfo]) -> set[str]:
                 path, f"archive member {shown(name)} appears twice (which copy is read depends on the reader)."
             )
         seen.add(name)
-        check_member(i, MAX_MEMBER_BYTES, path.name, ModelError)
+        check_member(i, MAX_MEMBER_BYTES, error=ModelError)
         total += i.file_size
         if total > MAX_ARCHIVE_BYTES:
             raise _refuse(path, f"its members expand to more than {MAX_ARCHIVE_BYTES:,} bytes together.")
@@ -276,7 +276,8 @@ class Pt2Facts:
 def inspect_pt2(path: str | os.PathLike) -> Pt2Facts:
     """Check a .pt2 archive without running anything from it: the archive (`check_archive`), then its JSON
     documents read in one pass (`_documents`) and checked (`_check_documents`), then every pickled member
-    loaded weights-only (`_check_pickled`). One ModelError line for the first that fails."""
+    loaded weights-only (`_check_pickled`). One ModelError line for the first that fails, naming the file
+    (the member checks of `core.bounded` name only the member: the file's name is put on here)."""
     path = Path(path)
     if not zipfile.is_zipfile(path):
         raise ModelError(f"{path.name} is not a .pt2 archive (not a zip file).", EXPORT_PT2)
@@ -294,6 +295,10 @@ def inspect_pt2(path: str | os.PathLike) -> Pt2Facts:
             unpickle = _check_documents(docs, {i.filename: i.file_size for i in infos}, names, facts, path)
             _check_pickled(z, unpickle, facts, path)
             return facts
+    except ModelError as e:
+        if e.problem.startswith(f"{path.name}:") or e.problem.startswith(f"{path.name} "):
+            raise
+        raise ModelError(f"{path.name}: {e.problem}", e.fix) from None
     except (zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError, OSError) as e:
         raise ModelError(f"{path.name} is a damaged .pt2 archive ({e.__class__.__name__}).", EXPORT_PT2) from None
 
@@ -304,11 +309,11 @@ def _documents(z: zipfile.ZipFile, names: list[str], root: str, path: Path) -> t
     ratio and nesting before it is parsed."""
     fmt = None
     if root + "archive_format" in names:
-        fmt = read_member(z, root + "archive_format", 1 << 10, path.name, ModelError)[:64].decode(errors="replace")
+        fmt = read_member(z, root + "archive_format", 1 << 10, error=ModelError)[:64].decode(errors="replace")
     wanted = [n for n in names if _is_document(n[len(root) :])] if fmt is not None and fmt.strip() == "pt2" else []
     docs = {}
     for n in wanted:
-        data = read_member(z, n, MAX_JSON_BYTES, path.name, ModelError)
+        data = read_member(z, n, MAX_JSON_BYTES, error=ModelError)
         docs[n[len(root) :]] = loads_json(
             data, f"{path.name}: {shown(n)}", ModelError, EXPORT_PT2, "valid JSON (a damaged .pt2)"
         )
@@ -398,7 +403,7 @@ def _check_pickled(z: zipfile.ZipFile, unpickle: list, facts: Pt2Facts, path: Pa
     unpickler, each tensor it gives back within MAX_TENSOR_BYTES (`check_loaded`)."""
     for member, where, what in unpickle:
         try:
-            data = read_member(z, member, MAX_MEMBER_BYTES, path.name, ModelError)
+            data = read_member(z, member, MAX_MEMBER_BYTES, error=ModelError)
         except KeyError:
             raise ModelError(f"{path.name}: {what} points to a missing member.", EXPORT_PT2) from None
         check_loaded(safe_torch_load(data, f"{path.name}: {shown(where)}"), path, shown(where))

@@ -366,9 +366,7 @@ def _onnx_module(p: Path, model, plan: Plan) -> tuple[object, list[str], list[st
         norm = normalize(model, shapes, frozen)
     except NormalizeError as e:
         raise ModelError(f"{p.name}: {e}.", "Pass data whose samples fix every free dimension.") from None
-    onnx_checks.check_values(norm.model, p.name)  # what running it would allocate, its shapes now fixed
-    onnx_checks.check_nodes(norm.model, p.name)
-    steps.begin(p.name, onnx_checks.check_size(norm.model, p.name), "a normalised ONNX graph")
+    onnx_checks.check_normalised(norm.model, p.name)
     bad = onnx_ops.unsupported_ops(norm.model)
     if bad:
         norm = _other_opset(p, model, shapes, frozen, bad)

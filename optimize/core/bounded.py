@@ -94,16 +94,18 @@ def loads_toml(text: str, what: str, error: type[OptimizeError] = OptimizeError,
 
 
 def check_member(
-    info: zipfile.ZipInfo, limit: int, what: str, error: type[OptimizeError] = OptimizeError
+    info: zipfile.ZipInfo, limit: int, what: str | None = None, error: type[OptimizeError] = OptimizeError
 ) -> zipfile.ZipInfo:
     """A zip member whose declared size is within `limit` and whose compression ratio is one real
-    files have; a bomb or a forged size is refused before a byte is decompressed."""
+    files have; a bomb or a forged size is refused before a byte is decompressed. `what` (the archive's name)
+    begins the error's line; without it the caller names the archive."""
     fix = "The file is corrupt or forged: save it again."
+    at = f"{what}: " if what else ""
     if info.file_size > limit:
-        raise error(f"{what}: {info.filename!r} expands to {info.file_size:,} bytes (limit {limit:,}).", fix)
+        raise error(f"{at}{info.filename!r} expands to {info.file_size:,} bytes (limit {limit:,}).", fix)
     if info.file_size > RATIO_FLOOR and info.file_size > MAX_ZIP_RATIO * max(info.compress_size, 1):
         raise error(
-            f"{what}: {info.filename!r} expands {info.file_size / max(info.compress_size, 1):,.0f}:1 "
+            f"{at}{info.filename!r} expands {info.file_size / max(info.compress_size, 1):,.0f}:1 "
             f"({info.file_size:,} bytes): a zip bomb.",
             fix,
         )
@@ -111,7 +113,7 @@ def check_member(
 
 
 def read_member(
-    z: zipfile.ZipFile, name: str, limit: int, what: str, error: type[OptimizeError] = OptimizeError
+    z: zipfile.ZipFile, name: str, limit: int, what: str | None = None, error: type[OptimizeError] = OptimizeError
 ) -> bytes:
     """One zip member's bytes, checked (`check_member`) before reading and never more than declared.
     KeyError when there is no such member."""
@@ -119,7 +121,7 @@ def read_member(
     with z.open(info) as f:
         data = f.read(limit + 1)
     if len(data) > limit:  # pragma: no cover - zipfile stops at the declared size
-        raise error(f"{what}: {name!r} is larger than {limit:,} bytes.", "Save it again.")
+        raise error(f"{what + ': ' if what else ''}{name!r} is larger than {limit:,} bytes.", "Save it again.")
     return data
 
 

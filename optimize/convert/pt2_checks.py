@@ -64,6 +64,9 @@ TARGET = re.compile(
 )
 #: Attributes of torch.ops itself, which a target path must not name as an operator namespace.
 _NOT_NAMESPACES = {"load_library", "import_module", "loaded_libraries"}
+#: The aten operators whose names are Python's bitwise dunders (a BertModel's mask writes aten.__and__.Tensor):
+#: the only dunder names a target may hold, and only as an operator of torch.ops.aten.
+_DUNDER_OPS = {f"__{i}{n}__" for n in ("and", "or", "xor", "lshift", "rshift") for i in ("", "i")}
 
 
 def _refuse(path: Path, what: str) -> ModelError:
@@ -159,10 +162,15 @@ def check_program(doc, path: Path, member: str) -> int:
 
 
 def allowed_target(target: str) -> bool:
-    """Whether a node target is one torch.export writes (see TARGET), naming no dunder attribute."""
-    if not TARGET.fullmatch(target) or "__" in target:
+    """Whether a node target is one torch.export writes (see TARGET), naming no dunder attribute but aten's
+    bitwise operators (`_DUNDER_OPS`)."""
+    if not TARGET.fullmatch(target):
         return False
     parts = target.split(".")
+    if parts[:3] == ["torch", "ops", "aten"] and len(parts) > 3 and parts[3] in _DUNDER_OPS:
+        parts = parts[:3] + parts[4:]
+    if "__" in ".".join(parts):
+        return False
     return not (parts[:2] == ["torch", "ops"] and parts[2] in _NOT_NAMESPACES)
 
 

@@ -176,12 +176,13 @@ class _Rewrite:
         interpreter's memory."""
         t, names = self.sg.tensors, _schema().BuiltinOperator.__dict__
         names = {v: k for k, v in names.items() if isinstance(v, int)}
+        codes = [max(c.builtinCode or 0, c.deprecatedBuiltinCode or 0) for c in self.model.operatorCodes]  # + added
         for op in self.sg.operators:
-            if self.code(op) in (self.deq, self.quant):
+            if codes[op.opcodeIndex] in (self.deq, self.quant):
                 continue
             used = [*op.inputs, *op.outputs, *(op.intermediates if op.intermediates is not None else [])]
             if any(i >= 0 and t[i].type in QUANTIZED and _scale(t[i]) for i in (int(x) for x in used)):
-                return names.get(self.code(op), str(self.code(op)))
+                return names.get(codes[op.opcodeIndex], str(codes[op.opcodeIndex]))
         for sg in self.model.subgraphs[1:]:
             if any(x.type in QUANTIZED and _scale(x) for x in sg.tensors):
                 return "a control-flow body (subgraph)"

@@ -170,6 +170,35 @@ def test_no_node_named_is_bisected(tmp_path):
     assert fixer.islands and all("(bisected)" in i.reason for i in fixer.islands)
 
 
+def test_a_slow_variant_is_checked_on_two_interpreters_and_fails_where_one_would(tmp_path, monkeypatch):
+    """A variant slower than SLOW_SECONDS an invoke (int16x8 on reference kernels) shares its check's inputs
+    between two interpreters at once; the failure named is the first in the inputs' order, as on one."""
+    from optimize.transforms.tflite import repair
+
+    tf = _tf.tf()
+    w = _weights((16, 8))
+    content = _convert(lambda x: {"y": tf.math.log(tf.matmul(x, w) ** 2 + 1e-6)}, tf.TensorSpec([1, 16], tf.float32))
+    session, check = _session(content, tmp_path, 16, "int8")
+    broken = session.quantize()
+    keep = [i for i, (label, _) in enumerate(check.inputs) if "input" not in label]  # zeros, a constant: fail
+    check.inputs, check.reference = [check.inputs[i] for i in keep], [check.reference[i] for i in keep]
+    on_one = check.first_failure(broken)
+    assert on_one is not None and [label for label, _ in check.inputs].index(on_one.input) >= 2
+    used: list[int] = []
+    in_two = repair.Check._in_two
+    monkeypatch.setattr(repair.Check, "_in_two", lambda self, *a: used.append(len(a[-1])) or in_two(self, *a))
+    monkeypatch.setattr(repair, "SLOW_SECONDS", -1.0)  # every variant counts as slow
+    on_two = check.first_failure(broken)
+    assert used and used[0] > 1
+    assert on_two is not None and (on_two.input, on_two.kind, on_two.message) == (
+        on_one.input,
+        on_one.kind,
+        on_one.message,
+    )
+    fixed = repair.Repairer(session.quantize, content, check, "LiteRT Quantizer").run()
+    assert check.first_failure(fixed) is None
+
+
 def test_every_collapsed_clamp_bound_is_kept_float_in_one_round(tmp_path):
     """Layers whose outputs are all but zero (dead weights: ranges that collapsed) get, at 16-bit activations, an
     output scale at which their fused RELU6 bound does not fit int32: the model does not load, and the runtime names

@@ -44,11 +44,16 @@ SLOW_MS = 100.0
 REWARM = 2
 
 
-def _block(runner, sample, warmup: int, n: int, fresh: bool = True) -> tuple[float, int, list[float]]:
+def _block(
+    runner, sample, warmup: int, n: int, fresh: bool = True, cap_ms: float | None = None
+) -> tuple[float, int, list[float]]:
     """A fresh interpreter's first invoke (ms), its warm-up (fewer after a first invoke of 100 ms or more;
     the count run is returned) and `n` timed invokes; `fresh=False`: an interpreter timed before, `n` timed
-    invokes only."""
+    invokes only. `cap_ms`: after a slow first invoke (SLOW_MS), only the timed invokes that fit in it (one at
+    least), as every later block of that model is sized."""
     first_ms, warmup = warm_start(runner, sample, warmup) if fresh else (0.0, 0)
+    if cap_ms is not None and first_ms >= SLOW_MS:
+        n = min(n, max(1, int(cap_ms // first_ms)))
     out = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -140,7 +145,10 @@ class _Timed:
         t0 = time.perf_counter()
         try:
             runner = self.kept or self.load()
-            first_ms, warm, block = _block(runner, self.sample, warm, min(size, self.fits), fresh=self.kept is None)
+            cap = budget_s * 1000 / rounds if k == 0 else None  # a slow model's first block sized as the rest
+            first_ms, warm, block = _block(
+                runner, self.sample, warm, min(size, self.fits), fresh=self.kept is None, cap_ms=cap
+            )
         except Exception as e:  # noqa: BLE001 - the runtime's own error (InvokeError, ModelError), handed back
             self.error = e
             return
@@ -198,13 +206,14 @@ def model_settled(mine: list[float], others: list[list[float]]) -> bool:
 
 
 def warm_start(runner: Runner, sample: np.ndarray, warmup: int) -> tuple[float, int]:
-    """The first invoke on `sample` (ms) and the warm-up after it: `warmup` runs, one only after a first
-    invoke of 100 ms or more (slow reference kernels); returns (first_ms, warm-up runs made)."""
+    """The first invoke on `sample` (ms) and the warm-up after it: `warmup` runs, none after a first invoke
+    of SLOW_MS or more (slow reference kernels: that invoke made the allocations a warm-up is for, and each
+    more costs its whole run time); returns (first_ms, warm-up runs made)."""
     runner.set_input(sample)
     t0 = time.perf_counter()
     runner.invoke()
     first_ms = (time.perf_counter() - t0) * 1000
-    warmup = warmup if first_ms < 100 else min(warmup, 1)
+    warmup = warmup if first_ms < SLOW_MS else 0
     for _ in range(warmup):
         runner.it.invoke()
     return first_ms, warmup

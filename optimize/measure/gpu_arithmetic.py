@@ -174,19 +174,21 @@ class _Rewrite:
         """The first op that still reads or writes a quantized tensor the float rewrite cannot reach (an LSTM's
         state and intermediates, a control-flow body), by name; run as it is, such a copy corrupts the
         interpreter's memory."""
-        t, names = self.sg.tensors, _schema().BuiltinOperator.__dict__
-        names = {v: k for k, v in names.items() if isinstance(v, int)}
+        names = {v: k for k, v in _schema().BuiltinOperator.__dict__.items() if isinstance(v, int)}
         codes = [max(c.builtinCode or 0, c.deprecatedBuiltinCode or 0) for c in self.model.operatorCodes]  # + added
         for op in self.sg.operators:
-            if codes[op.opcodeIndex] in (self.deq, self.quant):
-                continue
-            used = [*op.inputs, *op.outputs, *(op.intermediates if op.intermediates is not None else [])]
-            if any(i >= 0 and t[i].type in QUANTIZED and _scale(t[i]) for i in (int(x) for x in used)):
-                return names.get(codes[op.opcodeIndex], str(codes[op.opcodeIndex]))
-        for sg in self.model.subgraphs[1:]:
-            if any(x.type in QUANTIZED and _scale(x) for x in sg.tensors):
-                return "a control-flow body (subgraph)"
+            code = codes[op.opcodeIndex]
+            if code not in (self.deq, self.quant) and self._reads_quantized(op):
+                return names.get(code, str(code))
+        if any(_scale(x) and x.type in QUANTIZED for sg in self.model.subgraphs[1:] for x in sg.tensors):
+            return "a control-flow body (subgraph)"
         return None
+
+    def _reads_quantized(self, op) -> bool:
+        """Whether an op reads or writes (intermediates included) a quantized tensor."""
+        t = self.sg.tensors
+        used = [*op.inputs, *op.outputs, *(op.intermediates if op.intermediates is not None else [])]
+        return any(i >= 0 and t[i].type in QUANTIZED and _scale(t[i]) for i in (int(x) for x in used))
 
     def in_float(self, op, acts: set[int], q_code: int) -> list[int]:
         """One op reading the float views of its inputs and, where it made an int8 activation, making a float one

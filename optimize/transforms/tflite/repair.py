@@ -111,15 +111,10 @@ class Check:
 
     def first_failure(self, content: bytes, only: str | None = None) -> Failure | None:
         """The first input `content` fails on (or None); `only`: just that input."""
-        try:
-            loaded = runtime.load(content, threads=self.threads, like=self.like)
-        except runtime.LoadError as e:
-            f = e.failure
-            return Failure("loading", "load", f.node, f.op, f.message)
-        except ModelError as e:
-            return Failure("loading", "load", None, None, e.problem)
         digest = hashlib.sha256(content).hexdigest()
-        runner = runtime.Runner(loaded, digest=digest)  # measuring reads these outputs again
+        runner = self._runner(content, digest)
+        if isinstance(runner, Failure):
+            return runner
         inputs = [(label, sample) for label, sample in self.inputs if only is None or label == only]
         for label, sample in inputs[:2]:
             t0 = time.perf_counter()
@@ -135,6 +130,18 @@ class Check:
             if bad is not None:
                 return Failure(label, bad.kind, bad.node, bad.op, bad.message)
         return None
+
+    def _runner(self, content: bytes, digest: str) -> runtime.Runner | Failure:
+        """A runner of `content` (its outputs kept by `digest`: measuring reads them again), or why it does not
+        load."""
+        try:
+            loaded = runtime.load(content, threads=self.threads, like=self.like)
+        except runtime.LoadError as e:
+            f = e.failure
+            return Failure("loading", "load", f.node, f.op, f.message)
+        except ModelError as e:
+            return Failure("loading", "load", None, None, e.problem)
+        return runtime.Runner(loaded, digest=digest)
 
     def _in_two(self, content: bytes, digest: str, runner: runtime.Runner, inputs: list) -> Failure | None:
         """The first failure (in the inputs' order) of a slow variant, its inputs shared between `runner` and a

@@ -525,14 +525,10 @@ def _edit_json(draw, doc) -> None:
 
 
 def _dicts(doc):
-    stack = [doc]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, dict):
-            yield x
-            stack.extend(x.values())
-        elif isinstance(x, list):
-            stack.extend(x)
+    """Every dict in a JSON document, as the .pt2 checks walk it."""
+    from optimize.convert.pt2_checks import _walk
+
+    return _walk(doc)
 
 
 @st.composite

@@ -124,11 +124,23 @@ def fidelity_words(c: Candidate, baseline: str | None = None, unlabelled_only: b
         parts.append(f"output error {worst.relative_error * 100:.2f}% of the range")
     if least is not None:
         parts.append(_agreement_words(least, several))
-    det = f.detection
-    if det is not None and det.kept_fraction is not None:
-        parts.insert(0, f"keeps {det.kept} of float32's {det.reference_detections} detections")
+    parts = _task_words(f, several) + parts
     few = " (fewer than 32: a rough figure)" if f.few_samples else ""
     return ", ".join(parts + [f"{f.samples} samples{few}"])
+
+
+def _task_words(f, several: bool) -> list[str]:
+    """The figures that judge a detector and a mask, said first: the detections kept, the lowest mask IoU
+    (each beside an output error that reads small)."""
+    words = []
+    det = f.detection
+    if det is not None and det.kept_fraction is not None:
+        words.append(f"keeps {det.kept} of float32's {det.reference_detections} detections")
+    masks = [o for o in f.outputs if o.iou is not None]
+    if masks:
+        o = min(masks, key=lambda o: o.iou)
+        words.append(f"mask IoU {o.iou * 100:.1f}% with float32's" + (f" (output {o.name})" if several else ""))
+    return words
 
 
 #: Quality of a candidate that was not measured: below every measured one.

@@ -125,6 +125,37 @@ def test_an_nn_module_from_python(cnn, files):
     assert with_sample.inputs[0].shape == (1, 3, 16, 16)
 
 
+def test_an_nn_modules_export_leaves_nothing_in_the_temp_folder(tmp_path):
+    """The .pt2 an nn.Module is exported to (what the run's workers read) is removed when the process ends."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "module.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from optimize.convert.front import open_inputs
+
+            class Twice(torch.nn.Module):
+                def forward(self, x):
+                    return x * 2
+
+            src, _ = open_inputs((Twice(), (torch.zeros(1, 4),)), None)
+            assert src.kind == "pt2" and src.path.exists()
+            """
+        )
+    )
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not list(tmp.glob("optimize-module-*"))
+
+
 def test_a_batch_axis_that_is_not_first(tmp_path):
     """The state's rows are whole inputs ([2, 1, 8] each); the .tflite takes them with a leading 1, and its
     state output comes back the same way, ready to feed back."""

@@ -27,6 +27,7 @@ imports without the torch extra, and says which extra to install when a model ne
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import importlib.util
@@ -37,6 +38,7 @@ import keyword
 import logging
 import os
 import re
+import shutil
 import time
 import traceback
 import warnings
@@ -752,6 +754,7 @@ def _export_module(src, ds: Dataset | None):
     ).eval()
     ep = export(named, sample_kwargs(plan, rows), src.path.stem)
     folder = Path(tempfile.mkdtemp(prefix="optimize-module-"))
+    atexit.register(shutil.rmtree, folder, True)  # read again by this run's workers: removed when this process ends
     path = folder / src.path.name
     torch.export.save(ep, str(path))
     fp = hashlib.sha256(path.read_bytes()).hexdigest()[:16]

@@ -35,6 +35,7 @@ from pathlib import Path, PurePosixPath
 from optimize.convert.limits import MAX_MODEL_BYTES, MAX_TENSOR_BYTES, NODES_ENV, max_nodes, shown
 from optimize.core.bounded import check_member, loads_json, read_member
 from optimize.core.errors import ModelError
+from optimize.core.paths import environment
 
 MAX_MEMBERS = 100_000
 MAX_MEMBER_BYTES = 4 << 30  # one member's declared uncompressed size
@@ -424,15 +425,8 @@ def _check_pickled(z: zipfile.ZipFile, unpickle: list, facts: Pt2Facts, path: Pa
 @contextlib.contextmanager
 def weights_only_everywhere():
     """Every torch.load in this block is weights-only, whatever its call site asks for."""
-    old = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
-    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
-    try:
+    with environment({"TORCH_FORCE_WEIGHTS_ONLY_LOAD": "1"}):
         yield
-    finally:
-        if old is None:
-            os.environ.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
-        else:
-            os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = old
 
 
 def safe_torch_load(data: bytes, what: str):

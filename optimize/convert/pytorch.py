@@ -613,19 +613,13 @@ def _import_onnxruntime():
 
     if "onnxruntime" in sys.modules:
         return sys.modules["onnxruntime"]
+    from optimize.core.paths import environment
+
     folder = library_folder("onnxruntime")
-    old = os.environ.get("TMPDIR")
-    if folder is not None:
-        os.environ["TMPDIR"] = str(folder)
-    try:
+    with environment({"TMPDIR": str(folder)} if folder is not None else {}):
         import onnxruntime
 
         return onnxruntime
-    finally:
-        if old is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = old
 
 
 def _route_digest() -> str:

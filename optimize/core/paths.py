@@ -482,6 +482,22 @@ def system_tempdir() -> Path:
 
 
 @contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """`values` set in this process's environment (and its children's) while this runs; each variable restored
+    afterwards to what it was, or unset where it was not set."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
 def temporaries_in(folder: str | Path) -> Iterator[Path]:
     """Every temporary made while this runs goes into `folder` (created): this process's (`tempfile`) and
     those of the processes it starts ($TMPDIR: worker processes, TensorFlow's converter, subprocesses). A
@@ -489,18 +505,15 @@ def temporaries_in(folder: str | Path) -> Iterator[Path]:
     staging folder: removed at the end, or by the next run if this one is killed. Restored afterwards."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    before_env, before = os.environ.get("TMPDIR"), tempfile.tempdir
+    before = tempfile.tempdir
     _OUTER.append(tempfile.gettempdir())
-    os.environ["TMPDIR"], tempfile.tempdir = str(folder), str(folder)
+    tempfile.tempdir = str(folder)
     try:
-        yield folder
+        with environment({"TMPDIR": str(folder)}):
+            yield folder
     finally:
         _OUTER.pop()
         tempfile.tempdir = before
-        if before_env is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = before_env
 
 
 # ---------------------------------------------------------------------------------------------- stores

@@ -302,17 +302,13 @@ def _quiet_tracker():
     Ctrl-C or SIGTERM leave their semaphores to the tracker, which frees them and warns; the freeing is what
     matters, the warning is noise on an interrupted run's last line. The caller's environment is restored,
     so an API user's later subprocesses do not inherit the filter."""
-    before = os.environ.get("PYTHONWARNINGS")
-    filters = [f for f in (before or "").split(",") if f]
+    from optimize.core.paths import environment
+
+    before = os.environ.get("PYTHONWARNINGS", "")
+    filters = [f for f in before.split(",") if f]
     quiet = "ignore::UserWarning:multiprocessing.resource_tracker"
-    os.environ["PYTHONWARNINGS"] = ",".join([*filters, quiet]) if quiet not in filters else before
-    try:
+    with environment({} if quiet in filters else {"PYTHONWARNINGS": ",".join([*filters, quiet])}):
         yield
-    finally:
-        if before is None:
-            os.environ.pop("PYTHONWARNINGS", None)
-        else:
-            os.environ["PYTHONWARNINGS"] = before
 
 
 class ProcessExecutor(_LocalTiming):

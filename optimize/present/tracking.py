@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from optimize.core.errors import OptimizeError
-from optimize.core.paths import is_url
+from optimize.core.paths import environment, is_url
 from optimize.core.results import Candidate, Study
 
 log = logging.getLogger(__name__)
@@ -98,11 +98,10 @@ def check(uri: str | None) -> None:
     _file_store(tracking)
     _reachable(tracking)
     quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(CHECK_TIMEOUT_S))}
-    before = {k: os.environ.get(k) for k in quick}
-    os.environ.update(quick)
     try:
-        client, artifacts = _client(uri)
-        _experiment(client, artifacts)
+        with environment(quick):
+            client, artifacts = _client(uri)
+            _experiment(client, artifacts)
     except OptimizeError:
         raise
     except Exception as e:  # noqa: BLE001 - MLflow's many refusals: one line, before the work
@@ -110,12 +109,6 @@ def check(uri: str | None) -> None:
             f"MLflow cannot use the tracking store {tracking}: {_first(e)}",
             "Pass --mlflow with a folder (a local SQLite store), sqlite:///path/mlflow.db or a running server.",
         ) from None
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _first(e: BaseException) -> str:

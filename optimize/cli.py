@@ -240,6 +240,9 @@ def sweep(
     ),
     data: Path | None = typer.Option(None, "--data", "-d", help=DATA_HELP),
     output: Path = typer.Option(Path("optimize-out"), "--output", "-o", help="Folder for artifacts and study.json."),
+    replace: bool = typer.Option(
+        False, "--replace", help="Replace the study of another model in --output (refused otherwise)."
+    ),
     backend: Backend | None = _backend_option(),
     target: Target | None = typer.Option(None, help="Recommend for this target at the end."),
     max_accuracy_drop: float | None = typer.Option(None, help="Goal for --target: e.g. 0.01 = one point."),
@@ -317,6 +320,7 @@ def sweep(
         trust_model_code=trust_model_code,
         observe=tuple(o for o in observe.split(",") if o.strip()),
         layout=layout,
+        replace=replace,
     )
     if mlflow:
         from optimize.present.tracking import log_safely, log_study

@@ -19,6 +19,7 @@ from optimize.core import paths
 from optimize.core.recipe import Recipe, build
 from optimize.core.results import Candidate, Dropped, Study
 from optimize.core.vocab import Backend, Target
+from optimize.engine import outputs
 from optimize.engine.cache import ResultCache, key_for, result_cache
 from optimize.engine.plan import _is_baseline, asks_training, plan_from, resolve, tasks, with_samples
 from optimize.engine.work import Settings
@@ -197,11 +198,13 @@ def open_run(
     observe: tuple[str, ...] = (),
     layout: str = "source",
     keep_keras: bool = False,
+    replace: bool = True,
 ) -> Run:
     """One model's sweep, planned and checked (one clear line for bad inputs, before anything is written).
     A PyTorch or ONNX model is converted here (`layout`: its image I/O), and the conversion's own error
     against the source runtime measured on the data. `keep_keras`: the Keras model the checks load is kept on the
-    run for its baseline (`Run.export`; a one-model sweep keeps it, a zoo of many does not hold them all)."""
+    run for its baseline (`Run.export`; a one-model sweep keeps it, a zoo of many does not hold them all).
+    `replace=False`: an output folder holding another model's study is refused before any work (`outputs`)."""
     started = time.perf_counter()
     store = result_cache(cache)  # a cache that cannot be used: one line, before any work
     known = store.known(trust_model_code)  # what earlier runs' checks found: a warm re-run needs no TensorFlow
@@ -211,6 +214,8 @@ def open_run(
         model, data, measuring=measuring, trust=trust_model_code, check=True, known=known, layout=layout,
         on_loaded=loaded.append if keep_keras else None, threads=threads,
     )  # fmt: skip
+    label = "demo" if model is None else (str(model) if not src.kind == "module" else src.name)
+    outputs.refuse_another_model(output, label, src.fingerprint, replace)
     dropped: list[Dropped] = []
     can = _planning_facts(known, src, ds, trains)
     planned = plan_from(src, ds, can, recipes, backend, target, dropped)
@@ -221,7 +226,6 @@ def open_run(
     out_dir = paths.output_dir(output)
     settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
     settings["versions"] = _tf.versions()
-    label = "demo" if model is None else (str(model) if not src.kind == "module" else src.name)
     return Run(
         src, ds, out_dir, planned, settings, store, model=label, tag=tag, dropped=dropped, observe=observe,
         groups=tasks(planned), started=started, open_seconds=time.perf_counter() - started, created=created,

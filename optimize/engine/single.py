@@ -15,6 +15,7 @@ from optimize.core import paths
 from optimize.core.recipe import Recipe
 from optimize.core.results import Candidate
 from optimize.core.vocab import Backend
+from optimize.engine import outputs
 from optimize.engine.executors import executor
 from optimize.engine.pipeline import prepare
 from optimize.engine.work import Settings, Task
@@ -49,16 +50,16 @@ def run(
     in this process.
     """
     _refuse_training(recipe, model or recipe.model)  # before a PyTorch or ONNX model is converted for nothing
+    _refuse_overwrite(recipe, output)  # before any work: never a file another study describes
     src, ds = open_inputs(
         model or recipe.model, data or recipe.data, calibration, measuring, trust_model_code, layout=layout,
         threads=threads,
     )  # fmt: skip
     recipe = prepare(recipe, src, ds, backend)
-    out_dir = Path(output or recipe.output or "optimize-out")
-    file_name = None
-    if out_dir.suffix == ".tflite":  # the artifact's own name; the candidate keeps the recipe's
-        file_name, out_dir = out_dir.name, out_dir.parent
+    out_dir, file_name = _target(recipe, output)  # a .tflite path names the artifact; the candidate keeps its name
+    if file_name:
         paths.inside(out_dir, file_name)  # a plain file name, checked before any work
+    _refuse_overwrite(recipe, output)
     created = paths.absent_folders(out_dir)
     paths.output_dir(out_dir)
     work = out_dir / ".work" / "result" if file_name else out_dir
@@ -105,6 +106,20 @@ def _refuse_training(recipe: Recipe, model) -> None:
             f"{name}: {TRAINING}.",
             "Use a post-training scheme (optimize quantize), or fine-tune in PyTorch and export again.",
         )
+
+
+def _target(recipe: Recipe, output) -> tuple[Path, str | None]:
+    """(the output folder, the artifact's own file name or None: `<recipe name>.tflite`)."""
+    out_dir = Path(output or recipe.output or "optimize-out")
+    return (out_dir.parent, out_dir.name) if out_dir.suffix == ".tflite" else (out_dir, None)
+
+
+def _refuse_overwrite(recipe: Recipe, output) -> None:
+    """A file the study in the output folder lists is never written over (issue 43): one line, exit 2, before
+    the model is opened (checked again once the recipe is resolved, its name the same)."""
+    out_dir, file_name = _target(recipe, output)
+    name = file_name or f"{recipe.name}.tflite"
+    outputs.refuse_overwrite(out_dir, [name], outputs.single_way_out(out_dir, name))
 
 
 def _placed(cand: Candidate, work: Path, out_dir: Path, file_name: str | None) -> Candidate:

@@ -83,6 +83,12 @@ MIN_DETECTIONS_KEPT = typer.Option(
 )
 MIN_MASK_IOU = typer.Option(None, help="Segmentation: mask IoU with float32's, e.g. 0.9.")
 CAL_SEED = typer.Option(0, "--calibration-seed", help="Seeds the random choice of calibration samples.")
+TEST_SAMPLES = typer.Option(
+    None,
+    "--test-samples",
+    min=1,
+    help="Measure accuracy and fidelity on this many test samples, a stratified sample (default: all of them).",
+)
 TRUST = typer.Option(
     False, "--trust-model-code", help="Load Keras files whose layers carry Python code (Lambda): it will run."
 )
@@ -182,6 +188,7 @@ def _run_and_show(
     trust_model_code: bool = False,
     verbose: bool = False,
     layout: str = Layout.SOURCE,
+    test_samples: int | None = None,
 ):
     """Run one recipe, print its candidate (table or JSON), exit 1 if it failed; return the candidate."""
     from optimize.engine import single
@@ -200,6 +207,7 @@ def _run_and_show(
         measuring=measuring,
         trust_model_code=trust_model_code,
         layout=layout,
+        test_samples=test_samples,
     )
     if as_json:
         _print_json(cand)
@@ -266,6 +274,7 @@ def sweep(
         None, "--calibration-samples", min=1, max=10000, help="Calibration samples per calibrated scheme (200)."
     ),
     calibration_seed: int = CAL_SEED,
+    test_samples: int | None = TEST_SAMPLES,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
@@ -321,6 +330,7 @@ def sweep(
         observe=tuple(o for o in observe.split(",") if o.strip()),
         layout=layout,
         replace=replace,
+        eval_samples=test_samples,
     )
     if mlflow:
         from optimize.present.tracking import log_safely, log_study
@@ -415,6 +425,7 @@ def quantize(
     task: Task | None = TASK,
     label_output: str | None = LABEL_OUTPUT,
     calibration_seed: int = CAL_SEED,
+    test_samples: int | None = TEST_SAMPLES,
     trust_model_code: bool = TRUST,
     layout: Layout = LAYOUT,
     threads: int = THREADS,
@@ -446,7 +457,7 @@ def quantize(
     measuring = _measuring(task, label_output, calibration_seed)
     _run_and_show(
         recipe, model, data, output, threads, as_json, delegates, backend, calibration, measuring, trust_model_code,
-        verbose=verbose, layout=layout,
+        verbose=verbose, layout=layout, test_samples=test_samples,
     )  # fmt: skip
 
 
@@ -472,6 +483,7 @@ def prune(
     epochs: int = typer.Option(2, min=1, help="Fine-tuning epochs."),
     then: str | None = typer.Option("float32", help="What follows: e.g. 'int8' or 'cluster,int8' or 'qat,int8'."),
     label_output: str | None = LABEL_OUTPUT,
+    test_samples: int | None = TEST_SAMPLES,
     output: Path | None = OUTPUT_TFLITE,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
@@ -492,7 +504,7 @@ def prune(
     measuring = _measuring(None, label_output, 0)
     _run_and_show(
         recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code,
-        verbose=verbose,
+        verbose=verbose, test_samples=test_samples,
     )  # fmt: skip
 
 
@@ -506,6 +518,7 @@ def cluster(
     epochs: int = typer.Option(1, min=1, help="Fine-tuning epochs."),
     then: str | None = typer.Option("float32", help="What follows: e.g. 'int8' or 'qat,int8'."),
     label_output: str | None = LABEL_OUTPUT,
+    test_samples: int | None = TEST_SAMPLES,
     output: Path | None = OUTPUT_TFLITE,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
@@ -524,7 +537,7 @@ def cluster(
     measuring = _measuring(None, label_output, 0)
     _run_and_show(
         recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code,
-        verbose=verbose,
+        verbose=verbose, test_samples=test_samples,
     )  # fmt: skip
 
 
@@ -536,6 +549,7 @@ def qat(
     preserve: str = typer.Option("none", help="none, sparsity, clusters or clusters+sparsity (after prune/cluster)."),
     then: str = typer.Option("int8", help="The conversion that follows: int8 or dynamic."),
     label_output: str | None = LABEL_OUTPUT,
+    test_samples: int | None = TEST_SAMPLES,
     output: Path | None = OUTPUT_TFLITE,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
@@ -553,7 +567,7 @@ def qat(
     measuring = _measuring(None, label_output, 0)
     _run_and_show(
         recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code,
-        verbose=verbose,
+        verbose=verbose, test_samples=test_samples,
     )  # fmt: skip
 
 
@@ -563,6 +577,7 @@ def evaluate(
     data: Path | None = typer.Option(None, "--data", "-d", help=DATA_HELP),
     reference: Path | None = typer.Option(None, "--reference", "-r", help="Float .tflite to compare outputs with."),
     runs: int = typer.Option(50, min=1, max=100000, help="Timed invocations after warm-up."),
+    test_samples: int | None = TEST_SAMPLES,
     task: Task | None = TASK,
     label_output: str | None = LABEL_OUTPUT,
     layout: Layout = LAYOUT,
@@ -589,7 +604,7 @@ def evaluate(
     src, ds = open_inputs(model, data, measuring=_measuring(task, label_output, 0), layout=layout, threads=threads)
     with tempfile.TemporaryDirectory(prefix="optimize-evaluate-") as tmp:
         flat, converted = _converted(src, Path(tmp))
-        metrics = run_eval(flat or model, ds, reference=reference, threads=threads, runs=runs)
+        metrics = run_eval(flat or model, ds, reference=reference, threads=threads, runs=runs, samples=test_samples)
     if as_json:
         _print_json(metrics)
     else:
@@ -841,6 +856,7 @@ def run_recipe(
     data: Path | None = typer.Option(None, "--data", "-d", help=".npz data (default: the recipe's)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Folder (default: the recipe's)."),
     backend: Backend | None = _backend_option("Override the recipe's backend. " + BACKEND_HELP),
+    test_samples: int | None = TEST_SAMPLES,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
@@ -861,7 +877,7 @@ def run_recipe(
     r = load_recipe(recipe)
     cand = _run_and_show(
         r, model, data, output, threads, as_json, delegates, backend=backend, trust_model_code=trust_model_code,
-        verbose=verbose,
+        verbose=verbose, test_samples=test_samples,
     )  # fmt: skip
     verdicts = judge_recipe(cand, r)
     from optimize.core.shown import escape, wrap

@@ -130,6 +130,15 @@ class Latency(Record):
     seconds: float | None = Field(
         None, description="Wall time spent timing this model: its blocks, each interpreter's build included."
     )
+    timed: str | None = Field(
+        None, description="When it was timed (UTC, ISO 8601): a cached candidate's latency is its first run's."
+    )
+
+    @property
+    def spread(self) -> float | None:
+        """The half-width of the p50's interval over p50 (0.04: ±4%), or None without an interval."""
+        lo, hi = self.interval
+        return max(self.p50_ms - lo, hi - self.p50_ms) / self.p50_ms if self.p50_ms > 0 and hi > lo else None
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -300,12 +309,33 @@ class TargetFidelity(Fidelity):
     accuracy_delta: float | None = Field(None, description="Top-1 minus the float baseline's (CPU float32).")
     error_ratio: float | None = Field(None, description="Regression: MAE over the float baseline's (CPU float32).")
     flagged: str | None = Field(None, description="Why the target computes this candidate badly, when it does.")
+    latency: Latency | None = Field(
+        None, description="Latency on the target, where it was timed there (observed: --observe gpu on a device)."
+    )
 
 
 class OnTarget(Record):
     """Per target whose arithmetic is not the CPU's, the candidate's quality as that target computes it."""
 
     gpu: TargetFidelity | None = None
+
+
+class TestSample(Record):
+    """Which test samples a candidate's accuracy and fidelity were measured on: the whole test split (the
+    default), or a sample of it: stratified (random within each class, each class at its share of the split)
+    where the labels are classes, else at random; seeded, so every candidate of a study gets the same one."""
+
+    samples: int = Field(description="Test samples every figure of the candidate is measured on.")
+    of: int = Field(description="Samples in the test split.")
+    method: Literal["whole", "stratified", "shuffled"] = "whole"
+    why: str = Field("", description="Why a sample and not the whole split: the cap asked for, or the memory bound.")
+
+    def words(self) -> str:
+        """`all 600 test samples`, `500 of 10,000 test samples (a stratified sample: --test-samples 500)`."""
+        if self.method == "whole" or self.samples >= self.of:
+            return f"all {self.of:,} test samples"
+        how = "a stratified sample" if self.method == "stratified" else "a random sample"
+        return f"{self.samples:,} of {self.of:,} test samples ({how}{': ' + self.why if self.why else ''})"
 
 
 class Metrics(Record):
@@ -321,6 +351,9 @@ class Metrics(Record):
     memory_error: str | None = Field(None, description="Why peak memory could not be measured, when it could not.")
     on_target: OnTarget | None = Field(
         None, description="Quality as each target whose arithmetic differs from the CPU's computes it (gpu)."
+    )
+    test: TestSample | None = Field(
+        None, description="The test samples accuracy and fidelity were measured on (None: no data, or an older study)."
     )
 
 
@@ -584,6 +617,12 @@ class Goals(Record):
     min_mask_iou: float | None = Field(None, ge=0, le=1, description="Segmentation: mask IoU with float32's.")
     max_size_bytes: int | None = Field(None, gt=0)
     max_latency_ms: float | None = Field(None, gt=0)
+    max_slowdown: float | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="cpu: the pick's p50 at most this many times float32's (None: not slower beyond the noise).",
+    )
     objective: Objective = Objective.SIZE
 
 

@@ -29,7 +29,8 @@ from optimize.core.vocab import IO, TARGET_DELEGATE, Objective, Scheme, Target
 from optimize.decide import explain, kinds
 from optimize.decide.advice import EPS, PASSED_OVER, PRUNE_FACT, Advice, advise, check_target, recipe_toml
 from optimize.decide.guard import WORST, Guard, axes, default_guard, has_quality_goal, quality, remedy
-from optimize.decide.on_target import as_computed_on
+from optimize.decide.on_target import as_computed_on, timed_on
+from optimize.decide.speed import SLOWER, cost_line, slowdown_problem
 from optimize.measure.noise import speed, versus
 
 
@@ -75,6 +76,7 @@ class Recommendation(Record):
     path_update: str = Field(
         "", description="When the measured pick is another scheme than the decision path's: the path, updated."
     )
+    measured_on: str = Field("", description="The test samples every quality figure stands on, in words.")
 
 
 def make_goals(
@@ -87,6 +89,7 @@ def make_goals(
     min_agreement: float | None = None,
     min_detections_kept: float | None = None,
     min_mask_iou: float | None = None,
+    max_slowdown: float | None = None,
 ) -> Goals:
     """Goals from CLI options; an impossible goal or an unknown objective is one clear line."""
     from pydantic import ValidationError
@@ -104,6 +107,7 @@ def make_goals(
             min_agreement=min_agreement,
             min_detections_kept=min_detections_kept,
             min_mask_iou=min_mask_iou,
+            max_slowdown=max_slowdown,
         )
     except ValidationError as e:
         raise from_validation(
@@ -111,8 +115,8 @@ def make_goals(
             Goals,
             where="Goal ",
             fix="Accuracy drop, output error and agreement are fractions 0..1 (0.01 = one point), error increase "
-            "a fraction of float32's error (0.05 = 5% more), sizes and latencies are positive, objective is size, "
-            "latency or accuracy.",
+            "a fraction of float32's error (0.05 = 5% more), sizes and latencies are positive, a slowdown is at "
+            "least 1 (times float32's p50), objective is size, latency or accuracy.",
         ) from None
 
 
@@ -168,11 +172,6 @@ def _integer_problem(c: Candidate, target: Target) -> str | None:
 
 #: Targets that run integer ops only; NNAPI joins them for a quantized model (its int path).
 INTEGER_ONLY_TARGETS = (Target.MCU, Target.EDGETPU, Target.HEXAGON)
-#: Targets where a user expects the pick to be fast as well as small: a pick by size that measured slower
-#: than float32 gives way to one of similar size that did not.
-LATENCY_TARGETS = (Target.CPU, Target.GPU, Target.NNAPI)
-#: "Similar size": at most this many times the smallest candidate's bytes.
-SIMILAR_SIZE = 1.25
 
 
 def _float_compute_problem(c: Candidate, target: Target) -> str | None:
@@ -233,6 +232,21 @@ def _without_labels(study: Study, goals: Goals) -> tuple[Goals, list[str]]:
         f"or decisions at 0.5) >= {bound * 100:g}% with float32 (accuracy can only change where they change)."
     )
     return goals.model_copy(update=update), [fact]
+
+
+def _untimed(study: Study, target: Target, goals: Goals) -> tuple[Goals, list[str]]:
+    """A target whose latency was not measured (every target but the cpu, unless observed) cannot be ranked by
+    it: `--objective latency` falls back to size, then quality, and says so; `--max-latency-ms` cannot be
+    judged (each candidate says so)."""
+    if target is Target.CPU or any(c.ok and c.p50_ms is not None for c in study.candidates):
+        return goals, []
+    facts = []
+    if goals.objective is Objective.LATENCY:
+        goals = goals.model_copy(update={"objective": Objective.SIZE})
+        facts.append(f"--objective latency: the {target}'s latency was not measured, so size (then quality) ranks.")
+    if goals.max_latency_ms is not None:
+        facts.append(f"--max-latency-ms: the {target}'s latency was not measured, so it cannot be judged here.")
+    return goals, facts
 
 
 def _accuracy_problem(m, goals: Goals, is_base: bool = False) -> str | None:
@@ -354,14 +368,16 @@ def _first_problem(
     baseline: str | None = None,
     unlabelled_only: bool = False,
 ) -> str | None:
-    """The first check this candidate fails, in a fixed order: failed, target, accuracy, size, latency, slower."""
+    """The first check this candidate fails, in a fixed order: failed, target, accuracy, size, latency, slower
+    than float32 on the cpu target (`speed.slowdown_problem`)."""
     if c.error is not None:
         return f"failed: {c.error}"
     if c.metrics is None:
         return "not measured"
     is_base = c.name == baseline or (base is not None and c.name == base.name)
     goal = _goal_problem(c, goals, is_base, unlabelled_only)
-    return _target_problem(c, target, facts) or goal or _latency_problem(c, goals, base)
+    slow = slowdown_problem(c, target, goals, base)
+    return _target_problem(c, target, facts) or goal or _latency_problem(c, goals, base) or slow
 
 
 def judge(c: Candidate, target: str | None, goals: Goals) -> str | None:
@@ -374,9 +390,11 @@ def judge_recipe(c: Candidate, recipe) -> list[tuple[str, str | None]]:
     return [(str(t), judge(c, t, recipe.goals)) for t in (recipe.targets or (Target.CPU,))]
 
 
+#: The objective's axis, then the others: quality breaks a tie first (issue 43: three candidates tied at 72,744
+#: bytes and the gpu got the least accurate), then the other axis.
 ORDER = {
-    Objective.SIZE: (Objective.SIZE, Objective.LATENCY, Objective.ACCURACY),
-    Objective.LATENCY: (Objective.LATENCY, Objective.SIZE, Objective.ACCURACY),
+    Objective.SIZE: (Objective.SIZE, Objective.ACCURACY, Objective.LATENCY),
+    Objective.LATENCY: (Objective.LATENCY, Objective.ACCURACY, Objective.SIZE),
     Objective.ACCURACY: (Objective.ACCURACY, Objective.SIZE, Objective.LATENCY),
 }
 
@@ -476,11 +494,6 @@ def _study_facts(study: Study, target: Target, goals: Goals, float_ms: float | N
             f"{c.name}: {c.metrics.size.bytes:,} bytes raw, {c.metrics.size.gzip_bytes:,} gzip" for c in pruned
         )
         facts.append(f"{PRUNE_FACT[:-1]} ({sizes}).")
-    if target is not Target.CPU and (goals.objective is Objective.LATENCY or goals.max_latency_ms is not None):
-        facts.append(
-            f"Latencies are host-CPU measurements, not {target} ones: they rank candidates, they do not predict "
-            "the device."
-        )
     return facts
 
 
@@ -519,8 +532,8 @@ class _Choice:
         self.ranked, self.rejected, self.facts = _sort(study, target, judged, self.base, self.by_labels, scope)
         self.kept_out: list[Candidate] = []
         self.pull_apart: str | None = None
-        self._speed_over_size()
         self._honour_path()
+        self._speed_over_size()
         if self.guard is not None:
             self._guarded()
 
@@ -544,31 +557,12 @@ class _Choice:
         self.ranked = kept + out
 
     def _speed_over_size(self) -> None:
-        """On a target where latency matters, ranking by size does not pick a candidate measured slower than
-        float32 when one of similar size (within SIMILAR_SIZE) is not; either way, one line says that size
-        and speed pull apart."""
-        ranked, base = self.ranked, self.base
-        if self.target not in LATENCY_TARGETS or self.goals.objective is not Objective.SIZE or base is None:
+        """The cpu target: one line when size cost speed (a smaller candidate kept out for being slower than
+        float32, or the pick slower within --max-slowdown; `speed.cost_line`)."""
+        if self.target is not Target.CPU:
             return
-        if not ranked or ranked[0].name == base.name or speed(ranked[0], base) != "slower":
-            return
-        top = ranked[0]
-        near = [c for c in ranked[1:] if c.metrics.size.bytes <= top.metrics.size.bytes * SIMILAR_SIZE]
-        fast = next((c for c in near if c.name == base.name or speed(c, base) != "slower"), None)
-        what = f"{top.name} is the smallest ({top.metrics.size.bytes:,} bytes) but measured slower than float32 " \
-               f"({versus(top, base)})"  # fmt: skip
-        if fast is None:
-            self.pull_apart = (
-                f"Size and speed pull apart: {what}; nothing within {SIMILAR_SIZE - 1:.0%} of its size is as fast "
-                "as float32 (--objective latency ranks by speed)."
-            )
-            return
-        more = fast.metrics.size.bytes / top.metrics.size.bytes - 1
-        self.pull_apart = (
-            f"Size and speed pull apart: {what}; {fast.name}, {more:.0%} larger and not slower than float32, is "
-            "picked instead (--objective latency ranks by speed)."
-        )
-        self.ranked = [fast] + [c for c in ranked if c is not fast]
+        slow = [self.study.candidate(r.candidate) for r in self.rejected if r.reason.startswith(SLOWER)]
+        self.pull_apart = cost_line(self.chosen, slow, self.base, self.goals) or None
 
     def _guarded(self) -> None:
         """Say which rejections are the guard's, and which of those would have ranked above the choice."""
@@ -665,7 +659,7 @@ def _facts(study: Study, target: Target, goals: Goals, advice: Advice, choice: _
 def _delegate_fixes(study: Study, delegate: str) -> list[str]:
     """The delegate's own hints on the float32 model (what blocks it and what to change), when no candidate
     runs on it: the fix, not only the verdict."""
-    base = study.float_reference
+    base = next((c for c in study.candidates if c.name == study.baseline), None) or study.float_reference
     report = base.delegates.get(delegate) if base is not None else None
     return list(report.hints) if report is not None and report.verdict != "full" else []
 
@@ -704,9 +698,11 @@ def recommend(
     goals = goals or Goals()
     _check_study(study)
     study, target_facts = as_computed_on(study, target)  # the gpu target judges the GPU's arithmetic
+    study, time_facts = timed_on(study, target)  # and its own latency, never the host CPU's
     advice = _advice(study, target, goals, have_calibration_data, have_training_data)
     goals, label_facts = _without_labels(study, goals)
-    label_facts = [*label_facts, *target_facts]
+    goals, untimed = _untimed(study, target, goals)
+    label_facts = [*label_facts, *target_facts, *time_facts, *untimed]
     choice = _Choice(study, target, goals)
     chosen = choice.chosen
     keep = choice.keep_float32(folder)
@@ -738,6 +734,7 @@ def recommend(
         make=make,
         made_and_rejected=tried,
         path_update=explain.path_update(study, advice.pipeline, chosen, reasons, target),
+        measured_on=explain.measured_on(study.candidates),
     )
 
 

@@ -80,6 +80,22 @@ def _variant(study: Study, steps: list[dict]) -> str | None:
     return None
 
 
+def measured_on(cands: list[Candidate]) -> str:
+    """`Accuracy and fidelity on all 600 test samples.`, or on a sample of the split, with how and why: the `n`
+    every quality figure of the table stands on (issue 43: it was the first 500, silently). Empty without data."""
+    ok = [c for c in cands if c.ok]
+    tests = [c.metrics.test for c in ok if c.metrics.test is not None]
+    if tests:
+        t = min(tests, key=lambda t: t.samples)
+        return f"Accuracy and fidelity on {t.words()}."
+    counts = sorted({c.metrics.accuracy.samples for c in ok if c.metrics.accuracy is not None})
+    counts = counts or sorted({c.metrics.fidelity.samples for c in ok if c.metrics.fidelity is not None})
+    if not counts:
+        return ""
+    n = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}-{counts[-1]:,}"
+    return f"Accuracy and fidelity on {n} test samples."
+
+
 def facts_once(facts: list[str], study: Study) -> list[str]:
     """Each fact said once. A candidate measured slower than float32 whose XNNPACK coverage is partial gets one
     line for both, and where that candidate is its scheme's (int16x8), the rule of thumb's word on the scheme

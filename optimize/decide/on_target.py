@@ -1,14 +1,19 @@
-"""Advice for a target judged on that target's arithmetic: the study as the GPU computes each candidate.
+"""Advice for a target judged on that target's terms: the study as the target computes and times each candidate.
 
 A sweep measures every candidate on the CPU, and beside it as the GPU computes it (`metrics.on_target.gpu`:
 weights dequantized and float math, float16 for a float16 model; emulated on the CPU, or observed on a device).
-The `gpu` target's advice reads the latter: the same ranking, guard and goals, on the GPU's figures. Pure: no
-TensorFlow, no numpy.
+The `gpu` target's advice reads the latter: the same ranking, guard and goals, on the GPU's figures.
+
+Latency is the host CPU's: it ranks the cpu target only. The CPU's hybrid kernels (dynamic), reference kernels
+(int16x8) and XNNPACK say nothing of a GPU, an NPU, a DSP or a microcontroller (issue 43: the gpu pick rejected
+`dynamic` as "26.5x slower than float32", a host-CPU hybrid-kernel figure). Every other target is ranked on size
+and quality, said so in one line, unless the target itself was timed: the gpu where `--observe gpu` ran each
+candidate on a GPU device (`metrics.on_target.gpu.latency`). Pure: no TensorFlow, no numpy.
 """
 
 from __future__ import annotations
 
-from optimize.core.results import Candidate, Fidelity, Study, TargetFidelity
+from optimize.core.results import Candidate, Fidelity, Latency, Study, TargetFidelity
 from optimize.core.vocab import Target
 
 #: The targets whose arithmetic a sweep records (`metrics.on_target.<name>`).
@@ -45,3 +50,38 @@ def as_computed_on(study: Study, target: Target) -> tuple[Study, list[str]]:
     ]
     facts += [f"{name}: {g.flagged}." for name, g in found.items() if g.flagged]
     return study.model_copy(update={"candidates": cands}), facts
+
+
+#: How each target that is not the host CPU could be timed, said where its pick is ranked without latency.
+TIMED_BY = {
+    Target.GPU: "--observe gpu times each candidate on a GPU device where this machine has one",
+    Target.NNAPI: "time it on the phone (benchmark_model with --use_nnapi=true)",
+    Target.COREML: "time it on the device (benchmark_model with --use_coreml=true)",
+    Target.HEXAGON: "time it on the device (benchmark_model with --use_hexagon=true)",
+}
+
+
+def _timed(c: Candidate, latency: Latency | None) -> Candidate:
+    return c.model_copy(update={"metrics": c.metrics.model_copy(update={"latency": latency})}) if c.ok else c
+
+
+def timed_on(study: Study, target: Target) -> tuple[Study, list[str]]:
+    """The study with each candidate's latency as `target` runs it: the host CPU's for the cpu target (as
+    measured); the observed device's for the gpu where every working candidate was timed there; none for any
+    other target (host-CPU latency does not predict it): ranked on size and quality, and the fact that says so."""
+    if target is Target.CPU:
+        return study, []
+    ok = [c for c in study.candidates if c.ok]
+    observed = {c.name: g.latency for c in ok if (g := figures(c, target)) is not None and g.latency is not None}
+    if ok and len(observed) == len(ok):
+        cands = [_timed(c, observed.get(c.name)) for c in study.candidates]
+        device = next(iter(observed.values())).runtime
+        fact = f"Latency as the {target} runs each candidate: {device}, not the host CPU's."
+        return study.model_copy(update={"candidates": cands}), [fact]
+    cands = [_timed(c, None) for c in study.candidates]
+    how = TIMED_BY.get(target, "time it on the device")
+    fact = (
+        f"Ranked on size and quality, not speed: host-CPU latency does not predict the {target} (the CPU's "
+        f"hybrid and reference kernels are not the {target}'s); {how}."
+    )
+    return study.model_copy(update={"candidates": cands}), [fact]

@@ -472,7 +472,7 @@ def make_candidate(
     delegates: bool = True,
     runs: int = 50,
     memory: bool = True,
-    eval_samples: int = measure.DEFAULT_SAMPLES,
+    eval_samples: int | None = measure.DEFAULT_SAMPLES,
     timing: bool = True,
     progress: Progress | None = None,
     data_errors_fatal: bool = True,
@@ -682,14 +682,17 @@ def prepare(
     return recipe
 
 
-def own_reference(ws: Workspace, recipe: Recipe) -> tuple[Path | None, Metrics | None]:
+def own_reference(
+    ws: Workspace, recipe: Recipe, samples: int | None = measure.DEFAULT_SAMPLES
+) -> tuple[Path | None, Metrics | None]:
     """What a single run is compared with: the float .tflite it started from, or the float32 conversion
-    of the same model (made in the workspace, not the output folder); and that reference's metrics."""
+    of the same model (made in the workspace, not the output folder); and that reference's metrics, on the
+    same test samples as the run's (`samples`)."""
     if [s.technique for s in recipe.steps] == ["convert"] and recipe.scheme == "float32":
         return None, None  # the float32 model is its own reference
     if ws.src.flat:
         source = ws.source().path
-        return source, measure.evaluate(source, ws.data, threads=ws.threads, timing=False)
+        return source, measure.evaluate(source, ws.data, threads=ws.threads, timing=False, samples=samples)
     float32 = resolve(build("float32", [{"technique": "convert"}]), ws.src)
-    base = make_candidate(ws, float32, ws.workdir, delegates=False, timing=False)
+    base = make_candidate(ws, float32, ws.workdir, delegates=False, timing=False, eval_samples=samples)
     return (ws.workdir / base.artifact, base.metrics) if base.ok else (None, None)

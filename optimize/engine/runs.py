@@ -188,7 +188,7 @@ def open_run(
     backend: Backend | str | None = None,
     delegates: bool = True,
     runs: int = 50,
-    eval_samples: int = measure.DEFAULT_SAMPLES,
+    eval_samples: int | None = measure.DEFAULT_SAMPLES,
     cache: bool | str = True,
     target: Target | str | None = None,
     measuring: MeasureOptions | None = None,

@@ -41,8 +41,10 @@ def run(
     measuring: MeasureOptions | None = None,
     trust_model_code: bool = False,
     layout: str = "source",
+    test_samples: int | None = measure.DEFAULT_SAMPLES,
 ) -> Candidate:
     """Run one recipe on a model and measure the result. `reference` defaults to a float32 conversion.
+    Accuracy and fidelity are measured on the whole test split, or on a stratified sample of `test_samples`.
 
     An output path ending in `.tflite` names the artifact; otherwise it is the folder, and the artifact
     is `<recipe name>.tflite` inside it. `jobs=1` (the default) produces it in a crash-isolated worker
@@ -63,7 +65,7 @@ def run(
     created = paths.absent_folders(out_dir)
     paths.output_dir(out_dir)
     work = out_dir / ".work" / "result" if file_name else out_dir
-    settings = Settings(threads, measure.DEFAULT_SAMPLES, delegates, timing=measure_it)
+    settings = Settings(threads, test_samples, delegates, timing=measure_it)
     compare = measure_it and ds is not None
     task = Task(
         src,

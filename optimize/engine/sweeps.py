@@ -36,7 +36,7 @@ def sweep(
     delegates: bool = True,
     runs: int = 50,
     on_candidate: Callable[[Candidate], None] | None = None,
-    eval_samples: int = measure.DEFAULT_SAMPLES,
+    eval_samples: int | None = measure.DEFAULT_SAMPLES,
     jobs: int | None = None,
     cache: bool | str = True,
     target: Target | str | None = None,

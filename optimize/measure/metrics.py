@@ -13,17 +13,32 @@ from pathlib import Path
 import numpy as np
 
 from optimize.core.errors import DataError, ModelError
-from optimize.core.results import Accuracy, Fidelity, Latency, Memory, Metrics, OnTarget, OutputFidelity, Size
+from optimize.core.results import (
+    Accuracy,
+    Fidelity,
+    Latency,
+    Memory,
+    Metrics,
+    OnTarget,
+    OutputFidelity,
+    Size,
+    TestSample,
+)
 from optimize.measure import detection, slices, timing
 from optimize.measure.memory import peak_memory_bytes
 from optimize.measure.on_target import emulated
 from optimize.measure.timing import time_invoke
 from optimize.models import runtime, tasks
-from optimize.models.data import Dataset, check_inputs, count, load_data, take
+from optimize.models.data import Dataset, check_inputs, count, load_data, take, test_sample
 from optimize.models.source import is_tflite
 from optimize.models.tasks import Head, heads
 
-DEFAULT_SAMPLES = 500
+#: Test samples accuracy and fidelity are measured on by default: None, the whole test split (issue 43: the first
+#: 500 were a head slice, a split sorted by class lost a class). A cap (`--test-samples`) takes a stratified sample.
+DEFAULT_SAMPLES: int | None = None
+#: The outputs kept for one model on the measured samples stay under this: a split whose outputs would hold more
+#: (a segmenter's masks on thousands of samples) is measured on a stratified sample of what fits, said so.
+OUTPUT_BUDGET = 256 * 2**20
 
 
 def size_of(path: str | Path) -> Size:
@@ -58,6 +73,19 @@ def _reference_outputs(reference: Path, xs, threads: int) -> list[np.ndarray]:
         loaded = runtime.load(reference, threads=threads, like=take(xs, slice(0, 1)))
         _REFERENCE_MEMO[key] = runtime.Runner(loaded).predict(xs)
     return _REFERENCE_MEMO[key]
+
+
+def measured_split(ds: Dataset, samples: int | None, runner: runtime.Runner) -> tuple[Dataset, TestSample]:
+    """The data cut to the test samples every figure is measured on (`models.data.test_sample`): the whole
+    split, or `samples` of it, or fewer where the model's outputs on them would hold more than OUTPUT_BUDGET."""
+    total = count(ds.x_test)
+    per = sum(int(np.prod(d["shape"])) * 4 for d in runner.outputs) or 1  # float32 outputs of one sample
+    fits = max(1, OUTPUT_BUDGET // per)
+    n = total if samples is None else min(samples, total)
+    if n <= fits:
+        return test_sample(ds, n if n < total else None, f"--test-samples {n}" if n < total else "")
+    why = f"the outputs of {n:,} would hold {n * per / 2**20:,.0f} MiB; {fits:,} keep them under {OUTPUT_BUDGET >> 20} MiB"
+    return test_sample(ds, fits, why)
 
 
 def _dataset(data) -> Dataset | None:
@@ -297,7 +325,8 @@ def scorer(
     """The Scorer a sweep measured `model` with (the same samples, reference outputs, names and task), and the
     model's CPU runner (its inputs' and outputs' types and order)."""
     runner = runtime.Runner(runtime.load(model, threads=threads, like=take(ds.x_test, slice(0, 1))))
-    xs = take(ds.x_test, slice(0, samples)) if samples else ds.x_test
+    ds, _ = measured_split(ds, samples, runner)
+    xs = ds.x_test
     ref = _reference_outputs(Path(reference), xs, threads)
     hs = heads(Path(model), runner)
     acc = accuracy_on(ds, ref, hs, runner, count(xs))
@@ -325,7 +354,8 @@ def evaluate(
     """Every measurement of one .tflite. Without data, latency and memory use a zero input.
 
     `reference` is the float model to compare outputs with (inference_diff-style fidelity), on the data's
-    test inputs: without data there is no fidelity (`optimize evaluate` refuses --reference without --data).
+    test inputs (every one, or `samples` of them: a stratified sample, `measured_split`; `metrics.test` says
+    which): without data there is no fidelity (`optimize evaluate` refuses --reference without --data).
     `baseline_accuracy` (the float model's on the same data) fills `accuracy_delta` or `error_ratio`.
     `timing=False` leaves latency and memory to `add_timing`, so a sweep can time every candidate
     on a quiet machine after the parallel work is done. `loaded`: the model's interpreter, when the
@@ -339,10 +369,11 @@ def evaluate(
     ds = _dataset(data)
     like = take(ds.x_test, slice(0, 1)) if ds is not None else None
     runner = runtime.Runner(loaded or runtime.load(path, threads=threads, like=like), digest=digest)
-    acc = fid = xs = gpu = None
+    acc = fid = xs = gpu = test = None
     if ds is not None:
         check_inputs(ds, runner_specs(runner))
-        xs = take(ds.x_test, slice(0, samples)) if samples else ds.x_test
+        ds, test = measured_split(ds, samples, runner)
+        xs = ds.x_test
         outs = _predict(runner, xs, path, ds.source)
         hs = heads(path, runner)
         acc = accuracy_on(ds, outs, hs, runner, count(xs))
@@ -357,6 +388,7 @@ def evaluate(
         accuracy=acc,
         fidelity=fid,
         on_target=OnTarget(gpu=gpu) if gpu is not None else None,
+        test=test,
         **compare(acc, baseline_accuracy),
     )
     if timing:

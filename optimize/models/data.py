@@ -22,7 +22,7 @@ import numpy as np
 
 from optimize.core.errors import DataError
 from optimize.core.paths import regular_file
-from optimize.core.results import Split
+from optimize.core.results import Split, TestSample
 from optimize.core.shown import named
 
 log = logging.getLogger(__name__)
@@ -495,6 +495,26 @@ def _split(x: Inputs, y: Labels | None, test_fraction: float = TEST_FRACTION):
         return {k: v[idx] for k, v in a.items()} if isinstance(a, dict) else a[idx]
 
     return cut(x, train), cut(y, train), cut(x, test), cut(y, test), how
+
+
+def test_sample(ds: Dataset, n: int | None, why: str = "") -> tuple[Dataset, TestSample]:
+    """The data with its test split cut to `n` samples (None, or at least the split: all of it), and the record
+    of what was measured. The cut is stratified where the test labels are classes (each class at its share of
+    the split, random within it), else random; seeded, so every candidate is measured on the same samples,
+    whatever order the file holds them in (a split sorted by class loses no class). Never the first n."""
+    total = count(ds.x_test)
+    if n is None or n >= total:
+        return ds, TestSample(samples=total, of=total)
+    rng = np.random.default_rng(SPLIT_SEED)
+    classes = _classes(ds.y_test)
+    if classes is not None and len(classes) == total:
+        idx, method = _stratified(classes, n, rng), "stratified"
+    else:
+        idx, method = np.sort(rng.choice(total, n, replace=False)), "shuffled"
+    y = ds.y_test
+    y = {k: v[idx] for k, v in y.items()} if isinstance(y, dict) else (None if y is None else y[idx])
+    cut = replace(ds, x_test=take(ds.x_test, idx), y_test=y)
+    return cut, TestSample(samples=len(idx), of=total, method=method, why=why)
 
 
 def describe_split(how: str, train: Inputs | None, y_train, test: Inputs, y_test) -> Split:

@@ -14,6 +14,7 @@ from pathlib import Path
 from optimize.core.results import PHASES, Candidate, DelegateReport, Study, write_atomic
 from optimize.core.vocab import Delegate
 from optimize.decide.choose import Recommendation, pareto_front
+from optimize.decide.explain import measured_on
 from optimize.delegates.observe import OBSERVED
 from optimize.present.lines import conversion_line, fmt_bytes, island_cost, island_groups
 
@@ -131,6 +132,8 @@ def _md(text: str) -> str:
 def _md_candidates(study: Study, rec: Recommendation | None) -> list[str]:
     lines = ["## Candidates", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(_md(x) for x in row) + " |" for row in _rows(study, rec)]
+    said = measured_on(study.candidates)
+    lines += ["", _md(said)] if said else []
     return lines + (["", "The study has no candidates."] if not study.candidates else [])
 
 
@@ -173,6 +176,7 @@ def _md_answer(rec: Recommendation) -> list[str]:
 
 def _md_recommendation(rec: Recommendation) -> list[str]:
     lines = [f"## Recommendation for {rec.target}", "", *_md_answer(rec)]
+    lines += ["", _md(rec.measured_on)] if rec.measured_on else []
     lines += ["", "Decision path (rule of thumb):", ""]
     lines += [f"{i}. {_md(q.question)} {_md(q.answer)} → {_md(q.decided)}" for i, q in enumerate(rec.advice.path, 1)]
     if rec.chosen_recipe_toml:
@@ -426,7 +430,7 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
         study=study,
         rec=rec,
         css=Markup(CSS),
-        host_note=HOST_NOTE,
+        host_note=" ".join(x for x in (HOST_NOTE, measured_on(study.candidates)) if x),
         goals=_goals_text(rec),
         headers=HEADERS,
         rows=_html_rows(study, rec),

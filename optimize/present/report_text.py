@@ -11,9 +11,12 @@ from optimize.core.results import FEW_SAMPLES, PHASES, Candidate, Metrics, Study
 from optimize.core.shown import clip
 from optimize.core.vocab import TARGET_DELEGATE, Delegate, Target
 from optimize.decide.advice import describe
+from optimize.decide.explain import measured_on
 from optimize.decide.guard import has_labelled_goal, unlabelled_outputs
+from optimize.decide.speed import SLOWER
 from optimize.delegates.observe import OBSERVED
-from optimize.present.lines import conversion_line, fmt_bytes, island_cost, island_groups
+from optimize.measure.noise import ratio
+from optimize.present.lines import conversion_line, fmt_bytes, island_cost, island_groups, samples_of
 
 
 def esc(text: str) -> str:
@@ -282,12 +285,21 @@ def table_columns(cands: list[Candidate], every: bool = False) -> list[_Col]:
     cols += _task_columns(found)
     cols += [_Col("float", _float_ops, 4, "float ops")] if has["islands"] else []
     cols += [
-        _Col("p50 ms", lambda c, b: "-" if c.p50_ms is None else f"{c.p50_ms:.3f}", 0),
+        _Col("p50 ms", _p50, 0),
         _Col("x", lambda c, b: _ratio(c.p50_ms, b.p50), 6, "p50 x"),
     ]
     if has["memory"]:
         cols.append(_Col("mem", lambda c, b: _kb(c.metrics.memory.peak_rss_bytes) if c.metrics.memory else "-", 3))
     return cols
+
+
+def _p50(c: Candidate, base: _Base) -> str:
+    """Host-CPU p50 with its spread: `0.071±4%` (the half-width of its interval over the rounds)."""
+    lat = c.metrics.latency
+    if lat is None:
+        return "-"
+    spread = lat.spread
+    return f"{lat.p50_ms:.3f}" + (f"±{spread * 100:.0f}%" if spread is not None else "")
 
 
 def _task_columns(found: dict[str, bool]) -> list[_Col]:
@@ -434,10 +446,14 @@ def next_steps(study: Study, folder: Path | None) -> list[str]:
         ship.append(f"  {target:8} {_ship(study, target, rec, None if by_name else folder)}")
         warnings += [w for w in rec.warnings if w not in warnings]
     within = f"within the default guard ({guard}; no accuracy goal given)" if guard else "no accuracy goal given"
+    speed = (
+        "the cpu's no slower than float32, the others on size and quality (host-CPU latency predicts no accelerator)"
+    )
     return [
         f"Next: optimize recommend {where} --target T   (why, and what else)",
         f"      optimize report {where}   (report.md, report.html, plots)",
-        f"What to ship{f' (in {folder})' if by_name else ''}: the smallest file each target runs fully, {within}:",
+        f"What to ship{f' (in {folder})' if by_name else ''}: the smallest file each target runs fully, {within}; "
+        f"{speed}:",
         *ship,
         *(f"WARNING: {w}" for w in warnings),
     ]
@@ -457,10 +473,25 @@ def _ship(study: Study, target: Target, rec, folder: Path | None) -> str:
         ratio = f"{_ratio(c.metrics.size.bytes, b.size.bytes if b.size else None)}x float32's size"
         has_labels = c.metrics.accuracy is not None
         quality = f"Δ {_delta(c, b)}" if has_labels else f"rel err {_rel_err(c, b)}"
-        return f"{path} ({c.name}: {ratio}, {quality})"
+        n = samples_of(c)
+        quality += f" on {n:,}" if n is not None else ""
+        return f"{path} ({c.name}: {ratio}, {quality}){_speed_note(study, rec)}"
     if rec.guard and rec.warnings:
         return "none passes the default guard (see WARNING below)"
     return f"nothing runs fully on {target}: {_blocker(study, target, rec)}"
+
+
+def _speed_note(study: Study, rec) -> str:
+    """`; dynamic is smaller but 1.79x float32's p50`: what size would have cost in speed on the cpu target."""
+    chosen = study.candidate(rec.chosen)
+    slow = [study.candidate(r.candidate) for r in rec.rejected if r.reason.startswith(SLOWER)]
+    smaller = [c for c in slow if c.metrics.size.bytes < chosen.metrics.size.bytes]
+    base = study.float_reference
+    if not smaller or base is None:
+        return ""
+    c = min(smaller, key=lambda c: c.metrics.size.bytes)
+    r = ratio(c, base)
+    return f"; {c.name} is smaller but {r[0]:.2f}x float32's p50" if r else ""
 
 
 def _blocker(study: Study, target: Target, rec) -> str:
@@ -482,7 +513,7 @@ def _blocker(study: Study, target: Target, rec) -> str:
 
 def legend(cands: list[Candidate], baseline: Candidate | None) -> list[str]:
     """What the table's columns mean, in plain words (nothing in the table depends on colour)."""
-    lines = [_latency_legend(cands, baseline), _fidelity_legend(cands), _thin_legend(cands)]
+    lines = [measured_on(cands), _latency_legend(cands, baseline), _fidelity_legend(cands), _thin_legend(cands)]
     if any(c.ok and c.islands for c in cands):
         lines.append("float = ops computing on float tensors, of all ops (float islands: each listed below, with why).")
     if any(c.delegates for c in cands):
@@ -513,13 +544,26 @@ def _thin_legend(cands: list[Candidate]) -> str:
 def _latency_legend(cands: list[Candidate], baseline: Candidate | None) -> str:
     lat = baseline.metrics.latency if baseline is not None and baseline.ok else None
     if lat is not None:
+        rounds = f" in {lat.rounds} rounds" if lat.rounds else ""
         return (
-            f"Latency: {lat.runtime}, {lat.threads} threads, p50 of {lat.runs} runs after {lat.warmup_runs} "
-            f"warm-up. x = the figure to its left over {baseline.name}'s."
+            f"Latency: {lat.runtime}, {lat.threads} threads, p50 of {lat.runs} runs{rounds} after {lat.warmup_runs} "
+            f"warm-up, ± the half-width of its ~95% interval. x = the figure to its left over {baseline.name}'s."
+            + _cached_legend(cands)
         )
     if any(c.ok and c.composition for c in cands):
         return "w x = the weights' bytes over the same weights in float32 (0.25: a quarter)."
     return ""
+
+
+def _cached_legend(cands: list[Candidate]) -> str:
+    """Latencies replayed from the cache are said to be so, with when they were timed: never shown as fresh."""
+    cached = [c for c in cands if c.ok and c.cached and c.metrics.latency is not None]
+    if not cached:
+        return ""
+    when = sorted({c.metrics.latency.timed[:16].replace("T", " ") for c in cached if c.metrics.latency.timed})
+    at = f" (timed {when[0]}{' to ' + when[-1] if len(when) > 1 else ''} UTC)" if when else ""
+    every = "every candidate" if len(cached) == sum(c.ok for c in cands) else f"{len(cached)} cached candidate(s)"
+    return f" The p50 of {every} comes from the cache: the run that made it{at}, not re-timed (--no-cache)."
 
 
 def _fidelity_legend(cands: list[Candidate]) -> str:
@@ -691,10 +735,11 @@ def print_metrics(name: str, m: Metrics) -> None:
     say(f"  size      {m.size.bytes:,} bytes ({m.size.gzip_bytes:,} gzipped)")
     if m.accuracy:
         a = m.accuracy
+        on = m.test.words() if m.test is not None else f"{a.samples} samples"
         if a.top1 is not None:
-            say(f"  accuracy  top-1 {_pct(a.top1)}, top-{a.k} {_pct(a.topk)} on {a.samples} samples")
+            say(f"  accuracy  top-1 {_pct(a.top1)}, top-{a.k} {_pct(a.topk)} on {on}")
         else:
-            say(f"  accuracy  MAE {a.mae:.5g} on {a.samples} samples")
+            say(f"  accuracy  MAE {a.mae:.5g} on {on}")
     if m.fidelity:
         for o in m.fidelity.outputs:
             rel = f", rel err {_pct(o.relative_error)}" if o.relative_error is not None else ""
@@ -711,6 +756,8 @@ def print_metrics(name: str, m: Metrics) -> None:
         _print_task(con, m)
         if m.fidelity.top1_agreement is not None and not any(o.top1_agreement is not None for o in m.fidelity.outputs):
             say(f"            top-1 agreement {_pct(m.fidelity.top1_agreement)}")
+        if m.accuracy is None:  # the samples the fidelity stands on (with labels, the accuracy line says them)
+            say(f"            on {m.test.words() if m.test is not None else f'{m.fidelity.samples} samples'}")
     if m.latency:
         lt = m.latency
         say(
@@ -842,7 +889,7 @@ def _heading(rec) -> list[str]:
         if has_labelled_goal(rec.goals):
             unstated = "No goal for the outputs without labels given"
         lines.append(f"{unstated}: the default guard applies ({rec.guard}).")
-    return lines
+    return lines + ([rec.measured_on] if rec.measured_on else [])
 
 
 def format_recommendation(rec, recipe: bool = False) -> str:

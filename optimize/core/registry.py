@@ -24,6 +24,7 @@ TECHNIQUE_MODULES = (
     "optimize.transforms.keras.prune",
     "optimize.transforms.keras.cluster",
     "optimize.transforms.keras.qat",
+    "optimize.transforms.keras.finetune",
     "optimize.transforms.tflite.quantize",
     "optimize.transforms.tflite.rescue_steps",
     "optimize.transforms.tflite.selective",

@@ -691,6 +691,12 @@ PHASES = (
 )
 
 
+#: Techniques that fine-tune the model on the user's data: a candidate made with one is retrained.
+RETRAINING = ("prune", "cluster", "qat", "finetune")
+#: The sweep's training control: float32 fine-tuned the same way as its retrained candidates.
+TRAINING_CONTROL = "float32-finetuned"
+
+
 class Candidate(Record):
     """One optimized variant (or the float baseline): what was done, what it produced, what it measured."""
 
@@ -776,6 +782,18 @@ class Candidate(Record):
 
     def uses(self, *techniques: str) -> bool:
         return any(s.technique in techniques for s in self.steps)
+
+    @property
+    def retrained(self) -> bool:
+        """Fine-tuned on the user's data (prune, cluster, QAT, finetune): its figures are a retrained model's, not
+        the user's model compressed (issue 43), and it is judged by how far it moved from float32."""
+        return self.uses(*RETRAINING)
+
+    @property
+    def control(self) -> bool:
+        """The sweep's training control: the float model fine-tuned as the retrained candidates were, without
+        compression (`TRAINING_CONTROL`): measured to tell training's gain from compression's, never shipped."""
+        return self.name == TRAINING_CONTROL and self.uses("finetune") and not self.uses("prune", "cluster", "qat")
 
     @classmethod
     def failed(

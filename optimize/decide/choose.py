@@ -26,7 +26,7 @@ from pydantic import Field
 from optimize.core.errors import GoalsNotMet, OptimizeError
 from optimize.core.results import Candidate, Goals, Record, Study, labelled
 from optimize.core.vocab import IO, TARGET_DELEGATE, Objective, Scheme, Target
-from optimize.decide import explain, kinds
+from optimize.decide import explain, kinds, retrained
 from optimize.decide.advice import EPS, PASSED_OVER, PRUNE_FACT, Advice, advise, check_target, recipe_toml
 from optimize.decide.guard import WORST, Guard, axes, default_guard, has_quality_goal, quality, remedy
 from optimize.decide.on_target import as_computed_on, timed_on
@@ -77,6 +77,9 @@ class Recommendation(Record):
         "", description="When the measured pick is another scheme than the decision path's: the path, updated."
     )
     measured_on: str = Field("", description="The test samples every quality figure stands on, in words.")
+    retrained: str = Field(
+        "", description="The default in force for retrained (fine-tuned) candidates, in words; empty when none is."
+    )
 
 
 def make_goals(
@@ -367,17 +370,30 @@ def _first_problem(
     facts: set[str],
     baseline: str | None = None,
     unlabelled_only: bool = False,
+    retrain: Goals | None = None,
 ) -> str | None:
-    """The first check this candidate fails, in a fixed order: failed, target, accuracy, size, latency, slower
-    than float32 on the cpu target (`speed.slowdown_problem`)."""
+    """The first check this candidate fails, in a fixed order: failed, the training control (never shipped),
+    target, accuracy, a retrained candidate's agreement with float32 (`retrain`: the user's goals, when the
+    recommender applies that default: `retrained.problem`), size, latency, slower than float32 on the cpu target
+    (`speed.slowdown_problem`)."""
     if c.error is not None:
         return f"failed: {c.error}"
     if c.metrics is None:
         return "not measured"
+    if retrain is not None and c.control:
+        return CONTROL_REASON
     is_base = c.name == baseline or (base is not None and c.name == base.name)
     goal = _goal_problem(c, goals, is_base, unlabelled_only)
+    goal = goal or (retrained.problem(c, retrain) if retrain is not None else None)
     slow = slowdown_problem(c, target, goals, base)
     return _target_problem(c, target, facts) or goal or _latency_problem(c, goals, base) or slow
+
+
+#: Why the training control is never a pick.
+CONTROL_REASON = (
+    "the training control: your float model fine-tuned as the retrained candidates were, nothing compressed, "
+    "measured to tell training's gain from compression's (not a file to ship)"
+)
 
 
 def judge(c: Candidate, target: str | None, goals: Goals) -> str | None:
@@ -498,14 +514,20 @@ def _study_facts(study: Study, target: Target, goals: Goals, float_ms: float | N
 
 
 def _sort(
-    study: Study, target: Target, goals: Goals, base: Candidate | None, by_labels: bool, unlabelled_only: bool = False
+    study: Study,
+    target: Target,
+    goals: Goals,
+    base: Candidate | None,
+    by_labels: bool,
+    unlabelled_only: bool = False,
+    retrain: Goals | None = None,
 ):
     """(eligible candidates ranked, rejections with their first failed check, facts found on the way)."""
     facts: set[str] = set()
     eligible: list[Candidate] = []
     rejected: list[Rejection] = []
     for c in study.candidates:
-        problem = _first_problem(c, target, goals, base, facts, study.baseline, unlabelled_only)
+        problem = _first_problem(c, target, goals, base, facts, study.baseline, unlabelled_only, retrain)
         if problem:
             rejected.append(Rejection(candidate=c.name, reason=problem))
         else:
@@ -529,13 +551,28 @@ class _Choice:
         self.guard: Guard | None = default_guard(goals, study)
         judged = self.guard.goals if self.guard else goals
         scope = self.guard.unlabelled_only if self.guard else False
-        self.ranked, self.rejected, self.facts = _sort(study, target, judged, self.base, self.by_labels, scope)
+        sort = _sort(study, target, judged, self.base, self.by_labels, scope, retrain=goals)
+        self.ranked, self.rejected, self.facts = sort
         self.kept_out: list[Candidate] = []
         self.pull_apart: str | None = None
         self._honour_path()
         self._speed_over_size()
         if self.guard is not None:
             self._guarded()
+        loose = _sort(study, target, judged, self.base, self.by_labels, scope)[0]
+        self.retrained_out = self._above_choice(loose, lambda c: retrained.problem(c, goals) is not None)
+
+    def _above_choice(self, ranked: list[Candidate], test) -> list[Candidate]:
+        """The candidates of another ranking that `test` picks out, ranked above the choice (all of them with
+        no choice)."""
+        first = self.ranked[0].name if self.ranked else None
+        out = []
+        for c in ranked:
+            if c.name == first:
+                break
+            if test(c) and not c.control:
+                out.append(c)
+        return out
 
     def _honour_path(self) -> None:
         """Where the decision path rules out a scheme the delegate still takes (NNAPI: dynamic range runs as
@@ -568,7 +605,7 @@ class _Choice:
         """Say which rejections are the guard's, and which of those would have ranked above the choice."""
         from optimize.decide.guard import kept_out_words
 
-        plain, _, _ = _sort(self.study, self.target, self.goals, self.base, self.by_labels)
+        plain, _, _ = _sort(self.study, self.target, self.goals, self.base, self.by_labels, retrain=self.goals)
         ranked = {c.name for c in self.ranked}
         out = {c.name for c in plain if c.name not in ranked}
         self.rejected = [
@@ -579,13 +616,7 @@ class _Choice:
             else r
             for r in self.rejected
         ]
-        first = self.ranked[0].name if self.ranked else None
-        self.kept_out = []
-        for c in plain:
-            if c.name == first:
-                break
-            if c.name in out:
-                self.kept_out.append(c)
+        self.kept_out = self._above_choice(plain, lambda c: c.name in out)
 
     @property
     def chosen(self) -> Candidate | None:
@@ -600,11 +631,12 @@ class _Choice:
         return str(Path(folder) / where) if folder is not None else where
 
     def warnings(self) -> list[str]:
+        said = [f"{c.name} not picked: it is {retrained.problem(c, self.goals)}." for c in self.retrained_out[:3]]
         if self.guard is None:
-            return []
+            return said
         if self.chosen is None and self.kept_out:
-            return [explain.nothing_passes(self.kept_out[0], self.target, self.guard)]
-        return explain.guard_warnings(self.guard, self.kept_out, self.hint)
+            return [explain.nothing_passes(self.kept_out[0], self.target, self.guard), *said]
+        return explain.guard_warnings(self.guard, self.kept_out, self.hint) + said
 
     def to_try(self, reasons: dict[str, str]) -> list[str]:
         if self.guard is None or self.chosen is not None or not self.kept_out:
@@ -653,7 +685,10 @@ def _facts(study: Study, target: Target, goals: Goals, advice: Advice, choice: _
     if goals.objective is Objective.ACCURACY and not choice.by_labels:
         extra = [*extra, "No labels: accuracy is ranked by fidelity to float32 (top-1 agreement for class outputs, "
                  "else the worst output's relative error; under 0.1% of the range counts as none)."]  # fmt: skip
-    return explain.facts_once(generic + sorted(choice.facts | set(extra)) + study_facts, study)
+    trained = retrained.summary(study)
+    return explain.facts_once(
+        generic + sorted(choice.facts | set(extra)) + study_facts + ([trained] if trained else []), study
+    )
 
 
 def _delegate_fixes(study: Study, delegate: str) -> list[str]:
@@ -679,6 +714,14 @@ def _advice(study: Study, target: Target, goals: Goals, have_cal: bool | None, h
     )
 
 
+def _on_target(study: Study, target: Target) -> tuple[Study, list[str]]:
+    """The study as the target sees it: its arithmetic (the gpu's quality), its own latency (never the host
+    CPU's for another target), and the facts that say so."""
+    study, computed = as_computed_on(study, target)
+    study, timed = timed_on(study, target)
+    return study, [*computed, *timed]
+
+
 def recommend(
     study: Study,
     target: str = Target.CPU,
@@ -697,17 +740,16 @@ def recommend(
     target = check_target(target)
     goals = goals or Goals()
     _check_study(study)
-    study, target_facts = as_computed_on(study, target)  # the gpu target judges the GPU's arithmetic
-    study, time_facts = timed_on(study, target)  # and its own latency, never the host CPU's
+    study, target_facts = _on_target(study, target)
     advice = _advice(study, target, goals, have_calibration_data, have_training_data)
     goals, label_facts = _without_labels(study, goals)
     goals, untimed = _untimed(study, target, goals)
-    label_facts = [*label_facts, *target_facts, *time_facts, *untimed]
+    label_facts = [*label_facts, *target_facts, *untimed]
     choice = _Choice(study, target, goals)
     chosen = choice.chosen
     keep = choice.keep_float32(folder)
     reasons = {r.candidate: r.reason for r in choice.rejected}
-    why = explain.why_lines(study, advice.pipeline, chosen, reasons, goals.objective, choice.by_labels)
+    why = _why(study, advice, choice, reasons, goals)
     make, tried = (None, []) if chosen else explain.what_to_make(study, advice, reasons)
     return Recommendation(
         target=target,
@@ -726,7 +768,7 @@ def recommend(
         guard=choice.guard.words if choice.guard else None,
         warnings=choice.warnings(),
         to_try=choice.to_try(reasons),
-        why=why + [line for line in (choice.pull_apart, choice.path_rule) if line],
+        why=why,
         alternatives=explain.alternatives(
             study, [(a.label, a.steps) for a in advice.alternative_pipelines], chosen, reasons
         ),
@@ -735,6 +777,26 @@ def recommend(
         made_and_rejected=tried,
         path_update=explain.path_update(study, advice.pipeline, chosen, reasons, target),
         measured_on=explain.measured_on(study.candidates),
+        retrained=retrained.rule_words(study, goals),
+    )
+
+
+def _why(study: Study, advice: Advice, choice: _Choice, reasons: dict[str, str], goals: Goals) -> list[str]:
+    """The Why lines: against the rule of thumb, a retrained pick's agreement and gain, what size cost in speed
+    (cpu), the decision path honoured."""
+    chosen = choice.chosen
+    why = explain.why_lines(study, advice.pipeline, chosen, reasons, goals.objective, choice.by_labels)
+    why += [_retrained_why(chosen, study)] if chosen is not None and chosen.retrained else []
+    return why + [line for line in (choice.pull_apart, choice.path_rule) if line]
+
+
+def _retrained_why(c: Candidate, study: Study) -> str:
+    """The chosen candidate is retrained: how far it moved from your model, and where its gain came from."""
+    least = retrained.agreement(c)
+    agree = f": it agrees with your float model on {least.agreement * 100:.1f}% of the test samples" if least else ""
+    credit = retrained.credit(c, study)
+    return f"{c.name} is retrained (fine-tuned on your data){agree}" + (
+        f"; {credit.split(': ', 1)[1]}." if credit else "."
     )
 
 

@@ -11,7 +11,7 @@ import logging
 from optimize.core.errors import ModelError, RecipeError
 from optimize.core.recipe import Recipe, as_given, build, load_recipe, make_steps
 from optimize.core.registry import Stage
-from optimize.core.results import Dropped
+from optimize.core.results import TRAINING_CONTROL, Dropped
 from optimize.core.vocab import PTQ_SCHEMES, Target
 from optimize.models import facts
 from optimize.models import source as models
@@ -194,10 +194,29 @@ def plan_from(
         recipes = _with_target_recipe(recipes, extra, src, can, dropped)
     if ds is None:
         recipes = _without_data(recipes, dropped)
+    recipes = with_control(recipes)
     for d in dropped:
         log.warning("Dropped %s: %s", ", ".join(d.recipes), d.reason)
     _check_names(recipes)
     return [resolve(r, src, can.keras_refusal) if r.steps else r for r in recipes]
+
+
+def with_control(recipes: list[Recipe]) -> list[Recipe]:
+    """The recipes, plus the training control when any of them fine-tunes (prune, cluster, QAT): the float
+    model fine-tuned as the longest of those chains is (each Keras step's epochs, batch size and learning rate,
+    nothing compressed), converted to float32 (`TRAINING_CONTROL`). It tells the accuracy a retrained candidate
+    gains from training apart from what compression costs (issue 43)."""
+    trains = [r for r in recipes if r.trains and not r.uses("finetune")]
+    if not trains or any(r.name == TRAINING_CONTROL for r in recipes):
+        return recipes
+    keras = lambda r: [s for s in r.steps if s.stage is Stage.KERAS]  # noqa: E731
+    longest = max(trains, key=lambda r: sum(getattr(s.params, "epochs", 0) for s in keras(r)))
+    steps = [
+        {"technique": "finetune", **{k: getattr(s.params, k) for k in ("epochs", "batch_size", "learning_rate")}}
+        for s in keras(longest)
+    ]
+    control = build(TRAINING_CONTROL, [*steps, {"technique": "convert", "scheme": "float32"}])
+    return [*recipes, control.with_backend(longest.backend)]
 
 
 def _check_names(recipes: list[Recipe]) -> None:

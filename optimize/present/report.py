@@ -13,8 +13,10 @@ from pathlib import Path
 
 from optimize.core.results import PHASES, Candidate, DelegateReport, Study, write_atomic
 from optimize.core.vocab import Delegate
+from optimize.decide import retrained
 from optimize.decide.choose import Recommendation, pareto_front
 from optimize.decide.explain import measured_on
+from optimize.decide.retrained import MARK
 from optimize.delegates.observe import OBSERVED
 from optimize.present.lines import conversion_line, fmt_bytes, island_cost, island_groups
 
@@ -79,7 +81,7 @@ def _rows(study: Study, rec: Recommendation | None) -> list[tuple[str, ...]]:
         scheme = c.scheme if c.io == "float" else f"{c.scheme} ({c.io} I/O)"
         rows.append(
             (
-                c.name,
+                c.name + (MARK if c.retrained else ""),
                 scheme,
                 c.backend or "",
                 fmt_bytes(size.bytes) if size else "",
@@ -132,8 +134,8 @@ def _md(text: str) -> str:
 def _md_candidates(study: Study, rec: Recommendation | None) -> list[str]:
     lines = ["## Candidates", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(_md(x) for x in row) + " |" for row in _rows(study, rec)]
-    said = measured_on(study.candidates)
-    lines += ["", _md(said)] if said else []
+    for said in (measured_on(study.candidates), retrained.legend(study.candidates)):
+        lines += ["", _md(said)] if said else []
     return lines + (["", "The study has no candidates."] if not study.candidates else [])
 
 
@@ -176,7 +178,7 @@ def _md_answer(rec: Recommendation) -> list[str]:
 
 def _md_recommendation(rec: Recommendation) -> list[str]:
     lines = [f"## Recommendation for {rec.target}", "", *_md_answer(rec)]
-    lines += ["", _md(rec.measured_on)] if rec.measured_on else []
+    lines += [x for said in (rec.retrained, rec.measured_on) if said for x in ("", _md(said))]
     lines += ["", "Decision path (rule of thumb):", ""]
     lines += [f"{i}. {_md(q.question)} {_md(q.answer)} → {_md(q.decided)}" for i, q in enumerate(rec.advice.path, 1)]
     if rec.chosen_recipe_toml:
@@ -430,7 +432,9 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
         study=study,
         rec=rec,
         css=Markup(CSS),
-        host_note=" ".join(x for x in (HOST_NOTE, measured_on(study.candidates)) if x),
+        host_note=" ".join(
+            x for x in (HOST_NOTE, measured_on(study.candidates), retrained.legend(study.candidates)) if x
+        ),
         goals=_goals_text(rec),
         headers=HEADERS,
         rows=_html_rows(study, rec),

@@ -10,9 +10,11 @@ from pathlib import Path
 from optimize.core.results import FEW_SAMPLES, PHASES, Candidate, Metrics, Study, labelled
 from optimize.core.shown import clip
 from optimize.core.vocab import TARGET_DELEGATE, Delegate, Target
+from optimize.decide import retrained
 from optimize.decide.advice import describe
 from optimize.decide.explain import measured_on
 from optimize.decide.guard import has_labelled_goal, unlabelled_outputs
+from optimize.decide.retrained import MARK
 from optimize.decide.speed import SLOWER
 from optimize.delegates.observe import OBSERVED
 from optimize.measure.noise import ratio
@@ -273,7 +275,7 @@ def table_columns(cands: list[Candidate], every: bool = False) -> list[_Col]:
     deciding = fidelity == 0 and has["classes"]  # agreement judges some output: it keeps its column
     gzip = (1 if deciding else 0) if has["sparse"] else 5
     cols = [
-        _Col("candidate", lambda c, b: esc(c.name), 0),
+        _Col("candidate", lambda c, b: esc(c.name) + (MARK if c.retrained else ""), 0),
         _Col("size", lambda c, b: _kb(c.metrics.size.bytes), 0),
         _Col("x", _size_x, 3, "size x"),
         _Col("gzip", lambda c, b: _kb(c.metrics.size.gzip_bytes), gzip),
@@ -475,7 +477,8 @@ def _ship(study: Study, target: Target, rec, folder: Path | None) -> str:
         quality = f"Δ {_delta(c, b)}" if has_labels else f"rel err {_rel_err(c, b)}"
         n = samples_of(c)
         quality += f" on {n:,}" if n is not None else ""
-        return f"{path} ({c.name}: {ratio}, {quality}){_speed_note(study, rec)}"
+        mark = MARK if c.retrained else ""
+        return f"{path} ({c.name}{mark}: {ratio}, {quality}){_speed_note(study, rec)}"
     if rec.guard and rec.warnings:
         return "none passes the default guard (see WARNING below)"
     return f"nothing runs fully on {target}: {_blocker(study, target, rec)}"
@@ -513,7 +516,8 @@ def _blocker(study: Study, target: Target, rec) -> str:
 
 def legend(cands: list[Candidate], baseline: Candidate | None) -> list[str]:
     """What the table's columns mean, in plain words (nothing in the table depends on colour)."""
-    lines = [measured_on(cands), _latency_legend(cands, baseline), _fidelity_legend(cands), _thin_legend(cands)]
+    lines = [measured_on(cands), retrained.legend(cands), _latency_legend(cands, baseline), _fidelity_legend(cands)]
+    lines.append(_thin_legend(cands))
     if any(c.ok and c.islands for c in cands):
         lines.append("float = ops computing on float tensors, of all ops (float islands: each listed below, with why).")
     if any(c.delegates for c in cands):
@@ -735,29 +739,18 @@ def print_metrics(name: str, m: Metrics) -> None:
     say(f"  size      {m.size.bytes:,} bytes ({m.size.gzip_bytes:,} gzipped)")
     if m.accuracy:
         a = m.accuracy
-        on = m.test.words() if m.test is not None else f"{a.samples} samples"
+        on = _on(m, a.samples)
         if a.top1 is not None:
             say(f"  accuracy  top-1 {_pct(a.top1)}, top-{a.k} {_pct(a.topk)} on {on}")
         else:
             say(f"  accuracy  MAE {a.mae:.5g} on {on}")
     if m.fidelity:
-        for o in m.fidelity.outputs:
-            rel = f", rel err {_pct(o.relative_error)}" if o.relative_error is not None else ""
-            agree = f", top-1 agreement {_pct(o.top1_agreement)}" if o.top1_agreement is not None else ""
-            agree += (
-                f", decisions at 0.5 agree {_pct(o.decision_agreement)}" if o.decision_agreement is not None else ""
-            )
-            say(
-                f"  fidelity  {o.name}: |diff| mean {o.mean_abs_diff:.4g}, std {o.std_abs_diff:.4g}, "
-                f"max {o.max_abs_diff:.4g}{rel}{agree} vs {m.fidelity.reference}"
-            )
-            for sl in o.slices:  # an output of several scales: each part over its own range
-                con.print(f"            {esc(sl.name)} (range {sl.range:.4g}): rel err {_pct(sl.relative_error)}")
+        _print_fidelity(con, say, m)
         _print_task(con, m)
         if m.fidelity.top1_agreement is not None and not any(o.top1_agreement is not None for o in m.fidelity.outputs):
             say(f"            top-1 agreement {_pct(m.fidelity.top1_agreement)}")
         if m.accuracy is None:  # the samples the fidelity stands on (with labels, the accuracy line says them)
-            say(f"            on {m.test.words() if m.test is not None else f'{m.fidelity.samples} samples'}")
+            say(f"            on {_on(m, m.fidelity.samples)}")
     if m.latency:
         lt = m.latency
         say(
@@ -767,6 +760,25 @@ def print_metrics(name: str, m: Metrics) -> None:
         )
     if m.memory:
         say(f"  memory    peak {_kb(m.memory.peak_rss_bytes)} ({m.memory.method})")
+
+
+def _print_fidelity(con, say, m: Metrics) -> None:
+    """Each output against the reference: |diff|, relative error (per slice where it has slices), agreement."""
+    for o in m.fidelity.outputs:
+        rel = f", rel err {_pct(o.relative_error)}" if o.relative_error is not None else ""
+        agree = f", top-1 agreement {_pct(o.top1_agreement)}" if o.top1_agreement is not None else ""
+        agree += f", decisions at 0.5 agree {_pct(o.decision_agreement)}" if o.decision_agreement is not None else ""
+        say(
+            f"  fidelity  {o.name}: |diff| mean {o.mean_abs_diff:.4g}, std {o.std_abs_diff:.4g}, "
+            f"max {o.max_abs_diff:.4g}{rel}{agree} vs {m.fidelity.reference}"
+        )
+        for sl in o.slices:  # an output of several scales: each part over its own range
+            con.print(f"            {esc(sl.name)} (range {sl.range:.4g}): rel err {_pct(sl.relative_error)}")
+
+
+def _on(m: Metrics, samples: int) -> str:
+    """`all 600 test samples`, or a sample of them (`TestSample.words`); an older record: `600 samples`."""
+    return m.test.words() if m.test is not None else f"{samples} samples"
 
 
 def _print_task(con, m) -> None:
@@ -889,7 +901,7 @@ def _heading(rec) -> list[str]:
         if has_labelled_goal(rec.goals):
             unstated = "No goal for the outputs without labels given"
         lines.append(f"{unstated}: the default guard applies ({rec.guard}).")
-    return lines + ([rec.measured_on] if rec.measured_on else [])
+    return lines + [x for x in (rec.retrained, rec.measured_on) if x]
 
 
 def format_recommendation(rec, recipe: bool = False) -> str:

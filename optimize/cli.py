@@ -82,6 +82,9 @@ MIN_DETECTIONS_KEPT = typer.Option(
     None, help="Detectors: share of float32's detections kept (IoU >= 0.5, same class), e.g. 0.95."
 )
 MIN_MASK_IOU = typer.Option(None, help="Segmentation: mask IoU with float32's, e.g. 0.9.")
+MAX_SLOWDOWN = typer.Option(
+    None, help="cpu: the pick's p50 at most this many times float32's, e.g. 1.5 (default: not slower, within noise)."
+)
 CAL_SEED = typer.Option(0, "--calibration-seed", help="Seeds the random choice of calibration samples.")
 TEST_SAMPLES = typer.Option(
     None,
@@ -259,6 +262,7 @@ def sweep(
     min_agreement: float | None = MIN_AGREEMENT,
     min_detections_kept: float | None = MIN_DETECTIONS_KEPT,
     min_mask_iou: float | None = MIN_MASK_IOU,
+    max_slowdown: float | None = MAX_SLOWDOWN,
     jobs: int | None = typer.Option(
         None, "--jobs", "-j", min=0, help="Worker processes (default: cores, memory permitting; 0: in-process)."
     ),
@@ -306,6 +310,7 @@ def sweep(
         min_agreement=min_agreement,
         min_detections_kept=min_detections_kept,
         min_mask_iou=min_mask_iou,
+        max_slowdown=max_slowdown,
     )
     if mlflow:
         from optimize.present.tracking import check
@@ -733,6 +738,7 @@ def recommend(
     min_mask_iou: float | None = MIN_MASK_IOU,
     max_size_bytes: int | None = typer.Option(None, help="Largest acceptable .tflite."),
     max_latency_ms: float | None = typer.Option(None, help="Slowest acceptable p50 latency (host CPU)."),
+    max_slowdown: float | None = MAX_SLOWDOWN,
     objective: Objective = typer.Option(Objective.SIZE, help="Rank by size, latency or accuracy."),
     recipe: bool = typer.Option(
         False, "--recipe", help="Also print the chosen pipeline as a TOML recipe (for optimize run)."
@@ -766,6 +772,7 @@ def recommend(
         min_agreement,
         min_detections_kept,
         min_mask_iou,
+        max_slowdown,
     )
     if study is None:
         advice = advise(

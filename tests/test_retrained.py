@@ -122,7 +122,10 @@ def test_a_sweep_that_fine_tunes_plans_the_control_after_its_longest_chain():
     out = with_control(recipes)
     control = out[-1]
     assert control.name == TRAINING_CONTROL and control.scheme == "float32"
-    steps = [(s.technique, getattr(s.params, "epochs", None), getattr(s.params, "learning_rate", None)) for s in control.steps]
+    steps = [
+        (s.technique, getattr(s.params, "epochs", None), getattr(s.params, "learning_rate", None))
+        for s in control.steps
+    ]
     assert steps == [("finetune", 2, 1e-3), ("finetune", 1, 1e-4), ("convert", None, None)]
     assert with_control(recipes[:1]) == recipes[:1]  # nothing fine-tunes: no control
     assert with_control(out) == out  # planned once

@@ -82,7 +82,9 @@ def test_a_stated_slowdown_bound_is_judged_beyond_the_noise():
 
 def test_the_summary_says_when_size_cost_speed():
     lines = "\n".join(next_steps(slow_dynamic_study(), None))
-    assert "int8.tflite (int8: 0.33x float32's size, Δ -0.10 on 360); dynamic is smaller but 1.79x float32's p50" in lines
+    assert (
+        "int8.tflite (int8: 0.33x float32's size, Δ -0.10 on 360); dynamic is smaller but 1.79x float32's p50" in lines
+    )
     assert "the cpu's no slower than float32, the others on size and quality" in lines
 
 
@@ -102,3 +104,6 @@ def test_latency_is_shown_with_its_spread_and_a_cached_one_says_so():
     assert "The p50 of every candidate comes from the cache: the run that made it (timed 2026-11-28 12:59 UTC)" in said
     fresh = " ".join(legend(s.candidates, s.candidates[0]))
     assert "from the cache" not in fresh
+    facts = recommend(s.model_copy(update={"candidates": cands}), "cpu").facts
+    assert any(f.startswith("The latency of 4 candidate(s) comes from the result cache") for f in facts), facts
+    assert not any("result cache" in f for f in recommend(s, "cpu").facts)

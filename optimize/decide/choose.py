@@ -30,7 +30,7 @@ from optimize.decide import explain, kinds, retrained
 from optimize.decide.advice import EPS, PASSED_OVER, PRUNE_FACT, Advice, advise, check_target, recipe_toml
 from optimize.decide.guard import WORST, Guard, axes, default_guard, has_quality_goal, quality, remedy
 from optimize.decide.on_target import as_computed_on, timed_on
-from optimize.decide.speed import SLOWER, cost_line, slowdown_problem
+from optimize.decide.speed import SLOWER, cached_fact, cost_line, slowdown_problem
 from optimize.measure.noise import speed, versus
 
 
@@ -685,10 +685,8 @@ def _facts(study: Study, target: Target, goals: Goals, advice: Advice, choice: _
     if goals.objective is Objective.ACCURACY and not choice.by_labels:
         extra = [*extra, "No labels: accuracy is ranked by fidelity to float32 (top-1 agreement for class outputs, "
                  "else the worst output's relative error; under 0.1% of the range counts as none)."]  # fmt: skip
-    trained = retrained.summary(study)
-    return explain.facts_once(
-        generic + sorted(choice.facts | set(extra)) + study_facts + ([trained] if trained else []), study
-    )
+    said = [x for x in (retrained.summary(study), cached_fact(study.candidates) if target is Target.CPU else "") if x]
+    return explain.facts_once(generic + sorted(choice.facts | set(extra)) + study_facts + said, study)
 
 
 def _delegate_fixes(study: Study, delegate: str) -> list[str]:

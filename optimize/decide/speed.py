@@ -61,3 +61,17 @@ def cost_line(chosen: Candidate | None, kept_out: list[Candidate], base: Candida
             f"--max-slowdown {goals.max_slowdown:g}."
         )
     return ""
+
+
+def cached_fact(study_candidates: list[Candidate]) -> str:
+    """A line when latencies the cpu target judges come from the result cache: they are the run that made
+    them, never presented as timed now."""
+    cached = [c for c in study_candidates if c.ok and c.cached and c.metrics.latency is not None]
+    if not cached:
+        return ""
+    when = sorted({c.metrics.latency.timed[:16].replace("T", " ") for c in cached if c.metrics.latency.timed})
+    at = f", timed {when[0]}{' to ' + when[-1] if len(when) > 1 else ''} UTC" if when else ""
+    return (
+        f"The latency of {len(cached)} candidate(s) comes from the result cache (the run that made them{at}), "
+        "not timed again: --no-cache re-times them."
+    )

@@ -278,3 +278,28 @@ def test_accuracy_is_the_whole_test_split_by_an_independent_count(float_tflite, 
     assert m.accuracy.top1 == right / 600
     capped = optimize.evaluate(float_tflite, data, timing=False, samples=100)
     assert capped.accuracy.samples == 100 and capped.test.method == "stratified" and capped.test.of == 600
+
+
+def test_batched_outputs_are_the_one_sample_outputs(float_tflite, tmp_path):
+    """The whole split goes through in batches where the model takes one (issue 43: the figures must not move,
+    only the time): the same arrays as one invoke a sample; a model without a free batch axis, one at a time."""
+    from optimize.core.registry import Context, get
+    from optimize.measure import batched
+    from optimize.models import runtime
+
+    x = np.random.default_rng(0).random((130, 8, 8, 1), dtype=np.float32)
+    tech = get("quantize")
+    made = {
+        scheme: tech.fn(float_tflite, tech.parse({"scheme": scheme, "io": io}), Context(workdir=tmp_path / scheme, data=from_arrays(x=x)))
+        for scheme, io in (("dynamic", "float"), ("int8", "int8"))
+    }  # fmt: skip
+    for path in (float_tflite, *made.values()):
+        runner = runtime.Runner(runtime.load(path, like=x[:1]))
+        assert batched.batchable(runner)
+        got = batched.predict(path, runner, x)
+        want = runner.predict(x)
+        assert [g.shape for g in got] == [w.shape for w in want] == [(130, 10)]
+        assert np.allclose(got[0], want[0], rtol=0, atol=1e-5)
+    fixed = runtime.Runner(runtime.load(float_tflite, like=x[:1]))
+    fixed.inputs = [{**d, "shape_signature": np.array([1, 8, 8, 1])} for d in fixed.inputs]
+    assert not batched.batchable(fixed)

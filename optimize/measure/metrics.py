@@ -24,7 +24,7 @@ from optimize.core.results import (
     Size,
     TestSample,
 )
-from optimize.measure import detection, slices, timing
+from optimize.measure import batched, detection, slices, timing
 from optimize.measure.memory import peak_memory_bytes
 from optimize.measure.on_target import emulated
 from optimize.measure.timing import time_invoke
@@ -71,7 +71,7 @@ def _reference_outputs(reference: Path, xs, threads: int) -> list[np.ndarray]:
     if key not in _REFERENCE_MEMO:
         _REFERENCE_MEMO.clear()
         loaded = runtime.load(reference, threads=threads, like=take(xs, slice(0, 1)))
-        _REFERENCE_MEMO[key] = runtime.Runner(loaded).predict(xs)
+        _REFERENCE_MEMO[key] = batched.predict(reference, runtime.Runner(loaded), xs, threads)
     return _REFERENCE_MEMO[key]
 
 
@@ -403,7 +403,7 @@ INVOKE_FIX = "If its float model runs on the same input, the quantization broke 
 def _predict(runner: runtime.Runner, xs, path: Path, source: str) -> list[np.ndarray]:
     """runner.predict, with a failure to invoke told in one line: the model, the sample, the node and op."""
     try:
-        return runner.predict(xs)
+        return batched.predict(path, runner, xs, runner.loaded.threads)
     except runtime.InvokeError as e:
         where = f"test sample {e.sample} of {Path(source).name}" if e.sample is not None else Path(source).name
         raise runtime.InvokeError(

@@ -96,7 +96,11 @@ def test_failed_technique_is_a_failed_candidate(keras_model, data_npz, tmp_path,
     assert names["cluster-int8"].error == "cluster: nothing to cluster here"
     assert names["float16"].ok and names["float32"].ok
     assert load_study(tmp_path / "study.json") == study
-    assert sorted(p.name for p in tmp_path.glob("*.tflite")) == ["float16.tflite", "float32.tflite"]
+    # a sweep that fine-tunes measures the training control beside it (issue 43)
+    assert names["float32-finetuned"].ok and names["float32-finetuned"].control
+    assert sorted(p.name for p in tmp_path.glob("*.tflite")) == [
+        "float16.tflite", "float32-finetuned.tflite", "float32.tflite"
+    ]  # fmt: skip
 
 
 def test_data_that_does_not_fit_is_refused_before_work(keras_model, tmp_path):

@@ -65,6 +65,7 @@ def test_a_retrained_candidate_is_not_picked_below_98_percent_agreement_by_defau
 def test_stated_agreement_accepts_it_and_the_gain_is_credited_to_training():
     rec = recommend(small_cnn_study(), "cpu", make_goals(min_agreement=0.88))
     assert rec.chosen == "prune-cluster-int8" and not rec.retrained  # the user's bound judges every candidate
+    assert rec.headline == "Chosen from measurements: prune-cluster-int8 (retrained: fine-tuned on your data)"
     line = next(w for w in rec.why if w.startswith("prune-cluster-int8 is retrained"))
     assert "agrees with your float model on 88.5% of the test samples" in line
     assert "+7.0 points against your model" in line and "gains +6.7 (float32-finetuned)" in line

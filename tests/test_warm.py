@@ -67,7 +67,8 @@ def test_a_warm_rerun_of_a_savedmodel_and_a_keras3_model_imports_no_tensorflow(t
         cache = tmp_path / f"cache-{model.name}"
         sweeps.sweep(model, tmp_path / "d.npz", tmp_path / f"a-{model.name}", recipes, jobs=0, runs=3, cache=str(cache))
         warm = _warm(model, tmp_path / "d.npz", tmp_path / f"b-{model.name}", cache, recipes)
-        assert warm == {"cached": [True, True], "tf": False}, model.name
+        fine_tunes = model.name == "m3.keras"  # the baseline, prune-f16 and its training control (issue 43)
+        assert warm == {"cached": [True] * (3 if fine_tunes else 2), "tf": False}, model.name
 
 
 @pytest.mark.parametrize("change", ["bytes", "trust"])

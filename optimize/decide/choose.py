@@ -662,7 +662,9 @@ class _Choice:
         if c is not None and keep is not None:
             return f"Chosen from measurements: {c.name}: keep the float32 file ({keep}); no conversion beats it here."
         if c is not None:
-            return f"Chosen from measurements: {c.name}"
+            return f"Chosen from measurements: {c.name}" + (
+                " (retrained: fine-tuned on your data)" if c.retrained else ""
+            )
         if not self.study.candidates:
             return "No measured candidate to choose from: the study is empty."
         if self.kept_out and not _goals_given(self.goals):

@@ -81,7 +81,9 @@ class Pick(BaseModel):
     target: Target
     candidate: str | None = Field(description="The pick, or None when no candidate fits.")
     size_ratio: float | None = Field(None, description="Pick's .tflite size over the float32 baseline's.")
-    latency_ratio: float | None = Field(None, description="Pick's p50 over the baseline's (same node).")
+    latency_ratio: float | None = Field(
+        None, description="Pick's host-CPU p50 over the baseline's (same node); the cpu target only."
+    )
     accuracy_delta: float | None = Field(None, description="Top-1 (or score) change against the baseline.")
     why_none: str | None = None
 
@@ -273,6 +275,7 @@ def _pick(study: Study, target: Target) -> Pick:
         target=target,
         candidate=c.name,
         size_ratio=size / base_size if size and base_size else None,
-        latency_ratio=c.p50_ms / base.p50_ms if base and c.p50_ms and base.p50_ms else None,
+        # host-CPU latency describes the cpu target only (issue 43): another target's pick shows none
+        latency_ratio=c.p50_ms / base.p50_ms if target is Target.CPU and base and c.p50_ms and base.p50_ms else None,
         accuracy_delta=m.accuracy_delta if m else None,
     )

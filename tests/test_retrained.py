@@ -130,3 +130,13 @@ def test_a_sweep_that_fine_tunes_plans_the_control_after_its_longest_chain():
     assert steps == [("finetune", 2, 1e-3), ("finetune", 1, 1e-4), ("convert", None, None)]
     assert with_control(recipes[:1]) == recipes[:1]  # nothing fine-tunes: no control
     assert with_control(out) == out  # planned once
+
+
+def test_the_report_marks_them_and_says_n():
+    from optimize.present.report import render_markdown
+
+    s = small_cnn_study()
+    md = render_markdown(s, recommend(s, "gpu"))
+    assert "| prune-cluster-int8† |" in md and "† retrained: fine-tuned on your data" in md
+    assert md.count("Accuracy and fidelity on 600 test samples.") == 2  # under the table, and the recommendation
+    assert "must still answer as your model does: 98% top-1 agreement" in md

@@ -107,3 +107,24 @@ def test_latency_is_shown_with_its_spread_and_a_cached_one_says_so():
     facts = recommend(s.model_copy(update={"candidates": cands}), "cpu").facts
     assert any(f.startswith("The latency of 4 candidate(s) comes from the result cache") for f in facts), facts
     assert not any("result cache" in f for f in recommend(s, "cpu").facts)
+
+
+def test_the_gpus_accuracy_is_compared_with_the_cpu_baseline_not_with_itself():
+    """A candidate measured before its baseline stored a GPU accuracy change of 0 (compared with itself): ties
+    on size then went to the least accurate. The gpu target reads the change from the two accuracies."""
+    s = study(
+        [
+            candidate("float32", size=300_000, delta=0.0),
+            candidate("a", "int8", size=72_744, delta=-0.03),
+            candidate("b", "int8", size=72_744, delta=0.0),
+            candidate("c", "int8", size=72_744, delta=-0.01),
+        ]
+    )
+    cands = []
+    for c in s.candidates:
+        gpu = TargetFidelity(
+            **dict(c.metrics.fidelity), method="emulated", accuracy=c.metrics.accuracy, accuracy_delta=0.0
+        )
+        cands.append(c.model_copy(update={"metrics": c.metrics.model_copy(update={"on_target": OnTarget(gpu=gpu)})}))
+    rec = recommend(s.model_copy(update={"candidates": cands}), "gpu", make_goals(max_accuracy_drop=0.05))
+    assert rec.ranked[:3] == ["b", "c", "a"], rec.ranked

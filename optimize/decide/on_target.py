@@ -13,7 +13,7 @@ candidate on a GPU device (`metrics.on_target.gpu.latency`). Pure: no TensorFlow
 
 from __future__ import annotations
 
-from optimize.core.results import Candidate, Fidelity, Latency, Study, TargetFidelity
+from optimize.core.results import Accuracy, Candidate, Fidelity, Latency, Study, TargetFidelity
 from optimize.core.vocab import Target
 
 #: The targets whose arithmetic a sweep records (`metrics.on_target.<name>`).
@@ -27,11 +27,25 @@ def figures(c: Candidate, target: Target) -> TargetFidelity | None:
     return getattr(on, name, None) if on is not None and name else None
 
 
-def _as_computed(c: Candidate, g: TargetFidelity) -> Candidate:
+def _delta(g: TargetFidelity, base: Accuracy | None) -> dict:
+    """The target's accuracy against the float32 baseline's on the CPU: top-1 points, or the MAE's ratio. Read
+    from the two records, not from the deltas a sweep stored: a candidate produced before its baseline was
+    measured compared its GPU figures with themselves (every gpu delta 0, so ties went to the least accurate)."""
+    a = g.accuracy
+    if a is None or base is None:
+        return {"accuracy_delta": g.accuracy_delta, "error_ratio": g.error_ratio}
+    if a.top1 is not None and base.top1 is not None:
+        return {"accuracy_delta": a.top1 - base.top1, "error_ratio": None}
+    if a.mae is not None and base.mae:
+        return {"accuracy_delta": None, "error_ratio": a.mae / base.mae}
+    return {"accuracy_delta": g.accuracy_delta, "error_ratio": g.error_ratio}
+
+
+def _as_computed(c: Candidate, g: TargetFidelity, base: Accuracy | None = None) -> Candidate:
     fid = Fidelity(**{k: getattr(g, k) for k in Fidelity.model_fields})
     update: dict = {"fidelity": fid if c.metrics.fidelity is not None else None}
     if g.accuracy is not None:
-        update.update(accuracy=g.accuracy, accuracy_delta=g.accuracy_delta, error_ratio=g.error_ratio)
+        update.update(accuracy=g.accuracy, **_delta(g, base))
     return c.model_copy(update={"metrics": c.metrics.model_copy(update=update)})
 
 
@@ -42,7 +56,9 @@ def as_computed_on(study: Study, target: Target) -> tuple[Study, list[str]]:
     found = {c.name: g for c in study.candidates if (g := figures(c, target)) is not None}
     if not found:
         return study, []
-    cands = [_as_computed(c, found[c.name]) if c.name in found else c for c in study.candidates]
+    base = next((c for c in study.candidates if c.name == study.baseline and c.ok), None)
+    acc = base.metrics.accuracy if base is not None else None
+    cands = [_as_computed(c, found[c.name], acc) if c.name in found else c for c in study.candidates]
     methods = sorted({g.method for g in found.values()})
     facts = [
         f"Quality as the {target} computes each candidate ({' and '.join(methods)} for {len(found)} of them: "

@@ -90,7 +90,14 @@ class _Pending:
         for i, c in enumerate(self.fresh):
             m = c.metrics
             if c.name != base_name and m is not None and m.accuracy is not None and not _has_delta(m):
-                self.fresh[i] = c.model_copy(update={"metrics": m.model_copy(update=compare(m.accuracy, accuracy))})
+                m = m.model_copy(update=compare(m.accuracy, accuracy))
+                gpu = m.on_target.gpu if m.on_target is not None else None
+                if gpu is not None and gpu.accuracy is not None:  # compared with itself until the baseline came
+                    gpu = gpu.model_copy(
+                        update={"accuracy_delta": None, "error_ratio": None, **compare(gpu.accuracy, accuracy)}
+                    )
+                    m = m.model_copy(update={"on_target": m.on_target.model_copy(update={"gpu": gpu})})
+                self.fresh[i] = c.model_copy(update={"metrics": m})
 
     def release(self, ex, baseline: Candidate | None) -> None:
         """Submit the waiting groups, compared with `baseline` (none if it failed or never came)."""

@@ -97,10 +97,10 @@ def test_latency_is_shown_with_its_spread_and_a_cached_one_says_so():
         )
         cands.append(c.model_copy(update={"cached": True, "metrics": c.metrics.model_copy(update={"latency": lat})}))
     table = candidates_table(cands, cands[0], width=120)
-    p50 = next(col for col in table.columns if col.header == "p50 ms")
-    assert list(p50._cells)[0] == "8.700±10%"
+    spread = next(col for col in table.columns if col.header == "±")
+    assert list(spread._cells) == ["10%"] * 4
     said = " ".join(legend(cands, cands[0]))
-    assert "± the half-width of its ~95% interval" in said
+    assert "± = the half-width of each p50's ~95% interval: 10%." in said
     assert "The p50 of every candidate comes from the cache: the run that made it (timed 2026-11-28 12:59 UTC)" in said
     fresh = " ".join(legend(s.candidates, s.candidates[0]))
     assert "from the cache" not in fresh

@@ -76,6 +76,6 @@ def test_the_command_line_says_it_in_one_error_and_exits_2(tmp_path, cli):
     before = _digests(tmp_path)
     r = cli("quantize", str(tmp_path / "absent.keras"), "--scheme", "int8", "-o", str(tmp_path), env={"NO_COLOR": "1"})
     assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith("error: ") and r.stderr.count("error:") == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("error:") and r.stderr.count("error:") == 1 and "Traceback" not in r.stderr
     assert "belongs to the study" in r.stderr and "Write elsewhere" in r.stderr
     assert _digests(tmp_path) == before

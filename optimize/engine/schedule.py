@@ -90,13 +90,7 @@ class _Pending:
         for i, c in enumerate(self.fresh):
             m = c.metrics
             if c.name != base_name and m is not None and m.accuracy is not None and not _has_delta(m):
-                m = m.model_copy(update=compare(m.accuracy, accuracy))
-                gpu = m.on_target.gpu if m.on_target is not None else None
-                if gpu is not None and gpu.accuracy is not None:  # compared with itself until the baseline came
-                    gpu = gpu.model_copy(
-                        update={"accuracy_delta": None, "error_ratio": None, **compare(gpu.accuracy, accuracy)}
-                    )
-                    m = m.model_copy(update={"on_target": m.on_target.model_copy(update={"gpu": gpu})})
+                m = _gpu_delta(m.model_copy(update=compare(m.accuracy, accuracy)), accuracy)
                 self.fresh[i] = c.model_copy(update={"metrics": m})
 
     def release(self, ex, baseline: Candidate | None) -> None:
@@ -145,6 +139,18 @@ def _submit_baseline(ex, pending: _Pending, first: list[Recipe], base: Recipe) -
         ex.submit(task)
     if pending.waiting and hasattr(ex, "expect"):  # workers for what follows the baseline, started now
         ex.expect(len(pending.waiting) + 1, warm="tf" if run.src.kind in TF_KINDS else "measure")
+
+
+def _gpu_delta(m, accuracy):
+    """The metrics with the GPU's figures compared with the baseline's accuracy too: until the baseline came,
+    they were compared with themselves (a change of 0)."""
+    from optimize.measure.metrics import compare
+
+    gpu = m.on_target.gpu if m.on_target is not None else None
+    if gpu is None or gpu.accuracy is None:
+        return m
+    gpu = gpu.model_copy(update={"accuracy_delta": None, "error_ratio": None, **compare(gpu.accuracy, accuracy)})
+    return m.model_copy(update={"on_target": m.on_target.model_copy(update={"gpu": gpu})})
 
 
 def _has_delta(m) -> bool:

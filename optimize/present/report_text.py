@@ -286,14 +286,20 @@ def table_columns(cands: list[Candidate], every: bool = False) -> list[_Col]:
     cols += [_Col("rel err", _rel_err, fidelity)] + ([_Col("agree", _agree, fidelity)] if has["classes"] else [])
     cols += _task_columns(found)
     cols += [_Col("float", _float_ops, 4, "float ops")] if has["islands"] else []
-    cols += [
+    cols += _latency_columns()
+    if has["memory"]:
+        cols.append(_Col("mem", lambda c, b: _kb(c.metrics.memory.peak_rss_bytes) if c.metrics.memory else "-", 3))
+    return cols
+
+
+def _latency_columns() -> list[_Col]:
+    """Host-CPU p50, its spread (dropped before accuracy when the terminal is narrow: the legend says its
+    range), and its ratio to float32's."""
+    return [
         _Col("p50 ms", lambda c, b: "-" if c.p50_ms is None else f"{c.p50_ms:.3f}", 0),
         _Col("±", _spread, 3, "p50 ±"),
         _Col("x", lambda c, b: _ratio(c.p50_ms, b.p50), 6, "p50 x"),
     ]
-    if has["memory"]:
-        cols.append(_Col("mem", lambda c, b: _kb(c.metrics.memory.peak_rss_bytes) if c.metrics.memory else "-", 3))
-    return cols
 
 
 def _spread(c: Candidate, base: _Base) -> str:

@@ -69,6 +69,21 @@ def test_a_sweep_of_another_model_is_refused_unless_told_to_replace(tmp_path):
     # the same model, by its bytes or by the path it was named by (a retrained file), replaces its own study
     assert outputs.refuse_another_model(tmp_path, "demo", "f00d", replace=False) is not None
     assert outputs.refuse_another_model(tmp_path, "mine.keras", "abc123", replace=False) is not None
+    # before the model is opened, the path decides: the same file named another way is the same model
+    _folder_with_a_study(tmp_path, model=str(tmp_path / "m.keras"))
+    assert outputs.refuse_another_model(tmp_path, str(tmp_path / "." / "m.keras"), None, replace=False) is not None
+    with pytest.raises(OptimizeError, match="another model"):
+        outputs.refuse_another_model(tmp_path, str(tmp_path / "other.keras"), None, replace=False)
+
+
+def test_a_sweep_of_another_model_is_refused_before_the_model_is_opened(tmp_path):
+    from optimize.engine import sweeps
+
+    _folder_with_a_study(tmp_path)
+    before = _digests(tmp_path)
+    with pytest.raises(OptimizeError, match="holds the study of another model"):  # the model does not even exist
+        sweeps.sweep(tmp_path / "absent.keras", None, tmp_path, jobs=0)
+    assert _digests(tmp_path) == before
 
 
 def test_the_command_line_says_it_in_one_error_and_exits_2(tmp_path, cli):

@@ -78,13 +78,22 @@ def single_way_out(folder: str | Path, name: str) -> str:
     return f"Write elsewhere: -o {stem}-out, or -o {Path(folder) / (stem + '-mine.tflite')}."
 
 
-def refuse_another_model(folder: str | Path, model: str, fingerprint: str, replace: bool) -> Described | None:
+def _same_path(a: str, b: str) -> bool:
+    try:
+        return a == b or Path(a).resolve() == Path(b).resolve()
+    except (OSError, ValueError):
+        return False
+
+
+def refuse_another_model(folder: str | Path, model: str, fingerprint: str | None, replace: bool) -> Described | None:
     """Before a sweep: the study in `folder`, refused (exit 2) when it is another model's (neither the same
-    bytes nor the same path as named) unless `replace` says to replace it. Returns the study found, if any."""
+    path as named nor, once the model is opened, the same bytes: `fingerprint`) unless `replace` says to replace
+    it. Checked before the model is opened (`fingerprint` None: the path decides), and again after for a model
+    given as an object. Returns the study found, if any."""
     study = described(folder)
     if study is None or replace or not study.files:
         return study
-    if study.fingerprint == fingerprint or study.model == model:
+    if _same_path(study.model, model) or (fingerprint is not None and study.fingerprint == fingerprint):
         return study
     raise OptimizeError(
         f"{folder} holds the study of another model ({study.model}{_when(study)}, {len(study.files)} .tflite "

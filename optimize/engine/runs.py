@@ -206,6 +206,8 @@ def open_run(
     run for its baseline (`Run.export`; a one-model sweep keeps it, a zoo of many does not hold them all).
     `replace=False`: an output folder holding another model's study is refused before any work (`outputs`)."""
     started = time.perf_counter()
+    if model is None or isinstance(model, (str, Path)):  # another model's study: one line before anything is opened
+        outputs.refuse_another_model(output, "demo" if model is None else str(model), None, replace)
     store = result_cache(cache)  # a cache that cannot be used: one line, before any work
     known = store.known(trust_model_code)  # what earlier runs' checks found: a warm re-run needs no TensorFlow
     trains = asks_training(recipes, target)

@@ -759,9 +759,23 @@ def recommend(
         _show(advice.model_dump_json(indent=2) if as_json else format_recommendation(advice, recipe), fit=not as_json)
         return
     folder = study if study.is_dir() else study.parent
-    rec = choose(load_study(study), target, goals, folder=folder)
-    _show(rec.model_dump_json(indent=2) if as_json else format_recommendation(rec, recipe), fit=not as_json)
+    st = load_study(study)
+    rec = choose(st, target, goals, folder=folder)
+    _show(
+        rec.model_dump_json(indent=2) if as_json else format_recommendation(rec, recipe) + _usage(st, rec, folder),
+        fit=not as_json,
+    )
     raise_if_unmet(rec)
+
+
+def _usage(study, rec, folder: Path) -> str:
+    """How to run the chosen file on the target, and measure it on a phone (present.usage)."""
+    from optimize.present.usage import usage_lines
+
+    if not rec.chosen:
+        return ""
+    lines = usage_lines(study.candidate(rec.chosen), rec.target, folder)
+    return "\n" + "\n".join(lines) + "\n" if lines else ""
 
 
 @app.command()

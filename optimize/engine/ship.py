@@ -1,0 +1,81 @@
+"""A candidate's file as it is shipped: its I/O contract read from it, its TFLite metadata written into it.
+
+This is where an artifact is placed in the output folder (`pipeline.make_candidate`), so every file a sweep,
+`quantize`, `prune` or `run` writes says how to feed it: the contract (dtype, shape, scale, zero point, the
+range each input expects) is read from the artifact's own bytes (`optimize.models.contract`), never from what
+the recipe meant to make, and the same contract, with the class names when the data gives them (`labels`), is
+written into the file as TFLite metadata (`optimize.models.metadata`), which Android's Task Library, MediaPipe
+Tasks and tflite-support read. The metadata does not change what the file computes (the interpreter skips it);
+the sizes measured afterwards are those of the file shipped. A file that already carries metadata someone else
+wrote (a `.tflite` given with its own, inherited by its candidates) keeps it, with the files it packed.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from optimize.core import paths
+from optimize.core.results import IOContract
+from optimize.models import metadata
+from optimize.models.contract import data_ranges, read_contract
+
+log = logging.getLogger(__name__)
+
+
+def _ranges(data) -> dict[str, tuple[float, float]]:
+    """The float inputs' ranges over the calibration and test samples (what the model was measured on)."""
+    if data is None:
+        return {}
+    cal, test = data_ranges(data.x_cal), data_ranges(data.x_test)
+    return {k: (min(v[0], test.get(k, v)[0]), max(v[1], test.get(k, v)[1])) for k, v in cal.items()}
+
+
+def _about(src, data, name: str, scheme: str) -> metadata.About:
+    from optimize import __version__
+
+    labels = tuple(data.class_names) if data is not None else ()
+    what = f"{name} ({scheme}) of {src.name}, made and measured by optimize {__version__}"
+    return metadata.About(name=src.name, description=what, labels=labels)
+
+
+def _theirs(content: bytes) -> bool:
+    """The file carries TFLite metadata written by someone else (its source's author)."""
+    meta = metadata.read(content)
+    return meta is not None and metadata._text(meta.author) != metadata.AUTHOR
+
+
+def _source_files(src) -> dict[str, bytes]:
+    """The files a .tflite source packed after itself (its labels), to pack again with its candidates."""
+    path = Path(src.path)
+    if src.kind != "tflite" or not path.is_file():
+        return {}
+    try:
+        return metadata.packed(paths.read_bounded(path, "model"))
+    except Exception:  # an unreadable trailer is the source's, never a reason to fail the candidate
+        return {}
+
+
+def with_metadata(content: bytes, ws, name: str, scheme: str, notes: list[str]) -> tuple[bytes, IOContract]:
+    """The file's bytes with TFLite metadata in them, and its contract. Writing the metadata failing (a model
+    over 2 GB, say) leaves the file as it was, with a note: the candidate stands."""
+    contract = read_contract(content, _ranges(ws.data))
+    try:
+        if _theirs(content):
+            files = _source_files(ws.src)
+            shipped = metadata.embed(content, metadata._metadata_buffer(content), files) if files else content
+        else:
+            about = _about(ws.src, ws.data, name, scheme)
+            shipped = metadata.embed(content, metadata.build(contract, about), metadata.files_for(contract, about))
+    except Exception as e:  # the metadata is an addition; the model is what was measured
+        notes.append(f"no TFLite metadata written: {type(e).__name__}: {str(e)[:120]}")
+        shipped = content
+    return shipped, contract.model_copy(update={"metadata": metadata.summary(shipped)})
+
+
+def ship_out(ws, src_path: Path, artifact: Path, name: str, scheme: str, notes: list[str]) -> IOContract:
+    """The artifact written into the output folder through the one writer, with its metadata; its contract."""
+    content = paths.read_bounded(Path(src_path), "model")
+    shipped, contract = with_metadata(content, ws, name, scheme, notes)
+    paths.write_atomic(artifact, shipped, root=artifact.parent)
+    return contract

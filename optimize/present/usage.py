@@ -1,0 +1,136 @@
+"""How to run the chosen file on its target: interpreter set-up in Python, Kotlin and Swift with the target's
+delegate, the integer I/O arithmetic when the file takes or gives integers, and the `benchmark_model` command that
+measures it on a phone (issue 43). `optimize recommend` ends with it.
+
+Everything is read from the candidate's I/O contract (`Candidate.contract`, read from the file itself): an int8
+input's scale and zero point are the file's, never the recipe's. The delegate options are those each platform's
+LiteRT (TensorFlow Lite) API takes; the benchmark flags are `benchmark_model`'s own (`--use_gpu`, `--use_nnapi`,
+`--use_hexagon`, `--use_xnnpack`, `--num_threads`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from optimize.core.results import Candidate, TensorContract
+from optimize.core.vocab import Target
+
+#: Per target: Python set-up, Kotlin (Android) set-up, Swift (iOS) set-up, benchmark_model flags (None: not a
+#: phone's benchmark). `{file}` is the file's name.
+_PY_CPU = ("from ai_edge_litert.interpreter import Interpreter", 'it = Interpreter(model_path="{file}", num_threads=4)')
+_PY_GPU = (
+    "from ai_edge_litert.compiled_model import CompiledModel",
+    "from ai_edge_litert.hardware_accelerator import HardwareAccelerator as A",
+    'model = CompiledModel.from_file("{file}", hardware_accel=A.GPU | A.CPU)',
+)
+_KT_CPU = ('val it = Interpreter(loadModelFile("{file}"), Interpreter.Options().setNumThreads(4))',)
+_SW_CPU = (
+    "var options = Interpreter.Options(); options.threadCount = 4",
+    'let it = try Interpreter(modelPath: path("{file}"), options: options)',
+)
+SETUP = {
+    Target.CPU: (_PY_CPU, _KT_CPU, _SW_CPU, "--num_threads=4 --use_xnnpack=true"),
+    Target.GPU: (
+        _PY_GPU,
+        (
+            "val options = Interpreter.Options().addDelegate(GpuDelegate())",
+            'val it = Interpreter(loadModelFile("{file}"), options)',
+        ),
+        ('let it = try Interpreter(modelPath: path("{file}"), delegates: [MetalDelegate()!])',),
+        "--use_gpu=true",
+    ),
+    Target.NNAPI: (
+        _PY_CPU,
+        (
+            "val options = Interpreter.Options().addDelegate(NnApiDelegate())",
+            'val it = Interpreter(loadModelFile("{file}"), options)',
+        ),
+        _SW_CPU,
+        "--use_nnapi=true",
+    ),
+    Target.HEXAGON: (
+        _PY_CPU,
+        (
+            "val options = Interpreter.Options().addDelegate(HexagonDelegate(context))",
+            'val it = Interpreter(loadModelFile("{file}"), options)',
+        ),
+        _SW_CPU,
+        "--use_hexagon=true",
+    ),
+    Target.COREML: (
+        _PY_CPU,
+        _KT_CPU,
+        (
+            "var o = CoreMLDelegate.Options(); o.enabledDevices = .all",
+            'let it = try Interpreter(modelPath: path("{file}"),',
+            "                         delegates: [CoreMLDelegate(options: o)!])",
+        ),
+        None,
+    ),
+    Target.MCU: (_PY_CPU, (), (), None),
+}
+_WHERE = {
+    Target.COREML: "On an iPhone: LiteRT's iOS benchmark app, benchmark_params.json with use_coreml true.",
+    Target.MCU: "On a microcontroller: TFLite Micro's MicroInterpreter, the file as a C array (xxd -i {file}).",
+}
+
+
+def _code(title: str, lines: tuple[str, ...], file: str) -> list[str]:
+    return [f"  {title}:", *(f"    {line.format(file=file)}" for line in lines)] if lines else []
+
+
+def _quantized(c: Candidate) -> tuple[list[TensorContract], list[TensorContract]]:
+    k = c.contract
+    return [t for t in k.inputs if t.scale is not None], [t for t in k.outputs if t.scale is not None]
+
+
+def integer_io(c: Candidate) -> list[str]:
+    """The arithmetic that feeds and reads an integer-I/O file, with the file's own scales and zero points."""
+    ins, outs = _quantized(c)
+    if not ins and not outs:
+        return []
+    lines = ["  Integer I/O (the file's own scale and zero point; np = numpy):"]
+    for t in ins:
+        lo, hi = _limits(t.dtype)
+        lines += [
+            f"    # input {t.name}: {t.dtype}, scale {t.scale:.8g}, zero point {t.zero_point}",
+            f"    q = np.clip(np.round(x / {t.scale:.8g}) + ({t.zero_point}), {lo}, {hi}).astype(np.{t.dtype})",
+        ]
+    for t in outs:
+        lines += [
+            f"    # output {t.name}: {t.dtype}, scale {t.scale:.8g}, zero point {t.zero_point}",
+            f"    y = (q.astype(np.float32) - ({t.zero_point})) * {t.scale:.8g}",
+        ]
+    return lines
+
+
+def _limits(dtype: str) -> tuple[int, int]:
+    from optimize.models.contract import INTEGER_RANGES
+
+    return INTEGER_RANGES.get(dtype, (-128, 127))
+
+
+def benchmark(c: Candidate, target: Target, folder: Path | None) -> list[str]:
+    """The command that measures the file on a phone, or where that is done for targets without one."""
+    file = Path(c.artifact or f"{c.name}.tflite").name
+    flags = SETUP[target][3]
+    if flags is None:
+        return [f"  {_WHERE[target].format(file=file)}"]
+    local = str(Path(folder) / file) if folder else file
+    return [
+        "Measure it on an Android phone (LiteRT's benchmark_model, adb):",
+        f"  adb push {local} /data/local/tmp/",
+        f"  adb shell /data/local/tmp/benchmark_model --graph=/data/local/tmp/{file} {flags}",
+    ]
+
+
+def usage_lines(c: Candidate, target: Target, folder: Path | None = None) -> list[str]:
+    """How to run `c` on `target`, as terminal lines (each code line fits 80 columns for a short file name)."""
+    if c.contract is None:
+        return []
+    file = Path(c.artifact or f"{c.name}.tflite").name
+    py, kt, sw, _ = SETUP[target]
+    lines = [f"How to run {file} on {target}:"]
+    lines += _code("Python", py, file) + _code("Kotlin (Android)", kt, file) + _code("Swift (iOS)", sw, file)
+    lines += integer_io(c)
+    return lines + benchmark(c, target, folder)

@@ -583,13 +583,16 @@ def evaluate(
     if reference is not None and data is None:  # fidelity is measured on inputs: none given, none invented
         raise OptimizeError("--reference needs inputs to compare outputs on:", "add --data D.npz.")
     src, ds = open_inputs(model, data, measuring=_measuring(task, label_output, 0), layout=layout, threads=threads)
+    from optimize.engine.ship import contract_of
+
     with tempfile.TemporaryDirectory(prefix="optimize-evaluate-") as tmp:
         flat, converted = _converted(src, Path(tmp))
         metrics = run_eval(flat or model, ds, reference=reference, threads=threads, runs=runs)
+        contract = contract_of(flat or model, ds)  # how to feed the file, read from it
     if as_json:
-        _print_json(metrics)
+        _print_json({**metrics.model_dump(mode="json"), "contract": contract.model_dump(mode="json")})
     else:
-        report_text.print_metrics(src.name, metrics)
+        report_text.print_metrics(src.name, metrics, contract)
         _show_conversion(converted)
 
 

@@ -209,6 +209,8 @@ def test_no_function_is_too_complex():
     radon = pytest.importorskip("radon.complexity")
     over = []
     for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name.endswith("_generated.py"):  # flatc's output (scripts/generate_metadata_schema.sh)
+            continue
         for block in radon.cc_visit(path.read_text()):
             if block.complexity > 15:
                 over.append(f"{path.relative_to(PACKAGE)}:{block.lineno} {block.name} = {block.complexity}")

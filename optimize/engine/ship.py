@@ -79,3 +79,9 @@ def ship_out(ws, src_path: Path, artifact: Path, name: str, scheme: str, notes: 
     shipped, contract = with_metadata(content, ws, name, scheme, notes)
     paths.write_atomic(artifact, shipped, root=artifact.parent)
     return contract
+
+
+def contract_of(path: Path, data=None) -> IOContract:
+    """A .tflite file's contract and the TFLite metadata it carries, read from it (`optimize evaluate`)."""
+    content = paths.read_bounded(Path(path), "model")
+    return read_contract(content, _ranges(data), metadata.summary(content))

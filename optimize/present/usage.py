@@ -120,7 +120,8 @@ def benchmark(c: Candidate, target: Target, folder: Path | None) -> list[str]:
     return [
         "Measure it on an Android phone (LiteRT's benchmark_model, adb):",
         f"  adb push {local} /data/local/tmp/",
-        f"  adb shell /data/local/tmp/benchmark_model --graph=/data/local/tmp/{file} {flags}",
+        "  adb shell /data/local/tmp/benchmark_model \\",
+        f"    --graph=/data/local/tmp/{file} {flags}",
     ]
 
 
@@ -134,3 +135,23 @@ def usage_lines(c: Candidate, target: Target, folder: Path | None = None) -> lis
     lines += _code("Python", py, file) + _code("Kotlin (Android)", kt, file) + _code("Swift (iOS)", sw, file)
     lines += integer_io(c)
     return lines + benchmark(c, target, folder)
+
+
+def contract_lines(contract, indent: str = "  ") -> list[str]:
+    """The I/O contract as plain lines: each input and output, then the TFLite metadata the file carries."""
+    from optimize.models.contract import feed_line
+
+    if contract is None:
+        return []
+    lines = [f"{indent}input   {feed_line(t)}" for t in contract.inputs]
+    lines += [f"{indent}output  {feed_line(t)}" for t in contract.outputs]
+    lines.append(f"{indent}metadata {contract.metadata or 'none (no TFLITE_METADATA in the file)'}")
+    return lines
+
+
+def integer_edges(c: Candidate) -> str:
+    """A pick's integer inputs in a few words: what the caller must quantize with ('' when it takes floats)."""
+    if c.contract is None:
+        return ""
+    said = [f"{t.dtype} in, scale {t.scale:.6g}, zero point {t.zero_point}" for t in c.contract.inputs if t.scale]
+    return "; ".join(said)

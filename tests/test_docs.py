@@ -284,3 +284,29 @@ def test_the_install_commands_take_torch_and_torchvision_from_the_cpu_index():
         for line in (root / doc).read_text().splitlines():
             if re.search(r'pip install -e "\.\[(test|torch)\]"', line):
                 assert cpu in line, f"{doc}: {line.strip()}"
+
+
+def _docs_figures():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "scripts" / "docs_figures.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_figures_in_the_readme_and_getting_started_are_the_generated_ones():
+    """The sweep's output and the demo's ratios on README.md and getting-started come from one recorded run
+    (scripts/docs_figures.py writes docs/figures.json and rewrites the marked blocks from it): each block is
+    exactly what the record renders, so a figure edited by hand or a block left behind fails here."""
+    import json
+
+    mod = _docs_figures()
+    rec = json.loads((ROOT / "docs" / "figures.json").read_text())
+    for name, lines in mod.blocks(rec).items():
+        page = (ROOT / mod.PAGES[name]).read_text()
+        assert mod.on_page(page, name) == lines, f"{mod.PAGES[name]}'s {name} block: run {mod.COMMAND}"
+    assert rec["table"][0].startswith("┃ candidate") and rec["ship"][0].startswith("What to ship")
+    shown = {r.split("│")[1].strip() for r in rec["table"][1:]}
+    assert set(mod.SHOWN_ROWS) <= shown, shown
+    assert all(len(line) <= 80 for line in rec["table"] + rec["ship"])

@@ -592,7 +592,8 @@ def evaluate(
     if as_json:
         _print_json({**metrics.model_dump(mode="json"), "contract": contract.model_dump(mode="json")})
     else:
-        report_text.print_metrics(src.name, metrics, contract)
+        report_text.print_metrics(src.name, metrics)
+        report_text.print_contract(contract)
         _show_conversion(converted)
 
 

@@ -169,3 +169,25 @@ def test_labels_in_the_data_must_be_one_line_names(tmp_path, digits):
 def load_data_without_labels(tmp_path, digits) -> str:
     np.savez(tmp_path / "plain.npz", **digits)
     return load_data(tmp_path / "plain.npz").fingerprint
+
+
+def test_a_tflite_brought_with_its_own_metadata_keeps_it_and_its_labels(float_tflite, data_npz, tmp_path):
+    """A .tflite whose author wrote metadata (MediaPipe's and Model Maker's models carry it): every candidate
+    keeps that metadata, and the labels the author packed are packed with each candidate again."""
+    content = float_tflite.read_bytes()
+    contract = read_contract(content)
+    theirs = metadata.build(contract, metadata.About("theirs", "the author's own words", ("a", "b")))
+    theirs = theirs.replace(b"optimize", b"otherguy")  # another author, same length: the flatbuffer stays valid
+    given = tmp_path / "given.tflite"
+    given.write_bytes(metadata.embed(content, theirs, {"labels.txt": b"a\nb\n"}))
+    recipes = [
+        build("float32", [{"technique": "convert", "scheme": "float32"}]),
+        build("int8", [{"technique": "convert", "scheme": "int8"}]),
+    ]
+    study = sweeps.sweep(given, data_npz, tmp_path / "out", recipes=recipes, runs=2, jobs=0, delegates=False)
+    for c in study.candidates:
+        assert c.ok, c.error
+        shipped = (tmp_path / "out" / c.artifact).read_bytes()
+        meta = metadata.read(shipped)
+        assert meta.author == b"otherguy" and meta.description == b"the author's own words", c.name
+        assert metadata.packed(shipped) == {"labels.txt": b"a\nb\n"}, c.name

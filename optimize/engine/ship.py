@@ -39,21 +39,17 @@ def _about(src, data, name: str, scheme: str) -> metadata.About:
     return metadata.About(name=src.name, description=what, labels=labels)
 
 
-def _theirs(content: bytes) -> bool:
-    """The file carries TFLite metadata written by someone else (its source's author)."""
-    meta = metadata.read(content)
-    return meta is not None and metadata._text(meta.author) != metadata.AUTHOR
-
-
-def _source_files(src) -> dict[str, bytes]:
-    """The files a .tflite source packed after itself (its labels), to pack again with its candidates."""
+def _theirs(src) -> tuple[bytes, dict[str, bytes]] | None:
+    """The TFLite metadata a .tflite source carries from its own author (not optimize), with the files it packed
+    (its labels): what every candidate of it ships with, since a quantizer may drop it. None: it has none."""
     path = Path(src.path)
     if src.kind != "tflite" or not path.is_file():
-        return {}
-    try:
-        return metadata.packed(paths.read_bounded(path, "model"))
-    except Exception:  # an unreadable trailer is the source's, never a reason to fail the candidate
-        return {}
+        return None
+    content = paths.read_bounded(path, "model")
+    meta = metadata.read(content)
+    if meta is None or metadata._text(meta.author) == metadata.AUTHOR:
+        return None
+    return metadata._metadata_buffer(content), metadata.packed(content)
 
 
 def with_metadata(content: bytes, ws, name: str, scheme: str, notes: list[str]) -> tuple[bytes, IOContract]:
@@ -61,9 +57,9 @@ def with_metadata(content: bytes, ws, name: str, scheme: str, notes: list[str]) 
     over 2 GB, say) leaves the file as it was, with a note: the candidate stands."""
     contract = read_contract(content, _ranges(ws.data))
     try:
-        if _theirs(content):
-            files = _source_files(ws.src)
-            shipped = metadata.embed(content, metadata._metadata_buffer(content), files) if files else content
+        theirs = _theirs(ws.src)
+        if theirs is not None:
+            shipped = metadata.embed(content, *theirs)
         else:
             about = _about(ws.src, ws.data, name, scheme)
             shipped = metadata.embed(content, metadata.build(contract, about), metadata.files_for(contract, about))

@@ -227,6 +227,13 @@ def _md_contracts(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _md_shipping(study: Study) -> list[list[str]]:
+    """What to ship per target, and how to feed each file (when the study has what they need)."""
+    out = [_md_ship(study)] if any(c.ok for c in study.candidates) else []
+    rows = contract_rows(study)
+    return out + ([_md_contracts(rows)] if rows else [])
+
+
 CONTRACT_NOTE = (
     "Read from each file: an integer tensor is fed q = round(x / scale) + zero point and read back as "
     "x = (q - zero point) * scale; the float range is what scale and zero point represent, or for a float "
@@ -343,10 +350,7 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
     if study.conversion is not None:
         sections.append(_md_conversion(study.conversion))
     sections.append(_md_candidates(study, rec))
-    if any(c.ok for c in study.candidates):
-        sections.append(_md_ship(study))
-    if contract_rows(study):
-        sections.append(_md_contracts(contract_rows(study)))
+    sections += _md_shipping(study)
     if images:
         from optimize.present.plots import captions
 

@@ -694,7 +694,7 @@ def print_candidates(
             _wrote(con, f"Wrote {Path(folder) / c.artifact}")
 
 
-def print_metrics(name: str, m: Metrics, contract=None) -> None:
+def print_metrics(name: str, m: Metrics) -> None:
     con = _console()
 
     def say(text: str) -> None:  # a wrapped line continues under the figures, not at column 0
@@ -733,7 +733,12 @@ def print_metrics(name: str, m: Metrics, contract=None) -> None:
         )
     if m.memory:
         say(f"  memory    peak {_kb(m.memory.peak_rss_bytes)} ({m.memory.method})")
-    for line in contract_lines(contract):  # how to feed the file, read from it (issue 43)
+
+
+def print_contract(contract) -> None:
+    """How to feed a file and read its answers, and the TFLite metadata it carries (`optimize evaluate`)."""
+    con = _console()
+    for line in contract_lines(contract):
         _lines(con, line, hang=11)
 
 

@@ -181,8 +181,8 @@ def test_a_tflite_brought_with_its_own_metadata_keeps_it_and_its_labels(float_tf
     given = tmp_path / "given.tflite"
     given.write_bytes(metadata.embed(content, theirs, {"labels.txt": b"a\nb\n"}))
     recipes = [
-        build("float32", [{"technique": "convert", "scheme": "float32"}]),
-        build("int8", [{"technique": "convert", "scheme": "int8"}]),
+        build("float16", [{"technique": "quantize", "scheme": "float16"}]),
+        build("int8", [{"technique": "quantize", "scheme": "int8"}]),
     ]
     study = sweeps.sweep(given, data_npz, tmp_path / "out", recipes=recipes, runs=2, jobs=0, delegates=False)
     for c in study.candidates:

@@ -92,7 +92,9 @@ def test_recommend_prints_the_scale_zero_point_usage_and_benchmark(shipped, cli)
     r = cli("recommend", str(root / "out"), "--target", "gpu")
     assert r.returncode == 0, r.stderr
     assert "GpuDelegate()" in r.stdout and "MetalDelegate()" in r.stdout and "HardwareAccelerator" in r.stdout
-    assert "adb shell /data/local/tmp/benchmark_model \\\n    --graph=/data/local/tmp/" in r.stdout
+    assert (
+        "adb shell /data/local/tmp/benchmark_model \\\n    --graph=/data/local/tmp/int8-int8io.tflite \\\n" in r.stdout
+    )
     assert "--use_gpu=true" in r.stdout and all(len(line) <= 80 for line in r.stdout.splitlines())
 
 

@@ -16,54 +16,51 @@ from optimize.core.results import Candidate, TensorContract
 from optimize.core.vocab import Target
 
 #: Per target: Python set-up, Kotlin (Android) set-up, Swift (iOS) set-up, benchmark_model flags (None: not a
-#: phone's benchmark). `{file}` is the file's name.
+#: phone's benchmark). `{file}` is the file's name, `{stem}` without `.tflite`; each line fits 80 columns
+#: indented for a file name of up to 24 characters.
 _PY_CPU = ("from ai_edge_litert.interpreter import Interpreter", 'it = Interpreter(model_path="{file}", num_threads=4)')
 _PY_GPU = (
     "from ai_edge_litert.compiled_model import CompiledModel",
     "from ai_edge_litert.hardware_accelerator import HardwareAccelerator as A",
-    'model = CompiledModel.from_file("{file}", hardware_accel=A.GPU | A.CPU)',
+    "model = CompiledModel.from_file(",
+    '    "{file}", hardware_accel=A.GPU | A.CPU)',
 )
-_KT_CPU = ('val it = Interpreter(loadModelFile("{file}"), Interpreter.Options().setNumThreads(4))',)
+_KT_MODEL = 'val model = FileUtil.loadMappedFile(context, "{file}")'
+_KT_CPU = (_KT_MODEL, "val it = Interpreter(model, Interpreter.Options().setNumThreads(4))")
+_SW_PATH = 'let path = Bundle.main.path(forResource: "{stem}", ofType: "tflite")!'
 _SW_CPU = (
+    _SW_PATH,
     "var options = Interpreter.Options(); options.threadCount = 4",
-    'let it = try Interpreter(modelPath: path("{file}"), options: options)',
+    "let it = try Interpreter(modelPath: path, options: options)",
 )
+
+
+def _kotlin(delegate: str) -> tuple[str, ...]:
+    return (
+        _KT_MODEL,
+        f"val options = Interpreter.Options().addDelegate({delegate})",
+        "val it = Interpreter(model, options)",
+    )
+
+
 SETUP = {
     Target.CPU: (_PY_CPU, _KT_CPU, _SW_CPU, "--num_threads=4 --use_xnnpack=true"),
     Target.GPU: (
         _PY_GPU,
-        (
-            "val options = Interpreter.Options().addDelegate(GpuDelegate())",
-            'val it = Interpreter(loadModelFile("{file}"), options)',
-        ),
-        ('let it = try Interpreter(modelPath: path("{file}"), delegates: [MetalDelegate()!])',),
+        _kotlin("GpuDelegate()"),
+        (_SW_PATH, "let it = try Interpreter(modelPath: path, delegates: [MetalDelegate()!])"),
         "--use_gpu=true",
     ),
-    Target.NNAPI: (
-        _PY_CPU,
-        (
-            "val options = Interpreter.Options().addDelegate(NnApiDelegate())",
-            'val it = Interpreter(loadModelFile("{file}"), options)',
-        ),
-        _SW_CPU,
-        "--use_nnapi=true",
-    ),
-    Target.HEXAGON: (
-        _PY_CPU,
-        (
-            "val options = Interpreter.Options().addDelegate(HexagonDelegate(context))",
-            'val it = Interpreter(loadModelFile("{file}"), options)',
-        ),
-        _SW_CPU,
-        "--use_hexagon=true",
-    ),
+    Target.NNAPI: (_PY_CPU, _kotlin("NnApiDelegate()"), _SW_CPU, "--use_nnapi=true"),
+    Target.HEXAGON: (_PY_CPU, _kotlin("HexagonDelegate(context)"), _SW_CPU, "--use_hexagon=true"),
     Target.COREML: (
         _PY_CPU,
         _KT_CPU,
         (
+            _SW_PATH,
             "var o = CoreMLDelegate.Options(); o.enabledDevices = .all",
-            'let it = try Interpreter(modelPath: path("{file}"),',
-            "                         delegates: [CoreMLDelegate(options: o)!])",
+            "let coreml = CoreMLDelegate(options: o)!",
+            "let it = try Interpreter(modelPath: path, delegates: [coreml])",
         ),
         None,
     ),
@@ -76,7 +73,8 @@ _WHERE = {
 
 
 def _code(title: str, lines: tuple[str, ...], file: str) -> list[str]:
-    return [f"  {title}:", *(f"    {line.format(file=file)}" for line in lines)] if lines else []
+    stem = file.removesuffix(".tflite")
+    return [f"  {title}:", *(f"    {line.format(file=file, stem=stem)}" for line in lines)] if lines else []
 
 
 def _quantized(c: Candidate) -> tuple[list[TensorContract], list[TensorContract]]:
@@ -94,12 +92,13 @@ def integer_io(c: Candidate) -> list[str]:
         lo, hi = _limits(t.dtype)
         lines += [
             f"    # input {t.name}: {t.dtype}, scale {t.scale:.8g}, zero point {t.zero_point}",
-            f"    q = np.clip(np.round(x / {t.scale:.8g}) + ({t.zero_point}), {lo}, {hi}).astype(np.{t.dtype})",
+            f"    q = np.round(x / {t.scale:.8g}) + ({t.zero_point})",
+            f"    q = np.clip(q, {lo}, {hi}).astype(np.{t.dtype})",
         ]
     for t in outs:
         lines += [
-            f"    # output {t.name}: {t.dtype}, scale {t.scale:.8g}, zero point {t.zero_point}",
-            f"    y = (q.astype(np.float32) - ({t.zero_point})) * {t.scale:.8g}",
+            f"    # output {t.name} as qy: {t.dtype}, scale {t.scale:.8g}, zero point {t.zero_point}",
+            f"    y = (qy.astype(np.float32) - ({t.zero_point})) * {t.scale:.8g}",
         ]
     return lines
 
@@ -121,7 +120,8 @@ def benchmark(c: Candidate, target: Target, folder: Path | None) -> list[str]:
         "Measure it on an Android phone (LiteRT's benchmark_model, adb):",
         f"  adb push {local} /data/local/tmp/",
         "  adb shell /data/local/tmp/benchmark_model \\",
-        f"    --graph=/data/local/tmp/{file} {flags}",
+        f"    --graph=/data/local/tmp/{file} \\",
+        f"    {flags}",
     ]
 
 

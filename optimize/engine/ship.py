@@ -41,15 +41,14 @@ def _about(src, data, name: str, scheme: str) -> metadata.About:
 
 def _theirs(src) -> tuple[bytes, dict[str, bytes]] | None:
     """The TFLite metadata a .tflite source carries from its own author (not optimize), with the files it packed
-    (its labels): what every candidate of it ships with, since a quantizer may drop it. None: it has none."""
-    path = Path(src.path)
-    if src.kind != "tflite" or not path.is_file():
+    (its labels): what every candidate of it ships with, since a quantizer may drop it. None: it has none. Read
+    from the source's bytes in memory (normalising keeps the metadata) and the archive at the end of its file."""
+    if src.kind != "tflite" or src.content is None:
         return None
-    content = paths.read_bounded(path, "model")
-    meta = metadata.read(content)
+    meta = metadata.read(src.content)
     if meta is None or metadata._text(meta.author) == metadata.AUTHOR:
         return None
-    return metadata._metadata_buffer(content), metadata.packed(content)
+    return metadata._metadata_buffer(src.content), metadata.packed_file(Path(src.path))
 
 
 def with_metadata(content: bytes, ws, name: str, scheme: str, notes: list[str]) -> tuple[bytes, IOContract]:

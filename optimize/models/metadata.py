@@ -196,13 +196,36 @@ def read(content: bytes):
     return md.ModelMetadataT.InitFromObj(md.ModelMetadata.GetRootAs(data, 0))
 
 
+#: Files packed with a model are labels and vocabularies: larger members, or more of them, are not read.
+MAX_PACKED_BYTES, MAX_PACKED_FILES = 16 * 2**20, 64
+
+
+def _members(source) -> dict[str, bytes]:
+    """The members of the zip archive at the end of `source` (bytes or a path), each checked before it is read
+    (size, compression ratio: `core.bounded`); an archive that is not a plain set of small files gives none."""
+    from optimize.core.bounded import read_member
+    from optimize.core.errors import OptimizeError
+
+    try:
+        if not zipfile.is_zipfile(source):
+            return {}
+        with zipfile.ZipFile(source) as z:
+            names = z.namelist()
+            if len(names) > MAX_PACKED_FILES:
+                return {}
+            return {n: read_member(z, n, MAX_PACKED_BYTES) for n in names}
+    except (OSError, zipfile.BadZipFile, OptimizeError, RuntimeError, NotImplementedError, EOFError):
+        return {}
+
+
 def packed(content: bytes) -> dict[str, bytes]:
     """The files packed after the model (its appended zip archive), by name."""
-    buf = io.BytesIO(content)
-    if not zipfile.is_zipfile(buf):
-        return {}
-    with zipfile.ZipFile(buf) as z:
-        return {n: z.read(n) for n in z.namelist()}
+    return _members(io.BytesIO(content))
+
+
+def packed_file(path) -> dict[str, bytes]:
+    """The files packed after the model in a .tflite on disk (only the archive's directory and members are read)."""
+    return _members(path)
 
 
 def summary(content: bytes) -> str | None:

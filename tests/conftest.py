@@ -170,6 +170,7 @@ SMOKE: dict[str, str | tuple[str, ...]] = {
         "test_metadata_replaces_the_entry_a_quantized_copy_inherits",
         "test_normalisation_maps_pixels_onto_the_range",
         "test_labels_in_the_data_must_be_one_line_names",
+        "test_files_packed_after_a_model_are_read_bounded",
     ),
     # the command line: help, bad input as one line, a quantize then evaluate
     "test_cli.py": (

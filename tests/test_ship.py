@@ -193,3 +193,17 @@ def test_a_tflite_brought_with_its_own_metadata_keeps_it_and_its_labels(float_tf
         meta = metadata.read(shipped)
         assert meta.author == b"otherguy" and meta.description == b"the author's own words", c.name
         assert metadata.packed(shipped) == {"labels.txt": b"a\nb\n"}, c.name
+
+
+def test_files_packed_after_a_model_are_read_bounded():
+    """Labels packed after a model are read back; an archive member that expands like a zip bomb is not read."""
+    import io
+
+    plain = io.BytesIO(b"model bytes")
+    with zipfile.ZipFile(plain, "a") as z:
+        z.writestr("labels.txt", "a\nb\n")
+    assert metadata.packed(plain.getvalue()) == {"labels.txt": b"a\nb\n"}
+    bomb = io.BytesIO(b"model bytes")
+    with zipfile.ZipFile(bomb, "a", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("labels.txt", b"0" * (metadata.MAX_PACKED_BYTES + 1))
+    assert metadata.packed(bomb.getvalue()) == {} and metadata.packed(b"no archive") == {}

@@ -66,6 +66,8 @@ SETUP = {
     ),
     Target.MCU: (_PY_CPU, (), (), None),
 }
+#: An output folder longer than this is said once above the commands, which then name the file alone.
+SHORT_FOLDER = 24
 _WHERE = {
     Target.COREML: "On an iPhone: LiteRT's iOS benchmark app, benchmark_params.json with use_coreml true.",
     Target.MCU: "On a microcontroller: TFLite Micro's MicroInterpreter, the file as a C array (xxd -i {file}).",
@@ -115,9 +117,11 @@ def benchmark(c: Candidate, target: Target, folder: Path | None) -> list[str]:
     flags = SETUP[target][3]
     if flags is None:
         return [f"  {_WHERE[target].format(file=file)}"]
-    local = str(Path(folder) / file) if folder else file
+    # the file by its path while that is short enough to copy from the line, else by name, the folder said once
+    near = folder is None or len(str(folder)) <= SHORT_FOLDER
+    local = str(Path(folder) / file) if folder and near else file
     return [
-        "Measure it on an Android phone (LiteRT's benchmark_model, adb):",
+        "Measure it on an Android phone (LiteRT's benchmark_model, adb)" + ("" if near else f", in {folder}") + ":",
         f"  adb push {local} /data/local/tmp/",
         "  adb shell /data/local/tmp/benchmark_model \\",
         f"    --graph=/data/local/tmp/{file} \\",

@@ -607,13 +607,17 @@ def evaluate(
     if reference is not None and data is None:  # fidelity is measured on inputs: none given, none invented
         raise OptimizeError("--reference needs inputs to compare outputs on:", "add --data D.npz.")
     src, ds = open_inputs(model, data, measuring=_measuring(task, label_output, 0), layout=layout, threads=threads)
+    from optimize.engine.ship import contract_of
+
     with tempfile.TemporaryDirectory(prefix="optimize-evaluate-") as tmp:
         flat, converted = _converted(src, Path(tmp))
         metrics = run_eval(flat or model, ds, reference=reference, threads=threads, runs=runs, samples=test_samples)
+        contract = contract_of(flat or model, ds)  # how to feed the file, read from it
     if as_json:
-        _print_json(metrics)
+        _print_json({**metrics.model_dump(mode="json"), "contract": contract.model_dump(mode="json")})
     else:
         report_text.print_metrics(src.name, metrics)
+        report_text.print_contract(contract)
         _show_conversion(converted)
 
 
@@ -785,9 +789,23 @@ def recommend(
         _show(advice.model_dump_json(indent=2) if as_json else format_recommendation(advice, recipe), fit=not as_json)
         return
     folder = study if study.is_dir() else study.parent
-    rec = choose(load_study(study), target, goals, folder=folder)
-    _show(rec.model_dump_json(indent=2) if as_json else format_recommendation(rec, recipe), fit=not as_json)
+    st = load_study(study)
+    rec = choose(st, target, goals, folder=folder)
+    _show(
+        rec.model_dump_json(indent=2) if as_json else format_recommendation(rec, recipe) + _usage(st, rec, folder),
+        fit=not as_json,
+    )
     raise_if_unmet(rec)
+
+
+def _usage(study, rec, folder: Path) -> str:
+    """How to run the chosen file on the target, and measure it on a phone (present.usage)."""
+    from optimize.present.usage import usage_lines
+
+    if not rec.chosen:
+        return ""
+    lines = usage_lines(study.candidate(rec.chosen), rec.target, folder)
+    return "\n" + "\n".join(lines) + "\n" if lines else ""
 
 
 @app.command()

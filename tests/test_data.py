@@ -33,7 +33,8 @@ def test_explicit_split_and_calibration_only():
         ({"x": np.ones((4, 3)), "x_train": np.ones((4, 3))}, "both x and x_train"),
         ({"x_train": np.ones((4, 3)), "y_train": np.arange(3)}, "x_train has 4 samples but y_train has 3"),
         ({"y": np.arange(3)}, "no x"),
-        ({"x": np.ones((4, 3)), "labels": np.arange(4)}, "unknown array 'labels'"),
+        ({"x": np.ones((4, 3)), "targets": np.arange(4)}, "unknown array 'targets'"),
+        ({"x": np.ones((4, 3)), "labels": np.arange(4)}, "labels must be a 1-D array of class names"),
     ],
 )
 def test_bad_npz(tmp_path, arrays, match):

@@ -180,23 +180,3 @@ def test_a_pt2e_note_says_what_the_edges_hold(tmp_path):
     sg = read_model(src.content).main
     assert sg.tensors[sg.inputs[0]].dtype == "float32"
     assert pytorch.HIGHER_ORDER["cond"].startswith("compute both branches")
-
-
-def test_the_torch_extra_pins_the_torchvision_built_for_its_torch():
-    """transformers imports torchvision when it is installed; a torchvision built for another torch (PyPI's
-    CUDA build beside the CPU torch) fails to import, and `from transformers import BertModel` with it."""
-    import tomllib
-    from importlib import metadata
-    from pathlib import Path
-
-    extra = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"
-    ]["torch"]
-    pins = dict(r.split("==") for r in extra if "==" in r and ";" not in r)
-    assert {"torch", "torchvision"} <= set(pins)
-    try:
-        requires = metadata.requires("torchvision") or []
-    except metadata.PackageNotFoundError:
-        pytest.skip("torchvision is not installed")
-    if metadata.version("torchvision").split("+")[0] == pins["torchvision"]:
-        assert f"torch (=={pins['torch']})" in requires or f"torch=={pins['torch']}" in requires, requires

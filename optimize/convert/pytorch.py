@@ -65,7 +65,7 @@ from optimize.models.spec import (
 # started by Ray or MLflow) that a child using JAX may deadlock: none of those children uses JAX.
 warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
 
-INSTALL = 'pip install -e ".[torch]" (or pip install "optimize[torch]"; a CPU build of torch: see the README)'
+INSTALL = 'pip install -e ".[torch]" --extra-index-url https://download.pytorch.org/whl/cpu (CPU builds of torch)'
 #: What each kind of source needs installed (import names).
 NEEDS = {
     "onnx": ("torch", "litert_torch", "onnx", "onnx2torch", "onnxruntime"),

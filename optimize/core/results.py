@@ -467,6 +467,39 @@ class Composition(Record):
         return sum(self.weight_bytes.values()) / self.float32_equivalent_bytes if self.float32_equivalent_bytes else 1.0
 
 
+class TensorContract(Record):
+    """One input or output of a shipped .tflite as the caller must feed or read it, read from the file itself
+    (issue 43): a tensor quantized to integers is fed `round(x / scale) + zero_point` and read back as
+    `(q - zero_point) * scale`."""
+
+    name: str = Field(description="The tensor's name in the file (the signature's key where it has one).")
+    dtype: str = Field(description="What the caller hands over or gets back: float32, int8, uint8, int32, ...")
+    shape: list[int] = Field(description="Its shape; -1 where the file leaves a dimension free (the batch).")
+    scale: float | None = Field(None, description="Integer tensors: the float value of one step (per tensor).")
+    zero_point: int | None = Field(None, description="Integer tensors: the integer that stands for 0.0.")
+    range: list[float] | None = Field(
+        None, description="The float values it stands for: [low, high] (for an input, what it expects)."
+    )
+    range_from: Literal["quantization", "data"] | None = Field(
+        None,
+        description="quantization: what scale and zero point can represent; data: the range of the data the "
+        "model was measured on (a float tensor's file says no range).",
+    )
+
+
+class IOContract(Record):
+    """How to feed a candidate's file and read its answers, read back from the artifact (never from what the
+    recipe meant to make), and what TFLite metadata the file carries."""
+
+    inputs: list[TensorContract]
+    outputs: list[TensorContract]
+    metadata: str | None = Field(
+        None,
+        description="The TFLite metadata in the file (a ModelMetadata flatbuffer named TFLITE_METADATA, as "
+        "Android's Task Library and MediaPipe Tasks read it), in a line; None: none.",
+    )
+
+
 class FloatIsland(Record):
     """An op of a quantized candidate that does not run at the scheme's precision, and why it is there."""
 
@@ -730,6 +763,9 @@ class Candidate(Record):
     )
     repair: Repair | None = Field(
         None, description="The failure rescue, when the quantized model had to be made to run."
+    )
+    contract: IOContract | None = Field(
+        None, description="How to feed the file and read its answers, and its TFLite metadata (read from the file)."
     )
     seconds: float = Field(0.0, description="Wall time to produce and measure this candidate.")
     phases: dict[str, float] = Field(

@@ -25,6 +25,7 @@ from optimize.core.registry import Context, Stage
 from optimize.core.results import PHASES, Candidate, Composition, Metrics, Probe, Step, write_atomic
 from optimize.core.vocab import CALIBRATED_SCHEMES, Backend
 from optimize.engine.plan import _key, checked, resolve
+from optimize.engine.ship import ship_out
 from optimize.measure import metrics as measure
 from optimize.measure import probe, verify
 from optimize.models import rebuild
@@ -325,12 +326,6 @@ def artifact_path(out_dir: Path, name: str) -> Path:
     return paths.inside(out_dir, f"{name}.tflite")
 
 
-def _copy_out(src: Path, artifact: Path) -> None:
-    """The artifact into the output folder through the one writer (a link planted there is replaced)."""
-    if src.resolve() != artifact:
-        paths.copy_atomic(src, artifact, root=artifact.parent)
-
-
 class NotWhatItSays(TechniqueFailed):
     """The artifact does not hold what its scheme or technique promises (optimize.measure.verify)."""
 
@@ -488,8 +483,10 @@ def make_candidate(
     try:
         made, state, composition, parsed = produce_verified(ws, recipe)
         t0 -= ws.carried  # its source's export, done in the sweep's own process, is part of its time
-        with timed(phases, "verify"):
-            _copy_out(state.path, artifact)
+        with timed(phases, "verify"):  # placed in the output folder with its TFLite metadata (engine.ship)
+            said: list[str] = []
+            contract = ship_out(ws, state.path, artifact, recipe.name, str(made.scheme), said)
+            state.notes = [*state.notes, *said]
         metrics = None
         with timed(phases, "load"):
             loaded = _load(artifact, ws.threads, ws.data) if measure_it or delegates else None
@@ -537,6 +534,7 @@ def make_candidate(
             probe=probed,
             islands=state.records.get("islands", []),
             repair=state.records.get("repair"),
+            contract=contract,
             seconds=time.perf_counter() - t0,
             phases=_ordered(phases),
         )

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 SPLITS = ("x", "y", "x_train", "y_train", "x_test", "y_test", "x_cal")
 KNOWN_KEYS = SPLITS  # the plain names; `<split>:<name>` adds an input or output name
+#: The optional array of class names, one per class id (text): written into every shipped .tflite's metadata.
+LABELS = "labels"
+MAX_LABEL_CHARS = 200
 MAX_ARRAY_BYTES = 8 * 2**30  # one array above this is refused before it is read
 #: What zipfile and numpy raise on a corrupt archive or .npy (NotImplementedError: an unknown zip version
 #: or compression; RuntimeError: an encrypted member).
@@ -83,6 +86,7 @@ class Dataset:
     label_output: str | None = None  # --label-output: which output the labels belong to (None: the first)
     outputs: tuple[str, ...] = ()  # the source model's output names, in order (to find label_output)
     split: Split | None = None  # how train and test were split, and what the test split holds
+    class_names: tuple[str, ...] = ()  # the file's `labels`: class names by class id (the .tflite's labels.txt)
 
     @property
     def fingerprint(self) -> str:
@@ -93,6 +97,8 @@ class Dataset:
                 h.update(name.encode() + str(arr.shape).encode() + str(arr.dtype).encode())
                 h.update(np.ascontiguousarray(arr).tobytes())
         h.update(f"{self.calibration_seed}|{self.task}|{self.label_output}".encode())
+        if self.class_names:  # they are written into every candidate's file
+            h.update("\n".join(self.class_names).encode())
         return h.hexdigest()[:16]
 
     @property
@@ -391,7 +397,28 @@ def load_data(path: str | Path, calibration_seed: int = 0) -> Dataset:
     p = Path(path)
     if not p.exists():
         raise DataError(f"No data file at {p}.", "Pass an .npz with arrays x and y (or x_train/y_train/x_test/y_test).")
-    return from_arrays(source=str(p), calibration_seed=calibration_seed, **_group(_read_npz(p), p))
+    arrays = _read_npz(p)
+    names = class_names(arrays.pop(LABELS, None), str(p))
+    return from_arrays(source=str(p), calibration_seed=calibration_seed, class_names=names, **_group(arrays, p))
+
+
+def class_names(a: np.ndarray | None, source: str) -> tuple[str, ...]:
+    """The `labels` array as class names: one line of text each, in class id order."""
+    if a is None:
+        return ()
+    if a.ndim != 1 or a.dtype.kind not in "US" or not len(a):
+        raise DataError(
+            f"{source}: labels must be a 1-D array of class names (text), got {a.dtype} {a.shape}.",
+            "Save the class names in class id order: numpy.savez(..., labels=np.array(['cat', 'dog'])).",
+        )
+    names = tuple(v.decode(errors="replace") if isinstance(v, bytes) else str(v) for v in a.tolist())
+    bad = next((n for n in names if "\n" in n or "\r" in n or len(n) > MAX_LABEL_CHARS), None)
+    if bad is not None:
+        raise DataError(
+            f"{source}: a class name is not one short line ({named(bad[:40])}...).",
+            f"Give each class name on one line, at most {MAX_LABEL_CHARS} characters.",
+        )
+    return names
 
 
 # ---------------------------------------------------------------------------------------------- checking
@@ -621,6 +648,7 @@ def from_arrays(
     x_cal=None,
     source="arrays",
     calibration_seed: int = 0,
+    class_names: tuple[str, ...] = (),
 ) -> Dataset:
     """Build a Dataset from arrays (or dicts of them keyed by input/output name), splitting x/y 80/20
     into train/test when no split is given."""
@@ -646,7 +674,9 @@ def from_arrays(
     if count(x_cal) == 0:
         raise DataError(f"{source} has no samples.", "Add at least one sample.")
     split = describe_split(how, x_train, y_train, x_test, y_test)
-    return Dataset(x_train, y_train, x_cal, x_test, y_test, source, calibration_seed, split=split)
+    return Dataset(
+        x_train, y_train, x_cal, x_test, y_test, source, calibration_seed, split=split, class_names=tuple(class_names)
+    )
 
 
 def combine(data: Dataset | None, calibration: Dataset | None) -> Dataset | None:

@@ -192,6 +192,61 @@ def _md_recommendation(rec: Recommendation) -> list[str]:
     return lines
 
 
+def ship_rows(study: Study) -> tuple[str, list[tuple[str, str]], list[str]]:
+    """Per common target, the file to ship (what `sweep` ends with): shown whether or not --target was given."""
+    from optimize.present.report_text import ship_summary
+
+    within, answers, warnings = ship_summary(study, None)
+    return within, [(str(t), a) for t, a in answers], warnings
+
+
+def _md_ship(study: Study) -> list[str]:
+    within, answers, warnings = ship_rows(study)
+    lines = ["## What to ship", "", f"The smallest file each target runs fully, {_md(within)}; `--target` marks", ""]
+    lines[-2] += " one target's choice here, and `optimize recommend` says why."
+    lines += ["| Target | File |", "|---|---|", *(f"| {t} | {_md(a)} |" for t, a in answers)]
+    return lines + ([""] + [f"- WARNING: {_md(w)}" for w in warnings] if warnings else [])
+
+
+def contract_rows(study: Study) -> list[dict]:
+    """Per working candidate, how to feed its file and read its answers, and its TFLite metadata (read from it)."""
+    from optimize.models.contract import feed_line
+
+    return [
+        {
+            "name": c.name,
+            "inputs": [feed_line(t) for t in c.contract.inputs],
+            "outputs": [feed_line(t) for t in c.contract.outputs],
+            "metadata": c.contract.metadata or "none",
+        }
+        for c in study.candidates
+        if c.ok and c.contract is not None
+    ]
+
+
+def _md_contracts(rows: list[dict]) -> list[str]:
+    lines = ["## How to feed each file", "", CONTRACT_NOTE, ""]
+    lines += ["| Candidate | Inputs | Outputs | TFLite metadata |", "|---|---|---|---|"]
+    for r in rows:
+        ins, outs = "<br>".join(_md(x) for x in r["inputs"]), "<br>".join(_md(x) for x in r["outputs"])
+        lines.append(f"| {_md(r['name'])} | {ins} | {outs} | {_md(r['metadata'])} |")
+    return lines
+
+
+def _md_shipping(study: Study) -> list[list[str]]:
+    """What to ship per target, and how to feed each file (when the study has what they need)."""
+    out = [_md_ship(study)] if any(c.ok for c in study.candidates) else []
+    rows = contract_rows(study)
+    return out + ([_md_contracts(rows)] if rows else [])
+
+
+CONTRACT_NOTE = (
+    "Read from each file: an integer tensor is fed q = round(x / scale) + zero point and read back as "
+    "x = (q - zero point) * scale; the float range is what scale and zero point represent, or for a float "
+    "input the range of the data it was measured on."
+)
+
+
 def conversion_rows(c) -> list[tuple[str, str, str, str]]:
     """Per output of a PyTorch or ONNX model's float .tflite against the source runtime: name, relative error,
     max |diff|, top-1 agreement (what converting cost, before any quantization)."""
@@ -301,10 +356,11 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
     if study.conversion is not None:
         sections.append(_md_conversion(study.conversion))
     sections.append(_md_candidates(study, rec))
+    sections += _md_shipping(study)
     if images:
         from optimize.present.plots import captions
 
-        said = captions(study)
+        said = captions(study, rec)
         figures = [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})\n\n_{_md(said.get(k, k))}_" for k, v in images.items()]
         sections.append(["## Plots", "", "\n\n".join(figures)])
     sections.append(_md_matrix(study))
@@ -396,10 +452,10 @@ def _html_rows(study: Study, rec: Recommendation | None) -> list[dict]:
     ]
 
 
-def _captions(study: Study) -> dict[str, str]:
+def _captions(study: Study, rec: Recommendation | None) -> dict[str, str]:
     from optimize.present.plots import captions
 
-    return captions(study)
+    return captions(study, rec)
 
 
 def _unplotted(study: Study) -> list[str]:
@@ -439,7 +495,10 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
         headers=HEADERS,
         rows=_html_rows(study, rec),
         plots={k: Markup(v) for k, v in plots.items()},  # our own SVG, made by matplotlib from escaped text
-        plot_titles=_captions(study),
+        plot_titles=_captions(study, rec),
+        ship=ship_rows(study) if any(c.ok for c in study.candidates) else None,
+        contracts=contract_rows(study),
+        contract_note=CONTRACT_NOTE,
         unplotted=_unplotted(study),
         debug=debug,
         rescued=[c for c in study.candidates if c.rescue],

@@ -19,6 +19,7 @@ from optimize.decide.speed import SLOWER
 from optimize.delegates.observe import OBSERVED
 from optimize.measure.noise import ratio
 from optimize.present.lines import conversion_line, fmt_bytes, island_cost, island_groups, samples_of
+from optimize.present.usage import contract_lines, integer_edges
 
 
 def esc(text: str) -> str:
@@ -442,18 +443,10 @@ def next_steps(study: Study, folder: Path | None) -> list[str]:
     """What to do after a sweep, as plain lines: the commands that go further, then the file to ship for
     every common target (the smallest candidate it runs fully, within the default guard), or what keeps
     each candidate off it; then the guard's warnings (lines that start with WARNING)."""
-    from optimize.decide.choose import recommend
-
     where = str(Path(folder) / "study.json") if folder else "study.json"
     # files by their path while it is short enough to copy from the line, else by name, the folder said once
     by_name = folder is not None and len(str(folder)) > SHORT_FOLDER
-    ship, warnings, guard = [], [], None
-    for target in SHIP_TARGETS:
-        rec = recommend(study, target, folder=folder)
-        guard = guard or rec.guard
-        ship.append(f"  {target:8} {_ship(study, target, rec, None if by_name else folder)}")
-        warnings += [w for w in rec.warnings if w not in warnings]
-    within = f"within the default guard ({guard}; no accuracy goal given)" if guard else "no accuracy goal given"
+    within, answers, warnings = ship_summary(study, None if by_name else folder, folder)
     speed = (
         "the cpu's no slower than float32, the others on size and quality (host-CPU latency predicts no accelerator)"
     )
@@ -462,9 +455,24 @@ def next_steps(study: Study, folder: Path | None) -> list[str]:
         f"      optimize report {where}   (report.md, report.html, plots)",
         f"What to ship{f' (in {folder})' if by_name else ''}: the smallest file each target runs fully, {within}; "
         f"{speed}:",
-        *ship,
+        *(f"  {target:8} {answer}" for target, answer in answers),
         *(f"WARNING: {w}" for w in warnings),
     ]
+
+
+def ship_summary(study: Study, shown: Path | None, folder: Path | None = None):
+    """What `sweep` ends with and `report` shows: (the guard in words, [(target, the file to ship and why, or
+    what keeps every candidate off it)], the guard's warnings). `shown`: the folder the files are named in."""
+    from optimize.decide.choose import recommend
+
+    answers, warnings, guard = [], [], None
+    for target in SHIP_TARGETS:
+        rec = recommend(study, target, folder=folder)
+        guard = guard or rec.guard
+        answers.append((target, _ship(study, target, rec, shown)))
+        warnings += [w for w in rec.warnings if w not in warnings]
+    within = f"within the default guard ({guard}; no accuracy goal given)" if guard else "no accuracy goal given"
+    return within, answers, warnings
 
 
 def _ship(study: Study, target: Target, rec, folder: Path | None) -> str:
@@ -484,7 +492,8 @@ def _ship(study: Study, target: Target, rec, folder: Path | None) -> str:
         n = samples_of(c)
         quality += f" on {n:,}" if n is not None else ""
         mark = MARK if c.retrained else ""
-        return f"{path} ({c.name}{mark}: {ratio}, {quality}){_speed_note(study, rec)}"
+        feed = integer_edges(c)  # an integer-I/O pick: the scale and zero point its caller quantizes with
+        return f"{path} ({c.name}{mark}: {ratio}, {quality}){_speed_note(study, rec)}" + (f"; {feed}" if feed else "")
     if rec.guard and rec.warnings:
         return "none passes the default guard (see WARNING below)"
     return f"nothing runs fully on {target}: {_blocker(study, target, rec)}"
@@ -751,6 +760,10 @@ def print_candidates(
         _print_outcome(con, c)
         if c.skipped_layers:
             con.print(f"{esc(c.name)}: layers left as they were: {esc(', '.join(c.skipped_layers))}")
+        if c.ok and c.contract is not None:  # how to feed the file, read from it (issue 43)
+            con.print(f"{esc(c.name)}: how to feed it")
+            for line in contract_lines(c.contract):
+                _lines(con, line, hang=11)
         if c.artifact and folder:
             _wrote(con, f"Wrote {Path(folder) / c.artifact}")
 
@@ -805,6 +818,13 @@ def _print_fidelity(con, say, m: Metrics) -> None:
 def _on(m: Metrics, samples: int) -> str:
     """`all 600 test samples`, or a sample of them (`TestSample.words`); an older record: `600 samples`."""
     return m.test.words() if m.test is not None else f"{samples} samples"
+
+
+def print_contract(contract) -> None:
+    """How to feed a file and read its answers, and the TFLite metadata it carries (`optimize evaluate`)."""
+    con = _console()
+    for line in contract_lines(contract):
+        _lines(con, line, hang=11)
 
 
 def _print_task(con, m) -> None:

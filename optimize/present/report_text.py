@@ -482,21 +482,26 @@ def _ship(study: Study, target: Target, rec, folder: Path | None) -> str:
         keep = rec.keep_float32 if folder is not None else Path(rec.keep_float32).name
         return f"{keep} (keep the float32 file: nothing smaller passes)"
     if rec.chosen:
-        c = study.candidate(rec.chosen)
-        base = next((b for b in study.candidates if b.name == study.baseline), None)
-        path = Path(folder) / c.artifact if folder and c.artifact else Path(c.artifact or f"{c.name}.tflite")
-        b = _Base.of(base)
-        ratio = f"{_ratio(c.metrics.size.bytes, b.size.bytes if b.size else None)}x float32's size"
-        has_labels = c.metrics.accuracy is not None
-        quality = f"Δ {_delta(c, b)}" if has_labels else f"rel err {_rel_err(c, b)}"
-        n = samples_of(c)
-        quality += f" on {n:,}" if n is not None else ""
-        mark = MARK if c.retrained else ""
-        feed = integer_edges(c)  # an integer-I/O pick: the scale and zero point its caller quantizes with
-        return f"{path} ({c.name}{mark}: {ratio}, {quality}){_speed_note(study, rec)}" + (f"; {feed}" if feed else "")
+        return _chosen_line(study, rec, folder)
     if rec.guard and rec.warnings:
         return "none passes the default guard (see WARNING below)"
     return f"nothing runs fully on {target}: {_blocker(study, target, rec)}"
+
+
+def _chosen_line(study: Study, rec, folder: Path | None) -> str:
+    """`out/int8.tflite (int8: 0.26x float32's size, Δ +0.00 on 360)`, its speed note and, for an integer-I/O
+    pick, the scale and zero point its caller quantizes with."""
+    c = study.candidate(rec.chosen)
+    base = next((b for b in study.candidates if b.name == study.baseline), None)
+    path = Path(folder) / c.artifact if folder and c.artifact else Path(c.artifact or f"{c.name}.tflite")
+    b = _Base.of(base)
+    ratio = f"{_ratio(c.metrics.size.bytes, b.size.bytes if b.size else None)}x float32's size"
+    quality = f"Δ {_delta(c, b)}" if c.metrics.accuracy is not None else f"rel err {_rel_err(c, b)}"
+    n = samples_of(c)
+    quality += f" on {n:,}" if n is not None else ""
+    mark = MARK if c.retrained else ""
+    feed = integer_edges(c)
+    return f"{path} ({c.name}{mark}: {ratio}, {quality}){_speed_note(study, rec)}" + (f"; {feed}" if feed else "")
 
 
 def _speed_note(study: Study, rec) -> str:

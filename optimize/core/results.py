@@ -161,13 +161,20 @@ class SliceError(Record):
     relative_error: float = Field(description="mean |diff| over the slice's own range in the reference (0..1).")
 
 
+#: Fewer of float32's detections than this make a share kept rough (optimize.measure.detection.FEW_DETECTIONS).
+FEW_DETECTIONS = 20
+
+
 class DetectionFidelity(Record):
     """A detector's detections against float32's on the same inputs: each of float32's detections (score at
     least `score_threshold`, after per-class non-maximum suppression for decoded boxes) is kept when the
     candidate has one of the same class overlapping it at IoU >= `iou_threshold` (for a raw anchor head: at the
     same anchor) scoring at least the threshold less a margin of 0.05 (a borderline score is not a loss)."""
 
-    layout: str = Field(description="The head: yolo ([1, 4+C, N] or [1, N, 4+C]), ssd (boxes + scores) or anchors.")
+    layout: str = Field(
+        description="The head (optimize.measure.layouts): postprocessed (boxes, classes, scores, count), end2end "
+        "([1, K, 6]), yolo ([1, 4+C, N] or [1, N, 4+C]), yolov5, ssd (boxes + scores) or anchors."
+    )
     outputs: list[str] = Field(description="The outputs that hold the boxes and scores.")
     score_threshold: float
     iou_threshold: float = 0.5
@@ -175,11 +182,22 @@ class DetectionFidelity(Record):
     kept: int = Field(description="Of those, the ones the candidate makes too (same class, IoU >= threshold).")
     extra: int = Field(0, description="The candidate's detections float32 does not make.")
     mean_iou: float | None = Field(None, description="Mean IoU of the kept detections with float32's.")
+    samples_with_detections: int | None = Field(None, description="Samples on which float32 detects anything.")
+    sample_kept: float | None = Field(
+        None,
+        description="The share kept on the worst samples: the 5th percentile of the per-sample shares, over the "
+        "samples on which float32 detects anything (None: none).",
+    )
 
     @property
     def kept_fraction(self) -> float | None:
         """Share of float32's detections kept (None when float32 detects nothing on the samples)."""
         return self.kept / self.reference_detections if self.reference_detections else None
+
+    @property
+    def few(self) -> bool:
+        """Float32 detects too little on the samples (under 20) for the share kept to be more than rough."""
+        return self.reference_detections < FEW_DETECTIONS
 
 
 class OutputFidelity(Record):
@@ -216,14 +234,22 @@ class OutputFidelity(Record):
         description="Sigmoid (yes/no, multi-label) outputs: fraction of the decisions at 0.5, every unit of every "
         "sample, that match the reference's.",
     )
+    exact_agreement: float | None = Field(
+        None,
+        description="Outputs of class ids or counts (an ArgMax, an integer output, a post-processing op's classes "
+        "and count outside a recognised detector): share of values equal to the reference's (their only figure).",
+    )
     labelled: bool = Field(
         False, description="The output the labels score: judged by its accuracy; every other output by fidelity."
     )
 
     @property
     def agreement(self) -> float | None:
-        """What an agreement goal (min_agreement) reads: top-1 agreement of classes, else decisions at 0.5."""
-        return self.top1_agreement if self.top1_agreement is not None else self.decision_agreement
+        """What an agreement goal (min_agreement) reads: top-1 agreement of classes, else decisions at 0.5, else
+        the exact agreement of class ids or counts."""
+        if self.top1_agreement is not None:
+            return self.top1_agreement
+        return self.decision_agreement if self.decision_agreement is not None else self.exact_agreement
 
 
 class Fidelity(Record):

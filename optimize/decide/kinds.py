@@ -118,8 +118,18 @@ VALUES = Kind(
 )
 DETECTIONS = Kind("detections", lambda o: o.detection is not None, None, (DETECTIONS_KEPT,), measure="detections kept")
 MASKS = Kind("masks", lambda o: o.iou is not None, None, (MASK_IOU,), measure="mask IoU")
+EXACT_AGREEMENT = Bound("min_agreement", DEFAULT_MIN_AGREEMENT, "--min-agreement", "{v}% of ids and counts equal")
+#: Class ids and counts (an ArgMax, an integer output): equal to float32's or not, never a mean |difference|.
+INDICES = Kind(
+    "indices",
+    lambda o: o.exact_agreement is not None,
+    None,
+    (EXACT_AGREEMENT,),
+    agreement="exact agreement",
+    measure="exact agreement",
+)
 #: Every kind, most specific first; VALUES takes whatever no other kind claims.
-KINDS: tuple[Kind, ...] = (DETECTIONS, MASKS, CLASSES, DECISIONS, VALUES)
+KINDS: tuple[Kind, ...] = (DETECTIONS, MASKS, INDICES, CLASSES, DECISIONS, VALUES)
 
 
 def of_output(o: OutputFidelity) -> Kind:

@@ -156,7 +156,9 @@ def fidelity_of(
         o = _one_output(name, a, b, head, tasks.output_kind(head, task if j == label_at else None), named.get(j))
         mine = found if found is not None and j in layout.outputs else None
         if mine is not None:  # a detector's output: judged by its detections, not agreement
-            o = o.model_copy(update={"top1_agreement": None, "decision_agreement": None})
+            o = o.model_copy(update={"top1_agreement": None, "decision_agreement": None, "exact_agreement": None})
+            if layout.entry.selected:  # rows the model selected: a row moved is no error (slot by slot is none)
+                o = o.model_copy(update={"relative_error": None, "slices": [], "tensor_relative_error": None})
         per.append(o.model_copy(update={"labelled": scored and j == label_at, "detection": mine}))
     agreements = [o.top1_agreement for o in per if o.top1_agreement is not None]
     return Fidelity(
@@ -171,8 +173,9 @@ def _detections(outs, ref, names, hs, task, detector, threshold):
     """(the detector head among the outputs or None, its detections kept against the reference's or None)."""
     if task == tasks.Task.DETECT and detector is None:
         detector = ""
-    shapes = [tuple(h.shape) if hs else tuple(b.shape) for h, b in zip(hs or ref, ref)]
-    layout = detection.recognise(shapes, ref, detector) if ref and all(len(b) for b in ref) else None
+    roles = [h.role for h in hs] if hs else None
+    usable = ref and all(len(b) for b in ref)
+    layout = detection.recognise(detection.shapes_of(ref), ref, detector, roles) if usable else None
     if layout is None:
         return None, None
     both = np.logical_and.reduce([_finite_rows(a) & _finite_rows(b) for a, b in zip(outs, ref)])
@@ -192,6 +195,8 @@ def _one_output(name: str, a, b, head: Head | None, kind, cut: list | None) -> O
         "top1_agreement": _agreement(a, b) if kind is tasks.Task.CLASSIFICATION else None,
         "decision_agreement": _decisions(a, b, head) if kind in (tasks.Task.BINARY, tasks.Task.MULTILABEL) else None,
     }
+    if head is not None and head.index:  # class ids, counts: equal or not, never a mean |difference|
+        update = {"exact_agreement": _exact(a, b), "relative_error": None, "slices": [], "tensor_relative_error": None}
     if segment:
         update["iou"] = tasks.segmentation_iou(a, b, head)
     return o.model_copy(update=update)
@@ -205,6 +210,13 @@ def _agreement(a: np.ndarray, b: np.ndarray) -> float | None:
         return None
     both = _finite_rows(a) & _finite_rows(b)
     return float((a[both].argmax(-1) == b[both].argmax(-1)).mean()) if both.any() else None
+
+
+def _exact(a: np.ndarray, b: np.ndarray) -> float | None:
+    """The share of an index output's values (class ids, counts) equal to the reference's, over the samples where
+    both are finite."""
+    both = _finite_rows(a) & _finite_rows(b)
+    return float((np.rint(a[both]) == np.rint(b[both])).mean()) if both.any() and a.size else None
 
 
 def _decisions(a: np.ndarray, b: np.ndarray, head: Head | None) -> float | None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from optimize.core.errors import DataError
 from optimize.core.vocab import Task
-from optimize.models import runtime
+from optimize.models import postprocess, runtime
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class Head:
 
     shape: tuple[int, ...]
     activation: str | None = None  # "softmax", "sigmoid", "linear", ... (None: unknown)
+    role: str | None = None  # what a detector's post-processing op writes there: boxes, classes, scores, count
+    index: bool = False  # class ids or counts (an ArgMax, an integer output, the op's classes and count)
 
     @property
     def units(self) -> int:
@@ -229,6 +231,7 @@ def heads(
     sg = read_model(model).main
     producer = {o: op for op in sg.ops for o in op.outputs if o >= 0}
     by_index = {t.index: t for t in sg.tensors}
+    roles = postprocess.roles((op.name, op.outputs) for op in sg.ops)
     out = []
     for d in runner.outputs if runner is not None else outputs or []:
         op = producer.get(d["index"])
@@ -236,8 +239,23 @@ def heads(
             op = producer.get(op.inputs[0], op)
         act = {"SOFTMAX": "softmax", "LOGISTIC": "sigmoid"}.get(op.name if op else "", "linear")
         shape = by_index[d["index"]].shape if d["index"] in by_index else tuple(d["shape"])
-        out.append(Head(tuple(int(x) for x in shape), act))
+        role = roles.get(d["index"])
+        index = role in ("classes", "count") or _index_output(op, d)
+        out.append(Head(tuple(int(x) for x in shape), act, role, index))
     return out
+
+
+#: Ops whose output is an index (a class id, a position), not a value.
+INDEX_OPS = ("ARG_MAX", "ARG_MIN")
+
+
+def _index_output(op, detail: dict) -> bool:
+    """Whether an output holds indices or counts: made by an ArgMax/ArgMin, or of an integer type that is not a
+    quantized value (no scale). A TopK's indices are integers too."""
+    if op is not None and op.name in INDEX_OPS:
+        return True
+    scale = (detail.get("quantization") or (0.0, 0))[0]
+    return bool(np.issubdtype(detail["dtype"], np.integer)) and not scale
 
 
 def _head(model, i: int):

@@ -427,6 +427,17 @@ class DelegateReport(Record):
     )
     vetoed: str | None = Field(None, description="Why the whole model stays on the CPU, if it does.")
     veto_code: str | None = Field(None, description="The veto as a code (optimize.delegates.rules.Reason).")
+    cpu_tail: list[str] = Field(
+        default_factory=list,
+        description="When every node the delegate leaves is the model's trailing post-processing "
+        "(TFLite_Detection_PostProcess, NMS and what follows it: optimize.delegates.tail), those ops: the body runs "
+        "on the delegate, the tail on the CPU, as shipped detectors run.",
+    )
+
+    @property
+    def runs_with_tail(self) -> bool:
+        """The delegate runs every node but an expected CPU tail."""
+        return self.verdict != "full" and bool(self.cpu_tail)
 
 
 class Composition(Record):

@@ -176,11 +176,20 @@ SIMILAR_SIZE = 1.25
 
 
 def _float_compute_problem(c: Candidate, target: Target) -> str | None:
-    """An integer-only target never gets a candidate that still computes in float (verify.float_compute)."""
+    """An integer-only target never gets a candidate that still computes in float (verify.float_compute), but
+    for the CPU tail its delegate leaves (a detector's post-processing: `DelegateReport.cpu_tail`)."""
     ops = c.composition.float_compute_ops if c.composition else []
-    int_path = target in INTEGER_ONLY_TARGETS or (target is Target.NNAPI and c.scheme in (Scheme.INT8, Scheme.INT16X8))
-    if ops and int_path:
-        return f"still computes {', '.join(ops[:3])} in float; {target} runs integer ops only"
+    report = c.delegates.get(TARGET_DELEGATE.get(target, ""))
+    tail = set(report.cpu_tail) if report is not None else set()
+    ops = [op for op in ops if op not in tail]
+    nnapi_int = target is Target.NNAPI and c.scheme in (Scheme.INT8, Scheme.INT16X8)
+    if ops and (target in INTEGER_ONLY_TARGETS or nnapi_int):
+        where = (
+            "nnapi runs a quantized model on its integer path (NPU/DSP drivers), where float ops fall to the CPU"
+            if nnapi_int
+            else f"{target} runs integer ops only"
+        )
+        return f"still computes {', '.join(ops[:3])} in float; {where}"
     return None
 
 
@@ -205,10 +214,22 @@ def _target_problem(c: Candidate, target: Target, facts: set[str]) -> str | None
         return None  # the CPU runs every op; XNNPACK coverage shows up in the measured latency
     if report.verdict == "full":
         return None
+    if report.runs_with_tail:  # the body on the delegate, the post-processing on the CPU: as detectors ship
+        facts.add(tail_fact(target, report))
+        return None
     refused = [v for v in report.cpu_nodes if v.code not in ("partition-limit", "partition-size")] or report.cpu_nodes
     first = report.vetoed or (f"{refused[0].op}: {refused[0].reason}" if refused else "")
     how = "runs it only partly" if report.verdict == "partial" else "does not run it"
     return f"{delegate} delegate {how} ({where})" + (f": {first}" if first else "")
+
+
+def tail_fact(target: Target, report) -> str:
+    """The one line that names the CPU tail a target runs a pick with."""
+    tail = ", ".join(dict.fromkeys(report.cpu_tail))
+    return (
+        f"{target}: the {report.delegate} delegate runs every node but the post-processing tail ({tail}), which "
+        "runs on the CPU after it, as shipped detectors run."
+    )
 
 
 def _without_labels(study: Study, goals: Goals) -> tuple[Goals, list[str]]:

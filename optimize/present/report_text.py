@@ -457,7 +457,12 @@ def _ship(study: Study, target: Target, rec, folder: Path | None) -> str:
         ratio = f"{_ratio(c.metrics.size.bytes, b.size.bytes if b.size else None)}x float32's size"
         has_labels = c.metrics.accuracy is not None
         quality = f"Δ {_delta(c, b)}" if has_labels else f"rel err {_rel_err(c, b)}"
-        return f"{path} ({c.name}: {ratio}, {quality})"
+        det = c.metrics.fidelity.detection if c.metrics.fidelity is not None and not has_labels else None
+        if det is not None and det.kept_fraction is not None:
+            quality = f"{det.kept_fraction * 100:.1f}% of detections kept{'*' if det.few else ''}"
+        report = c.delegates.get(TARGET_DELEGATE.get(target) or "")
+        tail = f"; {', '.join(report.cpu_tail)} on the CPU" if report is not None and report.runs_with_tail else ""
+        return f"{path} ({c.name}: {ratio}, {quality}{tail})"
     if rec.guard and rec.warnings:
         return "none passes the default guard (see WARNING below)"
     return f"nothing runs fully on {target}: {_blocker(study, target, rec)}"

@@ -1,0 +1,75 @@
+"""The CPU tail a delegate is expected to leave: a detector's post-processing at the end of the graph.
+
+Every shipped SSD and EfficientDet-Lite ends in the custom op `TFLite_Detection_PostProcess` (decoding against the
+anchors, non-maximum suppression, the top detections), which no delegate takes: the backbone runs on the GPU,
+NNAPI, Hexagon or Core ML, and this op on the CPU, once per frame, on a few thousand boxes. The same holds for a
+graph that ends in NON_MAX_SUPPRESSION and the gathers after it. Such a tail is not a reason to call the model
+unfit for the target: a candidate whose every other node is delegated runs there, with its tail named.
+
+A node is in the tail when it is a post-processing op (`TAIL_OPS`), an op downstream of one, or a DEQUANTIZE or
+QUANTIZE that only feeds one (a quantized body's boxes and scores made float for it); the tail is expected only
+when those are all the nodes a delegate leaves. Rules read here; nothing is rewritten.
+"""
+
+from __future__ import annotations
+
+from optimize.core.results import DelegateReport
+from optimize.models.flatbuffer import Subgraph
+
+#: Post-processing ops that run on the CPU after an accelerated body, as shipped detectors do.
+TAIL_OPS = frozenset({"TFLite_Detection_PostProcess", "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5"})
+#: The delegates whose targets run a body and leave a tail to the CPU (XNNPACK is the CPU itself).
+WITH_TAIL = ("gpu", "nnapi", "hexagon", "coreml")
+
+
+def tail_nodes(sg: Subgraph) -> set[int]:
+    """The op indices of the subgraph's post-processing tail: the tail ops, every op downstream of them and the
+    conversions that only feed them (empty: no tail op)."""
+    seeds = [op.index for op in sg.ops if op.name in TAIL_OPS]
+    if not seeds:
+        return set()
+    tail: set[int] = set()
+    todo = list(seeds)
+    while todo:
+        i = todo.pop()
+        if i in tail:
+            continue
+        tail.add(i)
+        todo += [c for t in sg.ops[i].outputs if t >= 0 for c in sg.consumers.get(t, [])]
+    return tail | _feeding(sg, tail)
+
+
+#: Conversions in front of a tail op that serve it alone (a quantized body's outputs made float for it).
+FEEDING_OPS = frozenset({"DEQUANTIZE", "QUANTIZE"})
+
+
+def _feeding(sg: Subgraph, tail: set[int]) -> set[int]:
+    """The DEQUANTIZE/QUANTIZE ops whose every reader is in the tail: part of the post-processing's input."""
+    found = set()
+    for i in tail:
+        for t in sg.ops[i].inputs:
+            p = sg.producer.get(t) if t >= 0 else None
+            if p is not None and sg.ops[p].name in FEEDING_OPS and set(sg.consumers.get(t, [])) <= tail:
+                found.add(p)
+    return found
+
+
+def expected_tail(sg: Subgraph, report: DelegateReport) -> list[str]:
+    """The ops a delegate leaves to the CPU that are the model's post-processing tail, in graph order, when they
+    are every node it leaves (else []: something in the body is refused, and that is the blocker)."""
+    if report.delegate not in WITH_TAIL or report.vetoed or not report.cpu_nodes:
+        return []
+    tail = tail_nodes(sg)
+    left = {v.index for v in report.cpu_nodes if v.subgraph == sg.index}
+    if not left or not left <= tail or len(left) != len(report.cpu_nodes):
+        return []
+    return [sg.ops[i].name for i in sorted(left)]
+
+
+def with_tail(reports: dict[str, DelegateReport], sg: Subgraph) -> dict[str, DelegateReport]:
+    """The reports, each with the CPU tail it leaves (`DelegateReport.cpu_tail`) where it leaves only that."""
+    out = {}
+    for name, r in reports.items():
+        found = expected_tail(sg, r)
+        out[name] = r.model_copy(update={"cpu_tail": found}) if found else r
+    return out

@@ -82,6 +82,9 @@ MIN_DETECTIONS_KEPT = typer.Option(
     None, help="Detectors: share of float32's detections kept (IoU >= 0.5, same class), e.g. 0.95."
 )
 MIN_MASK_IOU = typer.Option(None, help="Segmentation: mask IoU with float32's, e.g. 0.9.")
+MIN_SAMPLE_KEPT = typer.Option(
+    None, help="Detectors, segmenters: the worst 5% of samples' detections kept or mask IoU, e.g. 0.5."
+)
 CAL_SEED = typer.Option(0, "--calibration-seed", help="Seeds the random choice of calibration samples.")
 TRUST = typer.Option(
     False, "--trust-model-code", help="Load Keras files whose layers carry Python code (Lambda): it will run."
@@ -248,6 +251,7 @@ def sweep(
     min_agreement: float | None = MIN_AGREEMENT,
     min_detections_kept: float | None = MIN_DETECTIONS_KEPT,
     min_mask_iou: float | None = MIN_MASK_IOU,
+    min_sample_kept: float | None = MIN_SAMPLE_KEPT,
     jobs: int | None = typer.Option(
         None, "--jobs", "-j", min=0, help="Worker processes (default: cores, memory permitting; 0: in-process)."
     ),
@@ -294,6 +298,7 @@ def sweep(
         min_agreement=min_agreement,
         min_detections_kept=min_detections_kept,
         min_mask_iou=min_mask_iou,
+        min_sample_kept=min_sample_kept,
     )
     if mlflow:
         from optimize.present.tracking import check
@@ -712,6 +717,7 @@ def recommend(
     min_agreement: float | None = MIN_AGREEMENT,
     min_detections_kept: float | None = MIN_DETECTIONS_KEPT,
     min_mask_iou: float | None = MIN_MASK_IOU,
+    min_sample_kept: float | None = MIN_SAMPLE_KEPT,
     max_size_bytes: int | None = typer.Option(None, help="Largest acceptable .tflite."),
     max_latency_ms: float | None = typer.Option(None, help="Slowest acceptable p50 latency (host CPU)."),
     objective: Objective = typer.Option(Objective.SIZE, help="Rank by size, latency or accuracy."),
@@ -747,6 +753,7 @@ def recommend(
         min_agreement,
         min_detections_kept,
         min_mask_iou,
+        min_sample_kept,
     )
     if study is None:
         advice = advise(

@@ -223,6 +223,9 @@ class OutputFidelity(Record):
         None, description="On a detector head's outputs: its detections kept against float32's (judged by them)."
     )
     iou: float | None = Field(None, description="For mask outputs: IoU of the two masks thresholded at 0.5.")
+    sample_iou: float | None = Field(
+        None, description="For mask outputs: the worst samples' IoU (5th percentile of the per-sample IoUs)."
+    )
     nonfinite_samples: int = Field(
         0, description="Samples where this output is NaN/inf and the reference's is not (left out of the figures)."
     )
@@ -619,6 +622,13 @@ class Goals(Record):
         None, ge=0, le=1, description="Detectors: share of float32's detections kept (0.95 = at most 5% lost)."
     )
     min_mask_iou: float | None = Field(None, ge=0, le=1, description="Segmentation: mask IoU with float32's.")
+    min_sample_kept: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Detectors and segmenters, per sample: the worst samples' (5th percentile) detections kept or "
+        "mask IoU with float32's, beside the pooled figure.",
+    )
     max_size_bytes: int | None = Field(None, gt=0)
     max_latency_ms: float | None = Field(None, gt=0)
     objective: Objective = Objective.SIZE

@@ -87,6 +87,7 @@ def make_goals(
     min_agreement: float | None = None,
     min_detections_kept: float | None = None,
     min_mask_iou: float | None = None,
+    min_sample_kept: float | None = None,
 ) -> Goals:
     """Goals from CLI options; an impossible goal or an unknown objective is one clear line."""
     from pydantic import ValidationError
@@ -104,6 +105,7 @@ def make_goals(
             min_agreement=min_agreement,
             min_detections_kept=min_detections_kept,
             min_mask_iou=min_mask_iou,
+            min_sample_kept=min_sample_kept,
         )
     except ValidationError as e:
         raise from_validation(
@@ -322,6 +324,8 @@ def _unmeasured(check: kinds.Check) -> str:
         return "no detector head whose detections were counted, so min_detections_kept cannot be checked"
     if check.bound is kinds.MASK_IOU:
         return "no mask output whose IoU was measured, so min_mask_iou cannot be checked"
+    if check.bound is kinds.SAMPLE_KEPT:
+        return "no detections or mask IoU measured per sample, so min_sample_kept cannot be checked"
     return "agreement not measured (no output decides: classes or yes/no), so min_agreement cannot be checked"
 
 
@@ -337,6 +341,9 @@ def _broken(check: kinds.Check, o, goal: float, named: bool) -> str:
         return f"keeps {d.kept} of float32's {d.reference_detections} detections ({check.read(o) * 100:.1f}% < {goal * 100:g}%)"
     if check.bound is kinds.MASK_IOU:
         return f"{which}mask IoU {check.read(o) * 100:.1f}% with float32's < {goal * 100:g}%"
+    if check.bound is kinds.SAMPLE_KEPT:
+        what = "detections kept" if o.detection is not None else "mask IoU"
+        return f"{which}{what} on the worst samples {check.read(o) * 100:.1f}% < {goal * 100:g}%"
     return f"{which}{kinds.agreement_name(o)} {check.read(o) * 100:.2f}% < {goal * 100:g}%"
 
 

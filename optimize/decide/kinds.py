@@ -77,6 +77,10 @@ DETECTIONS_KEPT = Bound(
     "at least {v}% of float32's detections kept",
 )
 MASK_IOU = Bound("min_mask_iou", DEFAULT_MIN_MASK_IOU, "--min-mask-iou", "mask IoU of at least {v}% with float32's")
+#: Per sample (opt-in: no default guard): the worst 5% of samples' detections kept or mask IoU.
+SAMPLE_KEPT = Bound(
+    "min_sample_kept", 0.5, "--min-sample-kept", "the worst samples keeping at least {v}% (detections, mask IoU)"
+)
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,7 @@ CHECKS: tuple[Check, ...] = (
     Check(TOP1_AGREEMENT, lambda o: o.agreement),
     Check(DETECTIONS_KEPT, lambda o: o.detection.kept_fraction if o.detection is not None else None),
     Check(MASK_IOU, lambda o: o.iou),
+    Check(SAMPLE_KEPT, lambda o: o.detection.sample_kept if o.detection is not None else o.sample_iou),
 )
 #: The goals of kinds judged by a task figure of their own (not the output error): a detector's, a mask's.
 OWN_FIGURE = (DETECTIONS, MASKS)

@@ -199,7 +199,18 @@ def _one_output(name: str, a, b, head: Head | None, kind, cut: list | None) -> O
         update = {"exact_agreement": _exact(a, b), "relative_error": None, "slices": [], "tensor_relative_error": None}
     if segment:
         update["iou"] = tasks.segmentation_iou(a, b, head)
+        update["sample_iou"] = _sample_iou(a, b, lambda x, y: tasks.segmentation_iou(x, y, head))
+    if head is not None and head.is_mask and not segment:
+        update["sample_iou"] = _sample_iou(a, b, tasks.mask_iou)
     return o.model_copy(update=update)
+
+
+def _sample_iou(a: np.ndarray, b: np.ndarray, iou) -> float | None:
+    """The worst samples' mask IoU: the 5th percentile of the per-sample IoUs (samples where both are finite and
+    either mask has anything), beside the IoU pooled over every pixel of every sample."""
+    both = _finite_rows(a) & _finite_rows(b)
+    per = [v for x, y in zip(a[both], b[both]) if (v := iou(x[None], y[None])) is not None]
+    return float(np.percentile(per, detection.PERCENTILE, method="lower")) if per else None
 
 
 def _agreement(a: np.ndarray, b: np.ndarray) -> float | None:

@@ -202,7 +202,7 @@ def _kept(c: Candidate, base: _Base) -> str:
     f = c.metrics.fidelity
     det = f.detection if f is not None else None
     if det is not None and det.kept_fraction is not None:
-        return f"{det.kept_fraction * 100:.1f}%{_few(c)}"
+        return f"{det.kept_fraction * 100:.1f}%{_few(c) or ('*' if det.few else '')}"
     ious = [o.iou for o in f.outputs if o.iou is not None] if f is not None else []
     return f"{min(ious) * 100:.1f}%{_few(c)}" if ious else "-"
 
@@ -487,7 +487,7 @@ def _blocker(study: Study, target: Target, rec) -> str:
 
 def legend(cands: list[Candidate], baseline: Candidate | None) -> list[str]:
     """What the table's columns mean, in plain words (nothing in the table depends on colour)."""
-    lines = [_latency_legend(cands, baseline), _fidelity_legend(cands), _thin_legend(cands)]
+    lines = [_latency_legend(cands, baseline), _fidelity_legend(cands), _samples_legend(cands), _thin_legend(cands)]
     if any(c.ok and c.islands for c in cands):
         lines.append("float = ops computing on float tensors, of all ops (float islands: each listed below, with why).")
     if any(c.delegates for c in cands):
@@ -553,10 +553,41 @@ def _kept_words(fid: list) -> str:
     det = next((f.detection for f in fid if f.detection is not None), None)
     if det is None:
         return ""
+    few = (
+        "; * = float32 made fewer than 20 detections: a rough figure"
+        if any(f.detection is not None and f.detection.few for f in fid)
+        else ""
+    )
     return (
         f", kept = float32's detections kept (score >= {det.score_threshold:g}, same class, IoU >= "
-        f"{det.iou_threshold:g})"
+        f"{det.iou_threshold:g}{few})"
     )
+
+
+def _samples_legend(cands: list[Candidate]) -> str:
+    """The worst samples' figure beside the pooled one: detections kept (or mask IoU) on the 5th-percentile
+    sample, per candidate (a pooled share can hide a frame that lost most of what it had)."""
+    shown = []
+    for c in cands:
+        f = c.metrics.fidelity if c.ok and c.metrics else None
+        if f is None or c.name == "float32":
+            continue
+        det = f.detection
+        low = (
+            det.sample_kept
+            if det is not None
+            else min((o.sample_iou for o in f.outputs if o.sample_iou is not None), default=None)
+        )
+        if low is not None:
+            shown.append(f"{c.name} {low * 100:.0f}%")
+    if not shown:
+        return ""
+    what = (
+        "detections kept"
+        if any(c.ok and c.metrics.fidelity and c.metrics.fidelity.detection for c in cands)
+        else "mask IoU"
+    )
+    return f"Worst samples (5th percentile of the per-sample {what}; --min-sample-kept bounds it): {', '.join(shown)}."
 
 
 def _sliced(fid: list) -> bool:
@@ -734,6 +765,7 @@ def _print_task(con, m) -> None:
         con.print(
             f"            detections kept {det.kept} of float32's {det.reference_detections} ({det.layout} head, "
             f"score >= {det.score_threshold:g}, IoU >= {det.iou_threshold:g}), {det.extra} extra"
+            + (f"; worst samples {det.sample_kept * 100:.0f}%" if det.sample_kept is not None else "")
         )
     gpu = m.on_target.gpu if m.on_target else None
     if gpu is not None and gpu.outputs:

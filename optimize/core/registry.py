@@ -26,6 +26,7 @@ TECHNIQUE_MODULES = (
     "optimize.transforms.keras.qat",
     "optimize.transforms.tflite.quantize",
     "optimize.transforms.tflite.rescue_steps",
+    "optimize.transforms.tflite.yolo_head",
     "optimize.transforms.tflite.selective",
     "optimize.transforms.pt2e",
 )

@@ -443,6 +443,31 @@ class DelegateReport(Record):
         return self.verdict != "full" and bool(self.cpu_tail)
 
 
+class OutputContract(Record):
+    """How a candidate's outputs differ from float32's by design (optimize.transforms.tflite.yolo_head: a raw
+    YOLO head's boxes normalised by the input's size, so one int8 output holds boxes and scores): what a user of
+    the file must do to read them as before. The measure undoes it before comparing with float32."""
+
+    output: str = Field(description="The output whose contract changed (its name, as the file's signature has it).")
+    position: int = Field(0, description="Its position among the outputs, in signature order.")
+    axis: int = Field(description="The axis its channels are on (batch first).")
+    channels: list[int] = Field(description="The channels that changed (the boxes: 0-3).")
+    multiply_by: list[float] = Field(description="Multiply each channel by this to read it as float32 gave it.")
+    words: str = Field(description="The change in words, as the summary and the report say it.")
+
+    def restore(self, outs: list, position: int | None = None) -> list:
+        """The outputs (arrays, samples first) read as float32 gave them: the changed channels multiplied back."""
+        import numpy as np
+
+        i = self.position if position is None else position
+        a = np.array(outs[i], dtype=np.float32, copy=True)
+        where = [slice(None)] * a.ndim
+        for c, m in zip(self.channels, self.multiply_by):
+            where[self.axis] = c
+            a[tuple(where)] *= m
+        return [*outs[:i], a, *outs[i + 1 :]]
+
+
 class Composition(Record):
     """What an artifact holds, read back from its flatbuffer (optimize.measure.verify)."""
 
@@ -732,6 +757,11 @@ class Candidate(Record):
     )
     repair: Repair | None = Field(
         None, description="The failure rescue, when the quantized model had to be made to run."
+    )
+    output_contract: OutputContract | None = Field(
+        None,
+        description="How this file's outputs differ from float32's by design (a YOLO head's boxes normalised by the "
+        "input's size for an int8 output), and how to read them as before; its figures are after undoing it.",
     )
     seconds: float = Field(0.0, description="Wall time to produce and measure this candidate.")
     phases: dict[str, float] = Field(

@@ -13,7 +13,17 @@ from pathlib import Path
 import numpy as np
 
 from optimize.core.errors import DataError, ModelError
-from optimize.core.results import Accuracy, Fidelity, Latency, Memory, Metrics, OnTarget, OutputFidelity, Size
+from optimize.core.results import (
+    Accuracy,
+    Fidelity,
+    Latency,
+    Memory,
+    Metrics,
+    OnTarget,
+    OutputContract,
+    OutputFidelity,
+    Size,
+)
 from optimize.measure import detection, slices, timing
 from optimize.measure.memory import peak_memory_bytes
 from optimize.measure.on_target import emulated
@@ -294,6 +304,7 @@ class Scorer:
     task: str | None
     label_at: int
     baseline: Accuracy | None
+    contract: OutputContract | None = None  # undone on outputs computed elsewhere (the GPU's arithmetic)
 
     def fidelity(self, outs: list[np.ndarray], acc: Accuracy | None) -> Fidelity:
         return fidelity_of(
@@ -301,6 +312,7 @@ class Scorer:
         )
 
     def __call__(self, outs: list[np.ndarray], runner: runtime.Runner):
+        outs = self.contract.restore(outs) if self.contract is not None else outs
         a = accuracy_on(self.ds, outs, self.hs, runner, count(self.xs))
         return self.fidelity(outs, a), a, compare(a, self.baseline)
 
@@ -344,6 +356,7 @@ def evaluate(
     loaded: runtime.Loaded | None = None,
     on_target: bool | str = True,
     digest: str | None = None,
+    contract: OutputContract | None = None,
 ) -> Metrics:
     """Every measurement of one .tflite. Without data, latency and memory use a zero input.
 
@@ -355,7 +368,9 @@ def evaluate(
     caller has one (`runtime.load(model, threads=threads)`), so it is built once. `digest`: the file's sha256,
     when this process ran these bytes on some of the samples already (`runtime.Runner`). `on_target`: with a
     reference, also the figures in the GPU's arithmetic (`metrics.on_target.gpu`, emulated on the CPU); "self":
-    the model is the reference (the float32 baseline), its GPU figures against its own CPU outputs.
+    the model is the reference (the float32 baseline), its GPU figures against its own CPU outputs. `contract`:
+    how the model's outputs differ from the reference's by design (a YOLO head's boxes normalised), undone
+    before anything is compared.
     """
     path = Path(model)
     _check_tflite(path)
@@ -367,10 +382,12 @@ def evaluate(
         check_inputs(ds, runner_specs(runner))
         xs = take(ds.x_test, slice(0, samples)) if samples else ds.x_test
         outs = _predict(runner, xs, path, ds.source)
+        outs = contract.restore(outs) if contract is not None else outs
         hs = heads(path, runner)
         acc = accuracy_on(ds, outs, hs, runner, count(xs))
         if reference is not None or on_target == "self":
             score = _scorer_of(ds, xs, outs, hs, runner, acc, reference, path, threads, baseline_accuracy)
+            score = dataclasses.replace(score, contract=contract)
             fid = score.fidelity(outs, acc)
             if on_target:
                 gpu = emulated(path, xs, score, threads, cpu=(fid, acc, compare(acc, score.baseline)))

@@ -287,6 +287,16 @@ def _html_islands(study: Study) -> list[dict]:
     ]
 
 
+def _md_contracts(study: Study) -> list[str]:
+    """The candidates whose outputs differ from float32's by design, and how to read them as before."""
+    lines = ["## Output contracts that changed", "", "| Candidate | Output | What changed |", "|---|---|---|"]
+    for c in study.candidates:
+        if c.ok and c.output_contract is not None:
+            k = c.output_contract
+            lines.append(f"| {_md(c.name)} | {_md(k.output)} | {_md(k.words)} |")
+    return lines
+
+
 def render_markdown(study: Study, rec: Recommendation | None = None, images: dict[str, str] | None = None) -> str:
     """The report as Markdown. `images` maps plot keys to relative file paths (write_report writes them).
     Everything that comes from a study is escaped (names, reasons, facts)."""
@@ -306,6 +316,8 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
         sections.append(_md_rescue(study))
     if any(c.ok and c.islands for c in study.candidates):
         sections.append(_md_islands(study))
+    if any(c.ok and c.output_contract for c in study.candidates):
+        sections.append(_md_contracts(study))
     if rec is not None:
         sections.append(_md_recommendation(rec))
     if phase_table(study)[1]:

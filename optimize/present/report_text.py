@@ -462,7 +462,8 @@ def _ship(study: Study, target: Target, rec, folder: Path | None) -> str:
             quality = f"{det.kept_fraction * 100:.1f}% of detections kept{'*' if det.few else ''}"
         report = c.delegates.get(TARGET_DELEGATE.get(target) or "")
         tail = f"; {', '.join(report.cpu_tail)} on the CPU" if report is not None and report.runs_with_tail else ""
-        return f"{path} ({c.name}: {ratio}, {quality}{tail})"
+        contract = f"; NOTE {c.output_contract.words}" if c.output_contract is not None else ""
+        return f"{path} ({c.name}: {ratio}, {quality}{tail}{contract})"
     if rec.guard and rec.warnings:
         return "none passes the default guard (see WARNING below)"
     return f"nothing runs fully on {target}: {_blocker(study, target, rec)}"

@@ -63,10 +63,13 @@ def _signature(attrs: dict) -> str:
     return " ".join(parts)
 
 
-def ssd_postprocessed(folder: Path, side: int = 64, threshold: float = 0.55, seed: int = 0) -> Path:
+def ssd_postprocessed(
+    folder: Path, side: int = 64, threshold: float = 0.55, seed: int = 0, postprocess: bool = True
+) -> Path:
     """A seeded SSD-style detector (a small conv backbone, box and class heads on an 8 x 8 grid of anchors)
     ending in the real TFLite_Detection_PostProcess op: outputs boxes [1, 10, 4], classes [1, 10], scores
-    [1, 10], count [1]. Returns the float32 .tflite."""
+    [1, 10], count [1]. `postprocess` False: the same detector as a raw pair, decoded corners [1, N, 4] beside
+    class scores [1, N, C] (no background column). Returns the float32 .tflite."""
     import tensorflow as tf
 
     rng = np.random.default_rng(seed)
@@ -104,16 +107,20 @@ def ssd_postprocessed(folder: Path, side: int = 64, threshold: float = 0.55, see
         h = tf.nn.relu(tf.nn.conv2d(h, w2, 2, "SAME"))
         h = tf.nn.relu(tf.nn.conv2d(h, w3, side // cells // 4, "SAME"))
         boxes = tf.reshape(tf.nn.conv2d(h, wb, 1, "SAME"), [1, -1, 4])
-        scores = tf.reshape(3 * tf.nn.conv2d(h, wc, 1, "SAME") + bias, [1, -1, CLASSES + 1])
-        return post(boxes, tf.sigmoid(scores), anchors)
+        scores = tf.sigmoid(tf.reshape(3 * tf.nn.conv2d(h, wc, 1, "SAME") + bias, [1, -1, CLASSES + 1]))
+        if not postprocess:  # decoded as the op decodes them: centre offsets / 10, sizes exp(/ 5)
+            centre = anchors[None, :, :2] + boxes[..., :2] / 10 * anchors[None, :, 2:]
+            size = anchors[None, :, 2:] * tf.exp(boxes[..., 2:] / 5)
+            return tf.concat([centre - size / 2, centre + size / 2], -1), scores[..., 1:]
+        return post(boxes, scores, anchors)
 
     module = tf.Module()
     module.detect = detect
-    saved = folder / "ssd_savedmodel"
+    saved = folder / f"ssd_savedmodel_{int(postprocess)}"
     tf.saved_model.save(module, str(saved), signatures=detect.get_concrete_function())
     conv = tf.lite.TFLiteConverter.from_saved_model(str(saved))
     conv.allow_custom_ops = True
-    path = folder / "ssd.tflite"
+    path = folder / ("ssd.tflite" if postprocess else "ssd_pair.tflite")
     path.write_bytes(conv.convert())
     return path
 

@@ -663,6 +663,8 @@ class _Choice:
         c = self.chosen
         if c is not None and keep is not None:
             return f"Chosen from measurements: {c.name}: keep the float32 file ({keep}); no conversion beats it here."
+        if c is not None and c.output_contract is not None:  # the file's outputs read differently: said up front
+            return f"Chosen from measurements: {c.name} (NOTE: {c.output_contract.words})"
         if c is not None:
             return f"Chosen from measurements: {c.name}"
         if not self.study.candidates:

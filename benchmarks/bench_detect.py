@@ -278,7 +278,9 @@ def _rows(kind: str, study, folder: Path, ref: list[np.ndarray], test: np.ndarra
     for t in TARGETS:
         chosen.setdefault(recommend(study, t).chosen, []).append(t)
     for c in study.candidates:
-        if not c.ok or c.name == "float32" or not c.artifact:
+        if c.name == study.baseline:
+            continue
+        if not c.ok or not c.artifact:
             out.append(f"   {c.name:<20} failed: {(c.error or '')[:60]}")
             continue
         outs = _outputs(folder / "out" / c.artifact, test)

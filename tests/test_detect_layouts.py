@@ -182,3 +182,111 @@ def test_gpu_and_nnapi_get_a_pick_for_the_ssd_with_its_tail_named(ssd):
         assert any("post-processing tail (TFLite_Detection_PostProcess)" in f for f in rec.facts)
         det = study.candidate(rec.chosen).metrics.fidelity.detection if rec.chosen != "float32" else None
         assert det is None or det.kept_fraction >= 0.95
+
+
+def test_the_worst_samples_are_shown_beside_the_pooled_figure_and_can_be_bounded():
+    from optimize.core.results import Goals
+    from optimize.decide import kinds
+    from optimize.models.tasks import Head
+
+    rng = np.random.default_rng(0)
+    ref = (rng.random((20, 8, 8, 1)) > 0.5).astype(np.float32)
+    out = ref.copy()
+    out[3] = 1 - out[3]  # one frame's mask inverted: pooled IoU still high, that frame's IoU 0
+    f = metrics.fidelity_of([out], [ref], ["mask"], "f.tflite", hs=[Head((1, 8, 8, 1), "sigmoid")])
+    o = f.outputs[0]
+    assert o.iou > 0.85 and o.sample_iou == 0.0
+    check = next(c for c in kinds.CHECKS if c.bound is kinds.SAMPLE_KEPT)
+    assert check.read(o) == 0.0 and check.broken(check.read(o), Goals(min_sample_kept=0.5).min_sample_kept)
+    assert kinds.SAMPLE_KEPT.goal not in __import__("optimize.decide.guard", fromlist=["x"]).OUTPUT_GOALS
+
+
+def test_a_segmenter_whose_int8_masks_fall_under_the_guard_gets_the_mask_rescue():
+    from optimize.core.results import Fidelity, Metrics, OutputFidelity, Size
+    from optimize.engine.runs import _lost
+
+    def cand(iou):
+        o = OutputFidelity(
+            name="mask", mean_abs_diff=0.01, std_abs_diff=0, max_abs_diff=0.2, relative_error=0.01, iou=iou
+        )
+        m = Metrics(size=Size(bytes=1, gzip_bytes=1), fidelity=Fidelity(reference="f", samples=32, outputs=[o]))
+        return type("C", (), {"metrics": m})()
+
+    words, budget = _lost(cand(0.62))
+    assert "mask IoU of 62.0%" in words and budget == {"min_mask_iou": 0.95}
+    assert _lost(cand(0.97)) is None
+
+
+def _pixel_yolo(folder, side: int = 32, classes: int = 3):
+    """A seeded raw YOLO head [1, 4+C, N] with boxes in pixels of the input (centres 0..side, sizes 4..12)."""
+    from optimize.models import _tf
+
+    keras, tf = _tf.keras(), _tf.tf()
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((side, side, 3))
+    h = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(inp)
+    h = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(h)
+    centres = keras.layers.Rescaling(side / 2, offset=side / 2)(keras.layers.Conv2D(2, 1, activation="tanh")(h))
+    sizes = keras.layers.Rescaling(8.0, offset=4.0)(keras.layers.Conv2D(2, 1, activation="sigmoid")(h))
+    wide = keras.initializers.RandomNormal(stddev=6.0, seed=0)
+    init = keras.initializers.Constant(-2.0)
+    scores = keras.layers.Conv2D(classes, 1, activation="sigmoid", kernel_initializer=wide, bias_initializer=init)(h)
+    n = (side // 2) ** 2
+    head = keras.layers.Reshape((n, 4 + classes))(keras.layers.Concatenate()([centres, sizes, scores]))
+    model = keras.Model(inp, keras.layers.Permute((2, 1))(head))
+    path = folder / "yolo.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    return path
+
+
+def test_the_yolo_head_rewrite_keeps_the_function_and_says_the_contract(tmp_path):
+    from optimize.transforms.tflite.yolo_head import normalise_boxes
+
+    path = _pixel_yolo(tmp_path)
+    made, contract = normalise_boxes(path.read_bytes())
+    assert contract.multiply_by == [32.0] * 4 and contract.axis == 1 and contract.channels == [0, 1, 2, 3]
+    xs = np.random.default_rng(1).random((4, 32, 32, 3)).astype(np.float32)
+    before = runtime.Runner(runtime.load(path)).predict(xs)
+    after = runtime.Runner(runtime.load(made)).predict(xs)
+    assert float(np.abs(after[0][:, :4]).max()) <= 1.5 < float(np.abs(before[0][:, :4]).max())
+    np.testing.assert_allclose(contract.restore(after)[0], before[0], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_an_integer_file_for_integer_targets_keeps_a_yolo_heads_detections(tmp_path):
+    import optimize
+    from optimize.decide.choose import recommend
+
+    path = _pixel_yolo(tmp_path)
+    xs = np.random.default_rng(1).random((64, 32, 32, 3)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", x_cal=xs[:32], x_test=xs[32:])
+    recipes = [optimize.load_recipe("yolo-int8")]
+    from optimize.core.recipe import build
+
+    recipes.append(build("int8-int8io", [{"technique": "quantize", "scheme": "int8", "io": "int8"}]))
+    study = optimize.sweep(path, tmp_path / "d.npz", tmp_path / "out", recipes=recipes, jobs=0, cache=False, runs=3)
+    plain, boxes = study.candidate("int8-int8io"), study.candidate("yolo-int8")
+    assert boxes.ok and boxes.output_contract is not None and "normalised" in boxes.output_contract.words
+    assert any("output contract changes" in n for n in boxes.notes)
+    kept = boxes.metrics.fidelity.detection.kept_fraction
+    assert kept >= 0.9 and kept > plain.metrics.fidelity.detection.kept_fraction
+    rec = recommend(study, "mcu")
+    assert rec.chosen == "yolo-int8" and "normalised" in rec.headline
+
+
+@pytest.mark.slow
+def test_an_end_to_end_head_exported_as_pt2_is_judged_by_its_rows(tmp_path):
+    import torch
+    from detector_fixtures import end2end_module
+
+    import optimize
+    from optimize.core.recipe import build
+
+    m = end2end_module()
+    cal, test = photos(24, SIDE, 0).transpose(0, 3, 1, 2), photos(24, SIDE, 1).transpose(0, 3, 1, 2)
+    torch.export.save(torch.export.export(m, (torch.from_numpy(test[:1].copy()),)), str(tmp_path / "e2e.pt2"))
+    np.savez(tmp_path / "d.npz", x_cal=cal, x_test=test)
+    recipes = [build("int8", [{"technique": "quantize", "scheme": "int8"}])]
+    study = optimize.sweep(tmp_path / "e2e.pt2", tmp_path / "d.npz", tmp_path / "o", recipes=recipes, jobs=0, runs=3)
+    det = study.candidate("int8").metrics.fidelity.detection
+    assert det.layout == "end2end" and det.reference_detections > 0 and det.kept_fraction is not None

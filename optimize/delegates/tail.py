@@ -3,12 +3,13 @@
 Every shipped SSD and EfficientDet-Lite ends in the custom op `TFLite_Detection_PostProcess` (decoding against the
 anchors, non-maximum suppression, the top detections), which no delegate takes: the backbone runs on the GPU,
 NNAPI, Hexagon or Core ML, and this op on the CPU, once per frame, on a few thousand boxes. The same holds for a
-graph that ends in NON_MAX_SUPPRESSION and the gathers after it. Such a tail is not a reason to call the model
+graph that ends in NON_MAX_SUPPRESSION and the gathers after it, and for an end-to-end head's selection (the best
+class per anchor, its TOPK_V2 and the gathers of the rows it picks: what replaces NMS there). Such a tail is not a reason to call the model
 unfit for the target: a candidate whose every other node is delegated runs there, with its tail named.
 
-A node is in the tail when it is a post-processing op (`TAIL_OPS`), an op downstream of one, or a DEQUANTIZE or
-QUANTIZE that only feeds one (a quantized body's boxes and scores made float for it); the tail is expected only
-when those are all the nodes a delegate leaves. Rules read here; nothing is rewritten.
+A node is in the tail when it is a post-processing op (`TAIL_OPS`), an op downstream of one, or one of
+`FEEDING_OPS` that only feeds the tail (a quantized body's boxes and scores made float for it, the arg-max of the
+class an end-to-end head selects by); the tail is expected only when those are all the nodes a delegate leaves. Rules read here; nothing is rewritten.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from optimize.core.results import DelegateReport
 from optimize.models.flatbuffer import Subgraph
 
 #: Post-processing ops that run on the CPU after an accelerated body, as shipped detectors do.
-TAIL_OPS = frozenset({"TFLite_Detection_PostProcess", "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5"})
+TAIL_OPS = frozenset({"TFLite_Detection_PostProcess", "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5", "TOPK_V2"})
 #: The delegates whose targets run a body and leave a tail to the CPU (XNNPACK is the CPU itself).
 WITH_TAIL = ("gpu", "nnapi", "hexagon", "coreml")
 
@@ -39,19 +40,27 @@ def tail_nodes(sg: Subgraph) -> set[int]:
     return tail | _feeding(sg, tail)
 
 
-#: Conversions in front of a tail op that serve it alone (a quantized body's outputs made float for it).
-FEEDING_OPS = frozenset({"DEQUANTIZE", "QUANTIZE"})
+#: Ops in front of a tail op that serve it alone: a quantized body's outputs made float for it, and the best
+#: class per anchor an end-to-end head's top-K selects by (its score and class id).
+FEEDING_OPS = frozenset({"DEQUANTIZE", "QUANTIZE", "ARG_MAX", "ARG_MIN", "REDUCE_MAX", "CAST"})
 
 
 def _feeding(sg: Subgraph, tail: set[int]) -> set[int]:
-    """The DEQUANTIZE/QUANTIZE ops whose every reader is in the tail: part of the post-processing's input."""
-    found = set()
-    for i in tail:
-        for t in sg.ops[i].inputs:
-            p = sg.producer.get(t) if t >= 0 else None
-            if p is not None and sg.ops[p].name in FEEDING_OPS and set(sg.consumers.get(t, [])) <= tail:
-                found.add(p)
-    return found
+    """The FEEDING_OPS whose every reader is in the tail (or feeds it so), as far back as they go: part of the
+    post-processing's input."""
+    found = set(tail)
+    grew = True
+    while grew:
+        grew = False
+        for i in list(found):
+            for t in sg.ops[i].inputs:
+                p = sg.producer.get(t) if t >= 0 else None
+                if p is None or p in found or sg.ops[p].name not in FEEDING_OPS:
+                    continue
+                if all(set(sg.consumers.get(o, [])) <= found for o in sg.ops[p].outputs if o >= 0):
+                    found.add(p)
+                    grew = True
+    return found - tail
 
 
 def expected_tail(sg: Subgraph, report: DelegateReport) -> list[str]:

@@ -317,7 +317,7 @@ def _lost(int8: Candidate) -> tuple[str, dict] | None:
         return f"lost {-m.accuracy_delta * 100:.1f} points", {"max_accuracy_drop": 0.005}
     if m.error_ratio is not None and m.error_ratio > 1 + RESCUE_INCREASE:
         return f"made the error x{m.error_ratio:.2f}", {"max_error_increase": 0.10}
-    lost = _lost_detections(m)
+    lost = _lost_detections(m) or _lost_masks(m)
     if lost is not None:
         return lost
     fid = m.fidelity if m.accuracy is None else None
@@ -384,6 +384,19 @@ def _judged_on_calibration(ds: Dataset | None, recipes: list[Recipe]) -> None:
             "measured on. Give x/y (split 80/20) or x_train/x_test, or calibration samples of their own (x_cal).",
             Path(ds.source).name,
         )
+
+
+RESCUE_MASK_IOU = 0.9  # a segmenter: the mask IoU with float32's int8 must keep (the default guard's)
+RESCUE_MASK_BUDGET = 0.95  # what the search aims at on its held-out samples, so the guard's holds
+
+
+def _lost_masks(m) -> tuple[str, dict] | None:
+    """A segmenter's int8 whose masks (pooled, or on its worst samples) fall under the guard's IoU: the search's
+    budget is the masks' IoU (round 5's next step: a rescue for segmenters driven by mask IoU)."""
+    ious = [o.iou for o in m.fidelity.outputs if o.iou is not None] if m.fidelity is not None else []
+    if not ious or min(ious) >= RESCUE_MASK_IOU:
+        return None
+    return f"keeps a mask IoU of {min(ious):.1%} with float32's", {"min_mask_iou": RESCUE_MASK_BUDGET}
 
 
 def _lost_detections(m) -> tuple[str, dict] | None:

@@ -43,6 +43,7 @@ DEFAULT_DROP = 0.005  # classification: at most half a point of top-1
 DEFAULT_INCREASE = 0.10  # regression: error at most 1.10x float32
 DEFAULT_OUTPUT_ERROR = 0.01  # no labels: mean |diff| at most 1% of the output's range
 DEFAULT_DETECTIONS_KEPT = 0.95  # a detector: at most 5% of float32's detections lost
+DEFAULT_MASK_IOU = 0.9  # a segmenter: its masks' IoU with float32's (the default guard's)
 
 
 class SelectiveParams(SchemeParams):
@@ -60,6 +61,9 @@ class SelectiveParams(SchemeParams):
     )
     min_detections_kept: float | None = Field(
         None, ge=0, le=1, description="Budget for a detector: share of float32's detections kept (0.95)."
+    )
+    min_mask_iou: float | None = Field(
+        None, ge=0, le=1, description="Budget for a segmenter: its masks' IoU with float32's (0.9)."
     )
     up: Literal["auto", "float", "int16"] = Field(
         "auto", description="How an op moves up: kept float, int16 activations, or auto (whichever helps more)."
@@ -81,10 +85,17 @@ class SelectiveParams(SchemeParams):
     def _one_budget(self):
         if self.scheme != Scheme.INT8:
             raise ValueError(f"selective starts from int8, not {self.scheme}")
-        budgets = (self.max_accuracy_drop, self.max_error_increase, self.max_output_error, self.min_detections_kept)
+        budgets = (
+            self.max_accuracy_drop,
+            self.max_error_increase,
+            self.max_output_error,
+            self.min_detections_kept,
+            self.min_mask_iou,
+        )
         if len([b for b in budgets if b is not None]) > 1:
             raise ValueError(
-                "give one budget: max_accuracy_drop, max_error_increase, max_output_error or min_detections_kept"
+                "give one budget: max_accuracy_drop, max_error_increase, max_output_error, min_detections_kept or "
+                "min_mask_iou"
             )
         return self
 
@@ -93,7 +104,7 @@ class SelectiveParams(SchemeParams):
 class _Budget:
     """The metric a search drives down: the drop, the relative error increase or the output error."""
 
-    kind: Literal["drop", "increase", "output", "detections"]
+    kind: Literal["drop", "increase", "output", "detections", "masks"]
     limit: float
     xs: np.ndarray
     y: np.ndarray | None
@@ -107,6 +118,7 @@ class _Budget:
     cuts: dict = field(default_factory=dict)  # output index -> its slices (quantities of different scales)
     held_out: str = ""  # how the validation samples were kept from the calibration, in words
     few: bool = False  # a detector's float32 makes too few detections on these samples to judge by
+    masks: list = field(default_factory=list)  # a segmenter's mask outputs, by index: the metric is their IoU
 
     def describe(self, value: float) -> str:
         if self.kind == "drop":
@@ -115,6 +127,8 @@ class _Budget:
             return f"error x{1 + value:.2f}"
         if self.kind == "detections":
             return f"{(1 - value) * 100:.1f}% of float32's detections kept"
+        if self.kind == "masks":
+            return f"mask IoU {(1 - value) * 100:.1f}% with float32's"
         return f"output error {value:.4f}"
 
     def meets(self, value: float) -> bool:
@@ -240,6 +254,10 @@ def _unlabelled_budget(
     more samples drawn for it (`judged_few`), its output error judges instead, and the words say why."""
     layout, cuts = _detector(float_model, runner, reference, task)
     words = where.words
+    masks = _mask_outputs(float_model, runner, reference, task)
+    if masks and layout is None and (params.min_mask_iou is not None or (not labelled and not params.max_output_error)):
+        limit = 1 - (params.min_mask_iou or DEFAULT_MASK_IOU)
+        return _Budget("masks", limit, xs, None, reference, 0.0, cuts=cuts, held_out=words, masks=masks)
     if layout is not None and params.max_output_error is None and (not labelled or params.min_detections_kept):
         made = detection.compare(reference, reference, [str(i) for i in range(len(reference))], layout)
         if not made.few or not judged_few:
@@ -255,6 +273,15 @@ def _unlabelled_budget(
         limit = params.max_output_error or DEFAULT_OUTPUT_ERROR
         return _Budget("output", limit, xs, None, reference, 0.0, cuts=cuts, held_out=words)
     return None
+
+
+def _mask_outputs(float_model: bytes, runner, reference: list[np.ndarray], task) -> list[int]:
+    """The outputs that are masks (a one-channel sigmoid map, or every map under --task segment): a segmenter's
+    search is judged by their IoU with float32's, as its guard is."""
+    from optimize.models.tasks import heads
+
+    hs = heads(float_model, runner)
+    return [i for i, h in enumerate(hs) if h.is_mask or (task == tasks.Task.SEGMENT and len(h.shape) >= 3)]
 
 
 def _detector(float_model: bytes, runner, reference: list[np.ndarray], task) -> tuple[object, dict]:
@@ -387,6 +414,9 @@ class _Search:
         elif b.kind == "detections":  # float32 detecting nothing here judges nothing: never "everything kept"
             kept = detection.compare(outs, b.reference, [str(i) for i in range(len(outs))], b.layout).kept_fraction
             value = 1.0 - (0.0 if kept is None else kept)
+        elif b.kind == "masks":  # the worst mask output's IoU with float32's
+            ious = [tasks.segmentation_iou(outs[i], b.reference[i]) for i in b.masks]
+            value = 1.0 - min((v for v in ious if v is not None), default=1.0)
         elif b.kind == "drop":
             value = b.base - _score(b, outs)
         else:

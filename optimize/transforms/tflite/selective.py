@@ -251,7 +251,9 @@ def _unlabelled_budget(
     """A budget against float32: a detector's detections kept (its default without labels, or asked for), else
     the output error (every slice of an output of several scales over its own range); None: the labels'. A
     detector whose float32 makes fewer than FEW_DETECTIONS detections on the samples is a `few` budget; on the
-    more samples drawn for it (`judged_few`), its output error judges instead, and the words say why."""
+    more samples drawn for it (`judged_few`) its detections still judge, said to be a rough figure, unless float32
+    makes none there: then its output error judges, and the words say why (a scores slice mostly zero reads as
+    a small error while every detection is lost, so it is the last resort)."""
     layout, cuts = _detector(float_model, runner, reference, task)
     words = where.words
     masks = _mask_outputs(float_model, runner, reference, task)
@@ -260,14 +262,16 @@ def _unlabelled_budget(
         return _Budget("masks", limit, xs, None, reference, 0.0, cuts=cuts, held_out=words, masks=masks)
     if layout is not None and params.max_output_error is None and (not labelled or params.min_detections_kept):
         made = detection.compare(reference, reference, [str(i) for i in range(len(reference))], layout)
-        if not made.few or not judged_few:
+        if made.reference_detections and judged_few and made.few:  # a rough count is still the count to judge by
+            words += f"; float32 makes only {made.reference_detections} detection(s) there: a rough figure"
+        if made.reference_detections or not judged_few:
             limit = 1 - (params.min_detections_kept or DEFAULT_DETECTIONS_KEPT)
             budget = _Budget("detections", limit, xs, None, reference, 0.0, layout=layout, cuts=cuts, held_out=words)
             budget.few = made.few
             return budget
         words += (
-            f"; float32 makes {made.reference_detections} detection(s) there, too few to judge detections kept "
-            "by, so the output error of its boxes and scores judges"
+            "; float32 makes no detection there, so detections kept cannot judge: the output error of its boxes "
+            "and scores does"
         )
     if not labelled or params.max_output_error is not None:
         limit = params.max_output_error or DEFAULT_OUTPUT_ERROR

@@ -134,6 +134,14 @@ def detections(outs: list[np.ndarray], lay: Layout, k: int, threshold: float) ->
     return _Dets(rows.boxes[at], rows.classes[at], rows.scores[at], at)
 
 
+def _above(d: _Dets, threshold: float) -> _Dets:
+    """The detections scoring at least `threshold` among those read at a lower one. Exactly what reading at
+    `threshold` gives: suppression keeps the highest scores first, so a detection's fate depends only on those
+    scoring more than it, all of which are above the threshold too."""
+    at = d.scores >= threshold
+    return _Dets(d.boxes[at], d.classes[at], d.scores[at], d.anchors[at])
+
+
 def _match(ref: _Dets, mine: _Dets, per_anchor: bool) -> tuple[int, list[float], int]:
     """(float32's detections kept, their IoUs, the candidate's detections float32 does not make)."""
     if not len(ref.anchors):
@@ -190,10 +198,11 @@ def compare(
     shares: list[float] = []
     low = max(0.0, threshold - MARGIN)
     per_anchor = lay.entry.per_anchor
-    refs, ref_low = _reference(ref, lay, threshold), _reference(ref, lay, low)
+    ref_low = _reference(ref, lay, low)
     for k in range(len(ref[lay.outputs[0]])):
-        r, m = refs[k], detections(outs, lay, k, threshold)
-        n, got, _ = _match(r, detections(outs, lay, k, low), per_anchor)
+        mine_low = detections(outs, lay, k, low)
+        r, m = _above(ref_low[k], threshold), _above(mine_low, threshold)
+        n, got, _ = _match(r, mine_low, per_anchor)
         made, _, _ = _match(m, ref_low[k], per_anchor)  # the candidate's that float32 makes too
         total, kept, extra = total + len(r.anchors), kept + n, extra + len(m.anchors) - made
         ious += got

@@ -15,12 +15,13 @@ class an end-to-end head selects by); the tail is expected only when those are a
 from __future__ import annotations
 
 from optimize.core.results import DelegateReport
+from optimize.core.vocab import Delegate
 from optimize.models.flatbuffer import Subgraph
 
 #: Post-processing ops that run on the CPU after an accelerated body, as shipped detectors do.
 TAIL_OPS = frozenset({"TFLite_Detection_PostProcess", "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5", "TOPK_V2"})
 #: The delegates whose targets run a body and leave a tail to the CPU (XNNPACK is the CPU itself).
-WITH_TAIL = ("gpu", "nnapi", "hexagon", "coreml")
+WITH_TAIL = (Delegate.GPU, Delegate.NNAPI, Delegate.HEXAGON, Delegate.COREML)
 
 
 def tail_nodes(sg: Subgraph) -> set[int]:

@@ -237,12 +237,16 @@ def heads(
         op = producer.get(d["index"])
         if op is not None and op.name in ("DEQUANTIZE", "QUANTIZE") and op.inputs:
             op = producer.get(op.inputs[0], op)
-        act = {"SOFTMAX": "softmax", "LOGISTIC": "sigmoid"}.get(op.name if op else "", "linear")
         shape = by_index[d["index"]].shape if d["index"] in by_index else tuple(d["shape"])
-        role = roles.get(d["index"])
-        index = role in ("classes", "count") or _index_output(op, d)
-        out.append(Head(tuple(int(x) for x in shape), act, role, index))
+        out.append(_head_of(op, d, tuple(int(x) for x in shape), roles.get(d["index"])))
     return out
+
+
+def _head_of(op, detail: dict, shape: tuple[int, ...], role: str | None) -> Head:
+    """One output's Head from the op that makes it: its activation, its post-processing role, whether it holds
+    indices."""
+    act = {"SOFTMAX": "softmax", "LOGISTIC": "sigmoid"}.get(op.name if op else "", "linear")
+    return Head(shape, act, role, role in ("classes", "count") or _index_output(op, detail))
 
 
 #: Ops whose output is an index (a class id, a position), not a value.

@@ -450,23 +450,33 @@ def _ship(study: Study, target: Target, rec, folder: Path | None) -> str:
         keep = rec.keep_float32 if folder is not None else Path(rec.keep_float32).name
         return f"{keep} (keep the float32 file: nothing smaller passes)"
     if rec.chosen:
-        c = study.candidate(rec.chosen)
-        base = next((b for b in study.candidates if b.name == study.baseline), None)
-        path = Path(folder) / c.artifact if folder and c.artifact else Path(c.artifact or f"{c.name}.tflite")
-        b = _Base.of(base)
-        ratio = f"{_ratio(c.metrics.size.bytes, b.size.bytes if b.size else None)}x float32's size"
-        has_labels = c.metrics.accuracy is not None
-        quality = f"Δ {_delta(c, b)}" if has_labels else f"rel err {_rel_err(c, b)}"
-        det = c.metrics.fidelity.detection if c.metrics.fidelity is not None and not has_labels else None
-        if det is not None and det.kept_fraction is not None:
-            quality = f"{det.kept_fraction * 100:.1f}% of detections kept{'*' if det.few else ''}"
-        report = c.delegates.get(TARGET_DELEGATE.get(target) or "")
-        tail = f"; {', '.join(report.cpu_tail)} on the CPU" if report is not None and report.runs_with_tail else ""
-        contract = f"; NOTE {c.output_contract.words}" if c.output_contract is not None else ""
-        return f"{path} ({c.name}: {ratio}, {quality}{tail}{contract})"
+        return _chosen(study, study.candidate(rec.chosen), target, folder)
     if rec.guard and rec.warnings:
         return "none passes the default guard (see WARNING below)"
     return f"nothing runs fully on {target}: {_blocker(study, target, rec)}"
+
+
+def _chosen(study: Study, c: Candidate, target: Target, folder: Path | None) -> str:
+    """The file to ship and why in a few words: its size, its quality (a detector's detections kept), the CPU
+    tail the target leaves, and an output contract that changed."""
+    base = next((b for b in study.candidates if b.name == study.baseline), None)
+    path = Path(folder) / c.artifact if folder and c.artifact else Path(c.artifact or f"{c.name}.tflite")
+    b = _Base.of(base)
+    ratio = f"{_ratio(c.metrics.size.bytes, b.size.bytes if b.size else None)}x float32's size"
+    report = c.delegates.get(TARGET_DELEGATE.get(target) or "")
+    tail = f"; {', '.join(report.cpu_tail)} on the CPU" if report is not None and report.runs_with_tail else ""
+    contract = f"; NOTE {c.output_contract.words}" if c.output_contract is not None else ""
+    return f"{path} ({c.name}: {ratio}, {_quality(c, b)}{tail}{contract})"
+
+
+def _quality(c: Candidate, b: _Base) -> str:
+    """A pick's quality in a few words: Δ with labels, else a detector's detections kept, else the output error."""
+    if c.metrics.accuracy is not None:
+        return f"Δ {_delta(c, b)}"
+    det = c.metrics.fidelity.detection if c.metrics.fidelity is not None else None
+    if det is not None and det.kept_fraction is not None:
+        return f"{det.kept_fraction * 100:.1f}% of detections kept{'*' if det.few else ''}"
+    return f"rel err {_rel_err(c, b)}"
 
 
 def _blocker(study: Study, target: Target, rec) -> str:

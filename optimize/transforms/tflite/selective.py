@@ -261,22 +261,31 @@ def _unlabelled_budget(
         limit = 1 - (params.min_mask_iou or DEFAULT_MASK_IOU)
         return _Budget("masks", limit, xs, None, reference, 0.0, cuts=cuts, held_out=words, masks=masks)
     if layout is not None and params.max_output_error is None and (not labelled or params.min_detections_kept):
-        made = detection.compare(reference, reference, [str(i) for i in range(len(reference))], layout)
-        if made.reference_detections and judged_few and made.few:  # a rough count is still the count to judge by
-            words += f"; float32 makes only {made.reference_detections} detection(s) there: a rough figure"
-        if made.reference_detections or not judged_few:
-            limit = 1 - (params.min_detections_kept or DEFAULT_DETECTIONS_KEPT)
-            budget = _Budget("detections", limit, xs, None, reference, 0.0, layout=layout, cuts=cuts, held_out=words)
-            budget.few = made.few
-            return budget
-        words += (
-            "; float32 makes no detection there, so detections kept cannot judge: the output error of its boxes "
-            "and scores does"
-        )
+        found = _detections_budget(layout, cuts, reference, xs, params, words, judged_few)
+        if isinstance(found, _Budget):
+            return found
+        words = found
     if not labelled or params.max_output_error is not None:
         limit = params.max_output_error or DEFAULT_OUTPUT_ERROR
         return _Budget("output", limit, xs, None, reference, 0.0, cuts=cuts, held_out=words)
     return None
+
+
+def _detections_budget(layout, cuts, reference, xs, params, words: str, judged_few: bool) -> _Budget | str:
+    """A detector's budget on these samples, or (float32 makes no detection on the more samples drawn) the
+    words that say the output error judges instead."""
+    made = detection.compare(reference, reference, [str(i) for i in range(len(reference))], layout)
+    if made.reference_detections and judged_few and made.few:  # a rough count is still the count to judge by
+        words += f"; float32 makes only {made.reference_detections} detection(s) there: a rough figure"
+    if made.reference_detections or not judged_few:
+        limit = 1 - (params.min_detections_kept or DEFAULT_DETECTIONS_KEPT)
+        budget = _Budget("detections", limit, xs, None, reference, 0.0, layout=layout, cuts=cuts, held_out=words)
+        budget.few = made.few
+        return budget
+    return words + (
+        "; float32 makes no detection there, so detections kept cannot judge: the output error of its boxes and "
+        "scores does"
+    )
 
 
 def _mask_outputs(float_model: bytes, runner, reference: list[np.ndarray], task) -> list[int]:

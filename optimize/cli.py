@@ -85,6 +85,9 @@ MIN_MASK_IOU = typer.Option(None, help="Segmentation: mask IoU with float32's, e
 MAX_SLOWDOWN = typer.Option(
     None, help="cpu: the pick's p50 at most this many times float32's, e.g. 1.5 (default: not slower, within noise)."
 )
+MIN_SAMPLE_KEPT = typer.Option(
+    None, help="Detectors, segmenters: the worst 5% of samples' detections kept or mask IoU, e.g. 0.5."
+)
 CAL_SEED = typer.Option(0, "--calibration-seed", help="Seeds the random choice of calibration samples.")
 TEST_SAMPLES = typer.Option(
     None,
@@ -263,6 +266,7 @@ def sweep(
     min_detections_kept: float | None = MIN_DETECTIONS_KEPT,
     min_mask_iou: float | None = MIN_MASK_IOU,
     max_slowdown: float | None = MAX_SLOWDOWN,
+    min_sample_kept: float | None = MIN_SAMPLE_KEPT,
     jobs: int | None = typer.Option(
         None, "--jobs", "-j", min=0, help="Worker processes (default: cores, memory permitting; 0: in-process)."
     ),
@@ -311,6 +315,7 @@ def sweep(
         min_detections_kept=min_detections_kept,
         min_mask_iou=min_mask_iou,
         max_slowdown=max_slowdown,
+        min_sample_kept=min_sample_kept,
     )
     if mlflow:
         from optimize.present.tracking import check
@@ -740,6 +745,7 @@ def recommend(
     min_agreement: float | None = MIN_AGREEMENT,
     min_detections_kept: float | None = MIN_DETECTIONS_KEPT,
     min_mask_iou: float | None = MIN_MASK_IOU,
+    min_sample_kept: float | None = MIN_SAMPLE_KEPT,
     max_size_bytes: int | None = typer.Option(None, help="Largest acceptable .tflite."),
     max_latency_ms: float | None = typer.Option(None, help="Slowest acceptable p50 latency (host CPU)."),
     max_slowdown: float | None = MAX_SLOWDOWN,
@@ -777,6 +783,7 @@ def recommend(
         min_detections_kept,
         min_mask_iou,
         max_slowdown,
+        min_sample_kept,
     )
     if study is None:
         advice = advise(

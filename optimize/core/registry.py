@@ -27,6 +27,7 @@ TECHNIQUE_MODULES = (
     "optimize.transforms.keras.finetune",
     "optimize.transforms.tflite.quantize",
     "optimize.transforms.tflite.rescue_steps",
+    "optimize.transforms.tflite.yolo_head",
     "optimize.transforms.tflite.selective",
     "optimize.transforms.pt2e",
 )

@@ -170,13 +170,20 @@ class SliceError(Record):
     relative_error: float = Field(description="mean |diff| over the slice's own range in the reference (0..1).")
 
 
+#: Fewer of float32's detections than this make a share kept rough (optimize.measure.detection.FEW_DETECTIONS).
+FEW_DETECTIONS = 20
+
+
 class DetectionFidelity(Record):
     """A detector's detections against float32's on the same inputs: each of float32's detections (score at
     least `score_threshold`, after per-class non-maximum suppression for decoded boxes) is kept when the
     candidate has one of the same class overlapping it at IoU >= `iou_threshold` (for a raw anchor head: at the
     same anchor) scoring at least the threshold less a margin of 0.05 (a borderline score is not a loss)."""
 
-    layout: str = Field(description="The head: yolo ([1, 4+C, N] or [1, N, 4+C]), ssd (boxes + scores) or anchors.")
+    layout: str = Field(
+        description="The head (optimize.measure.layouts): postprocessed (boxes, classes, scores, count), end2end "
+        "([1, K, 6]), yolo ([1, 4+C, N] or [1, N, 4+C]), yolov5, ssd (boxes + scores) or anchors."
+    )
     outputs: list[str] = Field(description="The outputs that hold the boxes and scores.")
     score_threshold: float
     iou_threshold: float = 0.5
@@ -184,11 +191,22 @@ class DetectionFidelity(Record):
     kept: int = Field(description="Of those, the ones the candidate makes too (same class, IoU >= threshold).")
     extra: int = Field(0, description="The candidate's detections float32 does not make.")
     mean_iou: float | None = Field(None, description="Mean IoU of the kept detections with float32's.")
+    samples_with_detections: int | None = Field(None, description="Samples on which float32 detects anything.")
+    sample_kept: float | None = Field(
+        None,
+        description="The share kept on the worst samples: the 5th percentile of the per-sample shares, over the "
+        "samples on which float32 detects anything (None: none).",
+    )
 
     @property
     def kept_fraction(self) -> float | None:
         """Share of float32's detections kept (None when float32 detects nothing on the samples)."""
         return self.kept / self.reference_detections if self.reference_detections else None
+
+    @property
+    def few(self) -> bool:
+        """Float32 detects too little on the samples (under 20) for the share kept to be more than rough."""
+        return self.reference_detections < FEW_DETECTIONS
 
 
 class OutputFidelity(Record):
@@ -214,6 +232,9 @@ class OutputFidelity(Record):
         None, description="On a detector head's outputs: its detections kept against float32's (judged by them)."
     )
     iou: float | None = Field(None, description="For mask outputs: IoU of the two masks thresholded at 0.5.")
+    sample_iou: float | None = Field(
+        None, description="For mask outputs: the worst samples' IoU (5th percentile of the per-sample IoUs)."
+    )
     nonfinite_samples: int = Field(
         0, description="Samples where this output is NaN/inf and the reference's is not (left out of the figures)."
     )
@@ -225,14 +246,22 @@ class OutputFidelity(Record):
         description="Sigmoid (yes/no, multi-label) outputs: fraction of the decisions at 0.5, every unit of every "
         "sample, that match the reference's.",
     )
+    exact_agreement: float | None = Field(
+        None,
+        description="Outputs of class ids or counts (an ArgMax, an integer output, a post-processing op's classes "
+        "and count outside a recognised detector): share of values equal to the reference's (their only figure).",
+    )
     labelled: bool = Field(
         False, description="The output the labels score: judged by its accuracy; every other output by fidelity."
     )
 
     @property
     def agreement(self) -> float | None:
-        """What an agreement goal (min_agreement) reads: top-1 agreement of classes, else decisions at 0.5."""
-        return self.top1_agreement if self.top1_agreement is not None else self.decision_agreement
+        """What an agreement goal (min_agreement) reads: top-1 agreement of classes, else decisions at 0.5, else
+        the exact agreement of class ids or counts."""
+        if self.top1_agreement is not None:
+            return self.top1_agreement
+        return self.decision_agreement if self.decision_agreement is not None else self.exact_agreement
 
 
 class Fidelity(Record):
@@ -434,6 +463,42 @@ class DelegateReport(Record):
     )
     vetoed: str | None = Field(None, description="Why the whole model stays on the CPU, if it does.")
     veto_code: str | None = Field(None, description="The veto as a code (optimize.delegates.rules.Reason).")
+    cpu_tail: list[str] = Field(
+        default_factory=list,
+        description="When every node the delegate leaves is the model's trailing post-processing "
+        "(TFLite_Detection_PostProcess, NMS and what follows it: optimize.delegates.tail), those ops: the body runs "
+        "on the delegate, the tail on the CPU, as shipped detectors run.",
+    )
+
+    @property
+    def runs_with_tail(self) -> bool:
+        """The delegate runs every node but an expected CPU tail."""
+        return self.verdict != "full" and bool(self.cpu_tail)
+
+
+class OutputContract(Record):
+    """How a candidate's outputs differ from float32's by design (optimize.transforms.tflite.yolo_head: a raw
+    YOLO head's boxes normalised by the input's size, so one int8 output holds boxes and scores): what a user of
+    the file must do to read them as before. The measure undoes it before comparing with float32."""
+
+    output: str = Field(description="The output whose contract changed (its name, as the file's signature has it).")
+    position: int = Field(0, description="Its position among the outputs, in signature order.")
+    axis: int = Field(description="The axis its channels are on (batch first).")
+    channels: list[int] = Field(description="The channels that changed (the boxes: 0-3).")
+    multiply_by: list[float] = Field(description="Multiply each channel by this to read it as float32 gave it.")
+    words: str = Field(description="The change in words, as the summary and the report say it.")
+
+    def restore(self, outs: list, position: int | None = None) -> list:
+        """The outputs (arrays, samples first) read as float32 gave them: the changed channels multiplied back."""
+        import numpy as np
+
+        i = self.position if position is None else position
+        a = np.array(outs[i], dtype=np.float32, copy=True)
+        where = [slice(None)] * a.ndim
+        for c, m in zip(self.channels, self.multiply_by):
+            where[self.axis] = c
+            a[tuple(where)] *= m
+        return [*outs[:i], a, *outs[i + 1 :]]
 
 
 class Composition(Record):
@@ -648,6 +713,13 @@ class Goals(Record):
         None, ge=0, le=1, description="Detectors: share of float32's detections kept (0.95 = at most 5% lost)."
     )
     min_mask_iou: float | None = Field(None, ge=0, le=1, description="Segmentation: mask IoU with float32's.")
+    min_sample_kept: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Detectors and segmenters, per sample: the worst samples' (5th percentile) detections kept or "
+        "mask IoU with float32's, beside the pooled figure.",
+    )
     max_size_bytes: int | None = Field(None, gt=0)
     max_latency_ms: float | None = Field(None, gt=0)
     max_slowdown: float | None = Field(
@@ -766,6 +838,11 @@ class Candidate(Record):
     )
     contract: IOContract | None = Field(
         None, description="How to feed the file and read its answers, and its TFLite metadata (read from the file)."
+    )
+    output_contract: OutputContract | None = Field(
+        None,
+        description="How this file's outputs differ from float32's by design (a YOLO head's boxes normalised by the "
+        "input's size for an int8 output), and how to read them as before; its figures are after undoing it.",
     )
     seconds: float = Field(0.0, description="Wall time to produce and measure this candidate.")
     phases: dict[str, float] = Field(

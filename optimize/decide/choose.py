@@ -93,6 +93,7 @@ def make_goals(
     min_detections_kept: float | None = None,
     min_mask_iou: float | None = None,
     max_slowdown: float | None = None,
+    min_sample_kept: float | None = None,
 ) -> Goals:
     """Goals from CLI options; an impossible goal or an unknown objective is one clear line."""
     from pydantic import ValidationError
@@ -111,6 +112,7 @@ def make_goals(
             min_detections_kept=min_detections_kept,
             min_mask_iou=min_mask_iou,
             max_slowdown=max_slowdown,
+            min_sample_kept=min_sample_kept,
         )
     except ValidationError as e:
         raise from_validation(
@@ -178,11 +180,20 @@ INTEGER_ONLY_TARGETS = (Target.MCU, Target.EDGETPU, Target.HEXAGON)
 
 
 def _float_compute_problem(c: Candidate, target: Target) -> str | None:
-    """An integer-only target never gets a candidate that still computes in float (verify.float_compute)."""
+    """An integer-only target never gets a candidate that still computes in float (verify.float_compute), but
+    for the CPU tail its delegate leaves (a detector's post-processing: `DelegateReport.cpu_tail`)."""
     ops = c.composition.float_compute_ops if c.composition else []
-    int_path = target in INTEGER_ONLY_TARGETS or (target is Target.NNAPI and c.scheme in (Scheme.INT8, Scheme.INT16X8))
-    if ops and int_path:
-        return f"still computes {', '.join(ops[:3])} in float; {target} runs integer ops only"
+    report = c.delegates.get(TARGET_DELEGATE.get(target, ""))
+    tail = set(report.cpu_tail) if report is not None else set()
+    ops = [op for op in ops if op not in tail]
+    nnapi_int = target is Target.NNAPI and c.scheme in (Scheme.INT8, Scheme.INT16X8)
+    if ops and (target in INTEGER_ONLY_TARGETS or nnapi_int):
+        where = (
+            "nnapi runs a quantized model on its integer path (NPU/DSP drivers), where float ops fall to the CPU"
+            if nnapi_int
+            else f"{target} runs integer ops only"
+        )
+        return f"still computes {', '.join(ops[:3])} in float; {where}"
     return None
 
 
@@ -207,10 +218,22 @@ def _target_problem(c: Candidate, target: Target, facts: set[str]) -> str | None
         return None  # the CPU runs every op; XNNPACK coverage shows up in the measured latency
     if report.verdict == "full":
         return None
+    if report.runs_with_tail:  # the body on the delegate, the post-processing on the CPU: as detectors ship
+        facts.add(tail_fact(target, report))
+        return None
     refused = [v for v in report.cpu_nodes if v.code not in ("partition-limit", "partition-size")] or report.cpu_nodes
     first = report.vetoed or (f"{refused[0].op}: {refused[0].reason}" if refused else "")
     how = "runs it only partly" if report.verdict == "partial" else "does not run it"
     return f"{delegate} delegate {how} ({where})" + (f": {first}" if first else "")
+
+
+def tail_fact(target: Target, report) -> str:
+    """The one line that names the CPU tail a target runs a pick with."""
+    tail = ", ".join(dict.fromkeys(report.cpu_tail))
+    return (
+        f"{target}: the {report.delegate} delegate runs every node but the post-processing tail ({tail}), which "
+        "runs on the CPU after it, as shipped detectors run."
+    )
 
 
 def _without_labels(study: Study, goals: Goals) -> tuple[Goals, list[str]]:
@@ -318,6 +341,8 @@ def _unmeasured(check: kinds.Check) -> str:
         return "no detector head whose detections were counted, so min_detections_kept cannot be checked"
     if check.bound is kinds.MASK_IOU:
         return "no mask output whose IoU was measured, so min_mask_iou cannot be checked"
+    if check.bound is kinds.SAMPLE_KEPT:
+        return "no detections or mask IoU measured per sample, so min_sample_kept cannot be checked"
     return "agreement not measured (no output decides: classes or yes/no), so min_agreement cannot be checked"
 
 
@@ -333,6 +358,9 @@ def _broken(check: kinds.Check, o, goal: float, named: bool) -> str:
         return f"keeps {d.kept} of float32's {d.reference_detections} detections ({check.read(o) * 100:.1f}% < {goal * 100:g}%)"
     if check.bound is kinds.MASK_IOU:
         return f"{which}mask IoU {check.read(o) * 100:.1f}% with float32's < {goal * 100:g}%"
+    if check.bound is kinds.SAMPLE_KEPT:
+        what = "detections kept" if o.detection is not None else "mask IoU"
+        return f"{which}{what} on the worst samples {check.read(o) * 100:.1f}% < {goal * 100:g}%"
     return f"{which}{kinds.agreement_name(o)} {check.read(o) * 100:.2f}% < {goal * 100:g}%"
 
 
@@ -661,6 +689,8 @@ class _Choice:
         c = self.chosen
         if c is not None and keep is not None:
             return f"Chosen from measurements: {c.name}: keep the float32 file ({keep}); no conversion beats it here."
+        if c is not None and c.output_contract is not None:  # the file's outputs read differently: said up front
+            return f"Chosen from measurements: {c.name} (NOTE: {c.output_contract.words})"
         if c is not None:
             return f"Chosen from measurements: {c.name}" + (
                 " (retrained: fine-tuned on your data)" if c.retrained else ""

@@ -89,7 +89,9 @@ def check_delegates(
         report = observe_gpu(model)
         if report is not None:
             out[OBSERVED[name]] = report
-    return _with_transposes(out, facts.model)
+    from optimize.delegates.tail import with_tail
+
+    return with_tail(_with_transposes(out, facts.model), facts.model.main)
 
 
 def _with_transposes(out: dict[str, DelegateReport], model) -> dict[str, DelegateReport]:
@@ -174,6 +176,9 @@ def format_report(reports: dict[str, DelegateReport], max_nodes: int = 25) -> st
             lines.append(f"  cpu  #{where}{v.index:<4} {v.op} v{v.version}: {v.reason}")
         if len(r.cpu_nodes) > max_nodes:
             lines.append(f"  ... and {len(r.cpu_nodes) - max_nodes} more node(s) on the CPU (use --json for all)")
+        if r.cpu_tail:
+            lines.append(f"  tail: {', '.join(dict.fromkeys(r.cpu_tail))} on the CPU after the delegated body, as a")
+            lines.append("      shipped detector runs: the model counts as running on this delegate")
         for h in r.hints:
             lines.append(f"  hint: {h}")
         lines.append("")

@@ -152,19 +152,14 @@ def output_stage(float_model: bytes, quantize, picked, threads: int = 2, task=No
     scores, recognised as a sweep does, or channels of another scale): each slice's error fully quantized and
     with the output stage kept float (one more quantization and pass), and a detector's detections kept in
     both; None for outputs of one scale."""
-    from optimize.core.errors import DataError
     from optimize.core.results import OutputStage
-    from optimize.core.vocab import Task
     from optimize.measure import detection, slices
     from optimize.transforms.tflite.selective import output_stage as stage_of
 
     if not picked.items:
         return None
     ref = _outputs(float_model, picked, threads)
-    try:
-        layout = detection.recognise([r.shape for r in ref], ref, "" if task == Task.DETECT else None)
-    except DataError:
-        layout = None
+    layout = detection.head_of(ref, task)
     cuts = layout.slices([r.shape for r in ref]) if layout else {}
     cuts.update({i: c for i, r in enumerate(ref) if i not in cuts and (c := slices.scale_slices(r))})
     full = quantize(None)

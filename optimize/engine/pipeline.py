@@ -507,6 +507,7 @@ def make_candidate(
                 loaded=loaded,
                 on_target=True if reference is not None else "self",
                 digest=checked,
+                contract=state.records.get("contract"),
             )
         _refuse_nonfinite(metrics)
         notes = list(state.notes)
@@ -535,6 +536,7 @@ def make_candidate(
             islands=state.records.get("islands", []),
             repair=state.records.get("repair"),
             contract=contract,
+            output_contract=state.records.get("contract"),
             seconds=time.perf_counter() - t0,
             phases=_ordered(phases),
         )

@@ -157,12 +157,15 @@ class Run:
                 on_candidate(c)
 
     def rescue(self) -> bool:
-        """Add the accuracy-rescue candidate when full int8 breaks accuracy (see `_rescue`)."""
+        """Add the accuracy-rescue candidate when full int8 breaks accuracy (see `_rescue`), and the integer
+        files with a normalised YOLO head when int8 loses a raw head's detections (`_integer_head`)."""
         extra = _rescue(self)
         if extra is not None:
             self.recipes.append(extra)
             self.rescued = extra.name
-        return extra is not None
+        heads = _integer_head(self)
+        self.recipes += heads
+        return extra is not None or bool(heads)
 
     def study(self, executor: str = "local") -> Study:
         """The finished study, saved as out_dir/study.json."""
@@ -320,7 +323,7 @@ def _lost(int8: Candidate) -> tuple[str, dict] | None:
         return f"lost {-m.accuracy_delta * 100:.1f} points", {"max_accuracy_drop": 0.005}
     if m.error_ratio is not None and m.error_ratio > 1 + RESCUE_INCREASE:
         return f"made the error x{m.error_ratio:.2f}", {"max_error_increase": 0.10}
-    lost = _lost_detections(m)
+    lost = _lost_detections(m) or _lost_masks(m)
     if lost is not None:
         return lost
     fid = m.fidelity if m.accuracy is None else None
@@ -331,6 +334,30 @@ def _lost(int8: Candidate) -> tuple[str, dict] | None:
     if err > RESCUE_OUTPUT_ERROR or (agree is not None and agree < RESCUE_AGREEMENT):
         return f"is {err:.1%} off float32", {"max_output_error": 0.01}
     return None
+
+
+#: The integer files made from the float model with its raw YOLO head's boxes normalised (int8 I/O or float I/O).
+INTEGER_HEAD = {"int8-boxes": "float", "int8-int8io-boxes": "int8"}
+
+
+def _integer_head(run: Run) -> list[Recipe]:
+    """int8 (float and int8 I/O) of the float model with its raw YOLO head's boxes normalised by the input's
+    size (optimize.transforms.tflite.yolo_head), when plain int8 keeps too few of a yolo head's detections: one
+    int8 output then holds boxes and scores, and integer targets (Hexagon, microcontrollers) get a file. Their
+    output contract changes (boxes 0..1), and each candidate says so."""
+    int8 = _plain_int8(run)
+    if int8 is None or not int8.ok or any(r.name in INTEGER_HEAD for r in run.recipes):
+        return []
+    det = int8.metrics.fidelity.detection if int8.metrics and int8.metrics.fidelity else None
+    if det is None or det.layout != "yolo" or det.kept_fraction is None or det.kept_fraction >= RESCUE_DETECTIONS:
+        return []
+    log.warning("%s keeps %.0f%% of float32's detections: adding %s.", int8.name, det.kept_fraction * 100,
+                " and ".join(INTEGER_HEAD))  # fmt: skip
+    steps = [{"technique": "convert"}, {"technique": "yolo_head"}]
+    return [
+        resolve(build(name, [*steps, {"technique": "quantize", "scheme": "int8", "io": io}]), run.src)
+        for name, io in INTEGER_HEAD.items()
+    ]
 
 
 def _duplicate_rescue(run: Run) -> dict[str, str]:
@@ -363,6 +390,19 @@ def _judged_on_calibration(ds: Dataset | None, recipes: list[Recipe]) -> None:
             "measured on. Give x/y (split 80/20) or x_train/x_test, or calibration samples of their own (x_cal).",
             Path(ds.source).name,
         )
+
+
+RESCUE_MASK_IOU = 0.9  # a segmenter: the mask IoU with float32's int8 must keep (the default guard's)
+RESCUE_MASK_BUDGET = 0.95  # what the search aims at on its held-out samples, so the guard's holds
+
+
+def _lost_masks(m) -> tuple[str, dict] | None:
+    """A segmenter's int8 whose masks (pooled, or on its worst samples) fall under the guard's IoU: the search's
+    budget is the masks' IoU (round 5's next step: a rescue for segmenters driven by mask IoU)."""
+    ious = [o.iou for o in m.fidelity.outputs if o.iou is not None] if m.fidelity is not None else []
+    if not ious or min(ious) >= RESCUE_MASK_IOU:
+        return None
+    return f"keeps a mask IoU of {min(ious):.1%} with float32's", {"min_mask_iou": RESCUE_MASK_BUDGET}
 
 
 def _lost_detections(m) -> tuple[str, dict] | None:

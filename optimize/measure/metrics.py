@@ -20,6 +20,7 @@ from optimize.core.results import (
     Memory,
     Metrics,
     OnTarget,
+    OutputContract,
     OutputFidelity,
     Size,
     TestSample,
@@ -184,7 +185,9 @@ def fidelity_of(
         o = _one_output(name, a, b, head, tasks.output_kind(head, task if j == label_at else None), named.get(j))
         mine = found if found is not None and j in layout.outputs else None
         if mine is not None:  # a detector's output: judged by its detections, not agreement
-            o = o.model_copy(update={"top1_agreement": None, "decision_agreement": None})
+            o = o.model_copy(update={"top1_agreement": None, "decision_agreement": None, "exact_agreement": None})
+            if layout.entry.selected:  # rows the model selected: a row moved is no error (slot by slot is none)
+                o = o.model_copy(update={"relative_error": None, "slices": [], "tensor_relative_error": None})
         per.append(o.model_copy(update={"labelled": scored and j == label_at, "detection": mine}))
     agreements = [o.top1_agreement for o in per if o.top1_agreement is not None]
     return Fidelity(
@@ -199,8 +202,9 @@ def _detections(outs, ref, names, hs, task, detector, threshold):
     """(the detector head among the outputs or None, its detections kept against the reference's or None)."""
     if task == tasks.Task.DETECT and detector is None:
         detector = ""
-    shapes = [tuple(h.shape) if hs else tuple(b.shape) for h, b in zip(hs or ref, ref)]
-    layout = detection.recognise(shapes, ref, detector) if ref and all(len(b) for b in ref) else None
+    roles = [h.role for h in hs] if hs else None
+    usable = ref and all(len(b) for b in ref)
+    layout = detection.recognise(detection.shapes_of(ref), ref, detector, roles) if usable else None
     if layout is None:
         return None, None
     both = np.logical_and.reduce([_finite_rows(a) & _finite_rows(b) for a, b in zip(outs, ref)])
@@ -220,9 +224,22 @@ def _one_output(name: str, a, b, head: Head | None, kind, cut: list | None) -> O
         "top1_agreement": _agreement(a, b) if kind is tasks.Task.CLASSIFICATION else None,
         "decision_agreement": _decisions(a, b, head) if kind in (tasks.Task.BINARY, tasks.Task.MULTILABEL) else None,
     }
+    if head is not None and head.index:  # class ids, counts: equal or not, never a mean |difference|
+        update = {"exact_agreement": _exact(a, b), "relative_error": None, "slices": [], "tensor_relative_error": None}
     if segment:
         update["iou"] = tasks.segmentation_iou(a, b, head)
+        update["sample_iou"] = _sample_iou(a, b, lambda x, y: tasks.segmentation_iou(x, y, head))
+    if head is not None and head.is_mask and not segment:
+        update["sample_iou"] = _sample_iou(a, b, tasks.mask_iou)
     return o.model_copy(update=update)
+
+
+def _sample_iou(a: np.ndarray, b: np.ndarray, iou) -> float | None:
+    """The worst samples' mask IoU: the 5th percentile of the per-sample IoUs (samples where both are finite and
+    either mask has anything), beside the IoU pooled over every pixel of every sample."""
+    both = _finite_rows(a) & _finite_rows(b)
+    per = [v for x, y in zip(a[both], b[both]) if (v := iou(x[None], y[None])) is not None]
+    return float(np.percentile(per, detection.PERCENTILE, method="lower")) if per else None
 
 
 def _agreement(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -233,6 +250,13 @@ def _agreement(a: np.ndarray, b: np.ndarray) -> float | None:
         return None
     both = _finite_rows(a) & _finite_rows(b)
     return float((a[both].argmax(-1) == b[both].argmax(-1)).mean()) if both.any() else None
+
+
+def _exact(a: np.ndarray, b: np.ndarray) -> float | None:
+    """The share of an index output's values (class ids, counts) equal to the reference's, over the samples where
+    both are finite."""
+    both = _finite_rows(a) & _finite_rows(b)
+    return float((np.rint(a[both]) == np.rint(b[both])).mean()) if both.any() and a.size else None
 
 
 def _decisions(a: np.ndarray, b: np.ndarray, head: Head | None) -> float | None:
@@ -299,6 +323,7 @@ class Scorer:
     task: str | None
     label_at: int
     baseline: Accuracy | None
+    contract: OutputContract | None = None  # undone on outputs computed elsewhere (the GPU's arithmetic)
 
     def fidelity(self, outs: list[np.ndarray], acc: Accuracy | None) -> Fidelity:
         return fidelity_of(
@@ -306,6 +331,7 @@ class Scorer:
         )
 
     def __call__(self, outs: list[np.ndarray], runner: runtime.Runner):
+        outs = self.contract.restore(outs) if self.contract is not None else outs
         a = accuracy_on(self.ds, outs, self.hs, runner, count(self.xs))
         return self.fidelity(outs, a), a, compare(a, self.baseline)
 
@@ -350,6 +376,7 @@ def evaluate(
     loaded: runtime.Loaded | None = None,
     on_target: bool | str = True,
     digest: str | None = None,
+    contract: OutputContract | None = None,
 ) -> Metrics:
     """Every measurement of one .tflite. Without data, latency and memory use a zero input.
 
@@ -362,7 +389,9 @@ def evaluate(
     caller has one (`runtime.load(model, threads=threads)`), so it is built once. `digest`: the file's sha256,
     when this process ran these bytes on some of the samples already (`runtime.Runner`). `on_target`: with a
     reference, also the figures in the GPU's arithmetic (`metrics.on_target.gpu`, emulated on the CPU); "self":
-    the model is the reference (the float32 baseline), its GPU figures against its own CPU outputs.
+    the model is the reference (the float32 baseline), its GPU figures against its own CPU outputs. `contract`:
+    how the model's outputs differ from the reference's by design (a YOLO head's boxes normalised), undone
+    before anything is compared.
     """
     path = Path(model)
     _check_tflite(path)
@@ -375,10 +404,12 @@ def evaluate(
         ds, test = measured_split(ds, samples, runner)
         xs = ds.x_test
         outs = _predict(runner, xs, path, ds.source)
+        outs = contract.restore(outs) if contract is not None else outs
         hs = heads(path, runner)
         acc = accuracy_on(ds, outs, hs, runner, count(xs))
         if reference is not None or on_target == "self":
             score = _scorer_of(ds, xs, outs, hs, runner, acc, reference, path, threads, baseline_accuracy)
+            score = dataclasses.replace(score, contract=contract)
             fid = score.fidelity(outs, acc)
             if on_target:
                 gpu = emulated(path, xs, score, threads, cpu=(fid, acc, compare(acc, score.baseline)))

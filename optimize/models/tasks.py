@@ -17,7 +17,7 @@ import numpy as np
 
 from optimize.core.errors import DataError
 from optimize.core.vocab import Task
-from optimize.models import runtime
+from optimize.models import postprocess, runtime
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class Head:
 
     shape: tuple[int, ...]
     activation: str | None = None  # "softmax", "sigmoid", "linear", ... (None: unknown)
+    role: str | None = None  # what a detector's post-processing op writes there: boxes, classes, scores, count
+    index: bool = False  # class ids or counts (an ArgMax, an integer output, the op's classes and count)
 
     @property
     def units(self) -> int:
@@ -229,15 +231,35 @@ def heads(
     sg = read_model(model).main
     producer = {o: op for op in sg.ops for o in op.outputs if o >= 0}
     by_index = {t.index: t for t in sg.tensors}
+    roles = postprocess.roles((op.name, op.outputs) for op in sg.ops)
     out = []
     for d in runner.outputs if runner is not None else outputs or []:
         op = producer.get(d["index"])
         if op is not None and op.name in ("DEQUANTIZE", "QUANTIZE") and op.inputs:
             op = producer.get(op.inputs[0], op)
-        act = {"SOFTMAX": "softmax", "LOGISTIC": "sigmoid"}.get(op.name if op else "", "linear")
         shape = by_index[d["index"]].shape if d["index"] in by_index else tuple(d["shape"])
-        out.append(Head(tuple(int(x) for x in shape), act))
+        out.append(_head_of(op, d, tuple(int(x) for x in shape), roles.get(d["index"])))
     return out
+
+
+def _head_of(op, detail: dict, shape: tuple[int, ...], role: str | None) -> Head:
+    """One output's Head from the op that makes it: its activation, its post-processing role, whether it holds
+    indices."""
+    act = {"SOFTMAX": "softmax", "LOGISTIC": "sigmoid"}.get(op.name if op else "", "linear")
+    return Head(shape, act, role, role in ("classes", "count") or _index_output(op, detail))
+
+
+#: Ops whose output is an index (a class id, a position), not a value.
+INDEX_OPS = ("ARG_MAX", "ARG_MIN")
+
+
+def _index_output(op, detail: dict) -> bool:
+    """Whether an output holds indices or counts: made by an ArgMax/ArgMin, or of an integer type that is not a
+    quantized value (no scale). A TopK's indices are integers too."""
+    if op is not None and op.name in INDEX_OPS:
+        return True
+    scale = (detail.get("quantization") or (0.0, 0))[0]
+    return bool(np.issubdtype(detail["dtype"], np.integer)) and not scale
 
 
 def _head(model, i: int):

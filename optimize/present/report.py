@@ -348,6 +348,28 @@ def _html_islands(study: Study) -> list[dict]:
     ]
 
 
+def _md_per_candidate(study: Study) -> list[list[str]]:
+    """The sections some candidates have: rescue steps, float islands, output contracts that changed."""
+    out = []
+    if any(c.rescue for c in study.candidates):
+        out.append(_md_rescue(study))
+    if any(c.ok and c.islands for c in study.candidates):
+        out.append(_md_islands(study))
+    if any(c.ok and c.output_contract for c in study.candidates):
+        out.append(_md_changed_outputs(study))
+    return out
+
+
+def _md_changed_outputs(study: Study) -> list[str]:
+    """The candidates whose outputs differ from float32's by design, and how to read them as before."""
+    lines = ["## Output contracts that changed", "", "| Candidate | Output | What changed |", "|---|---|---|"]
+    for c in study.candidates:
+        if c.ok and c.output_contract is not None:
+            k = c.output_contract
+            lines.append(f"| {_md(c.name)} | {_md(k.output)} | {_md(k.words)} |")
+    return lines
+
+
 def render_markdown(study: Study, rec: Recommendation | None = None, images: dict[str, str] | None = None) -> str:
     """The report as Markdown. `images` maps plot keys to relative file paths (write_report writes them).
     Everything that comes from a study is escaped (names, reasons, facts)."""
@@ -364,10 +386,7 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
         figures = [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})\n\n_{_md(said.get(k, k))}_" for k, v in images.items()]
         sections.append(["## Plots", "", "\n\n".join(figures)])
     sections.append(_md_matrix(study))
-    if any(c.rescue for c in study.candidates):
-        sections.append(_md_rescue(study))
-    if any(c.ok and c.islands for c in study.candidates):
-        sections.append(_md_islands(study))
+    sections += _md_per_candidate(study)
     if rec is not None:
         sections.append(_md_recommendation(rec))
     if phase_table(study)[1]:

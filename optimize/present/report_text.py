@@ -208,7 +208,7 @@ def _kept(c: Candidate, base: _Base) -> str:
     f = c.metrics.fidelity
     det = f.detection if f is not None else None
     if det is not None and det.kept_fraction is not None:
-        return f"{det.kept_fraction * 100:.1f}%{_few(c)}"
+        return f"{det.kept_fraction * 100:.1f}%{_few(c) or ('*' if det.few else '')}"
     ious = [o.iou for o in f.outputs if o.iou is not None] if f is not None else []
     return f"{min(ious) * 100:.1f}%{_few(c)}" if ious else "-"
 
@@ -482,26 +482,40 @@ def _ship(study: Study, target: Target, rec, folder: Path | None) -> str:
         keep = rec.keep_float32 if folder is not None else Path(rec.keep_float32).name
         return f"{keep} (keep the float32 file: nothing smaller passes)"
     if rec.chosen:
-        return _chosen_line(study, rec, folder)
+        return _chosen(study, rec, target, folder)
     if rec.guard and rec.warnings:
         return "none passes the default guard (see WARNING below)"
     return f"nothing runs fully on {target}: {_blocker(study, target, rec)}"
 
 
-def _chosen_line(study: Study, rec, folder: Path | None) -> str:
-    """`out/int8.tflite (int8: 0.26x float32's size, Δ +0.00 on 360)`, its speed note and, for an integer-I/O
-    pick, the scale and zero point its caller quantizes with."""
+def _chosen(study: Study, rec, target: Target, folder: Path | None) -> str:
+    """The file to ship and why in a few words: its size, its quality (a detector's detections kept) on how many
+    samples, the retrained mark, the CPU tail the target leaves, an output contract that changed, what size cost in
+    speed, and for an integer-I/O pick the scale and zero point its caller quantizes with."""
     c = study.candidate(rec.chosen)
     base = next((b for b in study.candidates if b.name == study.baseline), None)
     path = Path(folder) / c.artifact if folder and c.artifact else Path(c.artifact or f"{c.name}.tflite")
     b = _Base.of(base)
     ratio = f"{_ratio(c.metrics.size.bytes, b.size.bytes if b.size else None)}x float32's size"
-    quality = f"Δ {_delta(c, b)}" if c.metrics.accuracy is not None else f"rel err {_rel_err(c, b)}"
     n = samples_of(c)
-    quality += f" on {n:,}" if n is not None else ""
+    quality = _quality(c, b) + (f" on {n:,}" if n is not None else "")
     mark = MARK if c.retrained else ""
+    report = c.delegates.get(TARGET_DELEGATE.get(target) or "")
+    tail = f"; {', '.join(report.cpu_tail)} on the CPU" if report is not None and report.runs_with_tail else ""
+    contract = f"; NOTE {c.output_contract.words}" if c.output_contract is not None else ""
     feed = integer_edges(c)
-    return f"{path} ({c.name}{mark}: {ratio}, {quality}){_speed_note(study, rec)}" + (f"; {feed}" if feed else "")
+    line = f"{path} ({c.name}{mark}: {ratio}, {quality}{tail}{contract}){_speed_note(study, rec)}"
+    return line + (f"; {feed}" if feed else "")
+
+
+def _quality(c: Candidate, b: _Base) -> str:
+    """A pick's quality in a few words: Δ with labels, else a detector's detections kept, else the output error."""
+    if c.metrics.accuracy is not None:
+        return f"Δ {_delta(c, b)}"
+    det = c.metrics.fidelity.detection if c.metrics.fidelity is not None else None
+    if det is not None and det.kept_fraction is not None:
+        return f"{det.kept_fraction * 100:.1f}% of detections kept{'*' if det.few else ''}"
+    return f"rel err {_rel_err(c, b)}"
 
 
 def _speed_note(study: Study, rec) -> str:
@@ -537,7 +551,7 @@ def _blocker(study: Study, target: Target, rec) -> str:
 def legend(cands: list[Candidate], baseline: Candidate | None) -> list[str]:
     """What the table's columns mean, in plain words (nothing in the table depends on colour)."""
     lines = [measured_on(cands), retrained.legend(cands), _latency_legend(cands, baseline), _fidelity_legend(cands)]
-    lines.append(_thin_legend(cands))
+    lines += [_samples_legend(cands), _thin_legend(cands)]
     if any(c.ok and c.islands for c in cands):
         lines.append("float = ops computing on float tensors, of all ops (float islands: each listed below, with why).")
     if any(c.delegates for c in cands):
@@ -636,10 +650,41 @@ def _kept_words(fid: list) -> str:
     det = next((f.detection for f in fid if f.detection is not None), None)
     if det is None:
         return ""
+    few = (
+        "; * = float32 made fewer than 20 detections: a rough figure"
+        if any(f.detection is not None and f.detection.few for f in fid)
+        else ""
+    )
     return (
         f", kept = float32's detections kept (score >= {det.score_threshold:g}, same class, IoU >= "
-        f"{det.iou_threshold:g})"
+        f"{det.iou_threshold:g}{few})"
     )
+
+
+def _samples_legend(cands: list[Candidate]) -> str:
+    """The worst samples' figure beside the pooled one: detections kept (or mask IoU) on the 5th-percentile
+    sample, per candidate (a pooled share can hide a frame that lost most of what it had)."""
+    shown = []
+    for c in cands:
+        f = c.metrics.fidelity if c.ok and c.metrics else None
+        if f is None or c.name == "float32":
+            continue
+        det = f.detection
+        low = (
+            det.sample_kept
+            if det is not None
+            else min((o.sample_iou for o in f.outputs if o.sample_iou is not None), default=None)
+        )
+        if low is not None:
+            shown.append(f"{c.name} {low * 100:.0f}%")
+    if not shown:
+        return ""
+    what = (
+        "detections kept"
+        if any(c.ok and c.metrics.fidelity and c.metrics.fidelity.detection for c in cands)
+        else "mask IoU"
+    )
+    return f"Worst samples (5th percentile of the per-sample {what}; --min-sample-kept bounds it): {', '.join(shown)}."
 
 
 def _sliced(fid: list) -> bool:
@@ -839,6 +884,7 @@ def _print_task(con, m) -> None:
         con.print(
             f"            detections kept {det.kept} of float32's {det.reference_detections} ({det.layout} head, "
             f"score >= {det.score_threshold:g}, IoU >= {det.iou_threshold:g}), {det.extra} extra"
+            + (f"; worst samples {det.sample_kept * 100:.0f}%" if det.sample_kept is not None else "")
         )
     gpu = m.on_target.gpu if m.on_target else None
     if gpu is not None and gpu.outputs:

@@ -197,7 +197,7 @@ def test_the_readme_set_up_commands_are_the_ones_ci_runs():
     """The demo's one-liner and the test command, verbatim; .ci/run runs the latter as the README says,
     and builds the docs site."""
     demo = "pip install -e . && optimize sweep"
-    tests = 'pip install -e ".[test]" --extra-index-url https://download.pytorch.org/whl/cpu && python -m pytest'
+    tests = 'pip install -e ".[test]" && python -m pytest'
     blocks = re.findall(r"```bash\n(.*?)```", README, re.S)
     assert any(demo in b for b in blocks) and any(tests in b for b in blocks), blocks
     ci = (ROOT / ".ci" / "run").read_text()
@@ -269,21 +269,21 @@ def test_the_docs_site_navigates_to_every_page_and_notebook():
     assert docs | notebooks == listed, (docs | notebooks) ^ listed
 
 
-def test_the_install_commands_take_torch_and_torchvision_from_the_cpu_index():
+def test_the_docs_say_how_torch_and_torchvision_come_as_a_cpu_pair():
     """onnx2torch requires torchvision, and PyPI's is a CUDA build that fails to import beside a CPU torch, and
-    with it `from transformers import BertModel`. Every command the docs give that installs the torch extra
-    names PyTorch's CPU index, where torch and torchvision are a CPU pair made for each other; the extra pins
-    torch exactly and leaves torchvision to follow it (each torchvision pins its torch)."""
+    with it `from transformers import BertModel`. The README's test command stays the one that works on a machine
+    without PyTorch's index (CI's: naming an index it cannot reach costs pip about 8 s a package, ~35 minutes);
+    README, getting-started and your-model say how to get the CPU pair where the index is reachable, and the one
+    command that makes transformers import where PyPI's torchvision was installed. The extra pins torch exactly
+    and leaves torchvision to follow it (each torchvision pins its torch)."""
     import tomllib
 
-    root = ROOT
-    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert "torch==2.13.0" in extras["torch"] and not any(r.startswith("torchvision") for r in extras["torch"])
     cpu = "--extra-index-url https://download.pytorch.org/whl/cpu"
-    for doc in ("README.md", "docs/getting-started.md", "docs/your-model.md", ".ci/run"):
-        for line in (root / doc).read_text().splitlines():
-            if re.search(r'pip install -e "\.\[(test|torch)\]"', line):
-                assert cpu in line, f"{doc}: {line.strip()}"
+    for doc in ("README.md", "docs/getting-started.md", "docs/your-model.md"):
+        text = " ".join((ROOT / doc).read_text().split())
+        assert cpu in text and "pip uninstall -y torchvision" in text, doc
 
 
 def _docs_figures():

@@ -401,6 +401,11 @@ class DelegateReport(Record):
     )
     vetoed: str | None = Field(None, description="Why the whole model stays on the CPU, if it does.")
     veto_code: str | None = Field(None, description="The veto as a code (optimize.delegates.rules.Reason).")
+    nodes_accepted: int | None = Field(
+        None,
+        description="When only the delegate's build fails: the nodes it accepted node by node, which it would run "
+        "but for that failure (optimize.delegates.blocking).",
+    )
 
 
 class Composition(Record):

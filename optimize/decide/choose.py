@@ -30,6 +30,7 @@ from optimize.decide import explain, kinds
 from optimize.decide.advice import EPS, PASSED_OVER, PRUNE_FACT, Advice, advise, check_target, recipe_toml
 from optimize.decide.guard import WORST, Guard, axes, default_guard, has_quality_goal, quality, remedy
 from optimize.decide.on_target import as_computed_on
+from optimize.delegates import blocking
 from optimize.measure.noise import speed, versus
 
 
@@ -205,10 +206,8 @@ def _target_problem(c: Candidate, target: Target, facts: set[str]) -> str | None
         return None  # the CPU runs every op; XNNPACK coverage shows up in the measured latency
     if report.verdict == "full":
         return None
-    refused = [v for v in report.cpu_nodes if v.code not in ("partition-limit", "partition-size")] or report.cpu_nodes
-    first = report.vetoed or (f"{refused[0].op}: {refused[0].reason}" if refused else "")
     how = "runs it only partly" if report.verdict == "partial" else "does not run it"
-    return f"{delegate} delegate {how} ({where})" + (f": {first}" if first else "")
+    return f"{delegate} delegate {how} ({where}): {blocking.words(report)}"
 
 
 def _without_labels(study: Study, goals: Goals) -> tuple[Goals, list[str]]:
@@ -756,13 +755,14 @@ def raise_if_unmet(rec: Recommendation) -> None:
             f"Nothing {rec.target} runs passes the default guard.",
             "See what it lost and what to try above, or state a goal.",
         )
-    problem = f"({len(rec.rejected)} rejected; e.g. {first.candidate}: {first.reason})"
     goals = _goals_given(rec.goals)
     if rec.make is not None:
+        problem = f"({len(rec.rejected)} rejected; e.g. {first.candidate}: {first.reason})"
         make = f"make what the rule of thumb suggests, not measured here: {rec.make}"
         fix = f"Relax a goal, or {make}" if goals else make[0].upper() + make[1:]
-    else:  # never a pipeline the study measured and rejected for this target
-        known = explain.nothing_known_runs(rec.target, rec.made_and_rejected)
+    else:  # never a pipeline the study measured and rejected for this target; the rejections are listed above
+        problem = f"({len(rec.rejected)} rejected, why above)"
+        known = explain.nothing_known_runs(rec.target)
         fix = f"Relax a goal. {known}" if goals else known
     if goals:
         raise GoalsNotMet(f"No candidate meets the goals for {rec.target} {problem}.", fix)

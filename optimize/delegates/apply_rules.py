@@ -310,4 +310,5 @@ def run_rules(model: Model | ModelFacts, rules: DelegateRules, target: TargetPar
         hints=_hints(rules, run, target, facts.scheme, veto),
         vetoed=veto.text if veto else None,
         veto_code=veto.code.value if veto else None,
+        nodes_accepted=run.delegated if veto is not None and veto.code is Reason.BUILD_FAILURE else None,
     )

@@ -114,8 +114,14 @@ def _cell_text(r: DelegateReport) -> str:
 
 
 def _reasons(r: DelegateReport) -> list[str]:
-    """Why nodes stay on the CPU: the veto, each CPU node with its reason, then the hints."""
+    """Why nodes stay on the CPU: the veto, or the node that blocks (`delegates.blocking`), each CPU node with
+    its reason, then the hints."""
+    from optimize.delegates.blocking import blocker, words
+
     out = [f"vetoed: {r.vetoed}"] if r.vetoed else []
+    node = None if r.vetoed else blocker(r)
+    if node is not None and node is not r.cpu_nodes[0]:  # the first listed is only a consequence of it
+        out.append(words(r))
     out += [f"#{n.index} {n.op} v{n.version}: {n.reason}" for n in r.cpu_nodes]
     out += [f"hint: {h}" for h in r.hints]
     return out

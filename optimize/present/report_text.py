@@ -464,16 +464,19 @@ def _ship(study: Study, target: Target, rec, folder: Path | None) -> str:
 
 
 def _blocker(study: Study, target: Target, rec) -> str:
-    """Why no candidate runs fully on the target: for a delegate's target, the candidate it takes most of
-    and the first node it leaves on the CPU (or its veto); else the first rejection."""
+    """Why no candidate runs fully on the target: for a delegate's target, the candidate it would run most of
+    (a build failure counts what the delegate accepted) and the node that blocks it, a dropped partition
+    named only as that node's consequence (`delegates.blocking`); else the first rejection."""
+    from optimize.delegates import blocking
+
     reasons = {r.candidate: r.reason for r in rec.rejected}
     delegate = TARGET_DELEGATE.get(target)
     reports = [(c, c.delegates[delegate]) for c in study.candidates if c.ok and delegate in c.delegates]
     if reports:
-        c, r = max(reports, key=lambda cr: cr[1].nodes_delegated / max(cr[1].nodes_total, 1))
+        c, r = max(reports, key=lambda cr: blocking.closeness(cr[1]))
         if r.verdict != "full" or c.name not in reasons:
-            first = r.vetoed or (f"{r.cpu_nodes[0].op}: {r.cpu_nodes[0].reason}" if r.cpu_nodes else r.verdict)
-            return f"{c.name} comes closest ({r.nodes_delegated}/{r.nodes_total} nodes); {first}"
+            took = "accepted" if r.veto_code == blocking.BUILD_FAILURE else "nodes"
+            return f"{c.name} comes closest ({blocking.accepted(r)}/{r.nodes_total} {took}); {blocking.words(r)}"
         return f"{c.name}: {reasons[c.name]}"
     if rec.rejected:
         return f"{rec.rejected[0].candidate}: {rec.rejected[0].reason}"

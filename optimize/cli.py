@@ -14,7 +14,7 @@ streams.reclaim()  # a closed stdout/stderr (`>&-`): /dev/null, before any impor
 import typer  # noqa: E402
 
 from optimize.core.errors import OptimizeError, RecipeError  # noqa: E402
-from optimize.core.vocab import IO, Backend, Delegate, Layout, Objective, Scheme, Target, Task  # noqa: E402
+from optimize.core.vocab import IO, Backend, Delegate, FitOption, Layout, Objective, Scheme, Target, Task  # noqa: E402
 
 app = typer.Typer(
     help="Optimize TensorFlow (Keras, SavedModel, .tflite), PyTorch (.pt2) and ONNX models for LiteRT: "
@@ -268,6 +268,12 @@ def sweep(
     delegates: bool = DELEGATES,
     observe: str = OBSERVE,
     layout: Layout = LAYOUT,
+    fit: bool = typer.Option(
+        True, help="Make the schemes a target misses again from the float graph rewritten for it (fit-*)."
+    ),
+    fit_option: list[FitOption] = typer.Option(
+        [], "--fit-option", help="A fit rewrite that changes the model's contract, applied only when named."
+    ),
     as_json: bool = JSON,
     verbose: bool = VERBOSE,
 ) -> None:
@@ -317,6 +323,8 @@ def sweep(
         trust_model_code=trust_model_code,
         observe=tuple(o for o in observe.split(",") if o.strip()),
         layout=layout,
+        fit=fit,
+        fit_options=tuple(str(o) for o in fit_option),
     )
     if mlflow:
         from optimize.present.tracking import log_safely, log_study

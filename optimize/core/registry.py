@@ -27,6 +27,7 @@ TECHNIQUE_MODULES = (
     "optimize.transforms.tflite.quantize",
     "optimize.transforms.tflite.rescue_steps",
     "optimize.transforms.tflite.selective",
+    "optimize.transforms.tflite.fit",
     "optimize.transforms.pt2e",
 )
 

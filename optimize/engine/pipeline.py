@@ -537,6 +537,7 @@ def make_candidate(
             probe=probed,
             islands=state.records.get("islands", []),
             repair=state.records.get("repair"),
+            fit=state.records.get("fit"),
             seconds=time.perf_counter() - t0,
             phases=_ordered(phases),
         )

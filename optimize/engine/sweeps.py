@@ -48,6 +48,8 @@ def sweep(
     executor: str = "local",
     ray_address: str | None = None,
     layout: str = "source",
+    fit: bool = True,
+    fit_options: tuple[str, ...] = (),
 ) -> Study:
     """The float32 baseline plus every recipe, each measured against it; written to output/study.json.
 
@@ -58,7 +60,10 @@ def sweep(
     `observe=("gpu",)` adds the GPU accelerator's observed report to every candidate where this machine
     has a device it accepts. `refuse_if_nothing_worked(study)` turns a study where nothing worked into exit 1.
     A PyTorch or ONNX model (a .pt2, an .onnx, or an nn.Module) is converted once to a float .tflite;
-    `layout="channels-last"` gives its image inputs and outputs NHWC.
+    `layout="channels-last"` gives its image inputs and outputs NHWC. `fit`: where rewriting the float graph lets
+    a target's delegate take all of it (outputs unchanged), the schemes that target misses are made again from
+    the fitted graph (`fit-*`; `fit_options` names rewrites beyond the model's contract: float-mask,
+    non-negative-ids).
     """
     from optimize.delegates.observe import check as observable
 
@@ -86,6 +91,8 @@ def sweep(
             observe=observe,
             layout=layout,
             keep_keras=True,
+            fit=fit,
+            fit_options=fit_options,
         )
         (study,) = run_all([run], jobs, progress, executor, ray_address, on_candidate, warm)
     finally:

@@ -439,7 +439,24 @@ def next_steps(study: Study, folder: Path | None) -> list[str]:
         f"      optimize report {where}   (report.md, report.html, plots)",
         f"What to ship{f' (in {folder})' if by_name else ''}: the smallest file each target runs fully, {within}:",
         *ship,
+        *fit_lines(study),
         *(f"WARNING: {w}" for w in warnings),
+    ]
+
+
+def fit_lines(study: Study) -> list[str]:
+    """Which rewrite of the float graph bought which target (`fit-*` candidates), and how far the outputs
+    moved: one line, or none when the sweep fitted nothing."""
+    fitted = [c for c in study.candidates if c.ok and c.fit is not None and c.fit.bought]
+    if not fitted:
+        return []
+    rec = next((c.fit for c in fitted if c.name == "fit-float32"), fitted[0].fit)
+    per = [f"{t} by {', '.join(f'{s.rewrite} ({s.node})' for s in rec.kept if t in s.targets)}" for t in rec.bought]
+    worst = max((s.max_abs_diff or 0.0 for s in rec.kept), default=0.0)
+    moved = "bit for bit" if worst == 0 else f"max |diff| {worst:.1e}"
+    return [
+        f"  fitted   {'; '.join(per)}: the fit-* files, from the float graph rewritten for it "
+        f"(outputs as float32's, {moved}, on {rec.samples} samples)"
     ]
 
 

@@ -220,3 +220,35 @@ def test_nothing_is_rewritten_on_a_graph_every_target_takes(gap_cnn):
     fitted = fit_graph(gap_cnn, ("gpu", "nnapi"))
     assert fitted.before == fitted.after == {"gpu": "full", "nnapi": "full"}
     assert not fitted.steps and fitted.content == gap_cnn
+
+
+@pytest.mark.slow
+def test_a_sweep_makes_the_missing_schemes_from_the_fitted_graph_and_core_ml_gets_a_pick(
+    keras_model, data_npz, tmp_path
+):
+    from optimize.core.recipe import build
+    from optimize.core.results import load_study
+    from optimize.decide.choose import recommend
+    from optimize.engine import sweeps
+    from optimize.models.data import load_data
+
+    recipes = [
+        build("float16", [{"technique": "convert", "scheme": "float16"}]),
+        build("int8", [{"technique": "convert", "scheme": "int8"}]),
+    ]
+    study = sweeps.sweep(keras_model, data_npz, tmp_path, recipes=recipes, runs=3, jobs=0, cache=False)
+    names = [c.name for c in study.candidates]
+    assert names == ["float32", "float16", "int8", "fit-float32", "fit-float16"]  # int8 is no Core ML candidate
+    fitted = study.candidate("fit-float16")
+    assert fitted.ok and fitted.delegates["coreml"].verdict == "full" and fitted.fit.bought == ["coreml"]
+    assert [s.rewrite for s in fitted.fit.kept] == ["flatten-into-dense"]
+    assert recommend(study, "coreml").chosen == "fit-float16"
+    assert load_study(tmp_path).candidate("fit-float32").fit == study.candidate("fit-float32").fit  # in study.json
+    x = load_data(data_npz).x_test
+    _same(
+        (tmp_path / "float16.tflite").read_bytes(),
+        (tmp_path / "fit-float16.tflite").read_bytes(),
+        [x[i : i + 1] for i in range(len(x))],
+    )
+    no_fit = sweeps.sweep(keras_model, data_npz, tmp_path / "no", recipes=recipes[:1], runs=3, jobs=0, fit=False)
+    assert [c.name for c in no_fit.candidates] == ["float32", "float16"]

@@ -75,15 +75,29 @@ class Fitted:
         return {s.node.split(" ", 1)[1] for s in self.kept}
 
 
-def reports(content: bytes, targets) -> dict:
-    """Each target's delegate report on the graph (rules only: no interpreter)."""
-    from optimize.delegates import rules_for
-    from optimize.delegates.apply_rules import ModelFacts, run_rules
-    from optimize.delegates.target import TargetParams
-    from optimize.models.tflite import read_model
+class Verdicts(dict):
+    """Each target's delegate report on a graph (rules only: no interpreter), and, per target, how many nodes
+    keep it from running all of it: those it refuses, and the build failures a partial delegation hides."""
 
-    facts = ModelFacts(read_model(content))
-    return {t: run_rules(facts, rules_for(t), TargetParams()) for t in targets}
+    def __init__(self, content: bytes, targets):
+        from optimize.delegates import rules_for
+        from optimize.delegates.apply_rules import ModelFacts, latent_build_failures, run_rules
+        from optimize.delegates.blocking import causes
+        from optimize.delegates.target import TargetParams
+        from optimize.models.tflite import read_model
+
+        facts = ModelFacts(read_model(content))
+        super().__init__({t: run_rules(facts, rules_for(t), TargetParams()) for t in targets})
+        self.blocking: dict[str, int] = {}
+        for t, r in self.items():
+            refused = {(v.subgraph, v.index) for v in causes(r)}
+            latent = {(f.subgraph, f.index) for f in latent_build_failures(facts, rules_for(t), TargetParams())}
+            self.blocking[t] = 0 if r.verdict == "full" else len(refused | latent)
+
+
+def reports(content: bytes, targets) -> Verdicts:
+    """Each target's delegate report on the graph (`Verdicts`)."""
+    return Verdicts(content, targets)
 
 
 def _refused(report) -> list[int]:
@@ -93,13 +107,12 @@ def _refused(report) -> list[int]:
     return [v.index for v in causes(report) if v.subgraph == 0]
 
 
-def _progress(before, after, aimed: list[str]) -> bool:
-    """The aimed targets refuse fewer nodes (or run fully) and no target that ran fully stopped."""
-    from optimize.delegates.blocking import causes
-
+def _progress(before: Verdicts, after: Verdicts, aimed: list[str]) -> bool:
+    """An aimed target runs fully or is kept off by fewer nodes (hidden build failures counted: removing a
+    refused node that hid one is a step), and no target that ran fully stopped."""
     if any(before[t].verdict == "full" and after[t].verdict != "full" for t in before):
         return False
-    return any(after[t].verdict == "full" or len(causes(after[t])) < len(causes(before[t])) for t in aimed)
+    return any(after[t].verdict == "full" or after.blocking[t] < before.blocking[t] for t in aimed)
 
 
 @dataclass

@@ -24,6 +24,9 @@ from pathlib import Path
 import numpy as np
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from attention_models import import_transformers  # noqa: E402
 
 
 def _keras(name: str):
@@ -78,58 +81,32 @@ def _whisper():
     return Whisper()
 
 
-def _transformers():
-    try:  # transformers imports torchvision when installed; PyPI's CUDA build fails beside a CPU torch
-        import torchvision  # noqa: F401
-    except Exception:  # noqa: BLE001
-        for name in [m for m in sys.modules if m.split(".")[0] == "torchvision"]:
-            del sys.modules[name]
-        sys.modules["torchvision"] = None
-    import transformers
-
-    return transformers
-
-
-def _vit():
+def _last_hidden(model):
+    """A transformers model's last hidden state, as one tensor (what torch.export and ONNX take)."""
     import torch
 
-    t = _transformers()
-    cfg = t.ViTConfig(
-        image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-    )  # fmt: skip
-    vit = t.ViTModel(cfg, add_pooling_layer=False)
-
-    class ViT(torch.nn.Module):
+    class Last(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.vit = vit
+            self.model = model
 
-        def forward(self, pixel_values):
-            return self.vit(pixel_values=pixel_values).last_hidden_state
+        def forward(self, *args):
+            names = ["input_ids", "attention_mask"] if len(args) == 2 else ["pixel_values"]
+            return self.model(**dict(zip(names, args))).last_hidden_state
 
-    return ViT()
+    return Last()
 
 
-def _bert():
-    import torch
-
-    t = _transformers()
-    cfg = t.BertConfig(
-        vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-        max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-    )  # fmt: skip
-    bert = t.BertModel(cfg)
-
-    class Bert(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, input_ids, attention_mask):
-            return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    return Bert()
+def _transformer(kind: str):
+    """transformers' ViTModel or BertModel from a small config (2 layers, 64 wide, 4 heads), random weights."""
+    t = import_transformers()
+    common = {
+        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+    }  # fmt: skip
+    if kind == "vit":
+        return _last_hidden(t.ViTModel(t.ViTConfig(image_size=32, patch_size=8, **common), add_pooling_layer=False))
+    return _last_hidden(t.BertModel(t.BertConfig(vocab_size=1000, max_position_embeddings=32, **common)))
 
 
 def _masked():
@@ -163,7 +140,9 @@ def _inputs(name: str, rng) -> tuple[list[str], np.ndarray | dict]:
     return ["input_ids", "attention_mask"], {"input_ids": ids * mask, "attention_mask": mask}
 
 
-BUILDERS = {"whisper": _whisper, "vit": _vit, "bert": _bert, "detr-mask": _masked}
+BUILDERS = {
+    "whisper": _whisper, "vit": lambda: _transformer("vit"), "bert": lambda: _transformer("bert"), "detr-mask": _masked
+}  # fmt: skip
 
 
 def torch_models(folder: Path, names=tuple(BUILDERS)) -> list[tuple[str, bytes, list, frozenset]]:

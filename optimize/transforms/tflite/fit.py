@@ -195,7 +195,10 @@ def fit_graph(content: bytes, targets=TARGETS, facts: Facts | None = None, check
         if site is None:
             break
         tried.add(site.key)
-        found = _try(fitted, site, found, facts, check, targets)
+        now = _try(fitted, site, found, facts, check, targets)
+        if now is not found:  # kept: what failed before may hold on the graph as it is now
+            tried = {site.key}
+        found = now
     fitted.after = {t: r.verdict for t, r in found.items()}
     fitted.samples = len(check.samples) if check is not None else 0
     return fitted

@@ -16,6 +16,10 @@ from optimize.transforms.tflite.flatedit import Graph
 from optimize.transforms.tflite.graphfix import _buffer, _codes, _op, _tensor
 
 FLOAT32, INT32 = 0, 2
+#: Ops never removed as dead: they act beyond their outputs (state, control flow, custom code).
+SIDE_EFFECTS = frozenset(
+    {"CALL_ONCE", "ASSIGN_VARIABLE", "VAR_HANDLE", "READ_VARIABLE", "WHILE", "IF", "CUSTOM", "CALL", "?"}
+)
 
 
 class Edit:
@@ -150,10 +154,26 @@ class Edit:
         self.sg.operators[k] = op
 
     def save(self) -> bytes:
-        """The model, with the tensors no op, input or output uses any more (a removed RESHAPE's shape, say)
-        taken out and their buffers emptied."""
+        """The model, with the ops whose results nothing reads any more (the SHAPE, STRIDED_SLICE and PACK that
+        computed a removed RESHAPE's shape) and the tensors nothing uses taken out, their buffers emptied."""
+        self._dead_ops()
         self._prune()
         return self.g.save()
+
+    def _dead_ops(self) -> None:
+        """Ops without side effects whose outputs no op reads and are no graph outputs, removed (repeatedly)."""
+        outputs = {int(i) for i in self.sg.outputs}
+        while True:
+            read = {int(i) for op in self.sg.operators for i in op.inputs if i >= 0}
+            dead = [
+                k
+                for k in range(self.count)
+                if self.name(k) not in SIDE_EFFECTS and not ({int(o) for o in self.op(k).outputs} & (read | outputs))
+            ]
+            if not dead:
+                return
+            for k in reversed(dead):
+                self.remove(k)
 
     def _prune(self) -> None:
         sg = self.sg

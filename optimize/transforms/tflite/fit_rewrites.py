@@ -6,6 +6,8 @@ delegate takes a node it refuses while the model computes the same thing.
                         broadcast takes equal ranks only
     mean-as-pool        MEAN over H and W of an NHWC tensor as AVERAGE_POOL_2D over the whole map (Core ML has
                         no MEAN without keep_dims); a dense layer after it reads the pooled [1,1,1,C] itself
+    max-as-pool         REDUCE_MAX over H and W (GlobalMaxPooling2D) as MAX_POOL_2D, likewise
+    identity-reshape    a RESHAPE to the shape its input has (a Flatten after a global pool) left out
     flatten-into-dense  the flattening RESHAPE before a FULLY_CONNECTED taken out: the dense layer reads the
                         map itself (FULLY_CONNECTED flattens its input, keep_num_dims false), as a convolution
                         over the whole map where the map is not already one row (Core ML's dense layer takes
@@ -117,7 +119,8 @@ def batch_axis(e: Edit, k: int, _f: Facts) -> str:
 
 
 # ------------------------------------------------------------------------------------------ mean-as-pool
-def _spatial_mean(e: Edit, k: int, _f: Facts) -> bool:
+def _spatial(e: Edit, k: int, _f: Facts) -> bool:
+    """A MEAN or REDUCE_MAX over H and W of a float NHWC tensor (axes 1 and 2, constant)."""
     ins = e.ins(k)
     if len(ins) != 2 or not _float(e, ins[0]) or len(e.shape(ins[0])) != 4:
         return False
@@ -136,20 +139,48 @@ def _flat_for_dense(e: Edit, k: int) -> bool:
     return opts is not None and not getattr(opts, "keepNumDims", False)
 
 
-def _feed(e: Edit, at: int, flat: int, t: int) -> None:
-    """Readers of `flat` ([B, C], say) read the 4-D `t` instead: dense layers directly (they flatten it),
-    others and a graph output through a RESHAPE back to `flat`, written right after op `at`."""
-    dense = [r for r in _dense_readers(e, flat) if _flat_for_dense(e, r)]
-    others = len(e.readers(flat)) > len(dense)
-    for r in dense:
-        e.set_input(r, 0, t)
-    if e.is_output(flat) or others:
-        e.reshape(at + 1, t, e.shape(flat), "flat", out=flat)
+#: Ops that compute each row by itself: they take a row as [B,1,1,C] as well as [B,C], and give it back so.
+ROW_WISE = frozenset(
+    {"RELU", "RELU6", "RELU_N1_TO_1", "TANH", "LOGISTIC", "HARD_SWISH", "GELU", "LEAKY_RELU", "SOFTMAX", "ADD", "MUL",
+     "SUB", "MAXIMUM", "MINIMUM"}
+)  # fmt: skip
+#: How many row-wise ops a 4-D row is carried through before it is written back to [B, C].
+ROW_DEPTH = 8
 
 
-@rewrite("mean-as-pool", ("MEAN",), _spatial_mean)
-def mean_as_pool(e: Edit, k: int, _f: Facts) -> str:
-    """MEAN over H and W of an NHWC tensor as AVERAGE_POOL_2D over the whole map (VALID, stride 1)."""
+def _row_wise(e: Edit, r: int, flat: int) -> bool:
+    """Reader r computes each row of `flat` ([B, C]) by itself, with nothing wider than a row beside it."""
+    return (
+        e.name(r) in ROW_WISE
+        and e.shape(e.out(r)) == e.shape(flat)
+        and all(len(e.shape(i)) <= 2 for i in e.ins(r) if i >= 0)
+        and _float(e, e.out(r))
+    )
+
+
+def _feed(e: Edit, flat: int, t: int, depth: int = 0) -> None:
+    """Readers of `flat` ([B, C]) read the 4-D `t` ([B,1,1,C]) instead: dense layers directly (they flatten it),
+    row-wise ops too (their own result then carried on as [B,1,1,C']), and the rest and a graph output through
+    a RESHAPE back to `flat`, written right after the op that makes `t`."""
+    for r in _dense_readers(e, flat):
+        if _flat_for_dense(e, r):
+            e.set_input(r, 0, t)
+    while depth < ROW_DEPTH:
+        r = next((r for r in e.readers(flat) if _row_wise(e, r, flat)), None)
+        if r is None:
+            break
+        y = e.out(r)
+        row = e.tensor(y, (*e.shape(t)[:3], e.shape(y)[-1]), "row")
+        e.op(r).inputs = np.array([t if i == flat else i for i in e.ins(r)], np.int32)
+        e.op(r).outputs = np.array([row], np.int32)
+        _feed(e, y, row, depth + 1)
+    if e.is_output(flat) or e.readers(flat):
+        e.reshape(e.producer(t) + 1, t, e.shape(flat), "flat", out=flat)
+
+
+def _as_pool(e: Edit, k: int, pool: str) -> str:
+    """Op k (a reduction over H and W) as `pool` over the whole map (VALID, stride 1); without keep_dims its
+    readers get the [B,1,1,C] result as `_feed` gives it."""
     s = _schema()
     x, y = e.ins(k)[0], e.out(k)
     b, h, w, c = e.shape(x)
@@ -157,11 +188,38 @@ def mean_as_pool(e: Edit, k: int, _f: Facts) -> str:
     opts = s.Pool2DOptionsT()
     opts.padding, opts.strideW, opts.strideH, opts.filterWidth, opts.filterHeight = s.Padding.VALID, 1, 1, w, h
     pooled = y if keep else e.tensor(y, (b, 1, 1, c), "pooled")
-    e.retype(k, "AVERAGE_POOL_2D", s.BuiltinOptions.Pool2DOptions, opts)
+    e.retype(k, pool, s.BuiltinOptions.Pool2DOptions, opts)
     e.op(k).inputs, e.op(k).outputs = np.array([x], np.int32), np.array([pooled], np.int32)
     if not keep:
-        _feed(e, k, y, pooled)
-    return f"{h}x{w} average pool"
+        _feed(e, y, pooled)
+    return f"{h}x{w} {pool.split('_')[0].lower()} pool"
+
+
+@rewrite("mean-as-pool", ("MEAN",), _spatial)
+def mean_as_pool(e: Edit, k: int, _f: Facts) -> str:
+    """MEAN over H and W of an NHWC tensor as AVERAGE_POOL_2D over the whole map (VALID, stride 1)."""
+    return _as_pool(e, k, "AVERAGE_POOL_2D")
+
+
+@rewrite("max-as-pool", ("REDUCE_MAX",), _spatial)
+def max_as_pool(e: Edit, k: int, _f: Facts) -> str:
+    """REDUCE_MAX over H and W of an NHWC tensor (GlobalMaxPooling2D) as MAX_POOL_2D over the whole map."""
+    return _as_pool(e, k, "MAX_POOL_2D")
+
+
+# ------------------------------------------------------------------------------------------ identity-reshape
+def _changes_nothing(e: Edit, k: int, _f: Facts) -> bool:
+    x, y = e.ins(k)[0], e.out(k)
+    return e.shape(x) == e.shape(y) and not e.is_output(y) and not e.is_output(x) and bool(e.readers(y))
+
+
+@rewrite("identity-reshape", ("RESHAPE",), _changes_nothing)
+def identity_reshape(e: Edit, k: int, _f: Facts) -> str:
+    """A RESHAPE to the shape its input has already (a Flatten after a global pool) left out."""
+    x, y = e.ins(k)[0], e.out(k)
+    e.redirect(y, x, skip=k)
+    e.remove(k)
+    return f"reshape of {list(e.shape(x))} to itself left out"
 
 
 # ------------------------------------------------------------------------------------------ flatten-into-dense
@@ -202,7 +260,7 @@ def _as_convolution(e: Edit, r: int, x: int) -> None:
     mapped = e.tensor(y, (1, 1, 1, units), "map")
     e.retype(r, "CONV_2D", s.BuiltinOptions.Conv2DOptions, opts)
     e.op(r).inputs, e.op(r).outputs = np.array([x, kernel, bias], np.int32), np.array([mapped], np.int32)
-    _feed(e, r, y, mapped)
+    _feed(e, y, mapped)
 
 
 @rewrite("flatten-into-dense", ("RESHAPE",), _flattens)

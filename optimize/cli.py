@@ -686,9 +686,12 @@ def compat(
         android_api=android_api, coreml_version=coreml_version, gpu_allow_quant=gpu_allow_quant, gpu_opencl=gpu_opencl
     )
     watch = [o for o in observe.split(",") if o.strip()]
+    from optimize.engine.fitting import compat_lines
+
     with tempfile.TemporaryDirectory(prefix="optimize-compat-") as tmp:
         flat, converted = _compat_model(model, data, layout, threads, Path(tmp))
         reports = check_delegates(flat, delegate.split(","), target=target, threads=threads, observe=watch)
+        fits = compat_lines(Path(flat), reports) if not as_json else []
         if model_explorer is not None:
             from optimize.delegates.overlay import write_overlays
 
@@ -697,7 +700,7 @@ def compat(
     if as_json:
         typer.echo(json.dumps({k: v.model_dump(mode="json") for k, v in reports.items()}, indent=2))
     else:
-        _show(format_report(reports))
+        _show(format_report(reports) + "".join(f"{line}\n" for line in fits))
         _show_conversion(converted)
     if watch and gpu_device() is None:
         typer.echo(UNAVAILABLE, err=as_json)

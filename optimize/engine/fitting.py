@@ -94,3 +94,26 @@ def _quantize_step(r: Recipe) -> dict:
 
 def _kinds(fitted) -> str:
     return ", ".join(dict.fromkeys(s.rewrite for s in fitted.kept))
+
+
+def compat_lines(model, delegates) -> list[str]:
+    """What `optimize compat` adds for a float .tflite: the targets an exact rewrite of its graph would buy, and
+    with which rewrites (by the rules alone; a sweep checks the outputs on the data)."""
+    from optimize.delegates.apply_rules import scheme_of
+    from optimize.models.tflite import read_model
+    from optimize.transforms.tflite.fit import TARGETS, fit_graph
+
+    content = model.read_bytes()
+    targets = [t for t in TARGETS if t in delegates]
+    if not targets or scheme_of(read_model(content)) != "float32":
+        return []
+    fitted = fit_graph(content, targets)
+    if not fitted.bought:
+        return []
+    per = [
+        f"{t} ({', '.join(f'{s.rewrite} at {s.node}' for s in fitted.kept if t in s.targets)})" for t in fitted.bought
+    ]
+    return [
+        f"fit: {'; '.join(per)} would take all of it once the graph is rewritten so: `optimize sweep` makes "
+        "fit-* candidates that way, each rewrite checked to keep the outputs on the data"
+    ]

@@ -81,8 +81,9 @@ def _whisper():
     return Whisper()
 
 
-def _last_hidden(model):
-    """A transformers model's last hidden state, as one tensor (what torch.export and ONNX take)."""
+def _last_hidden(model, text: bool):
+    """A transformers model's last hidden state, as one tensor (what torch.export and ONNX take), its inputs
+    named as the model names them (pixel_values; input_ids and attention_mask)."""
     import torch
 
     class Last(torch.nn.Module):
@@ -90,11 +91,14 @@ def _last_hidden(model):
             super().__init__()
             self.model = model
 
-        def forward(self, *args):
-            names = ["input_ids", "attention_mask"] if len(args) == 2 else ["pixel_values"]
-            return self.model(**dict(zip(names, args))).last_hidden_state
+        def forward(self, pixel_values):
+            return self.model(pixel_values=pixel_values).last_hidden_state
 
-    return Last()
+    class LastOfText(Last):
+        def forward(self, input_ids, attention_mask):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    return LastOfText() if text else Last()
 
 
 def _transformer(kind: str):
@@ -105,8 +109,9 @@ def _transformer(kind: str):
         "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
     }  # fmt: skip
     if kind == "vit":
-        return _last_hidden(t.ViTModel(t.ViTConfig(image_size=32, patch_size=8, **common), add_pooling_layer=False))
-    return _last_hidden(t.BertModel(t.BertConfig(vocab_size=1000, max_position_embeddings=32, **common)))
+        vit = t.ViTModel(t.ViTConfig(image_size=32, patch_size=8, **common), add_pooling_layer=False)
+        return _last_hidden(vit, text=False)
+    return _last_hidden(t.BertModel(t.BertConfig(vocab_size=1000, max_position_embeddings=32, **common)), text=True)
 
 
 def _masked():

@@ -20,6 +20,7 @@ delegate takes a node it refuses while the model computes the same thing.
                         non-negative-ids)
     float-mask          (option) an integer mask input taken as float32, so its CAST to bool runs on the GPU:
                         it changes what the model takes, so it is never applied unless named
+    bool-late           a CAST to bool read by a RESHAPE moved after it: the GPU reshapes float tensors only
 
 A rewrite runs only on a node a delegate refuses (`optimize.transforms.tflite.fit` asks the rules which), and
 the fit keeps it only when the delegate took more and the outputs stayed the same. Rules read; rewrites write.
@@ -444,3 +445,36 @@ def float_mask(e: Edit, k: int, _f: Facts) -> str:
     x = e.ins(k)[0]
     e.sg.tensors[x].type = FLOAT32
     return f"input {e.tensor_name(x)} taken as float32 (it was an integer mask)"
+
+
+# ------------------------------------------------------------------------------------------ bool-late
+SHAPE_ONLY = ("RESHAPE", "EXPAND_DIMS", "SQUEEZE")
+
+
+def _reshaped_bool(e: Edit, k: int, _f: Facts) -> bool:
+    """A shape-only op on a bool tensor that a CAST from float32 wrote for it alone."""
+    x = e.ins(k)[0]
+    cast = e.producer(x)
+    return (
+        cast is not None
+        and e.name(cast) == "CAST"
+        and e.dtype(x) == 6
+        and _float(e, e.ins(cast)[0])
+        and e.readers(x) == [k]
+        and not e.is_output(x)
+    )
+
+
+@rewrite("bool-late", SHAPE_ONLY, _reshaped_bool)
+def bool_late(e: Edit, k: int, _f: Facts) -> str:
+    """A CAST to bool moved after the RESHAPE that reads it: the float tensor is reshaped, then cast."""
+    x, y = e.ins(k)[0], e.out(k)
+    cast = e.producer(x)
+    src = e.ins(cast)[0]
+    floats = e.tensor(y, e.shape(y), "float", dtype=FLOAT32)
+    e.op(k).inputs = np.array([src, *e.ins(k)[1:]], np.int32)
+    e.op(k).outputs = np.array([floats], np.int32)
+    e.op(cast).inputs, e.op(cast).outputs = np.array([floats], np.int32), np.array([y], np.int32)
+    name = e.name(k)
+    e.sg.operators.insert(k, e.sg.operators.pop(cast))  # the cast now reads the reshape: it runs right after it
+    return f"CAST to bool moved after the {name}"

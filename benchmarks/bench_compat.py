@@ -194,9 +194,9 @@ def fit_one(name: str, content: bytes, samples: list, non_negative: frozenset, o
     dropped = {(s.rewrite, s.why) for s in fitted.steps if s.why}
     for rewrite, why in sorted(dropped):
         print(f"    (dropped) {rewrite}: {why}")
-    for t, r in reports(fitted.content, ["gpu"]).items():
+    for t, r in reports(fitted.content, TARGETS).items():
         if r.verdict != "full":
-            print(f"    {t} still: {words(r)[:150]}")
+            print(f"    {t} still: {words(r)[:110]}")
     return list(fitted.bought)
 
 

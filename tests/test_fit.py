@@ -190,7 +190,7 @@ def test_a_float_mask_is_an_option_never_a_default(graphs):
     default, samples = _fit(content, targets=("gpu",))
     assert not default.kept and default.content == content  # the input's dtype is the model's contract
     opted, _ = _fit(content, Facts(options=frozenset({FLOAT_MASK})), targets=("gpu",))
-    assert [s.rewrite for s in opted.kept] == ["float-mask"]
+    assert [s.rewrite for s in opted.kept][:2] == ["float-mask", "bool-late"]  # then the bool reshaped as float
     before, after = _io(content), _io(opted.content)
     assert [io[2] for io in before[:2]] == ["float32", "int32"] and [io[2] for io in after[:2]] == [
         "float32",
@@ -252,3 +252,46 @@ def test_a_sweep_makes_the_missing_schemes_from_the_fitted_graph_and_core_ml_get
     )
     no_fit = sweeps.sweep(keras_model, data_npz, tmp_path / "no", recipes=recipes[:1], runs=3, jobs=0, fit=False)
     assert [c.name for c in no_fit.candidates] == ["float32", "float16"]
+
+
+def _cnn(head) -> bytes:
+    keras = _tf.keras()
+    keras.utils.set_random_seed(0)
+    x = keras.Input((8, 8, 3))
+    h = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(x)
+    return _tf.tf().lite.TFLiteConverter.from_keras_model(keras.Model(x, head(keras.layers, h))).convert()
+
+
+HEADS = {
+    # a Flatten after a global pool: a RESHAPE to the same shape, left out, then the MEAN as a pool
+    "gap-flatten": (
+        lambda L, h: L.Dense(4)(L.Flatten()(L.GlobalAveragePooling2D()(h))),
+        ["identity-reshape", "mean-as-pool"],
+    ),
+    "global-max": (lambda L, h: L.Dense(4)(L.GlobalMaxPooling2D()(h)), ["max-as-pool"]),
+    # two branches added before the last dense layer: the convolution's row carried through the ADD as 4-D
+    "two-branches": (
+        lambda L, h: L.Dense(4)(
+            L.Add()([L.Dense(8)(L.Flatten()(L.MaxPooling2D()(h))), L.Dense(8)(L.GlobalAveragePooling2D()(h))])
+        ),
+        ["flatten-into-dense", "mean-as-pool"],
+    ),
+    "prelu-channel-pad": (
+        lambda L, h: L.Conv2D(12, 1)(
+            L.PReLU(shared_axes=[1, 2])(L.Lambda(lambda t: _tf.tf().pad(t, [[0, 0], [0, 0], [0, 0], [0, 4]]))(h))
+        ),
+        ["channel-pad", "prelu-as-relu"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+def test_core_ml_takes_more_cnn_shapes_once_fitted(name):
+    head, rewrites = HEADS[name]
+    content = _cnn(head)
+    fitted, samples = _fit(content, targets=("coreml", "gpu"))
+    assert fitted.before["coreml"] != "full" and fitted.bought == ["coreml"], fitted.steps
+    assert sorted({s.rewrite for s in fitted.kept}) == rewrites
+    assert fitted.after["gpu"] == "full"  # what the GPU ran fully it still runs fully
+    _same(content, fitted.content, samples, exact=name in ("global-max", "prelu-channel-pad"))
+    assert _io(fitted.content) == _io(content)

@@ -123,21 +123,29 @@ class _Site:
     aimed: list[str]
 
 
-def _sites(content: bytes, found: dict, facts: Facts, tried: set) -> _Site | None:
-    """The first node a target refuses that a rewrite not yet tried there applies to."""
+def _sites(content: bytes, found: dict, facts: Facts, tried: set) -> list[_Site]:
+    """The first node a target refuses that a rewrite not yet tried there applies to, and every later refused
+    node the same rewrite applies to (they are tried together first: one check for fifty PRELUs)."""
     e = Edit(content)
     refused: dict[int, list[str]] = {}
     for t, r in found.items():
         if r.verdict != "full":
             for k in _refused(r):
                 refused.setdefault(k, []).append(t)
-    for k in sorted(refused):
-        if k >= e.count:
-            continue
+    nodes = [k for k in sorted(refused) if k < e.count]
+    for i, k in enumerate(nodes):
         for rw in offered(facts):
-            key = (rw.name, e.out(k), tuple(sorted(refused[k])))
-            if e.name(k) in rw.ops and key not in tried and _holds(rw, e, k, facts):
-                return _Site(rw, k, key, refused[k])
+            site = _site(e, rw, k, refused[k], facts, tried)
+            if site is not None:
+                more = (_site(e, rw, j, refused[j], facts, tried) for j in nodes[i + 1 :])
+                return [site, *(m for m in more if m is not None)]
+    return []
+
+
+def _site(e: Edit, rw: Rewrite, k: int, aimed: list[str], facts: Facts, tried: set) -> _Site | None:
+    key = (rw.name, e.out(k), tuple(sorted(aimed)))
+    if e.name(k) in rw.ops and key not in tried and _holds(rw, e, k, facts):
+        return _Site(rw, k, key, aimed)
     return None
 
 
@@ -148,10 +156,18 @@ def _holds(rw: Rewrite, e: Edit, k: int, facts: Facts) -> bool:
         return False
 
 
-def _apply(content: bytes, site: _Site, facts: Facts) -> tuple[bytes, str]:
+def _apply(content: bytes, sites: list[_Site], facts: Facts) -> tuple[bytes, list[str]]:
+    """The rewrites applied in one pass, last node first, each found again by its output tensor (ops come and
+    go) and its precondition asked again on the graph as it then is."""
     e = Edit(content)
-    detail = site.rewrite.apply(e, site.node, facts)
-    return e.save(), detail
+    details = {}
+    for site in sorted(sites, key=lambda x: -x.node):
+        k = e.producer(site.key[1])
+        if k is not None and _holds(site.rewrite, e, k, facts):
+            details[id(site)] = site.rewrite.apply(e, k, facts)
+    if not details:
+        raise ValueError("the precondition no longer holds")
+    return e.save(), [details.get(id(s), "") for s in sites]
 
 
 class OutputCheck:
@@ -191,41 +207,57 @@ def fit_graph(content: bytes, targets=TARGETS, facts: Facts | None = None, check
     fitted = Fitted(content, before={t: r.verdict for t, r in found.items()})
     tried: set = set()
     for _ in range(MAX_STEPS):
-        site = _sites(fitted.content, found, facts, tried)
-        if site is None:
+        sites = _sites(fitted.content, found, facts, tried)
+        if not sites:
             break
-        tried.add(site.key)
-        now = _try(fitted, site, found, facts, check, targets)
+        now = _try(fitted, sites, found, facts, check, targets) if len(sites) > 1 else found
+        if now is found:  # one at a time, when the batch did not hold
+            sites = sites[:1]
+            now = _try(fitted, sites, found, facts, check, targets)
+        tried |= {s.key for s in sites}
         if now is not found:  # kept: what failed before may hold on the graph as it is now
-            tried = {site.key}
+            tried = {s.key for s in sites}
         found = now
     fitted.after = {t: r.verdict for t, r in found.items()}
     fitted.samples = len(check.samples) if check is not None else 0
     return fitted
 
 
-def _try(fitted: Fitted, site: _Site, found: dict, facts: Facts, check, targets) -> dict:
-    """One rewrite at one node: kept (the new reports returned) or dropped (a step saying why)."""
-    node = f"#{site.node} {Edit(fitted.content).name(site.node)}"
-    step = Step(site.rewrite.name, node, "", site.aimed)
-    fitted.steps.append(step)
+def _try(fitted: Fitted, sites: list[_Site], found: dict, facts: Facts, check, targets) -> dict:
+    """Rewrites at their nodes: kept (the new reports returned), or dropped (steps saying why; a batch of
+    several that does not hold is dropped without a word, and the first is tried alone)."""
+    e = Edit(fitted.content)
+    steps = [Step(s.rewrite.name, f"#{s.node} {e.name(s.node)}", "", s.aimed) for s in sites]
+    why, now = _checked(fitted, sites, steps, found, facts, check, targets)
+    if why is not None:
+        if len(sites) == 1:
+            steps[0].why = why
+            fitted.steps.append(steps[0])
+        return found
+    fitted.steps += [s for s in steps if s.detail]  # a site an earlier one of the batch rewrote already: none
+    return now
+
+
+def _checked(fitted: Fitted, sites, steps: list[Step], found, facts, check, targets) -> tuple[str | None, object]:
+    """(why the rewrites do not hold, or None; the reports after them), the graph kept when they hold."""
     try:
-        changed, step.detail = _apply(fitted.content, site, facts)
+        changed, details = _apply(fitted.content, sites, facts)
         now = reports(changed, targets)
     except Exception as e:  # noqa: BLE001 - a graph the rewrite did not expect: dropped, the fit goes on
-        step.why = f"could not be applied ({e.__class__.__name__}: {str(e)[:80]})"
-        return found
-    if not _progress(found, now, site.aimed):
-        step.why = "the delegate refuses as much after it"
-        return found
+        return f"could not be applied ({e.__class__.__name__}: {str(e)[:80]})", None
+    for step, detail in zip(steps, details):
+        step.detail = detail
+    if not _progress(found, now, sorted({t for s in sites for t in s.aimed})):
+        return "the delegate refuses as much after it", None
     if check is not None:
-        step.max_abs, step.relative, outs = check.moved(changed)
-        if not step.relative <= TOLERANCE:
-            step.why = f"the outputs moved {step.relative:.1e} of their range"
-            return found
+        moved_abs, moved_rel, outs = check.moved(changed)
+        for step in steps:
+            step.max_abs, step.relative = moved_abs, moved_rel
+        if not moved_rel <= TOLERANCE:
+            return f"the outputs moved {moved_rel:.1e} of their range", None
         check.last = outs
     fitted.content = changed
-    return now
+    return None, now
 
 
 # ------------------------------------------------------------------------------------------ the technique

@@ -21,6 +21,9 @@ delegate takes a node it refuses while the model computes the same thing.
     float-mask          (option) an integer mask input taken as float32, so its CAST to bool runs on the GPU:
                         it changes what the model takes, so it is never applied unless named
     bool-late           a CAST to bool read by a RESHAPE moved after it: the GPU reshapes float tensors only
+    prelu-as-relu       PRELU as RELU(x) + (-alpha) * RELU(-x), bit for bit: Core ML has no PRELU
+    channel-pad         a PAD of zero channels (a BlazeFace residual) as a CONCATENATION with zeros that a 1x1
+                        convolution of zero weights makes from the input: Core ML pads H and W only
 
 A rewrite runs only on a node a delegate refuses (`optimize.transforms.tflite.fit` asks the rules which), and
 the fit keeps it only when the delegate took more and the outputs stayed the same. Rules read; rewrites write.
@@ -478,3 +481,69 @@ def bool_late(e: Edit, k: int, _f: Facts) -> str:
     name = e.name(k)
     e.sg.operators.insert(k, e.sg.operators.pop(cast))  # the cast now reads the reshape: it runs right after it
     return f"CAST to bool moved after the {name}"
+
+
+# ------------------------------------------------------------------------------------------ prelu-as-relu
+def _prelu(e: Edit, k: int, _f: Facts) -> bool:
+    x, alpha = e.ins(k)[:2]
+    return _float(e, x) and _float(e, alpha) and e.const(alpha) is not None and len(e.shape(x)) <= 4
+
+
+@rewrite("prelu-as-relu", ("PRELU",), _prelu)
+def prelu_as_relu(e: Edit, k: int, _f: Facts) -> str:
+    """PRELU as RELU(x) + (-alpha) * RELU(-x): exact (every product is by a sign or by zero, or alpha * x)."""
+    s = _schema()
+    x, alpha = e.ins(k)[:2]
+    y = e.out(k)
+    minus_one = e.constant(f"{e.tensor_name(y)}/minus_one", np.array([-1.0], np.float32), FLOAT32)
+    minus_alpha = e.constant(f"{e.tensor_name(y)}/minus_alpha", -e.const(alpha), FLOAT32)
+    neg, pos, low, slope = (e.tensor(y, e.shape(y), n) for n in ("negated", "positive", "negative", "slope"))
+    mul, add = (s.BuiltinOptions.MulOptions, s.MulOptionsT()), (s.BuiltinOptions.AddOptions, s.AddOptionsT())
+    e.remove(k)
+    for at, op in enumerate(
+        [
+            ("RELU", [x], [pos], None, None),
+            ("MUL", [x, minus_one], [neg], *mul),
+            ("RELU", [neg], [low], None, None),
+            ("MUL", [low, minus_alpha], [slope], *mul),
+            ("ADD", [pos, slope], [y], *add),
+        ]
+    ):
+        e.insert(k + at, *op)
+    return "PRELU as RELU, MUL and ADD"
+
+
+# ------------------------------------------------------------------------------------------ channel-pad
+def _channel_pad(e: Edit, k: int, _f: Facts) -> bool:
+    """A PAD (zeros) of a float NHWC tensor on its channels only."""
+    ins = e.ins(k)
+    p = e.const(ins[1]) if len(ins) == 2 else None
+    if p is None or p.shape != (4, 2) or not _float(e, ins[0]) or len(e.shape(ins[0])) != 4:
+        return False
+    return not p[:3].any() and p[3].sum() > 0 and (p >= 0).all()
+
+
+@rewrite("channel-pad", ("PAD",), _channel_pad)
+def channel_pad(e: Edit, k: int, _f: Facts) -> str:
+    """A PAD of zero channels as a CONCATENATION with zeros made from the input by a 1x1 convolution of zero
+    weights (+0 from finite inputs, as PAD writes)."""
+    s = _schema()
+    x, y = e.ins(k)[0], e.out(k)
+    before, after = (int(v) for v in e.const(e.ins(k)[1])[3])
+    b, h, w, c = e.shape(x)
+    parts = [x]
+    for n, where in ((before, 0), (after, len(parts) + 1)):
+        if n:
+            zeros = e.tensor(y, (b, h, w, n), f"zeros{where}")
+            kernel = e.constant(f"{e.tensor_name(y)}/zero_kernel{where}", np.zeros((n, 1, 1, c), np.float32), FLOAT32)
+            bias = e.constant(f"{e.tensor_name(y)}/zero_bias{where}", np.zeros(n, np.float32), FLOAT32)
+            opts = s.Conv2DOptionsT()
+            opts.padding, opts.strideW, opts.strideH = s.Padding.VALID, 1, 1
+            e.insert(k, "CONV_2D", [x, kernel, bias], [zeros], s.BuiltinOptions.Conv2DOptions, opts)
+            k += 1
+            parts.insert(where, zeros)
+    opts = s.ConcatenationOptionsT()
+    opts.axis = 3
+    e.remove(k)
+    e.insert(k, "CONCATENATION", parts, [y], s.BuiltinOptions.ConcatenationOptions, opts)
+    return f"{before}+{after} zero channels concatenated"

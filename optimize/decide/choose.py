@@ -185,9 +185,18 @@ def _float_compute_problem(c: Candidate, target: Target) -> str | None:
     return None
 
 
+def fitted_elsewhere(c: Candidate, target: Target) -> str | None:
+    """Why a candidate made from a graph fitted to other targets (issue 45) is not one for `target`: the fit's
+    candidates are made for the targets it bought, and the unfitted ones serve the rest (a fit option that
+    changes the model's inputs must not reach a target that did not need it)."""
+    if c.fit is None or not c.fit.bought or TARGET_DELEGATE.get(target) in c.fit.bought:
+        return None
+    return f"made from the graph fitted to {', '.join(c.fit.bought)}: the unfitted candidates serve {target}"
+
+
 def _target_problem(c: Candidate, target: Target, facts: set[str]) -> str | None:
     """Why the target cannot run this candidate fully, or None."""
-    why = _float_compute_problem(c, target)
+    why = fitted_elsewhere(c, target) or _float_compute_problem(c, target)
     if why:
         return why
     if target in (Target.EDGETPU, Target.MCU):

@@ -454,9 +454,10 @@ def fit_lines(study: Study) -> list[str]:
     per = [f"{t} by {', '.join(f'{s.rewrite} ({s.node})' for s in rec.kept if t in s.targets)}" for t in rec.bought]
     worst = max((s.max_abs_diff or 0.0 for s in rec.kept), default=0.0)
     moved = "bit for bit" if worst == 0 else f"max |diff| {worst:.1e}"
+    named = f"; named option {', '.join(rec.options)}: the model's inputs change" if rec.options else ""
     return [
         f"  fitted   {'; '.join(per)}: the fit-* files, from the float graph rewritten for it "
-        f"(outputs as float32's, {moved}, on {rec.samples} samples)"
+        f"(outputs as float32's, {moved}, on {rec.samples} samples{named})"
     ]
 
 
@@ -484,11 +485,14 @@ def _blocker(study: Study, target: Target, rec) -> str:
     """Why no candidate runs fully on the target: for a delegate's target, the candidate it would run most of
     (a build failure counts what the delegate accepted) and the node that blocks it, a dropped partition
     named only as that node's consequence (`delegates.blocking`); else the first rejection."""
+    from optimize.decide.choose import fitted_elsewhere
     from optimize.delegates import blocking
 
     reasons = {r.candidate: r.reason for r in rec.rejected}
     delegate = TARGET_DELEGATE.get(target)
+    fitted = {c.name for c in study.candidates if fitted_elsewhere(c, target)}
     reports = [(c, c.delegates[delegate]) for c in study.candidates if c.ok and delegate in c.delegates]
+    reports = [(c, r) for c, r in reports if c.name not in fitted]
     if reports:
         c, r = max(reports, key=lambda cr: blocking.closeness(cr[1]))
         if r.verdict != "full" or c.name not in reasons:

@@ -8,6 +8,7 @@ from study_fixtures import candidate, study
 
 from optimize.core.results import DelegateReport, FitRecord, FitStep, NodeVerdict
 from optimize.delegates.blocking import accepted, blocker, closeness, words
+from optimize.present.report import render_markdown
 from optimize.present.report_text import fit_lines, next_steps
 
 LIMIT = "Supported, but its partition of 15 node(s) is not among the 1 largest the delegate keeps."
@@ -97,3 +98,5 @@ def test_the_summary_says_which_rewrite_bought_which_target():
     assert line.startswith("  fitted   coreml by flatten-into-dense (#4 RESHAPE)") and "bit for bit" in line
     assert "batch-axis" not in line  # dropped rewrites bought nothing
     assert fit_lines(study([candidate("float32")])) == []
+    md = render_markdown(study([candidate("float32"), fitted]))
+    assert "## The graph fitted to its targets" in md and "| flatten-into-dense | #4 RESHAPE | coreml |" in md

@@ -293,6 +293,19 @@ def _html_islands(study: Study) -> list[dict]:
     ]
 
 
+def _md_fit(study: Study) -> list[str]:
+    """Which rewrite of the float graph bought which target, each with how far the outputs moved (issue 45)."""
+    fitted = [c for c in study.candidates if c.ok and c.fit is not None and c.fit.kept]
+    rec = next((c.fit for c in fitted if c.name == "fit-float32"), fitted[0].fit)
+    lines = ["## The graph fitted to its targets", "", f"Made from it: {', '.join(_md(c.name) for c in fitted)}."]
+    lines += ["", f"Targets it bought: {_md(', '.join(rec.bought) or 'none')}.", ""]
+    lines += [r"| Rewrite | Node | For | Max \|diff\| (of range) | What it did |", "|---|---|---|---|---|"]
+    for s in rec.kept:
+        moved = "-" if s.max_abs_diff is None else f"{s.max_abs_diff:.1e} ({(s.relative_diff or 0):.1e})"
+        lines.append(f"| {_md(s.rewrite)} | {_md(s.node)} | {_md(', '.join(s.targets))} | {moved} | {_md(s.detail)} |")
+    return lines
+
+
 def render_markdown(study: Study, rec: Recommendation | None = None, images: dict[str, str] | None = None) -> str:
     """The report as Markdown. `images` maps plot keys to relative file paths (write_report writes them).
     Everything that comes from a study is escaped (names, reasons, facts)."""
@@ -308,6 +321,8 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
         figures = [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})\n\n_{_md(said.get(k, k))}_" for k, v in images.items()]
         sections.append(["## Plots", "", "\n\n".join(figures)])
     sections.append(_md_matrix(study))
+    if any(c.ok and c.fit is not None and c.fit.kept for c in study.candidates):
+        sections.append(_md_fit(study))
     if any(c.rescue for c in study.candidates):
         sections.append(_md_rescue(study))
     if any(c.ok and c.islands for c in study.candidates):

@@ -293,6 +293,19 @@ def _html_islands(study: Study) -> list[dict]:
     ]
 
 
+def _md_what_was_done(study: Study) -> list[list[str]]:
+    """The sections a study has only when its candidates did such work: the graph fitted to its targets, the
+    accuracy rescue's steps, the float islands."""
+    out = []
+    if any(c.ok and c.fit is not None and c.fit.kept for c in study.candidates):
+        out.append(_md_fit(study))
+    if any(c.rescue for c in study.candidates):
+        out.append(_md_rescue(study))
+    if any(c.ok and c.islands for c in study.candidates):
+        out.append(_md_islands(study))
+    return out
+
+
 def _md_fit(study: Study) -> list[str]:
     """Which rewrite of the float graph bought which target, each with how far the outputs moved (issue 45)."""
     fitted = [c for c in study.candidates if c.ok and c.fit is not None and c.fit.kept]
@@ -321,12 +334,7 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
         figures = [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})\n\n_{_md(said.get(k, k))}_" for k, v in images.items()]
         sections.append(["## Plots", "", "\n\n".join(figures)])
     sections.append(_md_matrix(study))
-    if any(c.ok and c.fit is not None and c.fit.kept for c in study.candidates):
-        sections.append(_md_fit(study))
-    if any(c.rescue for c in study.candidates):
-        sections.append(_md_rescue(study))
-    if any(c.ok and c.islands for c in study.candidates):
-        sections.append(_md_islands(study))
+    sections += _md_what_was_done(study)
     if rec is not None:
         sections.append(_md_recommendation(rec))
     if phase_table(study)[1]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from study_fixtures import candidate, study
 
 from optimize.core.results import DelegateReport, FitRecord, FitStep, NodeVerdict
+from optimize.decide.choose import recommend
 from optimize.delegates.blocking import accepted, blocker, closeness, words
 from optimize.present.report import render_markdown
 from optimize.present.report_text import fit_lines, next_steps
@@ -93,10 +94,14 @@ def test_the_summary_says_which_rewrite_bought_which_target():
         bought=["coreml"],
         samples=32,
     )
-    fitted = candidate("fit-float16", "float16").model_copy(update={"fit": fit})
+    fitted = candidate("fit-float16", "float16", size=76_000).model_copy(update={"fit": fit})
     (line,) = fit_lines(study([candidate("float32"), fitted]))
     assert line.startswith("  fitted   coreml by flatten-into-dense (#4 RESHAPE)") and "bit for bit" in line
     assert "batch-axis" not in line  # dropped rewrites bought nothing
     assert fit_lines(study([candidate("float32")])) == []
+    rec = recommend(study([candidate("float32"), fitted]), "coreml")
+    assert rec.chosen == "fit-float16"
+    assert any(f.startswith("fit-float16 is made from the float graph rewritten for coreml") for f in rec.facts)
+    assert recommend(study([candidate("float32"), fitted]), "gpu").chosen == "float32"  # made for coreml only
     md = render_markdown(study([candidate("float32"), fitted]))
     assert "## The graph fitted to its targets" in md and "| flatten-into-dense | #4 RESHAPE | coreml |" in md

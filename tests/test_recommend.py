@@ -464,5 +464,7 @@ def test_nothing_on_the_gpu_says_the_refusal_and_the_delegates_fix():
     base = candidate("float32", delegates={**reports(), "gpu": gpu})
     rec = recommend(study([base, candidate("int8", "int8", delegates={**reports(), "gpu": gpu})]), "gpu")
     assert rec.chosen is None
-    assert all("blocked at #3 CAST: Not supported Cast case (1 supported node(s) fall" in r.reason for r in rec.rejected)
+    assert all(
+        "blocked at #3 CAST: Not supported Cast case (1 supported node(s) fall" in r.reason for r in rec.rejected
+    )
     assert any("give the model a float32 mask" in f for f in rec.facts)

@@ -664,10 +664,24 @@ def _facts(study: Study, target: Target, goals: Goals, advice: Advice, choice: _
     ]
     if choice.chosen is None and target in TARGET_DELEGATE and target is not Target.CPU:
         extra = [*extra, *_delegate_fixes(study, TARGET_DELEGATE[target])]
+    extra = [*extra, *_fitted_fact(choice.chosen)]
     if goals.objective is Objective.ACCURACY and not choice.by_labels:
         extra = [*extra, "No labels: accuracy is ranked by fidelity to float32 (top-1 agreement for class outputs, "
                  "else the worst output's relative error; under 0.1% of the range counts as none)."]  # fmt: skip
     return explain.facts_once(generic + sorted(choice.facts | set(extra)) + study_facts, study)
+
+
+def _fitted_fact(c: Candidate | None) -> list[str]:
+    """What the chosen candidate's fitted graph is, when it was made from one (issue 45)."""
+    if c is None or c.fit is None or not c.fit.kept:
+        return []
+    steps = ", ".join(f"{s.rewrite} at {s.node}" for s in c.fit.kept)
+    worst = max((s.max_abs_diff or 0.0 for s in c.fit.kept), default=0.0)
+    moved = "bit for bit" if worst == 0 else f"max |diff| {worst:.1e}"
+    return [
+        f"{c.name} is made from the float graph rewritten for {', '.join(c.fit.bought) or 'its targets'} "
+        f"({steps}); the rewrites keep the outputs ({moved} on {c.fit.samples} samples)."
+    ]
 
 
 def _delegate_fixes(study: Study, delegate: str) -> list[str]:

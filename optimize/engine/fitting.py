@@ -59,7 +59,11 @@ def _fit(run, content: bytes, options: tuple[str, ...]):
     from optimize.transforms.tflite.fit_rewrites import Facts
 
     facts = Facts(frozenset(declared_non_negative(run.src)), frozenset(options))
-    return fit_graph(content, TARGETS, facts)
+    try:
+        return fit_graph(content, TARGETS, facts)
+    except Exception as e:  # noqa: BLE001 - a graph the fit cannot read: no fit round, the sweep stands
+        log.warning("The fit round was left out: %s: %s", e.__class__.__name__, str(e)[:200])
+        return None
 
 
 def _remade(r: Recipe, c: Candidate | None, base: Recipe | None) -> bool:

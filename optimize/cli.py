@@ -14,7 +14,7 @@ streams.reclaim()  # a closed stdout/stderr (`>&-`): /dev/null, before any impor
 import typer  # noqa: E402
 
 from optimize.core.errors import OptimizeError, RecipeError  # noqa: E402
-from optimize.core.vocab import IO, Backend, Delegate, Layout, Objective, Scheme, Target, Task  # noqa: E402
+from optimize.core.vocab import IO, Backend, Delegate, FitOption, Layout, Objective, Scheme, Target, Task  # noqa: E402
 
 app = typer.Typer(
     help="Optimize TensorFlow (Keras, SavedModel, .tflite), PyTorch (.pt2) and ONNX models for LiteRT: "
@@ -288,6 +288,12 @@ def sweep(
     delegates: bool = DELEGATES,
     observe: str = OBSERVE,
     layout: Layout = LAYOUT,
+    fit: bool = typer.Option(
+        True, help="Make the schemes a target misses again from the float graph rewritten for it (fit-*)."
+    ),
+    fit_option: list[FitOption] = typer.Option(
+        [], "--fit-option", help="A fit rewrite that changes the model's contract, applied only when named."
+    ),
     as_json: bool = JSON,
     verbose: bool = VERBOSE,
 ) -> None:
@@ -341,6 +347,8 @@ def sweep(
         layout=layout,
         replace=replace,
         eval_samples=test_samples,
+        fit=fit,
+        fit_options=tuple(str(o) for o in fit_option),
     )
     if mlflow:
         from optimize.present.tracking import log_safely, log_study
@@ -711,9 +719,12 @@ def compat(
         android_api=android_api, coreml_version=coreml_version, gpu_allow_quant=gpu_allow_quant, gpu_opencl=gpu_opencl
     )
     watch = [o for o in observe.split(",") if o.strip()]
+    from optimize.engine.fitting import compat_lines
+
     with tempfile.TemporaryDirectory(prefix="optimize-compat-") as tmp:
         flat, converted = _compat_model(model, data, layout, threads, Path(tmp))
         reports = check_delegates(flat, delegate.split(","), target=target, threads=threads, observe=watch)
+        fits = compat_lines(Path(flat), reports) if not as_json else []
         if model_explorer is not None:
             from optimize.delegates.overlay import write_overlays
 
@@ -722,7 +733,7 @@ def compat(
     if as_json:
         typer.echo(json.dumps({k: v.model_dump(mode="json") for k, v in reports.items()}, indent=2))
     else:
-        _show(format_report(reports))
+        _show(format_report(reports) + "".join(f"{line}\n" for line in fits))
         _show_conversion(converted)
     if watch and gpu_device() is None:
         typer.echo(UNAVAILABLE, err=as_json)

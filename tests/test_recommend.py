@@ -460,7 +460,7 @@ def test_format_recommendation_says_everything():
 
 def test_partial_report_names_first_reason():
     s = study([candidate("float32", delegates={"gpu": report("gpu", "partial", reason="Max version supported: 2.")})])
-    assert "Max version supported: 2." in reasons(recommend(s, "gpu"))["float32"]
+    assert "blocked at #0 QUANTIZE: Max version supported: 2" in reasons(recommend(s, "gpu"))["float32"]
 
 
 def test_recommend_imports_no_tensorflow_or_numpy():
@@ -488,5 +488,7 @@ def test_nothing_on_the_gpu_says_the_refusal_and_the_delegates_fix():
     base = candidate("float32", delegates={**reports(), "gpu": gpu})
     rec = recommend(study([base, candidate("int8", "int8", delegates={**reports(), "gpu": gpu})]), "gpu")
     assert rec.chosen is None
-    assert all("CAST: Not supported Cast case." in r.reason for r in rec.rejected)
+    assert all(
+        "blocked at #3 CAST: Not supported Cast case (1 supported node(s) fall" in r.reason for r in rec.rejected
+    )
     assert any("give the model a float32 mask" in f for f in rec.facts)

@@ -29,6 +29,7 @@ TECHNIQUE_MODULES = (
     "optimize.transforms.tflite.rescue_steps",
     "optimize.transforms.tflite.yolo_head",
     "optimize.transforms.tflite.selective",
+    "optimize.transforms.tflite.fit",
     "optimize.transforms.pt2e",
 )
 

@@ -500,6 +500,12 @@ class OutputContract(Record):
             a[tuple(where)] *= m
         return [*outs[:i], a, *outs[i + 1 :]]
 
+    nodes_accepted: int | None = Field(
+        None,
+        description="When only the delegate's build fails: the nodes it accepted node by node, which it would run "
+        "but for that failure (optimize.delegates.blocking).",
+    )
+
 
 class Composition(Record):
     """What an artifact holds, read back from its flatbuffer (optimize.measure.verify)."""
@@ -696,6 +702,35 @@ class RescueStep(Record):
     layers: list[LayerChange] = Field(default_factory=list, description="Per-layer error before and after.")
 
 
+class FitStep(Record):
+    """One rewrite of the fit (optimize.transforms.tflite.fit) at one node a delegate refused: kept, or dropped
+    with why."""
+
+    rewrite: str = Field(description="The rewrite's name (mean-as-pool, flatten-into-dense, batch-axis, ...).")
+    node: str = Field(description="The node it rewrote, as numbered when it ran ('#7 RESHAPE').")
+    detail: str = Field("", description="What it did, in a few words.")
+    targets: list[str] = Field(default_factory=list, description="The delegates that refused the node.")
+    max_abs_diff: float | None = Field(None, description="The outputs' largest |change| on the samples after it.")
+    relative_diff: float | None = Field(None, description="The same, as a fraction of each output's range.")
+    kept: bool = True
+    why: str | None = Field(None, description="Why it was dropped (None: kept).")
+
+
+class FitRecord(Record):
+    """What fitting the float graph to the targets did: each rewrite, and the targets it bought."""
+
+    steps: list[FitStep] = Field(default_factory=list)
+    bought: list[str] = Field(
+        default_factory=list, description="Delegates that take all of the fitted float graph and not of the original."
+    )
+    samples: int = Field(0, description="Samples the outputs were compared on after each rewrite.")
+    options: list[str] = Field(default_factory=list, description="Rewrites beyond the model's contract, as named.")
+
+    @property
+    def kept(self) -> list[FitStep]:
+        return [s for s in self.steps if s.kept]
+
+
 class Goals(Record):
     """What a user will accept. Accuracy drop is a fraction: 0.01 is one point of top-1. Finite numbers only."""
 
@@ -843,6 +878,9 @@ class Candidate(Record):
         None,
         description="How this file's outputs differ from float32's by design (a YOLO head's boxes normalised by the "
         "input's size for an int8 output), and how to read them as before; its figures are after undoing it.",
+    )
+    fit: FitRecord | None = Field(
+        None, description="The float graph's rewrites for its targets, when the candidate was made from a fitted graph."
     )
     seconds: float = Field(0.0, description="Wall time to produce and measure this candidate.")
     phases: dict[str, float] = Field(

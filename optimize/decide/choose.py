@@ -31,6 +31,7 @@ from optimize.decide.advice import EPS, PASSED_OVER, PRUNE_FACT, Advice, advise,
 from optimize.decide.guard import WORST, Guard, axes, default_guard, has_quality_goal, quality, remedy
 from optimize.decide.on_target import as_computed_on, timed_on
 from optimize.decide.speed import SLOWER, cached_fact, cost_line, slowdown_problem
+from optimize.delegates import blocking
 from optimize.measure.noise import speed, versus
 
 
@@ -197,9 +198,18 @@ def _float_compute_problem(c: Candidate, target: Target) -> str | None:
     return None
 
 
+def fitted_elsewhere(c: Candidate, target: Target) -> str | None:
+    """Why a candidate made from a graph fitted to other targets (issue 45) is not one for `target`: the fit's
+    candidates are made for the targets it bought, and the unfitted ones serve the rest (a fit option that
+    changes the model's inputs must not reach a target that did not need it)."""
+    if c.fit is None or not c.fit.bought or TARGET_DELEGATE.get(target) in c.fit.bought:
+        return None
+    return f"made from the graph fitted to {', '.join(c.fit.bought)}: the unfitted candidates serve {target}"
+
+
 def _target_problem(c: Candidate, target: Target, facts: set[str]) -> str | None:
     """Why the target cannot run this candidate fully, or None."""
-    why = _float_compute_problem(c, target)
+    why = fitted_elsewhere(c, target) or _float_compute_problem(c, target)
     if why:
         return why
     if target in (Target.EDGETPU, Target.MCU):
@@ -221,10 +231,8 @@ def _target_problem(c: Candidate, target: Target, facts: set[str]) -> str | None
     if report.runs_with_tail:  # the body on the delegate, the post-processing on the CPU: as detectors ship
         facts.add(tail_fact(target, report))
         return None
-    refused = [v for v in report.cpu_nodes if v.code not in ("partition-limit", "partition-size")] or report.cpu_nodes
-    first = report.vetoed or (f"{refused[0].op}: {refused[0].reason}" if refused else "")
     how = "runs it only partly" if report.verdict == "partial" else "does not run it"
-    return f"{delegate} delegate {how} ({where})" + (f": {first}" if first else "")
+    return f"{delegate} delegate {how} ({where}): {blocking.words(report)}"
 
 
 def tail_fact(target: Target, report) -> str:
@@ -714,11 +722,25 @@ def _facts(study: Study, target: Target, goals: Goals, advice: Advice, choice: _
     ]
     if choice.chosen is None and target in TARGET_DELEGATE and target is not Target.CPU:
         extra = [*extra, *_delegate_fixes(study, TARGET_DELEGATE[target])]
+    extra = [*extra, *_fitted_fact(choice.chosen)]
     if goals.objective is Objective.ACCURACY and not choice.by_labels:
         extra = [*extra, "No labels: accuracy is ranked by fidelity to float32 (top-1 agreement for class outputs, "
                  "else the worst output's relative error; under 0.1% of the range counts as none)."]  # fmt: skip
     said = [x for x in (retrained.summary(study), cached_fact(study.candidates) if target is Target.CPU else "") if x]
     return explain.facts_once(generic + sorted(choice.facts | set(extra)) + study_facts + said, study)
+
+
+def _fitted_fact(c: Candidate | None) -> list[str]:
+    """What the chosen candidate's fitted graph is, when it was made from one (issue 45)."""
+    if c is None or c.fit is None or not c.fit.kept:
+        return []
+    steps = ", ".join(f"{s.rewrite} at {s.node}" for s in c.fit.kept)
+    worst = max((s.max_abs_diff or 0.0 for s in c.fit.kept), default=0.0)
+    moved = "bit for bit" if worst == 0 else f"max |diff| {worst:.1e}"
+    return [
+        f"{c.name} is made from the float graph rewritten for {', '.join(c.fit.bought) or 'its targets'} "
+        f"({steps}); the rewrites keep the outputs ({moved} on {c.fit.samples} samples)."
+    ]
 
 
 def _delegate_fixes(study: Study, delegate: str) -> list[str]:
@@ -845,13 +867,14 @@ def raise_if_unmet(rec: Recommendation) -> None:
             f"Nothing {rec.target} runs passes the default guard.",
             "See what it lost and what to try above, or state a goal.",
         )
-    problem = f"({len(rec.rejected)} rejected; e.g. {first.candidate}: {first.reason})"
     goals = _goals_given(rec.goals)
     if rec.make is not None:
+        problem = f"({len(rec.rejected)} rejected; e.g. {first.candidate}: {first.reason})"
         make = f"make what the rule of thumb suggests, not measured here: {rec.make}"
         fix = f"Relax a goal, or {make}" if goals else make[0].upper() + make[1:]
-    else:  # never a pipeline the study measured and rejected for this target
-        known = explain.nothing_known_runs(rec.target, rec.made_and_rejected)
+    else:  # never a pipeline the study measured and rejected for this target; the rejections are listed above
+        problem = f"({len(rec.rejected)} rejected, why above)"
+        known = explain.nothing_known_runs(rec.target)
         fix = f"Relax a goal. {known}" if goals else known
     if goals:
         raise GoalsNotMet(f"No candidate meets the goals for {rec.target} {problem}.", fix)

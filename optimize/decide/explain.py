@@ -301,20 +301,15 @@ def what_to_make(study: Study, advice, reasons: dict[str, str]) -> tuple[str | N
     return None, tried
 
 
-def nothing_known_runs(target: Target, tried: list[str]) -> str:
-    """Nothing the decision tree knows would run on the target: say so, and why (what each measured)."""
+def nothing_known_runs(target: Target) -> str:
+    """Nothing the decision tree knows would run on the target, as measured: where to look next (each
+    rejection, with the node that blocks it, is listed above the error, so it is not repeated in it)."""
     from optimize.core.vocab import TARGET_DELEGATE
 
-    why = "; ".join(tried[:3]) + (f"; and {len(tried) - 3} more" if len(tried) > 3 else "")
     delegate = TARGET_DELEGATE.get(target)
     if delegate is not None and target is not Target.CPU:
-        look = (
-            f"`optimize compat CANDIDATE.tflite --delegate {delegate}` names each node the delegate refuses and "
-            "what to change in the model."
-        )
-    else:
-        look = "Each candidate's reason is listed under Rejected."
-    return f"Nothing the rule of thumb knows runs on {target} here, as measured ({why}). {look}"
+        return f"`optimize compat FILE --delegate {delegate}` lists each node it refuses."
+    return "Each candidate's reason is listed under Rejected."
 
 
 def command_for(steps: list[dict]) -> str:

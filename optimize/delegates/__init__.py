@@ -125,13 +125,26 @@ _VERDICT = {"full": "fully delegated", "partial": "partial", "none": "none"}
 
 
 def _veto_lines(r: DelegateReport) -> list[str]:
-    """Why nothing runs on the delegate; a build failure names the node that fails the whole delegation."""
+    """Why nothing runs on the delegate; a build failure names the node that fails the whole delegation. A
+    report whose first CPU node is only a consequence (its partition dropped) names the node that blocks."""
     if not r.vetoed:
-        return []
+        return _blocked_line(r)
     c = next((v for v in r.cpu_nodes if v.code == "build-failure"), None)
     if r.veto_code == "build-failure" and c is not None:
         return [f"  build fails at #{c.index} {c.op} v{c.version} (the whole delegation): {r.vetoed}"]
     return [f"  vetoed: {r.vetoed}"]
+
+
+def _blocked_line(r: DelegateReport) -> list[str]:
+    from optimize.delegates.blocking import blocker, own_words, where
+
+    node = blocker(r)
+    if node is None or not r.cpu_nodes or r.cpu_nodes[0] is node:
+        return []
+    return [
+        f"  blocked at {where(node)} {node.op} v{node.version}: {own_words(node)}; the supported nodes listed "
+        "with it fall to the CPU with their partition"
+    ]
 
 
 def _transpose_lines(reports: dict[str, DelegateReport]) -> list[str]:

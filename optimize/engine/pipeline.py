@@ -537,6 +537,7 @@ def make_candidate(
             repair=state.records.get("repair"),
             contract=contract,
             output_contract=state.records.get("contract"),
+            fit=state.records.get("fit"),
             seconds=time.perf_counter() - t0,
             phases=_ordered(phases),
         )

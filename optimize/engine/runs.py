@@ -72,6 +72,8 @@ class Run:
     keras: object = field(default=None, repr=False)  # the Keras model the checks loaded (this process only)
     rescued: str | None = None  # the accuracy-rescue recipe the run added itself (mixed-int8), by name
     replaces: list[str] = field(default_factory=list)  # the .tflite files the study already in -o lists (schedule)
+    fit: bool = True  # a fit round: the schemes a target misses made again from the fitted float graph
+    fit_options: tuple[str, ...] = ()  # the fit's rewrites beyond the model's contract, as named (--fit-option)
 
     def export(self, direct: bool = True) -> tuple[Path, float] | None:
         """The source Keras model made ready for the float32 baseline (into the run's work folder), from the model
@@ -167,6 +169,14 @@ class Run:
         self.recipes += heads
         return extra is not None or bool(heads)
 
+    def fit_round(self) -> bool:
+        """Add the `fit-*` candidates when fitting the float graph buys a target (`engine.fitting`)."""
+        from optimize.engine.fitting import fitted_recipes
+
+        extra = fitted_recipes(self, self.fit_options) if self.fit and self.settings.get("delegates", True) else []
+        self.recipes += extra
+        return bool(extra)
+
     def study(self, executor: str = "local") -> Study:
         """The finished study, saved as out_dir/study.json."""
         study = _study(self, self.model, self.settings["threads"], executor)
@@ -202,6 +212,8 @@ def open_run(
     layout: str = "source",
     keep_keras: bool = False,
     replace: bool = True,
+    fit: bool = True,
+    fit_options: tuple[str, ...] = (),
 ) -> Run:
     """One model's sweep, planned and checked (one clear line for bad inputs, before anything is written).
     A PyTorch or ONNX model is converted here (`layout`: its image I/O), and the conversion's own error
@@ -234,7 +246,7 @@ def open_run(
     return Run(
         src, ds, out_dir, planned, settings, store, model=label, tag=tag, dropped=dropped, observe=observe,
         groups=tasks(planned), started=started, open_seconds=time.perf_counter() - started, created=created,
-        keras=loaded[0] if loaded else None,
+        keras=loaded[0] if loaded else None, fit=fit, fit_options=tuple(fit_options),
     )  # fmt: skip
 
 

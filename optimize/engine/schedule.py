@@ -119,9 +119,17 @@ def _start(ex, run: Run) -> _Pending | None:
     pending = _Pending(run, [g for g in groups if g is not first])
     if first is not None:
         _submit_baseline(ex, pending, first, base)
-    else:
+    else:  # what starts from the baseline's artifact is a task of its own (a later round's fit-*, say)
+        pending.waiting = [part for g in pending.waiting for part in _split(g, base)]
         pending.release(ex, known)
     return pending
+
+
+def _split(group: list[Recipe], base: Recipe | None) -> list[list[Recipe]]:
+    if base is None:
+        return [group]
+    rest, alone = _split_off(group, base)
+    return ([rest] if rest else []) + alone
 
 
 def _submit_baseline(ex, pending: _Pending, first: list[Recipe], base: Recipe) -> None:
@@ -242,7 +250,7 @@ def run_all(
         try:
             with executor(n_jobs, progress, kind, address, spare) as ex:
                 _round(ex, runs, progress, on_candidate)
-                rescued = [r for r in runs if r.rescue()]
+                rescued = [r for r in runs if any([r.rescue(), r.fit_round()])]  # both asked, always
                 if rescued:
                     progress.start(sum(len(r.recipes) for r in runs))
                     _round(ex, rescued, progress, on_candidate)

@@ -49,6 +49,8 @@ def sweep(
     ray_address: str | None = None,
     layout: str = "source",
     replace: bool = False,
+    fit: bool = True,
+    fit_options: tuple[str, ...] = (),
 ) -> Study:
     """The float32 baseline plus every recipe, each measured against it; written to output/study.json.
 
@@ -61,6 +63,10 @@ def sweep(
     A PyTorch or ONNX model (a .pt2, an .onnx, or an nn.Module) is converted once to a float .tflite;
     `layout="channels-last"` gives its image inputs and outputs NHWC. An `output` holding the study of another
     model is refused before any work (one line, exit 2) unless `replace`: then that study is replaced.
+    `layout="channels-last"` gives its image inputs and outputs NHWC. `fit`: where rewriting the float graph lets
+    a target's delegate take all of it (outputs unchanged), the schemes that target misses are made again from
+    the fitted graph (`fit-*`; `fit_options` names rewrites beyond the model's contract: float-mask,
+    non-negative-ids).
     """
     from optimize.delegates.observe import check as observable
 
@@ -89,6 +95,8 @@ def sweep(
             layout=layout,
             keep_keras=True,
             replace=replace,
+            fit=fit,
+            fit_options=fit_options,
         )
         (study,) = run_all([run], jobs, progress, executor, ray_address, on_candidate, warm)
     finally:

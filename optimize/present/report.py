@@ -117,8 +117,14 @@ def _cell_text(r: DelegateReport) -> str:
 
 
 def _reasons(r: DelegateReport) -> list[str]:
-    """Why nodes stay on the CPU: the veto, each CPU node with its reason, then the hints."""
+    """Why nodes stay on the CPU: the veto, or the node that blocks (`delegates.blocking`), each CPU node with
+    its reason, then the hints."""
+    from optimize.delegates.blocking import blocker, words
+
     out = [f"vetoed: {r.vetoed}"] if r.vetoed else []
+    node = None if r.vetoed else blocker(r)
+    if node is not None and node is not r.cpu_nodes[0]:  # the first listed is only a consequence of it
+        out.append(words(r))
     out += [f"#{n.index} {n.op} v{n.version}: {n.reason}" for n in r.cpu_nodes]
     out += [f"hint: {h}" for h in r.hints]
     return out
@@ -349,8 +355,11 @@ def _html_islands(study: Study) -> list[dict]:
 
 
 def _md_per_candidate(study: Study) -> list[list[str]]:
-    """The sections some candidates have: rescue steps, float islands, output contracts that changed."""
+    """The sections a study has only when its candidates did such work: the graph fitted to its targets, the
+    accuracy rescue's steps, the float islands, output contracts that changed."""
     out = []
+    if any(c.ok and c.fit is not None and c.fit.kept for c in study.candidates):
+        out.append(_md_fit(study))
     if any(c.rescue for c in study.candidates):
         out.append(_md_rescue(study))
     if any(c.ok and c.islands for c in study.candidates):
@@ -367,6 +376,19 @@ def _md_changed_outputs(study: Study) -> list[str]:
         if c.ok and c.output_contract is not None:
             k = c.output_contract
             lines.append(f"| {_md(c.name)} | {_md(k.output)} | {_md(k.words)} |")
+    return lines
+
+
+def _md_fit(study: Study) -> list[str]:
+    """Which rewrite of the float graph bought which target, each with how far the outputs moved (issue 45)."""
+    fitted = [c for c in study.candidates if c.ok and c.fit is not None and c.fit.kept]
+    rec = next((c.fit for c in fitted if c.name == "fit-float32"), fitted[0].fit)
+    lines = ["## The graph fitted to its targets", "", f"Made from it: {', '.join(_md(c.name) for c in fitted)}."]
+    lines += ["", f"Targets it bought: {_md(', '.join(rec.bought) or 'none')}.", ""]
+    lines += [r"| Rewrite | Node | For | Max \|diff\| (of range) | What it did |", "|---|---|---|---|---|"]
+    for s in rec.kept:
+        moved = "-" if s.max_abs_diff is None else f"{s.max_abs_diff:.1e} ({(s.relative_diff or 0):.1e})"
+        lines.append(f"| {_md(s.rewrite)} | {_md(s.node)} | {_md(', '.join(s.targets))} | {moved} | {_md(s.detail)} |")
     return lines
 
 

@@ -456,6 +456,7 @@ def next_steps(study: Study, folder: Path | None) -> list[str]:
         f"What to ship{f' (in {folder})' if by_name else ''}: the smallest file each target runs fully, {within}; "
         f"{speed}:",
         *(f"  {target:8} {answer}" for target, answer in answers),
+        *fit_lines(study),
         *(f"WARNING: {w}" for w in warnings),
     ]
 
@@ -473,6 +474,23 @@ def ship_summary(study: Study, shown: Path | None, folder: Path | None = None):
         warnings += [w for w in rec.warnings if w not in warnings]
     within = f"within the default guard ({guard}; no accuracy goal given)" if guard else "no accuracy goal given"
     return within, answers, warnings
+
+
+def fit_lines(study: Study) -> list[str]:
+    """Which rewrite of the float graph bought which target (`fit-*` candidates), and how far the outputs
+    moved: one line, or none when the sweep fitted nothing."""
+    fitted = [c for c in study.candidates if c.ok and c.fit is not None and c.fit.bought]
+    if not fitted:
+        return []
+    rec = next((c.fit for c in fitted if c.name == "fit-float32"), fitted[0].fit)
+    per = [f"{t} by {', '.join(f'{s.rewrite} ({s.node})' for s in rec.kept if t in s.targets)}" for t in rec.bought]
+    worst = max((s.max_abs_diff or 0.0 for s in rec.kept), default=0.0)
+    moved = "bit for bit" if worst == 0 else f"max |diff| {worst:.1e}"
+    named = f"; named option {', '.join(rec.options)}: the model's inputs change" if rec.options else ""
+    return [
+        f"  fitted   {'; '.join(per)}: the fit-* files, from the float graph rewritten for it "
+        f"(outputs as float32's, {moved}, on {rec.samples} samples{named})"
+    ]
 
 
 def _ship(study: Study, target: Target, rec, folder: Path | None) -> str:
@@ -532,16 +550,22 @@ def _speed_note(study: Study, rec) -> str:
 
 
 def _blocker(study: Study, target: Target, rec) -> str:
-    """Why no candidate runs fully on the target: for a delegate's target, the candidate it takes most of
-    and the first node it leaves on the CPU (or its veto); else the first rejection."""
+    """Why no candidate runs fully on the target: for a delegate's target, the candidate it would run most of
+    (a build failure counts what the delegate accepted) and the node that blocks it, a dropped partition
+    named only as that node's consequence (`delegates.blocking`); else the first rejection."""
+    from optimize.decide.choose import fitted_elsewhere
+    from optimize.delegates import blocking
+
     reasons = {r.candidate: r.reason for r in rec.rejected}
     delegate = TARGET_DELEGATE.get(target)
+    fitted = {c.name for c in study.candidates if fitted_elsewhere(c, target)}
     reports = [(c, c.delegates[delegate]) for c in study.candidates if c.ok and delegate in c.delegates]
+    reports = [(c, r) for c, r in reports if c.name not in fitted]
     if reports:
-        c, r = max(reports, key=lambda cr: cr[1].nodes_delegated / max(cr[1].nodes_total, 1))
+        c, r = max(reports, key=lambda cr: blocking.closeness(cr[1]))
         if r.verdict != "full" or c.name not in reasons:
-            first = r.vetoed or (f"{r.cpu_nodes[0].op}: {r.cpu_nodes[0].reason}" if r.cpu_nodes else r.verdict)
-            return f"{c.name} comes closest ({r.nodes_delegated}/{r.nodes_total} nodes); {first}"
+            took = "accepted" if r.veto_code == blocking.BUILD_FAILURE else "nodes"
+            return f"{c.name} comes closest ({blocking.accepted(r)}/{r.nodes_total} {took}); {blocking.words(r)}"
         return f"{c.name}: {reasons[c.name]}"
     if rec.rejected:
         return f"{rec.rejected[0].candidate}: {rec.rejected[0].reason}"

@@ -596,14 +596,14 @@ def evaluate(
 def _compat_model(model: Path, data: Path | None, layout: str, threads: int, folder: Path):
     """The .tflite `compat` checks: the file itself, or a PyTorch or ONNX model's float .tflite (converted
     with `data` fixing its shapes), and that conversion's record."""
-    from optimize.convert import pytorch
+    from optimize.convert.formats import recognise
     from optimize.models.source import is_tflite
 
     head = b""
     if model.is_file():
         with open(model, "rb") as f:
             head = f.read(16)
-    if (head and is_tflite(head)) or pytorch.recognise(model, head) is None:
+    if (head and is_tflite(head)) or recognise(model, head) is None:
         if data is not None:
             raise OptimizeError(
                 "--data is for a PyTorch or ONNX model (it fixes the shapes it converts at).", "Leave it out."

@@ -92,15 +92,15 @@ def run(
 
 def _refuse_training(recipe: Recipe, model) -> None:
     """Pruning, clustering and QAT asked for a PyTorch or ONNX model: the one line saying why not, at once."""
-    from optimize.convert import pytorch
+    from optimize.convert.torch_module import is_module
     from optimize.core.errors import ModelError
     from optimize.models.spec import TRAINING
 
     keras = recipe.trains
     if not keras or model is None:
         return
-    if pytorch.is_module(model) or Path(str(model)).suffix in (".pt2", ".onnx"):
-        name = type(model).__name__ if pytorch.is_module(model) else Path(str(model)).name
+    if is_module(model) or Path(str(model)).suffix in (".pt2", ".onnx"):
+        name = type(model).__name__ if is_module(model) else Path(str(model)).name
         raise ModelError(
             f"{name}: {TRAINING}.",
             "Use a post-training scheme (optimize quantize), or fine-tune in PyTorch and export again.",

@@ -1,5 +1,5 @@
 """Model inputs: recognise Keras 2, Keras 3, SavedModel and .tflite; load them fresh. (PyTorch and ONNX models
-are recognised and converted by `optimize.convert.pytorch`; Keras models exported by `optimize.convert.keras`.)
+are recognised and converted by `optimize.convert.formats`; Keras models exported by `optimize.convert.keras`.)
 
 Every failure to recognise a model is one ModelError line naming what was expected. Keras stage
 techniques get a fresh load each time (tfmot mutates the model it is given).
@@ -101,7 +101,7 @@ def open_model(path, trust: bool = False, known=None) -> ModelSource:
     A Keras file must carry a readable model config, and none with Python code in it (Lambda layers,
     marshalled functions) unless `trust`: loading a legacy .h5 runs that code. A SavedModel is read with
     TensorFlow (its signature), unless `known` (a `known.Memo`) holds what reading these exact files found.
-    PyTorch and ONNX models are opened by `optimize.convert.pytorch.open_source` (the front door,
+    PyTorch and ONNX models are opened by `optimize.convert.formats.opened` (the front door,
     `optimize.convert.front.open_inputs`, asks it first).
     """
     p = Path(path)

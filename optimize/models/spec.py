@@ -1,6 +1,6 @@
 """What an opened model is: a `ModelSource` (where, what kind, its fingerprint, and what every later step asks
 of it) and its `InputSpec`s; how a float .tflite is described (normalised, its inputs, outputs and heads).
-`source` opens Keras, SavedModel and .tflite files into one, `optimize.convert.pytorch` PyTorch and ONNX models."""
+`source` opens Keras, SavedModel and .tflite files into one, `optimize.convert.formats` PyTorch and ONNX models."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ Kind = Literal["keras2", "keras3", "savedmodel", "tflite", "onnx", "pt2", "modul
 FLAT_KINDS = ("tflite", "onnx", "pt2", "module")
 #: Sources that TensorFlow opens, checks and converts (a worker for them imports it first).
 TF_KINDS = ("keras2", "keras3", "savedmodel")
-#: PyTorch and ONNX sources (converted once to a float .tflite by litert-torch, `optimize.convert.pytorch`).
+#: PyTorch and ONNX sources (converted once to a float .tflite by litert-torch, `optimize.convert.torch_route`).
 TORCH_KINDS = ("onnx", "pt2", "module")
 #: Why pruning, clustering and QAT are left out for a PyTorch or ONNX model (and refused when asked for).
 TRAINING = (

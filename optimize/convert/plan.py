@@ -1,5 +1,6 @@
-"""How a PyTorch or ONNX model's data becomes its converted .tflite's inputs: the input plan, and the data moved
-both ways along it.
+"""How a PyTorch or ONNX model's data becomes its converted .tflite's inputs: the input plan, one sample taken
+for tracing, and the data moved to the .tflite's names and layout (`torch_route.source_feeds` moves a sample
+back, for the source's own runtime).
 
 Inputs keep the source model's names (the data's `x:<name>` keys; a name that is not a Python identifier
 gets one, "227" -> "in_227"). A data array's rows are one sample each: for an input whose batch axis
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from optimize.convert import vocabulary
 from optimize.core.errors import DataError
 from optimize.core.results import Conversion, ConvertedInput
 from optimize.core.shown import named
@@ -53,6 +55,8 @@ class Plan:
     frozen: dict[str, float | int] = field(default_factory=dict)
     layout: str = Layout.SOURCE
     facts: list[str] = field(default_factory=list)
+    rows: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # one sample as the .tflite takes it
+    source_rows: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # the same in the source's layout
 
     def key(self) -> str:
         shape = [(i.name, i.source_shape, i.sample_axis, i.dtype, i.layout) for i in self.inputs]
@@ -75,10 +79,21 @@ def _rows(ds: Dataset | None, name: str, single: bool) -> np.ndarray | None:
 
 
 def _constant_scalar(rows: np.ndarray | None, d: Declared):
-    """The value of a scalar integer input that is the same in every sample (configuration: frozen)."""
-    if rows is None or rows.ndim != 1 or d.dims not in ((), None) or not np.issubdtype(rows.dtype, np.integer):
+    """The value of a scalar integer input that is the same in every sample (configuration: frozen); stored
+    as a float, a whole number counts, as it does once the ids are fitted (`vocabulary.fit`)."""
+    if rows is None or rows.ndim != 1 or d.dims not in ((), None) or not rows.size:
         return None
-    return int(rows[0]) if rows.size and np.all(rows == rows[0]) else None
+    whole = np.issubdtype(rows.dtype, np.floating) and _integer(d.dtype) and np.all(rows == np.round(rows))
+    if not (np.issubdtype(rows.dtype, np.integer) or whole):
+        return None
+    return int(rows[0]) if np.all(rows == rows[0]) else None
+
+
+def _integer(dtype: str) -> bool:
+    try:
+        return np.issubdtype(np.dtype(dtype), np.integer)
+    except TypeError:
+        return False
 
 
 def _sample_axis(d: Declared, row: tuple[int, ...], where: str) -> tuple[tuple[int, ...], str]:
@@ -138,6 +153,32 @@ def _check_keys(declared: list[Declared], ds: Dataset | None, where: str) -> Non
         )
 
 
+def planned(
+    declared: list[Declared], bounds: list, ds: Dataset | None, layout: str, where: str, say_fixed: bool = True
+) -> tuple[Plan, Dataset | None, list[str]]:
+    """(the plan, the data as the converted .tflite takes it, what fitting the ids to the model said): every
+    input planned and one sample taken (`sampled`), the data moved to the .tflite's names and layout, and its
+    ids fitted to the declared inputs and their vocabularies (`vocabulary.fit`, `bounds`), before anything runs
+    the model."""
+    plan = sampled(declared, ds, layout, where, say_fixed)
+    data = convert_data(ds, plan.inputs) if ds is not None else None
+    data, said = vocabulary.fit(declared, bounds, data, signature_name)  # ids as the model takes them
+    return plan, data, said
+
+
+def sampled(
+    declared: list[Declared], ds: Dataset | None, layout: str, where: str, say_fixed: bool = True, sample=None
+) -> Plan:
+    """Every input planned (`plan_inputs`) and one sample taken (`sample`: the sample inputs an nn.Module came
+    with, else the data's first row, else zeros) as the .tflite and as the source take it."""
+    plan = plan_inputs(declared, ds, layout, where, say_fixed)
+    plan.rows = first_sample(plan, ds, sample)
+    plan.source_rows = first_sample(
+        replace(plan, inputs=[i.model_copy(update={"layout": ""}) for i in plan.inputs]), ds, sample
+    )
+    return plan
+
+
 def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where: str, say_fixed: bool = True) -> Plan:
     """Every input's sample shape and role (see the module docstring), what is frozen, what goes NHWC.
     `say_fixed`: a dynamic dimension the data fixes is one of the plan's facts (an ONNX graph's normaliser
@@ -168,13 +209,6 @@ def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where
     return plan
 
 
-def sample_kwargs(plan: Plan, rows: dict[str, np.ndarray]) -> dict:
-    """One sample as the keyword tensors the named module takes (data layout: NHWC where planned)."""
-    import torch
-
-    return {i.key: torch.from_numpy(np.ascontiguousarray(rows[i.key])) for i in plan.inputs}
-
-
 def first_sample(plan: Plan, ds: Dataset | None, sample=None) -> dict[str, np.ndarray]:
     """One sample per input, as the .tflite takes it: the data's first row (transformed as planned), or the
     given sample inputs, or zeros."""
@@ -200,47 +234,17 @@ def transform(rows: np.ndarray, i: ConvertedInput) -> np.ndarray:
 # ------------------------------------------------------------------------------------------- the data
 
 
-def convert_data(ds: Dataset, record: Conversion) -> Dataset:
-    """The data as the converted .tflite takes it: keyed by its input names, frozen inputs left out, image
-    inputs moved to NHWC where the conversion made them so."""
+def convert_data(ds: Dataset, inputs: list[ConvertedInput]) -> Dataset:
+    """The data as the converted .tflite takes it (`inputs`: the plan's): keyed by its input names, frozen
+    inputs left out, image inputs moved to NHWC where the conversion made them so."""
 
     def one(x):
         if x is None:
             return None
         if not isinstance(x, dict):
-            return transform(x, record.inputs[0]) if len(record.inputs) == 1 else x
+            return transform(x, inputs[0]) if len(inputs) == 1 else x
         return {
-            i.key: transform(x[i.name] if i.name in x else x[i.key], i)
-            for i in record.inputs
-            if i.name in x or i.key in x
+            i.key: transform(x[i.name] if i.name in x else x[i.key], i) for i in inputs if i.name in x or i.key in x
         }
 
     return replace(ds, x_train=one(ds.x_train), x_cal=one(ds.x_cal), x_test=one(ds.x_test))
-
-
-def source_feeds(record: Conversion, x: dict | np.ndarray) -> dict[str, np.ndarray]:
-    """One batch of the converted data back in the source model's terms: its names and layout, frozen inputs
-    added, whole inputs without the sample axis (for the source runtime)."""
-    out = {}
-    for i in record.inputs:
-        v = x[i.key] if isinstance(x, dict) else x
-        v = np.moveaxis(v, -1, 1) if i.layout == "NHWC" else v
-        out[i.name] = np.ascontiguousarray(v[0] if i.sample_axis == "whole" else v)
-    for name, value in record.frozen.items():
-        out[name] = np.asarray(value)
-    return out
-
-
-def stacked(per_sample: list[list[np.ndarray]], record: Conversion) -> list[np.ndarray]:
-    """The source's outputs as the .tflite runner stacks its own: per sample, without the batch axis of 1 (a
-    whole output keeps all of itself), NHWC where the conversion made that output so."""
-    out = []
-    for j, name in enumerate(record.outputs):
-        rows = [np.asarray(s[j]) for s in per_sample]
-        if name not in record.whole_outputs:
-            rows = [r[0] for r in rows]
-        a = np.stack(rows).astype(np.float32, copy=False)
-        if name in record.channel_last_outputs:
-            a = np.moveaxis(a, 1, -1)
-        out.append(a)
-    return out

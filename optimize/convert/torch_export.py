@@ -13,14 +13,19 @@ import io
 import logging
 import os
 import re
+import time
 import traceback
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from optimize.convert.plan import Plan, sample_kwargs
+from optimize.convert import steps
+from optimize.convert.plan import Plan
 from optimize.core.errors import ModelError
+from optimize.core.results import Conversion
+from optimize.core.vocab import Layout
 
 # litert-torch imports JAX, which then warns at every fork (a quantizer's crash-contained child, a subprocess
 # started by Ray or MLflow) that a child using JAX may deadlock: none of those children uses JAX.
@@ -118,6 +123,81 @@ def to_tflite(named, kwargs: dict, name: str, quant_config=None) -> bytes:
     from optimize.convert.names import clean
 
     return clean(content)
+
+
+@dataclass
+class Made:
+    """A float .tflite converted from a module, and what the conversion did to its interface."""
+
+    content: bytes
+    outputs: list[str]  # by the source's names, in order
+    channel_last_outputs: list[str] = field(default_factory=list)  # outputs made NHWC
+    whole_outputs: list[str] = field(default_factory=list)  # outputs whose first axis is not a batch of 1
+    seconds: dict[str, float] = field(default_factory=dict)  # export, convert
+
+    def conversion(self, kind: str, file: str, route: str, plan: Plan, facts: list[str], seconds: dict) -> Conversion:
+        """The record of how a `kind` source (its `file`; `route`: what came before torch.export) became this
+        .tflite: the plan's inputs with the shapes the .tflite takes, the outputs, the facts, the seconds."""
+        from importlib import metadata, util
+
+        from optimize.models.spec import tflite_io
+        from optimize.models.tflite import read_model
+
+        specs, _ = tflite_io(self.content)
+        by_key = {s.name: s for s in specs}
+        inputs = [
+            i.model_copy(update={"shape": list(by_key[i.key].shape) if i.key in by_key else []}) for i in plan.inputs
+        ]
+        versions = {d: metadata.version(d) for d in ("torch", "litert-torch") if util.find_spec(d.replace("-", "_"))}
+        transposes = sum(1 for g in read_model(self.content).subgraphs for o in g.ops if o.name == "TRANSPOSE")
+        return Conversion(
+            source=kind, file=file, route=f"{route}torch.export + litert-torch {versions.get('litert-torch', '')}".strip(),
+            layout=str(plan.layout), inputs=inputs, outputs=list(self.outputs), channel_last_outputs=self.channel_last_outputs,
+            whole_outputs=self.whole_outputs, frozen=dict(plan.frozen), facts=[*plan.facts, *facts], transposes=transposes,
+            seconds={k: round(v, 3) for k, v in {**seconds, **self.seconds}.items()},
+        )  # fmt: skip
+
+
+def converted(inner, plan: Plan, outputs: list[str], name: str) -> Made:
+    """The positional module `inner` (its output names; [] for names found by an eager run) named as `plan`
+    says (`NamedIO`: inputs and outputs by name, NHWC where planned), traced by torch.export (which fails fast,
+    naming where, before the converter's own export) and converted by litert-torch."""
+    from optimize.convert.onnx_ops import NamedIO
+
+    names, shapes = eager_outputs(inner, plan, plan.source_rows)
+    outputs = outputs or names
+    last_in = [k for k, i in enumerate(plan.inputs) if i.layout == "NHWC"]
+    images = [k for k, s in enumerate(shapes) if plan.layout == Layout.CHANNELS_LAST and len(s) == 4]
+    last_out = images if last_in else []
+    whole_out = [k for k, s in enumerate(shapes) if not s or s[0] != 1]
+    inputs = [(i.key, i.sample_axis == "whole") for i in plan.inputs]
+    named = NamedIO(inner, inputs, outputs, last_in, last_out, whole_out).eval()
+    kw = sample_kwargs(plan, plan.rows)
+    t0 = time.perf_counter()
+    with steps.step("torch.export"):
+        export(named, kw, name)
+    t1 = time.perf_counter()
+    with steps.step("litert-torch"):
+        content = to_tflite(named, kw, name)
+    seconds = {"export": t1 - t0, "convert": time.perf_counter() - t1}
+    return Made(content, outputs, [outputs[k] for k in last_out], [outputs[k] for k in whole_out], seconds)
+
+
+def traced(module, plan: Plan, name: str):
+    """(the module with inputs and outputs by name, as torch.export traced it) for a plan in the module's own
+    layout: what an nn.Module is exported to before it is converted as any .pt2."""
+    from optimize.convert.onnx_ops import NamedIO
+
+    outputs, _ = eager_outputs(module, plan, plan.rows)
+    named = NamedIO(module, [(i.key, i.sample_axis == "whole") for i in plan.inputs], outputs).eval()
+    return named, export(named, sample_kwargs(plan, plan.rows), name)
+
+
+def sample_kwargs(plan: Plan, rows: dict[str, np.ndarray]) -> dict:
+    """One sample as the keyword tensors the named module takes (data layout: NHWC where planned)."""
+    import torch
+
+    return {i.key: torch.from_numpy(np.ascontiguousarray(rows[i.key])) for i in plan.inputs}
 
 
 def eager_outputs(module, plan: Plan, rows: dict[str, np.ndarray]) -> tuple[list[str], list[tuple[int, ...]]]:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from optimize.convert import torch_export
-from optimize.convert.plan import Declared, first_sample, plan_inputs, sample_kwargs
+from optimize.convert.plan import Declared, sampled
 from optimize.convert.pt2_file import EAGER, Pt2File
 from optimize.convert.torch_route import TorchSource, require
 from optimize.core.errors import DataError
@@ -57,8 +57,6 @@ class TorchModule(TorchSource):
 
         import torch
 
-        from optimize.convert.onnx_ops import NamedIO
-
         module, sample = self.src.module
         stem = self.src.path.stem
         if ds is None and sample is None:
@@ -66,11 +64,9 @@ class TorchModule(TorchSource):
                 f"{stem}: an nn.Module needs data or sample inputs to be traced.",
                 "Pass data=..., or (module, (sample,)).",
             )
-        plan = plan_inputs(_declared(module, sample), ds, Layout.SOURCE, stem)
-        rows = first_sample(plan, ds, sample)
-        outputs, _ = torch_export.eager_outputs(module, plan, rows)
-        named = NamedIO(module, [(i.key, i.sample_axis == "whole") for i in plan.inputs], outputs).eval()
-        ep = torch_export.export(named, sample_kwargs(plan, rows), stem)
+        declared = _declared(module, sample)
+        plan = sampled(declared, ds, Layout.SOURCE, stem, sample=sample)
+        named, ep = torch_export.traced(module, plan, stem)
         folder = Path(tempfile.mkdtemp(prefix="optimize-module-"))
         atexit.register(shutil.rmtree, folder, True)  # read again by this run's workers: removed when this process ends
         path = folder / self.src.path.name

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import time
 from dataclasses import replace
 
-from optimize.convert import conversions, steps, torch_export, vocabulary
-from optimize.convert.plan import Declared, Plan, convert_data, first_sample, plan_inputs, sample_kwargs
+import numpy as np
+
+from optimize.convert import conversions, torch_export
+from optimize.convert.plan import Declared, Plan, planned
 from optimize.core.errors import ModelError, OptimizeError
 from optimize.core.results import Conversion
 from optimize.core.vocab import Layout
-from optimize.models.data import Dataset, say_once
+from optimize.models.data import Dataset, count, say_once, take
 from optimize.models.spec import ModelSource, fingerprint_of, opened_content
 
 INSTALL = 'pip install -e ".[torch]" (or pip install "optimize[torch]"; a CPU build of torch: see the README)'
@@ -95,8 +96,44 @@ class TorchSource:
 
     def reference(self, record: Conversion, feeds: list[dict]) -> tuple[str, list[list]]:
         """(the source runtime's name, its outputs per sample in the .tflite's output order) for samples in the
-        source model's terms (`plan.source_feeds`)."""
+        source model's terms (`source_feeds`)."""
         raise NotImplementedError
+
+    def outputs(self, record: Conversion, xs) -> tuple[str, dict[str, np.ndarray]]:
+        """(the source runtime's name, its outputs on the converted data's samples `xs`, by output name, stacked
+        as the .tflite runner stacks its own): each sample moved back to the source model's terms and run by
+        the source's own runtime (`reference`)."""
+        feeds = [source_feeds(record, take(xs, slice(i, i + 1))) for i in range(count(xs))]
+        reference, per_sample = self.reference(record, feeds)
+        return reference, dict(zip(record.outputs, stacked(per_sample, record)))
+
+
+def source_feeds(record: Conversion, x: dict | np.ndarray) -> dict[str, np.ndarray]:
+    """One batch of the converted data back in the source model's terms: its names and layout, frozen inputs
+    added, whole inputs without the sample axis (for the source runtime)."""
+    out = {}
+    for i in record.inputs:
+        v = x[i.key] if isinstance(x, dict) else x
+        v = np.moveaxis(v, -1, 1) if i.layout == "NHWC" else v
+        out[i.name] = np.ascontiguousarray(v[0] if i.sample_axis == "whole" else v)
+    for name, value in record.frozen.items():
+        out[name] = np.asarray(value)
+    return out
+
+
+def stacked(per_sample: list[list[np.ndarray]], record: Conversion) -> list[np.ndarray]:
+    """The source's outputs as the .tflite runner stacks its own: per sample, without the batch axis of 1 (a
+    whole output keeps all of itself), NHWC where the conversion made that output so."""
+    out = []
+    for j, name in enumerate(record.outputs):
+        rows = [np.asarray(s[j]) for s in per_sample]
+        if name not in record.whole_outputs:
+            rows = [r[0] for r in rows]
+        a = np.stack(rows).astype(np.float32, copy=False)
+        if name in record.channel_last_outputs:
+            a = np.moveaxis(a, 1, -1)
+        out.append(a)
+    return out
 
 
 def prepare(source: TorchSource, ds: Dataset | None, layout: str = Layout.SOURCE):
@@ -122,57 +159,26 @@ def _prepare(source: TorchSource, ds: Dataset | None, layout: str):
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor))
     with torch_export.quiet():  # torch, torchao and litert-torch talk on import and while converting
         source = source.ready(ds)
-        declared = source.declared()
-        ds, said = vocabulary.fit(declared, source.bounds(), ds)  # ids as the model takes them
-        plan = plan_inputs(declared, ds, layout, source.name, say_fixed=source.say_fixed)
+        plan, data, said = planned(source.declared(), source.bounds(), ds, layout, source.name, source.say_fixed)
         key = conversions.key(source.src.fingerprint, plan.key())
         hit = conversions.cached(key)
-        content, record = hit if hit is not None else convert(source, plan, ds)
+        content, record = hit if hit is not None else convert(source, plan, key)
     say_once(said)
-    if hit is None:
-        conversions.store(key, content, record)  # served again only if it validates (`conversions.cached`)
-    else:
-        record = record.model_copy(update={"cached": True})
-    data = convert_data(ds, record) if ds is not None else None
-    src = replace(source.src, fingerprint=fingerprint_of(source.src.fingerprint, plan.key()), module=None)
-    converted = opened_content(src, content)
-    return replace(converted, conversion=record, facts=tuple(record.facts)), data
-
-
-def convert(source: TorchSource, plan: Plan, ds: Dataset | None) -> tuple[bytes, Conversion]:
-    """The float .tflite (NHWC where planned) and the record of how it was made."""
-    inner, outputs, facts, seconds = source.inner(plan)
-    named, outputs, last_out, whole_out = _named(inner, plan, outputs, ds)
-    kw = sample_kwargs(plan, first_sample(plan, ds))
-    t0 = time.perf_counter()
-    with steps.step("torch.export"):
-        torch_export.export(named, kw, source.name)  # fails fast, naming where, before the converter's own export
-    t1 = time.perf_counter()
-    with steps.step("litert-torch"):
-        content = torch_export.to_tflite(named, kw, source.name)
-    seconds.update({"export": t1 - t0, "convert": time.perf_counter() - t1})
-    return content, _record(source, plan, content, outputs, facts, seconds).model_copy(
-        update={
-            "channel_last_outputs": [outputs[k] for k in last_out],
-            "whole_outputs": [outputs[k] for k in whole_out],
-        }
+    converted = opened_content(
+        replace(source.src, fingerprint=fingerprint_of(source.src.fingerprint, plan.key())), content
     )
+    record = record.model_copy(update={"cached": True}) if hit is not None else record
+    return replace(converted, conversion=record, facts=tuple(record.facts), module=None), data
 
 
-def _named(inner, plan: Plan, outputs: list[str], ds: Dataset | None):
-    """(the module with inputs and outputs by name, NHWC where planned; its output names; which outputs go
-    NHWC; which are whole), from one eager run on the first sample in the source's own layout."""
-    from optimize.convert.onnx_ops import NamedIO
-
-    source_plan = replace(plan, inputs=[i.model_copy(update={"layout": ""}) for i in plan.inputs])
-    names, shapes = torch_export.eager_outputs(inner, plan, first_sample(source_plan, ds))
-    outputs = outputs or names
-    last_in = [k for k, i in enumerate(plan.inputs) if i.layout == "NHWC"]
-    images = [k for k, s in enumerate(shapes) if plan.layout == Layout.CHANNELS_LAST and len(s) == 4]
-    last_out = images if last_in else []
-    whole_out = [k for k, s in enumerate(shapes) if not s or s[0] != 1]
-    inputs = [(i.key, i.sample_axis == "whole") for i in plan.inputs]
-    return NamedIO(inner, inputs, outputs, last_in, last_out, whole_out).eval(), outputs, last_out, whole_out
+def convert(source: TorchSource, plan: Plan, key: str) -> tuple[bytes, Conversion]:
+    """The float .tflite (NHWC where planned) and the record of how it was made, kept in the conversion cache
+    under `key` (served again only if it validates, `conversions.cached`)."""
+    inner, outputs, facts, seconds = source.inner(plan)
+    made = torch_export.converted(inner, plan, outputs, source.name)
+    record = made.conversion(source.src.kind, source.name, source.route, plan, facts, seconds)
+    conversions.store(key, made.content, record)
+    return made.content, record
 
 
 def named_module(source: TorchSource, record: Conversion):
@@ -189,28 +195,3 @@ def named_module(source: TorchSource, record: Conversion):
             [at[n] for n in record.channel_last_outputs], [at[n] for n in record.whole_outputs],
         )  # fmt: skip
     return named.eval()
-
-
-def _record(source: TorchSource, plan: Plan, content: bytes, outputs, facts, seconds) -> Conversion:
-    from importlib import metadata
-
-    from optimize.models.spec import tflite_io
-
-    specs, _ = tflite_io(content)
-    by_key = {s.name: s for s in specs}
-    inputs = [i.model_copy(update={"shape": list(by_key[i.key].shape) if i.key in by_key else []}) for i in plan.inputs]
-    versions = {
-        d: metadata.version(d) for d in ("torch", "litert-torch") if importlib.util.find_spec(d.replace("-", "_"))
-    }
-    return Conversion(
-        source=source.src.kind, file=source.name, route=f"{source.route}torch.export + litert-torch {versions.get('litert-torch', '')}".strip(),
-        layout=str(plan.layout), inputs=inputs, outputs=list(outputs), frozen=dict(plan.frozen),
-        facts=[*plan.facts, *facts], transposes=count_op(content, "TRANSPOSE"), seconds={k: round(v, 3) for k, v in seconds.items()},
-    )  # fmt: skip
-
-
-def count_op(content: bytes, op: str) -> int:
-    """How many `op` nodes the model holds, in every subgraph."""
-    from optimize.models.tflite import read_model
-
-    return sum(1 for g in read_model(content).subgraphs for o in g.ops if o.name == op)

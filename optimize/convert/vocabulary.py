@@ -10,7 +10,6 @@ range". The bounds are read from the source graph (`optimize.models.vocabulary` 
 
 from __future__ import annotations
 
-from optimize.convert.plan import signature_name
 from optimize.models.data import Dataset, check_ids, integer_ids
 from optimize.models.vocabulary import IdBound, tightest, trace_input
 
@@ -22,10 +21,11 @@ ATEN_KEEPS_IDS = frozenset(
 ONNX_KEEPS_IDS = frozenset({"Cast", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten", "Slice", "Transpose"})
 
 
-def fit(declared: list, bounds: list[IdBound], ds: Dataset | None) -> tuple[Dataset | None, list[str]]:
+def fit(declared: list, bounds: list[IdBound], ds: Dataset | None, signature_name) -> tuple[Dataset | None, list[str]]:
     """The data fitted to a PyTorch or ONNX source's declared inputs (`declared`: name and dtype each) and the
     vocabularies its graph says its id inputs index (`bounds`: `onnx_bounds`, `pt2_bounds`), before conversion;
-    and the notes to say (`say_once`: the conversion runs with logging silenced)."""
+    and the notes to say (`say_once`: the conversion runs with logging silenced). `signature_name` gives an
+    input's name in the .tflite (the data may key it so)."""
     if ds is None:
         return None, []
     types: dict[str, str] = {}

@@ -178,17 +178,15 @@ def _check_fingerprint(p: Path) -> None:
 
 
 def output_heads(src: ModelSource, model=None) -> list:
-    """(output name, tasks.Head) per output, in order, to check labels before any work: a Keras model's
-    (loaded, `model`) or a .tflite's (normalised, described without allocating). [] for a SavedModel
-    (its outputs are known once converted)."""
+    """(output name, tasks.Head) per output of an opened model (`opened`), in order, to check labels before any
+    work: a Keras model's (loaded, `model`) or a .tflite's (read from its parse when it was opened). [] for a
+    SavedModel (its outputs are known once converted)."""
     if src.kind in ("keras2", "keras3") and model is not None:
         from optimize.models.tasks import _head
 
         names = list(getattr(model, "output_names", None) or [])
         return [(n, _head(model, i)) for i, n in enumerate(names)]
-    if not src.flat:
-        return []
-    return tflite_heads((src if src.content is not None else opened(src)).content)
+    return list(src.heads)  # a .tflite's, described when it was opened; () for a SavedModel
 
 
 def check_loads(src: ModelSource):
@@ -326,29 +324,24 @@ def _opened_keras(src: ModelSource, config: dict | None) -> ModelSource:
 
 
 def _savedmodel_inputs(path: Path) -> list[InputSpec]:
-    tf = _tf.tf()
     try:
-        loaded = tf.saved_model.load(str(path))
+        signature = _tf.serving_inputs(path)
     except Exception as e:  # noqa: BLE001 - any failure to read it is a corrupt SavedModel
         raise ModelError(f"{path} is not a readable SavedModel ({str(e).splitlines()[0][:160]}).", EXPECTED) from None
-    sig = loaded.signatures.get("serving_default")
-    if sig is None:
+    if signature is None:
         raise ModelError(f"{path} has no serving_default signature.", "Export the SavedModel with a signature.")
-    return [
-        InputSpec(name, tuple(-1 if d is None else int(d) for d in spec.shape.as_list()), spec.dtype.name)
-        for name, spec in sig.structured_input_signature[1].items()
-    ]
+    return [InputSpec(*i) for i in signature]
 
 
-def input_specs(src: ModelSource) -> list[InputSpec]:
-    """Every model input, in the order the model takes them, to check data before any work."""
-    if src.inputs is None and src.outputs is None:  # not opened yet (`open_model` opens every kind)
-        src = opened(src)
+def input_specs(src: ModelSource, loaded=None) -> list[InputSpec]:
+    """Every input of an opened model (`opened`), in the order the model takes them, to check data before any
+    work: as opening it read them, else (a Keras config that does not say) from the Keras model, `loaded` or
+    loaded now."""
     if src.inputs is not None:
         return list(src.inputs)
     if src.kind == "savedmodel":
         return _savedmodel_inputs(src.path)
-    model = load_keras2(src) if src.kind == "keras2" else load_keras3(src)  # a config that does not say
+    model = loaded if loaded is not None else check_loads(src)
     return [
         InputSpec(t.name.split(":")[0], tuple(-1 if d is None else int(d) for d in t.shape), _dtype_name(t.dtype))
         for t in model.inputs
@@ -370,7 +363,7 @@ def id_bounds(src: ModelSource) -> list:
 
 def input_shape(src: ModelSource) -> tuple:
     """The first input's shape (batch first, -1 for unknown)."""
-    return input_specs(src)[0].shape
+    return input_specs(opened(src))[0].shape
 
 
 def output_names(src: ModelSource) -> tuple[str, ...]:

@@ -14,8 +14,8 @@ import numpy as np
 
 from optimize.convert.conversions import cache_dir
 from optimize.convert.formats import source_of
+from optimize.convert.route import FIDELITY_SAMPLES
 from optimize.convert.torch_export import quiet
-from optimize.convert.torch_route import FIDELITY_SAMPLES
 from optimize.core.results import Fidelity
 from optimize.measure.metrics import fidelity_of
 from optimize.models.data import Dataset, count, take
@@ -26,7 +26,7 @@ def measure(src: ModelSource, ds: Dataset | None, threads: int = 2, samples: int
     """The source with its conversion record's `fidelity` filled in (unchanged without data, or for a source
     that was not converted)."""
     record = src.conversion
-    if not src.torch or record is None or ds is None or record.fidelity is not None:
+    if not src.converted or record is None or ds is None or record.fidelity is not None:
         return src
     from dataclasses import replace
 
@@ -39,7 +39,6 @@ def fidelity(src: ModelSource, ds: Dataset, threads: int = 2, samples: int = FID
     Kept beside the conversion, by the converted source and the data."""
     from optimize.core.paths import read_below, write_atomic
     from optimize.models import runtime
-    from optimize.models.spec import tflite_heads
 
     source = source_of(src)
     xs = take(ds.x_test, slice(0, samples))
@@ -57,7 +56,8 @@ def fidelity(src: ModelSource, ds: Dataset, threads: int = 2, samples: int = FID
     runner = runtime.Runner(runtime.load(src.content, threads=threads, like=take(xs, slice(0, 1))))
     mine, names = runner.predict(xs), runner.output_names()
     theirs = [theirs.get(name, np.zeros_like(m)) for name, m in zip(names, mine)]
-    result = fidelity_of(mine, theirs, names, reference, hs=[h for _, h in tflite_heads(src.content)] or None)
+    heads = dict(src.heads)  # each output's head, read from the .tflite when it was opened
+    result = fidelity_of(mine, theirs, names, reference, hs=[heads.get(n) for n in names] if heads else None)
     with contextlib.suppress(OSError):
         root.mkdir(parents=True, exist_ok=True)
         write_atomic(path, result.model_dump_json().encode(), root=root)

@@ -3,6 +3,7 @@
     .onnx                       onnx_file.OnnxFile          converted at the door (torch_route)
     .pt2                        pt2_file.Pt2File            converted at the door (torch_route)
     an nn.Module (Python)       torch_module.TorchModule    exported to a .pt2, then as one
+    .pb (a TF1 frozen graph)    graph_def.FrozenGraph       converted at the door by the TF1 converter
     Keras 2 / 3, SavedModel,    models.source.open_model    opened as they are; the `convert` technique makes
     .tflite                                                 their float .tflite (convert.keras)
 
@@ -17,7 +18,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from optimize.convert import torch_route
+from optimize.convert import graph_def, route
+from optimize.convert.graph_def import FrozenGraph, GraphIO
 from optimize.convert.onnx_file import OnnxFile
 from optimize.convert.pt2_file import TORCH_FILE_SUFFIXES, Pt2File, refuse_torch_file
 from optimize.convert.torch_module import TorchModule, is_module
@@ -28,7 +30,8 @@ from optimize.models.spec import ModelSource
 
 
 def recognise(p: Path, head: bytes) -> str | None:
-    """ "onnx", "pt2" or "torch-file" for a PyTorch or ONNX file (by content, then by name), else None."""
+    """ "onnx", "pt2" or "torch-file" for a PyTorch or ONNX file (by content, then by name), "graphdef" for a
+    `.pb`, else None."""
     if head.startswith(b"PK"):
         from optimize.convert.torch_files import describe_zip, is_pt2
 
@@ -45,6 +48,8 @@ def recognise(p: Path, head: bytes) -> str | None:
         return None
     if p.suffix == ".onnx":
         return "onnx"
+    if graph_def.is_graph_def(p):
+        return "graphdef"
     if p.suffix == ".pt2" or p.suffix in TORCH_FILE_SUFFIXES:
         return "torch-file"
     if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):  # a pickle (torch.save's old format)
@@ -52,9 +57,11 @@ def recognise(p: Path, head: bytes) -> str | None:
     return None
 
 
-def opened(model, trust: bool = False, known=None):
+def opened(model, trust: bool = False, known=None, graph: GraphIO | None = None):
     """The model recognised and opened by its format's object (a hostile file refused here, before anything
-    else reads it): a `torch_route.TorchSource` for a PyTorch or ONNX model, else the ModelSource
+    else reads it): a `route.DoorSource` for a model converted at the door (`torch_route.TorchSource` for PyTorch
+    and ONNX, `graph_def.FrozenGraph` for a
+    TF1 graph (`graph`: its input and output nodes, when named), else the ModelSource
     `models.source.open_model` makes."""
     from optimize.core.errors import ModelError
     from optimize.core.paths import open_regular, regular_file
@@ -72,19 +79,24 @@ def opened(model, trust: bool = False, known=None):
         return OnnxFile.open(p, file_fingerprint(p))
     if kind == "pt2":
         return Pt2File.open(p, file_fingerprint(p))
+    if kind == "graphdef":
+        return FrozenGraph.open(p, file_fingerprint(p), graph)
     if kind == "torch-file":
         raise refuse_torch_file(p)
     return open_model(p, trust, known)
 
 
 def prepared(opened, ds: Dataset | None, layout: str = Layout.SOURCE) -> tuple[ModelSource, Dataset | None]:
-    """(the source as the pipeline takes it, the data as that source takes it): a PyTorch or ONNX model
-    converted to its float .tflite (`torch_route.prepare`), any other as it was opened."""
-    if isinstance(opened, torch_route.TorchSource):
-        return torch_route.prepare(opened, ds, layout)
+    """(the source as the pipeline takes it, the data as that source takes it): a model converted at the door
+    (PyTorch, ONNX, a TF1 graph) converted to its float .tflite (`route.prepare`), any other as it was opened."""
+    if isinstance(opened, route.DoorSource):
+        return route.prepare(opened, ds, layout)
     return opened, ds
 
 
-def source_of(src: ModelSource) -> torch_route.TorchSource:
-    """A converted PyTorch or ONNX source's object again, read from its file (in a worker too)."""
+def source_of(src: ModelSource):
+    """A converted source's object again, read from its file (in a worker too): what goes back to the source
+    (its own runtime: `outputs`; a PyTorch or ONNX model's torch graph)."""
+    if src.kind == "graphdef":
+        return FrozenGraph.of(src)
     return OnnxFile(src) if src.kind == "onnx" else Pt2File(src)

@@ -1,5 +1,5 @@
 """How a PyTorch or ONNX model's data becomes its converted .tflite's inputs: the input plan, one sample taken
-for tracing, and the data moved to the .tflite's names and layout (`torch_route.source_feeds` moves a sample
+for tracing, and the data moved to the .tflite's names and layout (`route.source_feeds` moves a sample
 back, for the source's own runtime).
 
 Inputs keep the source model's names (the data's `x:<name>` keys; a name that is not a Python identifier
@@ -154,24 +154,36 @@ def _check_keys(declared: list[Declared], ds: Dataset | None, where: str) -> Non
 
 
 def planned(
-    declared: list[Declared], bounds: list, ds: Dataset | None, layout: str, where: str, say_fixed: bool = True
+    declared: list[Declared],
+    bounds: list,
+    ds: Dataset | None,
+    layout: str,
+    where: str,
+    say_fixed: bool = True,
+    images: str = "NCHW",
 ) -> tuple[Plan, Dataset | None, list[str]]:
     """(the plan, the data as the converted .tflite takes it, what fitting the ids to the model said): every
     input planned and one sample taken (`sampled`), the data moved to the .tflite's names and layout, and its
     ids fitted to the declared inputs and their vocabularies (`vocabulary.fit`, `bounds`), before anything runs
-    the model."""
-    plan = sampled(declared, ds, layout, where, say_fixed)
+    the model. `images`: the layout of the source's image inputs (`route.DoorSource.images`)."""
+    plan = sampled(declared, ds, layout, where, say_fixed, images=images)
     data = convert_data(ds, plan.inputs) if ds is not None else None
     data, said = vocabulary.fit(declared, bounds, data, signature_name)  # ids as the model takes them
     return plan, data, said
 
 
 def sampled(
-    declared: list[Declared], ds: Dataset | None, layout: str, where: str, say_fixed: bool = True, sample=None
+    declared: list[Declared],
+    ds: Dataset | None,
+    layout: str,
+    where: str,
+    say_fixed: bool = True,
+    sample=None,
+    images: str = "NCHW",
 ) -> Plan:
     """Every input planned (`plan_inputs`) and one sample taken (`sample`: the sample inputs an nn.Module came
     with, else the data's first row, else zeros) as the .tflite and as the source take it."""
-    plan = plan_inputs(declared, ds, layout, where, say_fixed)
+    plan = plan_inputs(declared, ds, layout, where, say_fixed, images)
     plan.rows = first_sample(plan, ds, sample)
     plan.source_rows = first_sample(
         replace(plan, inputs=[i.model_copy(update={"layout": ""}) for i in plan.inputs]), ds, sample
@@ -179,10 +191,13 @@ def sampled(
     return plan
 
 
-def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where: str, say_fixed: bool = True) -> Plan:
+def plan_inputs(
+    declared: list[Declared], ds: Dataset | None, layout: str, where: str, say_fixed: bool = True, images: str = "NCHW"
+) -> Plan:
     """Every input's sample shape and role (see the module docstring), what is frozen, what goes NHWC.
     `say_fixed`: a dynamic dimension the data fixes is one of the plan's facts (an ONNX graph's normaliser
-    says so itself, naming the dimension)."""
+    says so itself, naming the dimension). `images`: "NCHW" (PyTorch, ONNX: channels-last moves them), or ""
+    for a model whose images are NHWC already (nothing to move)."""
     plan = Plan([], layout=Layout(layout))
     single = len(declared) == 1
     _check_keys(declared, ds, where)
@@ -196,16 +211,20 @@ def plan_inputs(declared: list[Declared], ds: Dataset | None, layout: str, where
         shape, axis = _sample_axis(d, tuple(rows.shape[1:]), where) if rows is not None else _static(d, where)
         _fits(d, shape, where)
         plan.facts += _fixed(d, shape) if say_fixed else []
-        last = Layout(layout) is Layout.CHANNELS_LAST and axis == "batch" and len(shape) == 4
+        image = images if axis == "batch" and len(shape) == 4 else ""
         dtype = str(rows.dtype) if rows is not None and not np.issubdtype(rows.dtype, np.floating) else d.dtype
         plan.inputs.append(
             ConvertedInput(
                 name=d.name, key=signature_name(d.name), source_shape=list(shape), shape=[], sample_axis=axis,
-                dtype=dtype, layout="NHWC" if last else ("NCHW" if axis == "batch" and len(shape) == 4 else ""),
+                dtype=dtype, layout="NHWC" if image and Layout(layout) is Layout.CHANNELS_LAST else image,
             )
         )  # fmt: skip
     if Layout(layout) is Layout.CHANNELS_LAST and not any(i.layout == "NHWC" for i in plan.inputs):
-        plan.facts.append("channels-last asked, but no input is an image (rank 4): the layout is unchanged")
+        plan.facts.append(
+            "channels-last asked: the model takes its images NHWC already"
+            if not images
+            else "channels-last asked, but no input is an image (rank 4): the layout is unchanged"
+        )
     return plan
 
 

@@ -197,11 +197,13 @@ def open_run(
     observe: tuple[str, ...] = (),
     layout: str = "source",
     keep_keras: bool = False,
+    graph=None,
 ) -> Run:
     """One model's sweep, planned and checked (one clear line for bad inputs, before anything is written).
     A PyTorch or ONNX model is converted here (`layout`: its image I/O), and the conversion's own error
     against the source runtime measured on the data. `keep_keras`: the Keras model the checks load is kept on the
-    run for its baseline (`Run.export`; a one-model sweep keeps it, a zoo of many does not hold them all)."""
+    run for its baseline (`Run.export`; a one-model sweep keeps it, a zoo of many does not hold them all). `graph`:
+    a TF1 frozen graph's input and output nodes (`convert.graph_def.GraphIO`), when named."""
     started = time.perf_counter()
     store = result_cache(cache)  # a cache that cannot be used: one line, before any work
     known = store.known(trust_model_code)  # what earlier runs' checks found: a warm re-run needs no TensorFlow
@@ -209,7 +211,7 @@ def open_run(
     loaded: list = []  # the Keras model the checks load, exported for the baseline (Run.export)
     src, ds = open_inputs(
         model, data, measuring=measuring, trust=trust_model_code, check=True, known=known, layout=layout,
-        on_loaded=loaded.append if keep_keras else None, threads=threads,
+        on_loaded=loaded.append if keep_keras else None, threads=threads, graph=graph,
     )  # fmt: skip
     dropped: list[Dropped] = []
     can = _planning_facts(known, src, ds, trains)

@@ -40,18 +40,19 @@ def run(
     measuring: MeasureOptions | None = None,
     trust_model_code: bool = False,
     layout: str = "source",
+    graph=None,
 ) -> Candidate:
     """Run one recipe on a model and measure the result. `reference` defaults to a float32 conversion.
 
     An output path ending in `.tflite` names the artifact; otherwise it is the folder, and the artifact
     is `<recipe name>.tflite` inside it. `jobs=1` (the default) produces it in a crash-isolated worker
     process, so a converter or runtime crash fails the candidate instead of the caller; `jobs=0` works
-    in this process.
+    in this process. `graph`: a TF1 frozen graph's input and output nodes (`convert.graph_def.GraphIO`), when named.
     """
     _refuse_training(recipe, model or recipe.model)  # before a PyTorch or ONNX model is converted for nothing
     src, ds = open_inputs(
         model or recipe.model, data or recipe.data, calibration, measuring, trust_model_code, layout=layout,
-        threads=threads,
+        threads=threads, graph=graph,
     )  # fmt: skip
     recipe = prepare(recipe, src, ds, backend)
     out_dir = Path(output or recipe.output or "optimize-out")

@@ -48,6 +48,7 @@ def sweep(
     executor: str = "local",
     ray_address: str | None = None,
     layout: str = "source",
+    graph=None,
 ) -> Study:
     """The float32 baseline plus every recipe, each measured against it; written to output/study.json.
 
@@ -58,7 +59,8 @@ def sweep(
     `observe=("gpu",)` adds the GPU accelerator's observed report to every candidate where this machine
     has a device it accepts. `refuse_if_nothing_worked(study)` turns a study where nothing worked into exit 1.
     A PyTorch or ONNX model (a .pt2, an .onnx, or an nn.Module) is converted once to a float .tflite;
-    `layout="channels-last"` gives its image inputs and outputs NHWC.
+    `layout="channels-last"` gives its image inputs and outputs NHWC. `graph` (`convert.graph_def.GraphIO`) names
+    a TF1 frozen graph's input and output nodes where its placeholders and unconsumed nodes are not them.
     """
     from optimize.delegates.observe import check as observable
 
@@ -86,6 +88,7 @@ def sweep(
             observe=observe,
             layout=layout,
             keep_keras=True,
+            graph=graph,
         )
         (study,) = run_all([run], jobs, progress, executor, ray_address, on_candidate, warm)
     finally:

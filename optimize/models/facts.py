@@ -46,7 +46,7 @@ def keras_refusal(src: ModelSource, ds: Dataset | None) -> ModelError | None:
 
 def training_blocker(src: ModelSource, ds: Dataset | None) -> str | None:
     """Why pruning, clustering and QAT cannot run on this model and data, or None when they can."""
-    if src.torch:
+    if src.converted:
         from optimize.models.spec import TRAINING
 
         return TRAINING

@@ -37,7 +37,9 @@ from optimize.models.spec import tflite_io as tflite_io
 
 log = logging.getLogger(__name__)
 
-EXPECTED = "Pass a Keras .keras/.h5 file, a SavedModel directory, a .tflite, a .pt2 or an .onnx file."
+EXPECTED = (
+    "Pass a Keras .keras/.h5 file, a SavedModel directory, a .tflite, a .pt2, an .onnx or a TF1 frozen graph .pb."
+)
 
 
 def file_fingerprint(path: Path, files: list[Path] | None = None) -> str:
@@ -202,7 +204,7 @@ def check_loads(src: ModelSource):
 def load_keras2(src: ModelSource):
     """A fresh tf_keras model from disk. Keras 3 files get a clear line: tfmot needs Keras 2."""
     if src.kind != "keras2":
-        if src.torch:
+        if src.converted:
             raise ModelError(
                 f"{src.path.name}: {TRAINING}.",
                 "Use a post-training scheme (optimize quantize), or fine-tune in PyTorch and export again.",
@@ -302,7 +304,7 @@ def opened(src: ModelSource) -> ModelSource:
     it was recognised)."""
     if src.kind == "tflite" and src.content is None:
         return opened_tflite(src, read_bounded(src.path, "model", ModelError))
-    if src.torch and src.content is None:
+    if src.converted and src.content is None:
         raise ModelError(
             f"{src.path.name} has not been converted yet.", "Open it with open_inputs (it needs the data's shapes)."
         )

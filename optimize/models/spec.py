@@ -12,17 +12,19 @@ from typing import Any, Literal
 
 import numpy as np
 
-Kind = Literal["keras2", "keras3", "savedmodel", "tflite", "onnx", "pt2", "module"]
-#: Sources the pipeline sees as one float .tflite: a .tflite, and PyTorch / ONNX models once converted.
-FLAT_KINDS = ("tflite", "onnx", "pt2", "module")
+Kind = Literal["keras2", "keras3", "savedmodel", "tflite", "onnx", "pt2", "module", "graphdef"]
+#: Sources the pipeline sees as one float .tflite: a .tflite, and PyTorch / ONNX models and TF1 graphs once converted.
+FLAT_KINDS = ("tflite", "onnx", "pt2", "module", "graphdef")
 #: Sources that TensorFlow opens, checks and converts (a worker for them imports it first).
 TF_KINDS = ("keras2", "keras3", "savedmodel")
 #: PyTorch and ONNX sources (converted once to a float .tflite by litert-torch, `optimize.convert.torch_route`).
 TORCH_KINDS = ("onnx", "pt2", "module")
-#: Why pruning, clustering and QAT are left out for a PyTorch or ONNX model (and refused when asked for).
+#: Sources converted once, at the door, to the float .tflite the pipeline takes: PyTorch, ONNX, TF1 graphs.
+CONVERTED_KINDS = (*TORCH_KINDS, "graphdef")
+#: Why pruning, clustering and QAT are left out for a model converted at the door (and refused when asked for).
 TRAINING = (
-    "pruning, clustering and QAT fine-tune Keras models (tfmot), and a PyTorch or ONNX model has none: its float "
-    ".tflite cannot be fine-tuned"
+    "pruning, clustering and QAT fine-tune Keras models (tfmot), and a PyTorch, ONNX or TF1 graph model has none: "
+    "its float .tflite cannot be fine-tuned"
 )
 
 
@@ -68,6 +70,12 @@ class ModelSource:
     def torch(self) -> bool:
         """A PyTorch or ONNX model (converted once to a float .tflite by litert-torch)."""
         return self.kind in TORCH_KINDS
+
+    @property
+    def converted(self) -> bool:
+        """A model converted once at the door to its float .tflite (PyTorch, ONNX, a TF1 graph): its own error
+        against its own runtime is measured, and there is no Keras model to fine-tune."""
+        return self.kind in CONVERTED_KINDS
 
 
 def fingerprint_of(*parts: str) -> str:

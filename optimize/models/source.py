@@ -17,9 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from optimize.core.bounded import loads_json, member_json
-from optimize.core.errors import ModelError
+from optimize.core.errors import ModelError, reason
 from optimize.core.paths import check_tree, open_regular, read_bounded, regular_file
-from optimize.models import _tf, legacy
+from optimize.models import _tf, keras3_ops, legacy
 
 # the opened model's record and its description, known to every caller as source.X too
 from optimize.models.spec import FLAT_KINDS as FLAT_KINDS
@@ -193,12 +193,53 @@ def output_heads(src: ModelSource, model=None) -> list:
 
 def check_loads(src: ModelSource):
     """Load a Keras model once before any work (issue 18): whatever makes it fail to load (garbage weights,
-    unknown activations, shapes Keras refuses) is one line and exit 2 now, not a failed candidate later."""
-    if src.kind == "keras2":
-        return load_keras2(src)
-    if src.kind == "keras3":
-        return load_keras3(src)
-    return None
+    unknown activations, shapes Keras refuses) is one line and exit 2 now, not a failed candidate later. A
+    model with code of its own (a Lambda layer, a custom layer) is also called once, on zeros: code that fails
+    when it runs ("name 'tf' is not defined") is one line now, not every candidate failing with it."""
+    if src.kind not in ("keras2", "keras3"):
+        return None
+    model = load_keras2(src) if src.kind == "keras2" else load_keras3(src)
+    own = code_of(model)
+    if own:
+        runs_once(model, src.path.name, own)
+    return model
+
+
+#: What to do about a model whose own code fails: what every candidate would meet, said once.
+CODE_FIX = (
+    "Build it from Keras layers, or a custom layer registered with keras.saving.register_keras_serializable, and "
+    "save it again: a .keras file keeps a Lambda's bytecode, not the module globals it uses (tf, np)."
+)
+
+
+def code_of(model) -> list[str]:
+    """The layers of a loaded Keras model (nested models too) that run code of the model's own: Lambda layers
+    and classes from outside Keras, as `name (Class)`."""
+    found, todo = [], list(getattr(model, "layers", []))
+    while todo:
+        layer = todo.pop(0)
+        todo.extend(getattr(layer, "layers", []) if layer is not model else [])
+        module = type(layer).__module__.split(".")[0]
+        if type(layer).__name__ == "Lambda" or module not in KERAS_MODULES:
+            found.append(f"{layer.name} ({type(layer).__name__})")
+    return found
+
+
+def runs_once(model, name: str, own: list[str]) -> None:
+    """Call the model once on zeros (a batch of one, free dimensions 1): its own code failing is one line with
+    that code's own message and the remedy."""
+    import numpy as np
+
+    xs = [
+        np.zeros([1, *[d or 1 for d in t.shape[1:]]], getattr(t.dtype, "name", None) or str(t.dtype))
+        for t in model.inputs
+    ]
+    try:
+        model(xs if len(xs) > 1 else xs[0], training=False)
+    except Exception as e:  # noqa: BLE001 - whatever the model's own code raises: one line, before any work
+        raise ModelError(
+            f"{name}: its own code fails when the model runs ({', '.join(own[:3])}): {reason(e)}.", CODE_FIX
+        ) from None
 
 
 def load_keras2(src: ModelSource):
@@ -219,6 +260,7 @@ def load_keras2(src: ModelSource):
             "Save it with tf_keras (pip install tf-keras), or use a post-training scheme: optimize quantize.",
         )
     keras = _tf.keras()
+    keras3_ops.register()  # a Keras 3 model rebuilt in tf_keras names our activations (`rebuild`)
     # tfmot's classes are needed only to read back a model saved with its wrappers (QAT); importing tfmot costs
     # ~2 s, on the float32 baseline's path of every sweep
     scope = _tf.tfmot().quantization.keras.quantize_scope() if _saved_with_tfmot(src) else contextlib.nullcontext()
@@ -235,7 +277,7 @@ def load_keras2(src: ModelSource):
     except Exception as e:  # corrupt or partial file
         restored = f" (restored from its old config: {'; '.join(changes)})" if changes else ""
         raise ModelError(
-            f"Cannot load {src.path.name} with tf_keras{restored}: {str(e).splitlines()[0][:200]}", EXPECTED
+            f"Cannot load {src.path.name} with tf_keras{restored}: {reason(e)}.", _load_fix(e, "tf_keras")
         ) from None
 
 
@@ -251,9 +293,13 @@ def load_keras3(src: ModelSource):
     try:
         return keras3.saving.load_model(src.path, compile=False, safe_mode=not src.trusted)
     except Exception as e:
-        raise ModelError(
-            f"Cannot load {src.path.name} with Keras 3: {str(e).splitlines()[0][:200]}", EXPECTED
-        ) from None
+        raise ModelError(f"Cannot load {src.path.name} with Keras 3: {reason(e)}.", _load_fix(e, "Keras 3")) from None
+
+
+def _load_fix(e: BaseException, keras: str) -> str:
+    """The remedy for a Keras file that does not load: its Lambda's code (what `CODE_FIX` says), else saving it
+    again with the Keras that wrote it."""
+    return CODE_FIX if "Lambda" in str(e) else f"Save the model again with {keras}."
 
 
 def _keras_config(src: ModelSource) -> dict | None:

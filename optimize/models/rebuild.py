@@ -234,12 +234,30 @@ def require_keras2(src, data=None) -> str:
     the model cannot be rebuilt exactly."""
     why = keras2_why(src, data)
     if why is not None:
-        raise ModelError(
-            f"Pruning, clustering and QAT need a Keras 2 (tf_keras) model; {src.path.name} is Keras 3 and cannot be "
-            f"rebuilt in tf_keras exactly: {why}.",
-            FIX,
-        )
+        raise refusal(src.path.name, why)
     return _VERDICTS[src.fingerprint][1]
+
+
+def refusal(name: str, why: str) -> ModelError:
+    """The one line a Keras step meets on a Keras 3 model that cannot be rebuilt exactly (`why`)."""
+    return ModelError(
+        f"Pruning, clustering and QAT need a Keras 2 (tf_keras) model; {name} is Keras 3 and cannot be rebuilt in "
+        f"tf_keras exactly: {why}.",
+        FIX,
+    )
+
+
+def for_planning(src, data, asked: bool, known=None) -> tuple[str | None, str] | None:
+    """(why not, note) for a Keras 3 model's rebuild, as planning needs it: checked on `data` where a Keras step
+    is `asked` for or there are training inputs to fine-tune on, else what this process found already (or
+    None); `known`: a `known.KnownRebuild` an earlier run found for these bytes and data, taken instead."""
+    if src.kind != "keras3":
+        return None
+    if known is not None:
+        remember(src.fingerprint, known.why, known.note)
+    if asked or (data is not None and data.x_train is not None):
+        keras2_why(src, data)
+    return verdict(src.fingerprint)
 
 
 def keras2_path(src, data, folder: Path) -> tuple[Path, str]:

@@ -156,6 +156,25 @@ LAYOUT = typer.Option(
     "channels-last (NHWC, what GPU delegates and cameras feed). Data stays in the source's layout.",
 )
 
+GRAPH_INPUTS = typer.Option(
+    None, "--graph-inputs", help="A TF1 frozen graph's input nodes, comma-separated (default: its placeholders)."
+)
+GRAPH_OUTPUTS = typer.Option(
+    None,
+    "--graph-outputs",
+    help="A TF1 frozen graph's output nodes, comma-separated (default: the nodes nothing reads that depend on an input).",
+)
+
+
+def _graph(inputs: str | None, outputs: str | None):
+    """The TF1 graph's nodes as named on the command line (None: found in the graph)."""
+    from optimize.convert.graph_def import GraphIO
+
+    def names(text: str | None):
+        return tuple(n.strip() for n in text.split(",") if n.strip()) if text else None
+
+    return GraphIO(names(inputs), names(outputs)) if inputs or outputs else None
+
 
 DATA_HELP = (
     ".npz: x/y or x_train/y_train/x_test/y_test; several inputs as x:<input name> (x_train:<name>, ...); "
@@ -195,6 +214,7 @@ def _run_and_show(
     verbose: bool = False,
     layout: str = Layout.SOURCE,
     test_samples: int | None = None,
+    graph=None,
 ):
     """Run one recipe, print its candidate (table or JSON), exit 1 if it failed; return the candidate."""
     from optimize.engine import single
@@ -214,6 +234,7 @@ def _run_and_show(
         trust_model_code=trust_model_code,
         layout=layout,
         test_samples=test_samples,
+        graph=graph,
     )
     if as_json:
         _print_json(cand)
@@ -250,7 +271,7 @@ def _chain(first: dict, name: str, then: str | None):
 @app.command()
 def sweep(
     model: Path | None = typer.Argument(
-        None, help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2 or .onnx. Omit for the built-in demo."
+        None, help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2, .onnx or a TF1 .pb. Omit for the demo."
     ),
     data: Path | None = typer.Option(None, "--data", "-d", help=DATA_HELP),
     output: Path = typer.Option(Path("optimize-out"), "--output", "-o", help="Folder for artifacts and study.json."),
@@ -288,6 +309,8 @@ def sweep(
     delegates: bool = DELEGATES,
     observe: str = OBSERVE,
     layout: Layout = LAYOUT,
+    graph_inputs: str | None = GRAPH_INPUTS,
+    graph_outputs: str | None = GRAPH_OUTPUTS,
     fit: bool = typer.Option(
         True, help="Make the schemes a target misses again from the float graph rewritten for it (fit-*)."
     ),
@@ -307,6 +330,7 @@ def sweep(
       optimize sweep m.keras --data d.npz -o out --target gpu
       optimize sweep m.keras -d d.npz --executor ray --cache s3://bucket/opt
       optimize sweep model.onnx -d d.npz --layout channels-last
+      optimize sweep frozen.pb -d d.npz --graph-outputs probs   (a TF1 graph)
     """
     from optimize.decide.choose import make_goals, raise_if_unmet, recommend
     from optimize.engine import sweeps
@@ -349,6 +373,7 @@ def sweep(
         eval_samples=test_samples,
         fit=fit,
         fit_options=tuple(str(o) for o in fit_option),
+        graph=_graph(graph_inputs, graph_outputs),
     )
     if mlflow:
         from optimize.present.tracking import log_safely, log_study
@@ -422,7 +447,9 @@ def zoo(
 
 @app.command()
 def quantize(
-    model: Path = typer.Argument(..., help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2 or .onnx."),
+    model: Path = typer.Argument(
+        ..., help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2, .onnx or a TF1 frozen graph .pb."
+    ),
     scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="Post-training scheme."),
     calibration: Path | None = typer.Option(None, "--calibration", "-c", help=".npz of calibration samples (x)."),
     data: Path | None = typer.Option(None, "--data", "-d", help=".npz test data for accuracy (default: calibration)."),
@@ -446,6 +473,8 @@ def quantize(
     test_samples: int | None = TEST_SAMPLES,
     trust_model_code: bool = TRUST,
     layout: Layout = LAYOUT,
+    graph_inputs: str | None = GRAPH_INPUTS,
+    graph_outputs: str | None = GRAPH_OUTPUTS,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -475,7 +504,7 @@ def quantize(
     measuring = _measuring(task, label_output, calibration_seed)
     _run_and_show(
         recipe, model, data, output, threads, as_json, delegates, backend, calibration, measuring, trust_model_code,
-        verbose=verbose, layout=layout, test_samples=test_samples,
+        verbose=verbose, layout=layout, test_samples=test_samples, graph=_graph(graph_inputs, graph_outputs),
     )  # fmt: skip
 
 
@@ -591,7 +620,7 @@ def qat(
 
 @app.command()
 def evaluate(
-    model: Path = typer.Argument(..., help="A .tflite file, or a .pt2/.onnx (its float .tflite conversion)."),
+    model: Path = typer.Argument(..., help="A .tflite file, or a .pt2/.onnx/TF1 .pb (its float .tflite conversion)."),
     data: Path | None = typer.Option(None, "--data", "-d", help=DATA_HELP),
     reference: Path | None = typer.Option(None, "--reference", "-r", help="Float .tflite to compare outputs with."),
     runs: int = typer.Option(50, min=1, max=100000, help="Timed invocations after warm-up."),
@@ -599,6 +628,8 @@ def evaluate(
     task: Task | None = TASK,
     label_output: str | None = LABEL_OUTPUT,
     layout: Layout = LAYOUT,
+    graph_inputs: str | None = GRAPH_INPUTS,
+    graph_outputs: str | None = GRAPH_OUTPUTS,
     threads: int = THREADS,
     as_json: bool = JSON,
 ) -> None:
@@ -619,7 +650,10 @@ def evaluate(
 
     if reference is not None and data is None:  # fidelity is measured on inputs: none given, none invented
         raise OptimizeError("--reference needs inputs to compare outputs on:", "add --data D.npz.")
-    src, ds = open_inputs(model, data, measuring=_measuring(task, label_output, 0), layout=layout, threads=threads)
+    src, ds = open_inputs(
+        model, data, measuring=_measuring(task, label_output, 0), layout=layout, threads=threads,
+        graph=_graph(graph_inputs, graph_outputs),
+    )  # fmt: skip
     from optimize.engine.ship import contract_of
 
     with tempfile.TemporaryDirectory(prefix="optimize-evaluate-") as tmp:
@@ -634,17 +668,17 @@ def evaluate(
         _show_conversion(converted)
 
 
-def _compat_model(model: Path, data: Path | None, layout: str, threads: int, folder: Path):
+def _compat_model(model: Path, data: Path | None, layout: str, threads: int, folder: Path, graph=None):
     """The .tflite `compat` checks: the file itself, or a PyTorch or ONNX model's float .tflite (converted
     with `data` fixing its shapes), and that conversion's record."""
-    from optimize.convert import pytorch
+    from optimize.convert.formats import recognise
     from optimize.models.source import is_tflite
 
     head = b""
     if model.is_file():
         with open(model, "rb") as f:
             head = f.read(16)
-    if (head and is_tflite(head)) or pytorch.recognise(model, head) is None:
+    if (head and is_tflite(head)) or recognise(model, head) is None:
         if data is not None:
             raise OptimizeError(
                 "--data is for a PyTorch or ONNX model (it fixes the shapes it converts at).", "Leave it out."
@@ -652,7 +686,7 @@ def _compat_model(model: Path, data: Path | None, layout: str, threads: int, fol
         return model, None
     from optimize.convert.front import open_inputs
 
-    src, ds = open_inputs(model, data, layout=layout, threads=threads)
+    src, ds = open_inputs(model, data, layout=layout, threads=threads, graph=graph)
     flat, converted = _converted(src, folder)
     return flat or model, converted
 
@@ -660,7 +694,7 @@ def _compat_model(model: Path, data: Path | None, layout: str, threads: int, fol
 def _converted(src, folder: Path):
     """(a PyTorch or ONNX model's float .tflite written to `folder`, its conversion record with the conversion's
     own error measured on the data, if given), or (None, None) for any other model."""
-    if not src.torch:
+    if not src.converted:
         return None, None
     path = folder / f"{src.name}.tflite"
     path.write_bytes(src.content)
@@ -676,11 +710,13 @@ def _show_conversion(converted) -> None:
 
 @app.command()
 def compat(
-    model: Path = typer.Argument(..., help="A .tflite file, or a .pt2/.onnx (its float .tflite conversion)."),
+    model: Path = typer.Argument(..., help="A .tflite file, or a .pt2/.onnx/TF1 .pb (its float .tflite conversion)."),
     data: Path | None = typer.Option(
         None, "--data", "-d", help="A PyTorch or ONNX model's data: fixes its free input dimensions."
     ),
     layout: Layout = LAYOUT,
+    graph_inputs: str | None = GRAPH_INPUTS,
+    graph_outputs: str | None = GRAPH_OUTPUTS,
     delegate: str = typer.Option(
         ",".join(Delegate), "--delegate", help="Comma-separated delegates: " + ", ".join(Delegate) + "."
     ),
@@ -722,7 +758,7 @@ def compat(
     from optimize.engine.fitting import compat_lines
 
     with tempfile.TemporaryDirectory(prefix="optimize-compat-") as tmp:
-        flat, converted = _compat_model(model, data, layout, threads, Path(tmp))
+        flat, converted = _compat_model(model, data, layout, threads, Path(tmp), _graph(graph_inputs, graph_outputs))
         reports = check_delegates(flat, delegate.split(","), target=target, threads=threads, observe=watch)
         fits = compat_lines(Path(flat), reports) if not as_json else []
         if model_explorer is not None:
@@ -848,7 +884,9 @@ def report(
 
 @app.command()
 def debug(
-    model: Path = typer.Argument(..., help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2 or .onnx."),
+    model: Path = typer.Argument(
+        ..., help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2, .onnx or a TF1 frozen graph .pb."
+    ),
     data: Path = typer.Option(..., "--data", "-d", help=".npz whose calibration samples (x) are compared."),
     scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="int8 or int16x8.", **DEBUG_SCHEMES),
     samples: int = typer.Option(16, min=1, max=10000, help="Samples run through both models (errors settle fast)."),
@@ -859,6 +897,8 @@ def debug(
     label_output: str | None = LABEL_OUTPUT,
     trust_model_code: bool = TRUST,
     layout: Layout = LAYOUT,
+    graph_inputs: str | None = GRAPH_INPUTS,
+    graph_outputs: str | None = GRAPH_OUTPUTS,
     threads: int = THREADS,
     as_json: bool = JSON,
 ) -> None:
@@ -885,6 +925,7 @@ def debug(
         measuring=_measuring(None, label_output, 0),
         layout=layout,
         study=study,
+        graph=_graph(graph_inputs, graph_outputs),
     )
     if as_json:
         _print_json(report)

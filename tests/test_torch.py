@@ -346,7 +346,7 @@ def test_pruning_clustering_and_qat_say_why_not(files, cli):
     r = cli("prune", str(files / "cnn.onnx"), "--data", str(files / "data.npz"))
     assert_one_line_error(r, "pruning, clustering and QAT fine-tune Keras models (tfmot)", "fine-tune in PyTorch")
     r = cli("qat", str(files / "cnn.pt2"), "--data", str(files / "data.npz"))
-    assert_one_line_error(r, "a PyTorch or ONNX model has none")
+    assert_one_line_error(r, "a PyTorch, ONNX or TF1 graph model has none")
 
 
 def test_data_that_does_not_fit_is_one_line(files, tmp_path):

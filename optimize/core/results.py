@@ -984,16 +984,17 @@ def labelled(cands: list[Candidate]) -> bool:
 
 
 def error_line(e: BaseException) -> str:
-    """One line for a failure: the message of our own errors, else the class, the first line and where."""
+    """One line for a failure: the message of our own errors, else the class, its own message (under a framework's
+    wrapper, what it wraps: `errors.reason`) and where."""
     import traceback
 
-    from optimize.core.errors import OptimizeError, TechniqueFailed
+    from optimize.core.errors import OptimizeError, TechniqueFailed, reason
 
     if isinstance(e, (TechniqueFailed, OptimizeError)):
         return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     last = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
     where = f" (at {Path(last.filename).name}:{last.lineno})" if last else ""
-    msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+    msg = reason(e) if str(e).strip() else ""
     return f"{e.__class__.__name__}: {msg}{where}"
 
 

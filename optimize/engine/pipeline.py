@@ -225,7 +225,7 @@ class Workspace:
         (optimize.models.normalize: old op codes, no signature, float16 or sparse weights), made once."""
         if self._source is None:
             self._source = _State("source", self.src.path)
-            if self.src.torch:  # a PyTorch or ONNX model: the float .tflite it was converted to
+            if self.src.converted:  # a PyTorch, ONNX or TF1 graph model: the float .tflite it was converted to
                 self._source.path = write_atomic(self.workdir / "source.tflite", self.src.content)
             elif self.src.kind == "tflite":
                 src = models.opened(self.src)  # normalised when it was opened: not read again

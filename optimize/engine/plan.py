@@ -69,8 +69,8 @@ TRAINING = ("prune", "cluster", "qat")
 def _defaults(src: models.ModelSource, can: facts.PlanFacts, backend, dropped: list[Dropped]) -> list[Recipe]:
     """The default sweep; int4 (4-bit Dense/MatMul weights) only where those hold most of the weights."""
     int4 = [build("int4", [{"technique": "quantize", "scheme": "int4"}])] if can.mostly_dense else []
-    if src.torch:
-        return _torch_defaults(int4, dropped)
+    if src.converted:
+        return _torch_defaults(int4, dropped, pt2e=src.torch)
     if src.kind == "tflite":  # every post-training scheme of the default sweep, integer-only int8 too
         quantize = [
             build(n, [{**steps[0], "technique": "quantize"}])
@@ -85,10 +85,10 @@ def _defaults(src: models.ModelSource, can: facts.PlanFacts, backend, dropped: l
     return default_recipes(why is None, backend) + [r.with_backend(backend) for r in int4]
 
 
-def _torch_defaults(int4: list[Recipe], dropped: list[Dropped]) -> list[Recipe]:
-    """A PyTorch or ONNX model, converted to a float .tflite: every scheme on it, both int8 routes side by side
-    (LiteRT Quantizer on the .tflite, litert-torch's PT2E on the torch graph), and the Keras techniques left
-    out with the reason."""
+def _torch_defaults(int4: list[Recipe], dropped: list[Dropped], pt2e: bool = True) -> list[Recipe]:
+    """A model converted at the door to a float .tflite (PyTorch, ONNX, a TF1 graph): every scheme on it, for a
+    PyTorch or ONNX model (`pt2e`) both int8 routes side by side (LiteRT Quantizer on the .tflite, litert-torch's
+    PT2E on the torch graph), and the Keras techniques left out with the reason."""
     from optimize.models.spec import TRAINING
 
     def q(scheme: str, **kw) -> list[dict]:
@@ -100,7 +100,8 @@ def _torch_defaults(int4: list[Recipe], dropped: list[Dropped]) -> list[Recipe]:
         build("dynamic", q("dynamic")),
         build("int8", q("int8")),
     ]
-    out += [build("int8-pt2e", [{"technique": "pt2e"}]), build("int8-int8io", q("int8", io="int8"))]
+    out += [build("int8-pt2e", [{"technique": "pt2e"}])] if pt2e else []
+    out += [build("int8-int8io", q("int8", io="int8"))]
     out += [build("int16x8", q("int16x8")), *int4]
     dropped.append(Dropped(recipes=[n for n, steps in DEFAULT_SWEEP if _trains(steps)], reason=TRAINING))
     return out
@@ -256,7 +257,7 @@ def resolve(recipe: Recipe, src: models.ModelSource, keras_refusal: ModelError |
     quantization on a .tflite.
     """
     stages = [s.stage for s in recipe.steps]
-    if Stage.KERAS in stages and src.torch:
+    if Stage.KERAS in stages and src.converted:
         from optimize.models.spec import TRAINING
 
         raise ModelError(

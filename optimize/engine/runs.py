@@ -214,12 +214,14 @@ def open_run(
     replace: bool = True,
     fit: bool = True,
     fit_options: tuple[str, ...] = (),
+    graph=None,
 ) -> Run:
     """One model's sweep, planned and checked (one clear line for bad inputs, before anything is written).
     A PyTorch or ONNX model is converted here (`layout`: its image I/O), and the conversion's own error
     against the source runtime measured on the data. `keep_keras`: the Keras model the checks load is kept on the
     run for its baseline (`Run.export`; a one-model sweep keeps it, a zoo of many does not hold them all).
-    `replace=False`: an output folder holding another model's study is refused before any work (`outputs`)."""
+    `replace=False`: an output folder holding another model's study is refused before any work (`outputs`). `graph`:
+    a TF1 frozen graph's input and output nodes (`convert.graph_def.GraphIO`), when named."""
     started = time.perf_counter()
     if model is None or isinstance(model, (str, Path)):  # another model's study: one line before anything is opened
         outputs.refuse_another_model(output, "demo" if model is None else str(model), None, replace)
@@ -229,7 +231,7 @@ def open_run(
     loaded: list = []  # the Keras model the checks load, exported for the baseline (Run.export)
     src, ds = open_inputs(
         model, data, measuring=measuring, trust=trust_model_code, check=True, known=known, layout=layout,
-        on_loaded=loaded.append if keep_keras else None, threads=threads,
+        on_loaded=loaded.append if keep_keras else None, threads=threads, graph=graph,
     )  # fmt: skip
     label = "demo" if model is None else (str(model) if not src.kind == "module" else src.name)
     outputs.refuse_another_model(output, label, src.fingerprint, replace)

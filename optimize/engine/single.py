@@ -42,6 +42,7 @@ def run(
     trust_model_code: bool = False,
     layout: str = "source",
     test_samples: int | None = measure.DEFAULT_SAMPLES,
+    graph=None,
 ) -> Candidate:
     """Run one recipe on a model and measure the result. `reference` defaults to a float32 conversion.
     Accuracy and fidelity are measured on the whole test split, or on a stratified sample of `test_samples`.
@@ -49,13 +50,13 @@ def run(
     An output path ending in `.tflite` names the artifact; otherwise it is the folder, and the artifact
     is `<recipe name>.tflite` inside it. `jobs=1` (the default) produces it in a crash-isolated worker
     process, so a converter or runtime crash fails the candidate instead of the caller; `jobs=0` works
-    in this process.
+    in this process. `graph`: a TF1 frozen graph's input and output nodes (`convert.graph_def.GraphIO`), when named.
     """
     _refuse_training(recipe, model or recipe.model)  # before a PyTorch or ONNX model is converted for nothing
     _refuse_overwrite(recipe, output)  # before any work: never a file another study describes
     src, ds = open_inputs(
         model or recipe.model, data or recipe.data, calibration, measuring, trust_model_code, layout=layout,
-        threads=threads,
+        threads=threads, graph=graph,
     )  # fmt: skip
     recipe = prepare(recipe, src, ds, backend)
     out_dir, file_name = _target(recipe, output)  # a .tflite path names the artifact; the candidate keeps its name
@@ -95,15 +96,15 @@ def run(
 
 def _refuse_training(recipe: Recipe, model) -> None:
     """Pruning, clustering and QAT asked for a PyTorch or ONNX model: the one line saying why not, at once."""
-    from optimize.convert import pytorch
+    from optimize.convert.torch_module import is_module
     from optimize.core.errors import ModelError
     from optimize.models.spec import TRAINING
 
     keras = recipe.trains
     if not keras or model is None:
         return
-    if pytorch.is_module(model) or Path(str(model)).suffix in (".pt2", ".onnx"):
-        name = type(model).__name__ if pytorch.is_module(model) else Path(str(model)).name
+    if is_module(model) or Path(str(model)).suffix in (".pt2", ".onnx"):
+        name = type(model).__name__ if is_module(model) else Path(str(model)).name
         raise ModelError(
             f"{name}: {TRAINING}.",
             "Use a post-training scheme (optimize quantize), or fine-tune in PyTorch and export again.",

@@ -51,6 +51,7 @@ def sweep(
     replace: bool = False,
     fit: bool = True,
     fit_options: tuple[str, ...] = (),
+    graph=None,
 ) -> Study:
     """The float32 baseline plus every recipe, each measured against it; written to output/study.json.
 
@@ -62,11 +63,11 @@ def sweep(
     has a device it accepts. `refuse_if_nothing_worked(study)` turns a study where nothing worked into exit 1.
     A PyTorch or ONNX model (a .pt2, an .onnx, or an nn.Module) is converted once to a float .tflite;
     `layout="channels-last"` gives its image inputs and outputs NHWC. An `output` holding the study of another
-    model is refused before any work (one line, exit 2) unless `replace`: then that study is replaced.
-    `layout="channels-last"` gives its image inputs and outputs NHWC. `fit`: where rewriting the float graph lets
+    model is refused before any work (one line, exit 2) unless `replace`: then that study is replaced. `fit`: where rewriting the float graph lets
     a target's delegate take all of it (outputs unchanged), the schemes that target misses are made again from
     the fitted graph (`fit-*`; `fit_options` names rewrites beyond the model's contract: float-mask,
-    non-negative-ids).
+    non-negative-ids). `graph` (`convert.graph_def.GraphIO`) names a TF1 frozen graph's input and output nodes
+    where its placeholders and unconsumed nodes are not them.
     """
     from optimize.delegates.observe import check as observable
 
@@ -97,6 +98,7 @@ def sweep(
             replace=replace,
             fit=fit,
             fit_options=fit_options,
+            graph=graph,
         )
         (study,) = run_all([run], jobs, progress, executor, ray_address, on_candidate, warm)
     finally:

@@ -282,6 +282,17 @@ def _is_int(dtype: str) -> bool:
         return False
 
 
+def fitted(ds: Dataset, types: dict[str, str], bounds: list, inputs: int) -> Dataset:
+    """The data made to fit a model's integer inputs before any work, from what the model says without loading
+    it (`types`: input name -> dtype; `bounds`: its id inputs' vocabularies; `inputs`: how many it has): ids
+    stored as floats cast when they are whole numbers (said on screen once, `integer_ids`) or refused in one
+    line, and ids beyond the vocabulary of the embedding they index refused in one line (`check_ids`)."""
+    ds, notes = integer_ids(ds, types)
+    say_once(notes)
+    check_ids(ds, bounds, inputs)
+    return ds
+
+
 def check_ids(ds: Dataset, bounds: list, inputs: int) -> None:
     """Ids within the vocabulary of the embedding they index (`bounds`: `vocabulary.IdBound`s read from the
     model; `inputs`: how many inputs the model has, so a single unnamed array belongs to its only one): an id

@@ -233,13 +233,17 @@ def _source(model: str | Path | bytes) -> dict:
     paths as UTF-8 text: a non-UTF-8 file name (a lone surrogate in Python) goes as bytes."""
     if isinstance(model, bytes):
         return {"model_content": model}
-    text = str(model)
+    return _path_source(Path(model))
+
+
+def _path_source(path: Path) -> dict:
+    text = str(path)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         from optimize.core.paths import read_bounded
 
-        return {"model_content": read_bounded(model, "model", ModelError)}
+        return {"model_content": read_bounded(path, "model", ModelError)}
     return {"model_path": text}
 
 

@@ -286,3 +286,36 @@ def activation_name(layer) -> str | None:
         act = act.activation  # QAT's QuantizeAwareActivation wraps the real one
     name = getattr(act, "__name__", None)
     return {"softmax_v2": "softmax"}.get(name, name)
+
+
+def check_labels_fit(data, named: list) -> None:
+    """Every split's labels fit the output they belong to and its task (class ids in range, 0/1, as many
+    values per sample as the output has), checked before any work: one line, nothing written. `named`: (output
+    name, Head) per output of the model."""
+    if not named:
+        return
+    by_name = dict(named)
+    by_name.update({f"output_{i}": head for i, (_, head) in enumerate(named)})  # a converted model's keys
+    plain = data.label_output if data.label_output in by_name else named[0][0]
+    for split, y in (("train", data.y_train), ("test", data.y_test)):
+        for label, ys in (y.items() if isinstance(y, dict) else [(None, y)]) if y is not None else []:
+            head = by_name.get(label or plain)
+            if head is not None:
+                where = f"y_{split}" + (f":{label}" if label else "")
+                check_some_class(ys, head, where, data.task)
+                check_labels(detect(head, ys, data.task), head, ys, where)
+
+
+def check_label_names(data) -> None:
+    """Labels keyed per output (y:<output>) and --label-output must name the model's outputs."""
+    outputs = list(data.outputs)
+    keyed = [k for y in (data.y_train, data.y_test) if isinstance(y, dict) for k in y]
+    wrong = [k for k in dict.fromkeys(keyed) if outputs and k not in outputs]
+    signature_keys = [f"output_{i}" for i in range(len(outputs))]  # what a converted model calls them
+    if data.label_output is not None and outputs and data.label_output not in outputs + signature_keys:
+        wrong.insert(0, data.label_output)
+    if wrong:
+        raise DataError(
+            f"{wrong[0]!r} is not an output of the model (it has {', '.join(outputs)}).",
+            "Key labels as y:<output name> and pass --label-output with one of those names.",
+        )

@@ -866,6 +866,22 @@ class Environment(Record):
     threads: int
 
 
+class MemoryUse(Record):
+    """What the run's process tree held while it worked (issue 44), and the budget its workers were admitted
+    against: the sweep's process and every process it started, resident memory summed over them (pages a fork
+    shares with its parent count in both: the sum errs high), its peak sampled from a thread."""
+
+    peak_bytes: int = Field(ge=0, description="Peak of the process tree's resident memory (RSS summed), in bytes.")
+    peak_pss_bytes: int | None = Field(
+        None, ge=0, description="Peak of its proportional share (PSS summed: a page forks share counted once)."
+    )
+    sampled_every_s: float = Field(gt=0, description="How often the tree's memory was read.")
+    budget_bytes: int | None = Field(
+        None, ge=0, description="The memory budget workers were admitted against (None: not bounded, e.g. Ray)."
+    )
+    budget_stated: bool = Field(False, description="Stated with --max-memory; else what was free at the start.")
+
+
 class Study(Record):
     """One baseline plus candidates: the single JSON document every part of optimize reads."""
 
@@ -896,6 +912,7 @@ class Study(Record):
     conversion: Conversion | None = Field(
         None, description="A PyTorch or ONNX model: how it was converted, and the conversion's own error."
     )
+    memory: MemoryUse | None = Field(None, description="What the run's process tree held at its peak, and its budget.")
 
     @property
     def float_reference(self) -> Candidate | None:

@@ -61,6 +61,7 @@ class Task:
     exported: Path | None = None  # the source model's SavedModel, exported by the parent from the model it checked
     exported_seconds: float = 0.0  # what that export took there (the baseline's convert phase counts it)
     tag: str = ""  # which run (model) the task belongs to; executors hand it back with each candidate
+    weights: int = 0  # bytes of the model's weights: what its memory estimate scales with (engine.budget)
 
     def after(self, cand: Candidate) -> Task:
         """The task as it stands once `cand` is done: its baseline becomes the reference of the rest."""

@@ -164,8 +164,10 @@ def run_zoo(
     runs: int = 50,
     progress: Progress | None = None,
     mlflow: str | None = None,
+    max_memory: int | None = None,
 ) -> ZooResult:
-    """Sweep every model of a manifest through one executor; write each study, report and zoo.json."""
+    """Sweep every model of a manifest through one executor; write each study, report and zoo.json. Local workers
+    are admitted against the memory budget (`max_memory` bytes, default what the machine has free)."""
     from optimize.engine.schedule import run_all
 
     path, models = load_manifest(manifest)
@@ -179,7 +181,9 @@ def run_zoo(
         check(mlflow)  # before any work: one line when the store cannot be used
     settings = {"threads": threads, "delegates": delegates, "runs": runs, "cache": cache}
     opened = _open_all(path, models, out, settings)
-    studies = run_all(opened, jobs, progress, executor, ray_address)
+    from optimize.engine.budget import budget
+
+    studies = run_all(opened, jobs, progress, executor, ray_address, limit=budget(max_memory))
     entries = [_entry(m, s, out) for m, s in zip(models, studies)]
     for m, s in zip(models, studies):
         _report(s, out / m.name, m.all_targets())

@@ -1,0 +1,121 @@
+"""Memory bounded by design (issue 44): the budget, each task's estimate, admission against it, the refusal of a
+model too big for it, and the process tree's peak recorded in the study."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from optimize.core.errors import RecipeError
+from optimize.core.recipe import build
+from optimize.engine import budget
+from optimize.engine.work import Task
+from optimize.measure import footprint
+from optimize.models.data import from_arrays
+from optimize.models.spec import ModelSource
+
+MB = 10**6
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("6GB", 6 * 10**9), ("6gb", 6 * 10**9), ("6GiB", 6 * 2**30), ("6g", 6 * 2**30), ("512MB", 512 * MB),
+     ("2.5GB", 2_500_000_000), ("100000000", 100_000_000), (" 1 TB ", 10**12)],
+)  # fmt: skip
+def test_memory_sizes_read_as_people_write_them(text, size):
+    assert footprint.parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["six", "6XB", "6i", "-1GB", "10MB", ""])
+def test_a_size_it_cannot_read_or_too_small_is_one_line(text):
+    with pytest.raises(RecipeError) as e:
+        footprint.parse_size(text)
+    assert "\n" not in str(e.value)
+
+
+def test_the_tree_is_measured_and_the_sampler_keeps_its_peak():
+    before = footprint.tree_rss()
+    with footprint.Sampler(every=0.01) as s:
+        block = np.ones(50 * MB // 4, dtype=np.float32)  # 50 MB the tree now holds
+        s.sample()
+        del block
+    assert s.peak >= before + 45 * MB and s.peak_pss > 0 and s.samples >= 2
+    assert footprint.available_bytes() > 0 and footprint.rss(os.getpid()) > 0
+
+
+def test_weights_and_data_are_counted_once(tmp_path):
+    f = tmp_path / "m.keras"
+    f.write_bytes(b"x" * 1000)
+    folder = tmp_path / "sm"
+    (folder / "variables").mkdir(parents=True)
+    (folder / "saved_model.pb").write_bytes(b"y" * 300)
+    (folder / "variables" / "v.data").write_bytes(b"z" * 700)
+    assert budget.weights_bytes(f) == 1000 and budget.weights_bytes(folder) == 1000
+    assert budget.weights_bytes(ModelSource(f, "tflite", "0" * 16, content=b"t" * 10)) == 10
+    x = np.zeros((10, 4), np.float32)
+    ds = from_arrays(x_test=x)  # calibration falls back to the test split: the same array, counted once
+    assert budget.data_bytes(ds) == x.nbytes
+
+
+def _task(src, recipes, **kw) -> Task:
+    return Task(src, None, tuple(recipes), Path("."), **kw)
+
+
+def test_what_a_task_does_decides_its_estimate(tmp_path):
+    keras = ModelSource(tmp_path / "m.keras", "keras2", "0" * 16)
+    flat = ModelSource(tmp_path / "m.tflite", "tflite", "0" * 16, content=b"")
+    float32 = build("float32", [{"technique": "convert"}])
+    int8 = build("int8", [{"technique": "convert"}, {"technique": "quantize", "scheme": "int8"}])
+    prune = build("prune-int8", [{"technique": "prune"}, {"technique": "convert", "scheme": "int8"}])
+    assert budget.work_of(_task(keras, [float32])) == "convert"
+    assert budget.work_of(_task(keras, [prune])) == "train"
+    assert budget.work_of(_task(flat, [int8])) == "quantize"
+    seeded = _task(keras, [int8], start=(tuple(float32.steps), tmp_path / "float32.tflite"))
+    assert budget.work_of(seeded) == "quantize"  # it starts from the baseline's float .tflite
+    exported = _task(keras, [float32], exported=tmp_path / "float32.tflite")
+    assert budget.work_of(exported) == "quantize"  # the opener converted it already
+    big = replace(_task(keras, [prune]), weights=400 * MB)
+    assert budget.task_need(big) == budget.need("train", 400 * MB) > budget.need("quantize", 400 * MB)
+
+
+def test_admission_waits_for_room_and_never_starves(tmp_path):
+    flat = ModelSource(tmp_path / "m.tflite", "tflite", "0" * 16, content=b"")
+    int8 = build("int8", [{"technique": "quantize", "scheme": "int8"}])
+    small = _task(flat, [int8], weights=1 * MB)
+    huge = _task(flat, [int8], weights=10**12)
+    me = os.getpid()
+    here = footprint.tree_rss(me)
+    room = budget.Admission(budget.Budget(here + budget.WORKER_BYTES + budget.task_need(small) + 50 * MB, True))
+    assert room.first_fitting([small], [], spawn=True) == 0  # nothing runs: the first task always starts
+    assert room.first_fitting([huge], [], spawn=True) == 0
+    running = [(me, budget.task_need(small), footprint.rss(me))]
+    assert room.first_fitting([huge, small], running, spawn=False) == 1  # the first that fits goes ahead
+    assert room.first_fitting([huge], running, spawn=False) is None  # waits for the running task to end
+    assert budget.Admission(None).first_fitting([huge], running, spawn=True) == 0  # no budget: by jobs alone
+
+
+def test_a_model_too_big_for_the_budget_is_refused_in_one_line_before_any_work(keras_model, data_npz, tmp_path, cli):
+    out = tmp_path / "out"
+    r = cli("sweep", str(keras_model), "-d", str(data_npz), "-o", str(out), "--max-memory", "200MB")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    error = " ".join(r.stderr.split())
+    assert error.startswith("error: cnn.keras (") and "of weights) needs about" in error
+    assert "more than the memory budget of 200 MB (--max-memory)" in error
+    assert not out.exists()  # before any work: nothing made, not even the output folder
+
+
+def test_the_tree_peak_and_budget_are_recorded_and_shown(float_tflite, data_npz, tmp_path, cli):
+    out = tmp_path / "out"
+    r = cli("sweep", str(float_tflite), "-d", str(data_npz), "-o", str(out), "--no-cache", "-j", "1", "-v",
+            "--max-memory", "8GB", "--no-delegates")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    memory = json.loads((out / "study.json").read_text())["memory"]
+    assert memory["budget_bytes"] == 8 * 10**9 and memory["budget_stated"] is True
+    assert 100 * MB < memory["peak_bytes"] < 8 * 10**9 and 0 < memory["peak_pss_bytes"] <= memory["peak_bytes"]
+    shown = " ".join(r.stdout.split())
+    assert "Memory: the process tree peaked at" in shown and "budget 8.00 GB (--max-memory)" in shown

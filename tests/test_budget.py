@@ -114,8 +114,63 @@ def test_the_tree_peak_and_budget_are_recorded_and_shown(float_tflite, data_npz,
     r = cli("sweep", str(float_tflite), "-d", str(data_npz), "-o", str(out), "--no-cache", "-j", "1", "-v",
             "--max-memory", "8GB", "--no-delegates")  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
-    memory = json.loads((out / "study.json").read_text())["memory"]
+    study = json.loads((out / "study.json").read_text())
+    memory = study["memory"]
+    int8 = next(c for c in study["candidates"] if c["name"] == "int8")  # each phase's peak, where it ran
+    assert set(int8["phase_bytes"]) >= {"quantize", "verify", "accuracy"}
+    assert all(50 * MB < b < 8 * 10**9 for b in int8["phase_bytes"].values())
     assert memory["budget_bytes"] == 8 * 10**9 and memory["budget_stated"] is True
     assert 100 * MB < memory["peak_bytes"] < 8 * 10**9 and 0 < memory["peak_pss_bytes"] <= memory["peak_bytes"]
     shown = " ".join(r.stdout.split())
     assert "Memory: the process tree peaked at" in shown and "budget 8.00 GB (--max-memory)" in shown
+
+
+RECIPES = [build("int8", [{"technique": "convert", "scheme": "int8"}]), build("float16", [{"technique": "convert", "scheme": "float16"}])]  # fmt: skip
+
+
+def test_the_sweeps_own_process_never_loads_or_converts_the_keras_model(keras_model, data_npz, tmp_path, monkeypatch):
+    """The opener process loads, checks and exports the model; the sweep's process only plans (issue 44)."""
+    from optimize.convert import keras as exporting
+    from optimize.engine import sweeps
+    from optimize.models import source
+
+    def never(*a, **kw):
+        raise AssertionError("the sweep's own process loaded or converted the model")
+
+    for module, name in ((source, "check_loads"), (source, "load_keras2"), (source, "load_keras3"),
+                         (exporting, "float32_direct"), (exporting, "export_saved_model")):  # fmt: skip
+        monkeypatch.setattr(module, name, never)
+    study = sweeps.sweep(keras_model, data_npz, tmp_path / "o", recipes=RECIPES, jobs=1, cache=False, runs=3)
+    assert [c.name for c in study.candidates] == ["float32", "int8", "float16"] and all(c.ok for c in study.candidates)
+    assert study.candidate("float32").phases["convert"] > 0  # the opener's export, counted on the baseline
+    assert study.memory is not None and study.memory.peak_bytes > 0
+
+
+def test_tasks_wait_for_memory_and_big_workers_leave(float_tflite, data_npz, tmp_path, monkeypatch):
+    """Each task's estimate is half the budget: never two at once, though two workers are allowed; and every worker
+    that goes idle holding more than RETIRE_BYTES (here: any) leaves, its next task on a fresh one."""
+    from optimize.engine import executors, sweeps
+
+    limit = budget.budget(64 * 10**9)
+    monkeypatch.setattr(executors, "task_need", lambda task: limit.bytes // 2)
+    monkeypatch.setattr(budget, "task_need", lambda task: limit.bytes // 2)
+    monkeypatch.setattr(executors, "RETIRE_BYTES", 1)
+    seen, retired = [], []
+    dispatch, retire = executors.ProcessExecutor._dispatch, executors.ProcessExecutor._retire
+
+    def counted(self):
+        dispatch(self)
+        seen.append(sum(w.task is not None for w in self.workers))
+
+    def counted_retire(self, w):
+        retire(self, w)
+        retired.append(w not in self.workers)
+
+    monkeypatch.setattr(executors.ProcessExecutor, "_dispatch", counted)
+    monkeypatch.setattr(executors.ProcessExecutor, "_retire", counted_retire)
+    recipes = [build(n, [{"technique": "quantize", "scheme": n}]) for n in ("float16", "dynamic", "int8")]
+    study = sweeps.sweep(float_tflite, data_npz, tmp_path / "o", recipes=recipes, jobs=2, cache=False, runs=3,
+                         max_memory=limit.bytes, delegates=False)  # fmt: skip
+    assert all(c.ok for c in study.candidates) and all(c.p50_ms is not None for c in study.candidates)
+    assert max(seen) == 1 and len(seen) >= 4  # one at a time, though two workers were allowed
+    assert retired and all(retired)

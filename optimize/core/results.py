@@ -692,6 +692,11 @@ class Candidate(Record):
         description="Where `seconds` went, per phase (PHASES, in that order; phases that did not run are left "
         "out): what each step and each measurement of this candidate cost.",
     )
+    phase_bytes: dict[str, int] = Field(
+        default_factory=dict,
+        description="Peak resident memory of the process that ran each phase (bytes; the phases of `phases` it "
+        "could read: production and measurement, not the timing after it).",
+    )
     cached: bool = False
     node: str | None = Field(
         None, description="The machine (and cluster node) that timed this candidate: compare latencies within one."

@@ -130,3 +130,69 @@ def parse_size(text: str) -> int:
     if size < 64 * 10**6:
         raise RecipeError(f"A memory budget of {text.strip()} is too small to run a model.", "Give at least 64MB.")
     return size
+
+
+def high_water() -> int:
+    """This process's peak resident memory since the last `reset_high_water` (VmHWM; 0 where not readable)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def reset_high_water() -> None:
+    """Start a new peak from the current resident memory (Linux: /proc/self/clear_refs; elsewhere a no-op)."""
+    with contextlib.suppress(OSError):
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+
+
+class PhasePeaks:
+    """This process's peak resident memory in each phase of a candidate (what `optimize.engine.pipeline.timed`
+    times), read from the kernel's high-water mark: reset as a phase starts, read as it ends or as a phase inside
+    it starts, and counted for every phase open at the time (phases nest: a quantizer's check inside its step)."""
+
+    current: PhasePeaks | None = None  # the candidate being made in this process (set by `collecting`)
+
+    def __init__(self) -> None:
+        self.peaks: dict[str, int] = {}
+        self.open: list[str] = []
+
+    @contextlib.contextmanager
+    def collecting(self):
+        before, PhasePeaks.current = PhasePeaks.current, self
+        try:
+            yield self
+        finally:
+            PhasePeaks.current = before
+
+    def _close_segment(self) -> None:
+        peak = high_water()
+        for name in self.open:
+            self.peaks[name] = max(self.peaks.get(name, 0), peak)
+        reset_high_water()
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        self._close_segment()
+        self.open.append(name)
+        try:
+            yield
+        finally:
+            self._close_segment()
+            self.open.remove(name)
+
+
+@contextlib.contextmanager
+def phase_peak(name: str):
+    """The peak of `name` kept by the candidate being made here, if one is collecting (else nothing)."""
+    peaks = PhasePeaks.current
+    if peaks is None:
+        yield
+        return
+    with peaks.phase(name):
+        yield

@@ -211,13 +211,16 @@ def main() -> int:
         model, data = mobilenet(tmp)
         recipes = [build(s, [{"technique": "convert", "scheme": s, "samples": SAMPLES}]) for s in SCHEMES]
         common = dict(recipes=recipes, eval_samples=8)
+        print(f"load average before: {_load()}")
+        c0 = _cpu()
         script_s, script_phases = script_sweep(model, data, tmp / "script")
+        script_cpu = _cpu() - c0
         t0 = time.perf_counter()
         naive = sweeps.sweep(model, data, tmp / "naive", backend="converter", cache=False, **common)
         naive_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu()
         cold = sweeps.sweep(model, data, tmp / "cold", backend="auto", **common)
-        cold_s = time.perf_counter() - t0
+        cold_s, cold_cpu = time.perf_counter() - t0, _cpu() - c0
         t0 = time.perf_counter()
         warm = sweeps.sweep(model, data, tmp / "warm", backend="auto", **common)
         warm_s = time.perf_counter() - t0
@@ -241,10 +244,17 @@ def main() -> int:
             f"--backend converter {naive_s:.1f} s; default sweep {cold_s:.1f} s; warm re-run {warm_s:.1f} s"
         )
         ok &= _report("naive script / default sweep, end to end", script_s / cold_s, 10.0, higher_is_better=True)
+        c0 = _cpu()
         alone_s, alone = conversions_alone(model, data, tmp / "alone")
+        alone_cpu = _cpu() - c0
         steps = ", ".join(f"{k} {v:.1f}" for k, v in alone.items())
         print(f"  conversions alone (a fresh process; seconds: {steps}): {alone_s:.1f} s")
         ok &= _report("default sweep / its conversions alone", cold_s / alone_s, 1.5)
+        print(
+            f"  CPU seconds (this process and its children; what other work on the machine changes least): naive "
+            f"script {script_cpu:.1f}, default sweep {cold_cpu:.1f} ({script_cpu / cold_cpu:.2f}x), conversions "
+            f"alone {alone_cpu:.1f} (sweep / alone {cold_cpu / alone_cpu:.2f}x); load average now {_load()}"
+        )
         for row in phase_rows(script_phases, cold):
             print(row)
         print(
@@ -285,6 +295,18 @@ def main() -> int:
             )
     print("ALL TARGETS MET" if ok else "SOME TARGETS MISSED")
     return 0 if ok else 1
+
+
+def _cpu() -> float:
+    """CPU seconds (user and system) of this process and of its children that ended."""
+    import resource
+
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _report(label: str, value: float, limit: float, higher_is_better: bool = False) -> bool:

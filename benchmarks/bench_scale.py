@@ -97,7 +97,12 @@ def sweep(name: str, model: Path, data: Path, out: Path, budget: str) -> dict:
     with open(log, "w") as f:
         p = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
         tree = TreePeak(p.pid)
-        p.wait()
+        try:
+            p.wait()
+        finally:  # this benchmark stopped (Ctrl-C): the sweep stops too, its whole tree within seconds
+            if p.poll() is None:
+                p.terminate()
+                p.wait()
     seconds, peak = time.perf_counter() - t0, tree.stop()
     if p.returncode != 0:
         return {"name": name, "bytes": size, "skipped": f"the sweep failed ({p.returncode}); see {log}"}

@@ -31,6 +31,9 @@ FACTORS = {"convert": 6.0, "train": 8.0, "quantize": 5.0, "time": 4.0}
 #: A worker holding more than this when it goes idle leaves (its memory goes back to the system); another starts
 #: for the next task. Below it a worker is kept: starting one costs seconds.
 RETIRE_BYTES = 1_500 * 10**6
+#: A model this small is opened in the sweep's own process when that process imported TensorFlow already (an API
+#: caller): an opener process would import it again (seconds) to spare less memory than that.
+OPEN_HERE_BYTES = 64 * 10**6
 
 
 class TooBig(OptimizeError):

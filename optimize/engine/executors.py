@@ -32,7 +32,7 @@ from multiprocessing.connection import wait
 
 from optimize.core.errors import ModelError, OptimizeError
 from optimize.core.results import Candidate
-from optimize.engine.budget import RETIRE_BYTES, Admission, Budget, task_need
+from optimize.engine.budget import OPEN_HERE_BYTES, RETIRE_BYTES, Admission, Budget, task_need, weights_bytes
 from optimize.engine.work import CRASH_SIGNALS, Task, TimingTask, Workspaces, crashed, received, run_task, time_task
 from optimize.measure import footprint
 from optimize.present.progress import Progress
@@ -283,8 +283,11 @@ def _tf_model(kind: str, jobs: int | None, model) -> bool:
 def opener(kind: str, jobs: int | None, model, request, open_fn, export_fn) -> Opener | None:
     """An opener process for a model file TensorFlow opens, in a local run with worker processes (None otherwise:
     the built-in demo, a .tflite, PyTorch and ONNX models are opened in the sweep's process, as are all models
-    with `jobs=0` or Ray)."""
+    with `jobs=0` or Ray; so is a model of at most OPEN_HERE_BYTES when this process imported TensorFlow already,
+    an API caller's: starting a process that imports it again would cost more than the model's memory)."""
     if model is None or str(model) == "demo" or not _tf_model(kind, jobs, model):
+        return None
+    if "tensorflow" in sys.modules and weights_bytes(model) <= OPEN_HERE_BYTES:
         return None
     return Opener(request, open_fn, export_fn)
 

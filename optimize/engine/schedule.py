@@ -210,6 +210,15 @@ def _round(ex, runs: list[Run], progress: Progress, on_candidate) -> None:
         time_and_store(ex, pending, on_candidate)
 
 
+def _rounds(ex, runs: list[Run], progress: Progress, on_candidate) -> None:
+    """The runs' round, then the accuracy-rescue round of those that added a rescue candidate."""
+    _round(ex, runs, progress, on_candidate)
+    rescued = [r for r in runs if r.rescue()]
+    if rescued:
+        progress.start(sum(len(r.recipes) for r in runs))
+        _round(ex, rescued, progress, on_candidate)
+
+
 def run_all(
     runs: list[Run],
     jobs: int | None = None,
@@ -238,11 +247,7 @@ def run_all(
         sampler = sampler or stack.enter_context(footprint.Sampler())
         try:
             with executor(n_jobs, progress, kind, address, spare, limit) as ex:
-                _round(ex, runs, progress, on_candidate)
-                rescued = [r for r in runs if r.rescue()]
-                if rescued:
-                    progress.start(sum(len(r.recipes) for r in runs))
-                    _round(ex, rescued, progress, on_candidate)
+                _rounds(ex, runs, progress, on_candidate)
                 name = ex.name
         finally:
             progress.close()

@@ -177,3 +177,21 @@ def test_tasks_wait_for_memory_and_big_workers_leave(float_tflite, data_npz, tmp
     assert all(c.ok for c in study.candidates) and all(c.p50_ms is not None for c in study.candidates)
     assert max(seen) == 1 and len(seen) >= 4  # one at a time, though two workers were allowed
     assert retired and all(retired)
+
+
+def test_a_recipe_whose_work_cannot_fit_is_left_out_with_why(tmp_path):
+    """A model whose conversion fits but whose fine-tuning does not: the fine-tuning recipes are dropped, said."""
+    from types import SimpleNamespace
+
+    keras = ModelSource(tmp_path / "m.keras", "keras2", "0" * 16)
+    float32 = build("float32", [{"technique": "convert"}])
+    int8 = build("int8", [{"technique": "convert"}, {"technique": "quantize", "scheme": "int8"}])
+    prune = build("prune-int8", [{"technique": "prune"}, {"technique": "convert", "scheme": "int8"}])
+    weights = 400 * MB
+    run = SimpleNamespace(recipes=[float32, int8, prune], src=keras, ds=None, footprint=weights, baseline=float32)
+    fits = budget.WORKER_BYTES + budget.need("convert", weights)
+    limit = budget.Budget(fits, stated=True)
+    assert budget.need("train", weights) > budget.need("convert", weights) > budget.need("quantize", weights)
+    (dropped,) = budget.too_big(run, limit)
+    assert dropped[0] is prune and "to fine-tune, more than the memory budget of" in dropped[1]
+    assert "(--max-memory)" in dropped[1] and budget.too_big(run, None) == []

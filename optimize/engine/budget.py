@@ -151,3 +151,33 @@ class Admission:
         still = sum(max(0, est - max(0, footprint.rss(pid) - base)) for pid, est, base in running)
         room = self.limit.bytes - footprint.tree_rss(os.getpid()) - still - (WORKER_BYTES if spawn else 0)
         return next((i for i, task in enumerate(queue) if task_need(task) <= room), None)
+
+
+def recipe_work(recipe, src, baseline=None) -> str:
+    """What producing one recipe of a run does, before it is a task (`work_of` without its seeds): fine-tunes,
+    converts the source with TensorFlow, or quantizes a float .tflite (the source's, or the baseline's)."""
+    from optimize.engine.plan import from_baseline
+
+    if recipe.trains:
+        return "train"
+    if src.flat or (baseline is not None and recipe is not baseline and from_baseline(recipe, baseline)):
+        return "quantize"
+    return "convert"
+
+
+def too_big(run, limit: Budget | None) -> list:
+    """The recipes of a run whose work cannot fit the budget (a fine-tuning of a model whose conversion fits), each
+    with why: left out of the run, said once, never admitted past the budget. The run keeps the rest."""
+    if limit is None:
+        return []
+    data = data_bytes(run.ds)
+    out = []
+    for r in run.recipes:
+        work = recipe_work(r, run.src, run.baseline)
+        total = WORKER_BYTES + need(work, run.footprint, data)
+        if total > limit.bytes:
+            doing = {"convert": "convert", "train": "fine-tune", "quantize": "quantize and measure"}[work]
+            out.append(
+                (r, f"needs about {footprint.gb(total)} to {doing}, more than the memory budget of {limit.describe()}")
+            )
+    return out

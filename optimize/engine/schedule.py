@@ -24,9 +24,9 @@ from pathlib import Path
 from optimize.convert.keras import export_notes
 from optimize.core import paths
 from optimize.core.recipe import Recipe
-from optimize.core.results import Candidate, MemoryUse, Study
+from optimize.core.results import Candidate, Dropped, MemoryUse, Study
 from optimize.engine import stop
-from optimize.engine.budget import Budget, budget
+from optimize.engine.budget import Budget, budget, too_big
 from optimize.engine.executors import executor
 from optimize.engine.pipeline import direct_notes
 from optimize.engine.plan import _groups, expected_cost, from_baseline
@@ -241,6 +241,8 @@ def run_all(
     groups = sum(r.groups for r in runs)
     n_jobs = default_jobs(groups) if jobs is None else jobs
     limit = (limit or budget()) if kind == "local" else None  # Ray schedules by its own resources
+    for r in runs:
+        _drop_too_big(r, limit)
     if kind == "local":
         log.info("Producing candidates in %s process(es)...", n_jobs or "this")
     with _staged(runs, progress), contextlib.ExitStack() as stack:
@@ -323,6 +325,16 @@ def _staged(runs: list[Run], progress: Progress):
         unstage()
         for r in runs:
             r.out_dir = r.final
+
+
+def _drop_too_big(r: Run, limit: Budget | None) -> None:
+    """A run's recipes whose work cannot fit the memory budget, left out with why (study.json's `dropped`)."""
+    for recipe, why in too_big(r, limit):
+        if recipe is r.baseline:
+            continue  # the baseline's conversion was checked before any work (sweeps), or fails as a candidate
+        r.recipes.remove(recipe)
+        r.dropped.append(Dropped(recipes=[recipe.name], reason=why))
+        log.warning("Dropped %s: it %s.", recipe.name, why)
 
 
 def _memory_use(sampler: footprint.Sampler, limit: Budget | None) -> MemoryUse:

@@ -75,8 +75,10 @@ def test_what_a_task_does_decides_its_estimate(tmp_path):
     assert budget.work_of(_task(keras, [float32])) == "convert"
     assert budget.work_of(_task(keras, [prune])) == "train"
     assert budget.work_of(_task(flat, [int8])) == "quantize"
-    seeded = _task(keras, [int8], start=(tuple(float32.steps), tmp_path / "float32.tflite"))
+    seeded = _task(flat, [int8], start=(tuple(int8.steps[:1]), tmp_path / "float32.tflite"))
     assert budget.work_of(seeded) == "quantize"  # it starts from the baseline's float .tflite
+    from_keras = _task(keras, [int8], start=(tuple(float32.steps), tmp_path / "float32.tflite"))
+    assert budget.work_of(from_keras) == "convert"  # LiteRT's result failing its checks: the converter's route
     exported = _task(keras, [float32], exported=tmp_path / "float32.tflite")
     assert budget.work_of(exported) == "quantize"  # the opener converted it already
     big = replace(_task(keras, [prune]), weights=400 * MB)
@@ -90,7 +92,7 @@ def test_admission_waits_for_room_and_never_starves(tmp_path):
     huge = _task(flat, [int8], weights=10**12)
     me = os.getpid()
     here = footprint.tree_rss(me)
-    room = budget.Admission(budget.Budget(here + budget.WORKER_BYTES + budget.task_need(small) + 50 * MB, True))
+    room = budget.Admission(budget.Budget(here + 2 * budget.task_need(small) + 50 * MB, True))
     assert room.first_fitting([small], [], spawn=True) == 0  # nothing runs: the first task always starts
     assert room.first_fitting([huge], [], spawn=True) == 0
     running = [(me, budget.task_need(small), footprint.rss(me))]

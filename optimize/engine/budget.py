@@ -89,13 +89,18 @@ def data_bytes(ds) -> int:
 def work_of(task) -> str:
     """What a production task does that decides its memory: "train" (a Keras step fine-tunes the model),
     "convert" (TensorFlow converts the source: a Keras model or SavedModel not exported already, a scheme the
-    TFLite converter makes) or "quantize" (LiteRT works on a float .tflite)."""
+    TFLite converter makes, or one LiteRT Quantizer makes from such a source, which falls back to the converter
+    when LiteRT's result fails its checks) or "quantize" (LiteRT works on a float .tflite)."""
     src = task.src
     seeded = tuple(task.start[0]) if task.start else ()
     for r in task.recipes:
         if r.trains:
             return "train"
-        if src.flat or (seeded and tuple(r.steps[: len(seeded)]) == seeded):
+        if src.flat:
+            continue
+        if seeded and tuple(r.steps[: len(seeded)]) == seeded:
+            if r.made_by == "litert" and not r.uses("selective"):
+                return "convert"  # the converter's route is tried when LiteRT Quantizer's result fails
             continue
         first = r.steps[0]
         plain = first.technique == "convert" and getattr(first.params, "scheme", "float32") == "float32"
@@ -106,9 +111,8 @@ def work_of(task) -> str:
 
 def need(work: str, weights: int, data: int = 0) -> int:
     """A task's estimated peak above an idle worker (bytes): its work's factor times the weights, the data, and
-    TensorFlow's import where the work needs it."""
-    tf = TF_BYTES if work in ("convert", "train") else 0
-    return int(FACTORS[work] * weights) + data + tf
+    TensorFlow's import (every kind may import it: int8's calibrator route does)."""
+    return int(FACTORS[work] * weights) + data + TF_BYTES
 
 
 def task_need(task) -> int:
@@ -160,9 +164,9 @@ def recipe_work(recipe, src, baseline=None) -> str:
 
     if recipe.trains:
         return "train"
-    if src.flat or (baseline is not None and recipe is not baseline and from_baseline(recipe, baseline)):
+    if src.flat or (recipe.made_by != "litert" and baseline is not None and from_baseline(recipe, baseline)):
         return "quantize"
-    return "convert"
+    return "convert"  # LiteRT Quantizer's recipes on such a source fall back to the converter (`work_of`)
 
 
 def too_big(run, limit: Budget | None) -> list:

@@ -137,9 +137,9 @@ def refuse_if_too_big(model, weights: int, work: str, limit: Budget, data: int =
 
 class Admission:
     """Which queued task may start now. With a budget, the first in the queue whose estimate fits: what the process
-    tree holds now (`footprint.tree_rss`), plus what each running task may still add (its estimate less what its
-    worker has grown by since it took it), plus the task's own estimate (and a fresh worker's, when one must be
-    started) must not pass the budget. When nothing runs the first task always starts (a model whose largest task
+    tree holds now (`footprint.tree_memory`'s PSS: a page a quantizer's fork shares with its worker counted once),
+    plus what each running task may still add (its estimate less what its worker has grown by since it took it),
+    plus the task's own estimate (and a fresh worker's, when one must be started) must not pass the budget. When nothing runs the first task always starts (a model whose largest task
     cannot fit was refused before any work: `refuse_if_too_big`). Without a budget, the first task."""
 
     def __init__(self, limit: Budget | None) -> None:
@@ -153,7 +153,8 @@ class Admission:
         if self.limit is None or not running:
             return 0
         still = sum(max(0, est - max(0, footprint.rss(pid) - base)) for pid, est, base in running)
-        room = self.limit.bytes - footprint.tree_rss(os.getpid()) - still - (WORKER_BYTES if spawn else 0)
+        held = footprint.tree_memory(os.getpid())[1]
+        room = self.limit.bytes - held - still - (WORKER_BYTES if spawn else 0)
         return next((i for i, task in enumerate(queue) if task_need(task) <= room), None)
 
 

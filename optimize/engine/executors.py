@@ -32,6 +32,7 @@ from multiprocessing.connection import wait
 
 from optimize.core.errors import ModelError, OptimizeError
 from optimize.core.results import Candidate
+from optimize.engine import stop
 from optimize.engine.budget import OPEN_HERE_BYTES, RETIRE_BYTES, Admission, Budget, task_need, weights_bytes
 from optimize.engine.work import CRASH_SIGNALS, Task, TimingTask, Workspaces, crashed, received, run_task, time_task
 from optimize.measure import footprint
@@ -344,18 +345,30 @@ class Opener:
 
     def __init__(self, request, open_fn, export_fn) -> None:
         self.args = (request, open_fn, export_fn)
-        self.proc = self.conn = None
+        self.proc = self.conn = self.tmp = None
 
     def found(self) -> list:
         """Start the opener and wait for what its checks found; its one-line error for bad input, or one saying
-        it died (a crash, the out-of-memory killer) while it loaded the model."""
+        it died (a crash, the out-of-memory killer) while it loaded the model. Its temporaries (TensorFlow's
+        traced functions) go into a folder of its own, removed when it is let go (`close`), however the run ends."""
+        from optimize.core import paths
+
         request, open_fn, export_fn = self.args
+        self.tmp = paths.locked_folder(paths.system_tempdir(), "optimize-opener-")
+        stop.register(self._discard)
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_opener_main, args=(child, open_fn, export_fn, request), daemon=True)
-        _start(self.proc)
+        with paths.environment({"TMPDIR": str(self.tmp)}):
+            _start(self.proc)
         child.close()
         return self._reply("opened", f"opening {request.model}")
+
+    def _discard(self) -> None:
+        from optimize.core import paths
+
+        if self.tmp is not None:
+            paths.discard(self.tmp)
 
     def export(self, folder, direct: bool = True):
         """The loaded model exported for the baseline (`runs.export_keras`'s result), or None (not opened here,
@@ -405,6 +418,8 @@ class Opener:
             self.proc.join(timeout=5)
         with contextlib.suppress(OSError):
             self.conn.close()
+        self._discard()
+        stop.unregister(self._discard)
 
 
 def describe_exit(code: int | None) -> str:

@@ -58,14 +58,23 @@ def install(say: Callable[[str], None] | None = None) -> bool:
 def on_stop(cleanup: Callable[[], None]) -> Iterator[None]:
     """Run `cleanup` if the watcher has to stop the process while this block runs (the block's own `finally` does
     the same work when the main thread stops the run itself: both must be safe to run twice)."""
-    with _lock:
-        _cleanups.append(cleanup)
+    register(cleanup)
     try:
         yield
     finally:
-        with _lock:
-            with contextlib.suppress(ValueError):
-                _cleanups.remove(cleanup)
+        unregister(cleanup)
+
+
+def register(cleanup: Callable[[], None]) -> None:
+    """`on_stop` for what does not live in one block (a process's temporary folder): until `unregister`."""
+    with _lock:
+        _cleanups.append(cleanup)
+
+
+def unregister(cleanup: Callable[[], None]) -> None:
+    with _lock:
+        with contextlib.suppress(ValueError):
+            _cleanups.remove(cleanup)
 
 
 def leave(code: int) -> None:

@@ -447,7 +447,7 @@ class RayExecutor:
             self.owned = True
             _ray_output_to_log()
         self.ray = ray
-        self._produce = ray.remote(produce_on_node).options(num_returns="streaming", max_retries=0, num_cpus=1)
+        self._produce = ray.remote(produce_on_node)  # options per task: its memory (`_memory`)
         self._post_mortem = ray.remote(post_mortem)
         self._time = ray.remote(time_on_node)
         self._clean = ray.remote(clean_node)
@@ -464,7 +464,7 @@ class RayExecutor:
         if fp not in self.datas:
             self.datas[fp] = ray.put(t.data)
         ref = ray.put(t.reference.read_bytes()) if t.reference is not None else None
-        produce = self._produce.options(**self._memory(t))
+        produce = self._produce.options(num_returns="streaming", max_retries=0, num_cpus=1, **self._memory(t))
         gen = produce.remote(replace(t, data=None), self.blobs[t.src.fingerprint], self.datas[fp], ref, self.run)
         r.node, r.crash_file, r.done = None, None, set()
         self.live[gen] = r

@@ -146,7 +146,8 @@ def test_the_sweeps_own_process_never_loads_or_converts_the_keras_model(keras_mo
                          (exporting, "float32_direct"), (exporting, "export_saved_model")):  # fmt: skip
         monkeypatch.setattr(module, name, never)
     study = sweeps.sweep(keras_model, data_npz, tmp_path / "o", recipes=RECIPES, jobs=1, cache=False, runs=3)
-    assert [c.name for c in study.candidates] == ["float32", "int8", "float16"] and all(c.ok for c in study.candidates)
+    names = [c.name for c in study.candidates]  # then fit-* where the fit round buys a target (issue 45)
+    assert names[:3] == ["float32", "int8", "float16"] and all(c.ok for c in study.candidates)
     assert study.candidate("float32").phases["convert"] > 0  # the opener's export, counted on the baseline
     assert study.memory is not None and study.memory.peak_bytes > 0
 

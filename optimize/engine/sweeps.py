@@ -41,7 +41,7 @@ def sweep(
     delegates: bool = True,
     runs: int = 50,
     on_candidate: Callable[[Candidate], None] | None = None,
-    eval_samples: int = measure.DEFAULT_SAMPLES,
+    eval_samples: int | None = measure.DEFAULT_SAMPLES,
     jobs: int | None = None,
     cache: bool | str = True,
     target: Target | str | None = None,
@@ -54,6 +54,10 @@ def sweep(
     ray_address: str | None = None,
     layout: str = "source",
     max_memory: int | None = None,
+    replace: bool = False,
+    fit: bool = True,
+    fit_options: tuple[str, ...] = (),
+    graph=None,
 ) -> Study:
     """The float32 baseline plus every recipe, each measured against it; written to output/study.json.
 
@@ -64,7 +68,12 @@ def sweep(
     `observe=("gpu",)` adds the GPU accelerator's observed report to every candidate where this machine
     has a device it accepts. `refuse_if_nothing_worked(study)` turns a study where nothing worked into exit 1.
     A PyTorch or ONNX model (a .pt2, an .onnx, or an nn.Module) is converted once to a float .tflite;
-    `layout="channels-last"` gives its image inputs and outputs NHWC.
+    `layout="channels-last"` gives its image inputs and outputs NHWC. An `output` holding the study of another
+    model is refused before any work (one line, exit 2) unless `replace`: then that study is replaced. `fit`: where
+    rewriting the float graph lets a target's delegate take all of it (outputs unchanged), the schemes that target
+    misses are made again from the fitted graph (`fit-*`; `fit_options` names rewrites beyond the model's contract:
+    float-mask, non-negative-ids). `graph` (`convert.graph_def.GraphIO`) names a TF1 frozen graph's input and output
+    nodes where its placeholders and unconsumed nodes are not them.
 
     Memory is bounded by design (issue 44): a Keras model or SavedModel is loaded, checked and exported for its
     baseline in an opener process, never in this one; every task runs in a worker admitted against the memory
@@ -108,6 +117,10 @@ def sweep(
             layout=layout,
             keep_keras=elsewhere is None,
             elsewhere=elsewhere.found if elsewhere is not None else None,
+            replace=replace,
+            fit=fit,
+            fit_options=fit_options,
+            graph=graph,
         )
         run.exporter = elsewhere.export if elsewhere is not None else None
         (study,) = run_all([run], jobs, progress, executor, ray_address, on_candidate, warm, limit, sampler)

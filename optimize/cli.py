@@ -115,6 +115,13 @@ MLFLOW = typer.Option(
 #: Options whose value may be left out (`--mlflow` alone), and what they mean then.
 OPTIONAL_VALUES = {"--mlflow": "./mlruns"}
 NO_CACHE = typer.Option(False, "--no-cache", help="Recompute every candidate (neither read nor write the cache).")
+MAX_MEMORY = typer.Option(
+    None,
+    "--max-memory",
+    metavar="<size>",
+    help="Memory the run's processes may hold together, e.g. 6GB or 6GiB (default: what is free); workers start "
+    "only while their estimate fits, and a model that cannot fit is refused before any work.",
+)
 BACKEND_HELP = (
     "Who quantizes: converter (the TFLite converter), litert (LiteRT Quantizer) or auto (per scheme; the "
     "default). The TFLite calibrator is not a choice: it steps in by itself where LiteRT Quantizer leaves "
@@ -291,6 +298,7 @@ def sweep(
     jobs: int | None = typer.Option(
         None, "--jobs", "-j", min=0, help="Worker processes (default: cores, memory permitting; 0: in-process)."
     ),
+    max_memory: str | None = MAX_MEMORY,
     cache: str | None = CACHE,
     no_cache: bool = NO_CACHE,
     executor: str = EXECUTOR,
@@ -369,6 +377,7 @@ def sweep(
         trust_model_code=trust_model_code,
         observe=tuple(o for o in observe.split(",") if o.strip()),
         layout=layout,
+        max_memory=_size(max_memory),
         replace=replace,
         eval_samples=test_samples,
         fit=fit,
@@ -403,6 +412,7 @@ def zoo(
     no_cache: bool = NO_CACHE,
     mlflow: str | None = MLFLOW,
     jobs: int | None = typer.Option(None, "--jobs", "-j", min=0, help="Local worker processes (default: cores)."),
+    max_memory: str | None = MAX_MEMORY,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -438,6 +448,7 @@ def zoo(
         delegates=delegates,
         progress=_progress(as_json),
         mlflow=mlflow,
+        max_memory=_size(max_memory),
     )
     if as_json:
         _print_json(result)
@@ -1100,6 +1111,13 @@ def _silence_stdout() -> None:
         pass
 
 
+def _size(text: str | None) -> int | None:
+    """--max-memory's bytes (one `error:` line for a size it cannot read)."""
+    from optimize.measure.footprint import parse_size
+
+    return parse_size(text) if text is not None else None
+
+
 def optional_values(argv: list[str]) -> list[str]:
     """`--mlflow` alone (last, or before another option) takes its default value."""
     out = []
@@ -1176,8 +1194,11 @@ def main() -> None:
     in one line (exit 130 and 143); a reader that closes the pipe early (`| head -1`) ends it quietly."""
     import signal
 
+    from optimize.engine import stop
+
     _terminal_streams()
     signal.signal(signal.SIGTERM, _on_sigterm)
+    stop.install(_say)  # a stop within seconds, even while the main thread is inside a long native call
     try:
         code = app(args=optional_values(sys.argv[1:]), standalone_mode=False, prog_name="optimize")
         sys.stdout.flush()
@@ -1202,6 +1223,7 @@ def main() -> None:
     if code in (130, 143):  # Typer returns 130 for the KeyboardInterrupt it caught (the clean-up has run)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the last line
         _say("terminated" if code == 143 else "interrupted")
+        stop.leave(code)  # what is left of the process tree killed; no slow teardown of TensorFlow
     sys.exit(code if isinstance(code, int) else 0)
 
 

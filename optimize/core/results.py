@@ -887,6 +887,11 @@ class Candidate(Record):
         description="Where `seconds` went, per phase (PHASES, in that order; phases that did not run are left "
         "out): what each step and each measurement of this candidate cost.",
     )
+    phase_bytes: dict[str, int] = Field(
+        default_factory=dict,
+        description="Peak resident memory of the process that ran each phase (bytes; the phases of `phases` it "
+        "could read: production and measurement, not the timing after it).",
+    )
     cached: bool = False
     node: str | None = Field(
         None, description="The machine (and cluster node) that timed this candidate: compare latencies within one."
@@ -1074,6 +1079,22 @@ class Environment(Record):
     threads: int
 
 
+class MemoryUse(Record):
+    """What the run's process tree held while it worked (issue 44), and the budget its workers were admitted
+    against: the sweep's process and every process it started, resident memory summed over them (pages a fork
+    shares with its parent count in both: the sum errs high), its peak sampled from a thread."""
+
+    peak_bytes: int = Field(ge=0, description="Peak of the process tree's resident memory (RSS summed), in bytes.")
+    peak_pss_bytes: int | None = Field(
+        None, ge=0, description="Peak of its proportional share (PSS summed: a page forks share counted once)."
+    )
+    sampled_every_s: float = Field(gt=0, description="How often the tree's memory was read.")
+    budget_bytes: int | None = Field(
+        None, ge=0, description="The memory budget workers were admitted against (None: not bounded, e.g. Ray)."
+    )
+    budget_stated: bool = Field(False, description="Stated with --max-memory; else what was free at the start.")
+
+
 class Study(Record):
     """One baseline plus candidates: the single JSON document every part of optimize reads."""
 
@@ -1104,6 +1125,7 @@ class Study(Record):
     conversion: Conversion | None = Field(
         None, description="A PyTorch or ONNX model: how it was converted, and the conversion's own error."
     )
+    memory: MemoryUse | None = Field(None, description="What the run's process tree held at its peak, and its budget.")
 
     @property
     def float_reference(self) -> Candidate | None:

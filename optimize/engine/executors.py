@@ -30,12 +30,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
-from optimize.core.errors import OptimizeError
+from optimize.core.errors import ModelError, OptimizeError
 from optimize.core.results import Candidate
+from optimize.engine import stop
+from optimize.engine.budget import OPEN_HERE_BYTES, RETIRE_BYTES, Admission, Budget, task_need, weights_bytes
 from optimize.engine.work import CRASH_SIGNALS, Task, TimingTask, Workspaces, crashed, received, run_task, time_task
+from optimize.measure import footprint
 from optimize.present.progress import Progress
 
-__all__ = ["CRASH_SIGNALS", "ProcessExecutor", "SerialExecutor", "Spare", "executor", "describe_exit", "spare"]
+__all__ = [
+    "CRASH_SIGNALS", "Opener", "ProcessExecutor", "SerialExecutor", "Spare", "describe_exit", "executor", "opener", "spare",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +174,9 @@ def _worker_main(conn, index: int, warm: str = "") -> None:
 
             os.environ["TMPDIR"] = tempfile.tempdir = task[1]
             continue
+        if isinstance(task, TimingTask):  # after production: the candidates timed here, alone on the machine
+            _send(conn, ("timed", [c.model_dump_json() for c in time_task(task)]))
+            continue
         try:
             ws = workspaces.get(task, workspace_root(task, f"w{index}"), shared_root(task))
             for cand in run_task(ws, task, progress):
@@ -260,21 +268,158 @@ class Spare:
             self.conn.close()
 
 
+def _tf_model(kind: str, jobs: int | None, model) -> bool:
+    """A local run with worker processes on a model TensorFlow opens (a Keras file, a SavedModel; None is the
+    built-in Keras demo)."""
+    from pathlib import Path
+
+    if kind != "local" or jobs == 0 or not _spawnable() or unguarded_main():
+        return False
+    if model is not None and not isinstance(model, (str, os.PathLike)):
+        return False  # an nn.Module: converted here, its tasks quantize a .tflite
+    p = None if model is None else Path(model)
+    return p is None or p.is_dir() or p.suffix.lower() in (".keras", ".h5", ".hdf5")
+
+
+def opener(kind: str, jobs: int | None, model, request, open_fn, export_fn) -> Opener | None:
+    """An opener process for a model file TensorFlow opens, in a local run with worker processes (None otherwise:
+    the built-in demo, a .tflite, PyTorch and ONNX models are opened in the sweep's process, as are all models
+    with `jobs=0` or Ray; so is a model of at most OPEN_HERE_BYTES when this process imported TensorFlow already,
+    an API caller's: starting a process that imports it again would cost more than the model's memory)."""
+    if model is None or str(model) == "demo" or not _tf_model(kind, jobs, model):
+        return None
+    if "tensorflow" in sys.modules and weights_bytes(model) <= OPEN_HERE_BYTES:
+        return None
+    return Opener(request, open_fn, export_fn)
+
+
 def spare(kind: str, jobs: int | None, model) -> Spare | None:
     """A warm spare worker for a local run with worker processes whose model TensorFlow opens (Keras or
     SavedModel; None is the built-in Keras demo); None where no worker process would take it."""
     from pathlib import Path
 
-    if kind != "local" or jobs == 0 or not _spawnable() or unguarded_main():
+    if not _tf_model(kind, jobs, model):
         return None
-    if model is not None and not isinstance(model, (str, os.PathLike)):
-        return None  # an nn.Module: converted here, its tasks quantize a .tflite
     p = None if model is None else Path(model)
-    if p is not None and not (p.is_dir() or p.suffix.lower() in (".keras", ".h5", ".hdf5")):
-        return None
     # a Keras model's float32 is converted here, straight from the model the checks load (runs.Run.export):
     # its tasks measure a .tflite; a SavedModel's baseline converts it in the worker
     return Spare("tf" if p is not None and p.is_dir() else "measure")
+
+
+def _opener_main(conn, open_fn, export_fn, request) -> None:
+    """The opener process: `open_fn(request)` (the model opened and checked: `runs.opened_elsewhere`), its records
+    sent back; then, when asked, the Keras model its checks loaded exported for the float32 baseline by
+    `export_fn` (`runs.export_keras`). Only errors are logged back: the sweep's process repeats the same checks
+    from these records and says their warnings itself."""
+    _die_with_parent()
+    root = logging.getLogger("optimize")
+    root.handlers[:] = [_PipeHandler(conn)]
+    root.setLevel(logging.ERROR)
+    root.propagate = False
+    try:
+        records, (src, ds, model) = open_fn(request)
+    except OptimizeError as e:
+        _send(conn, ("user_error", (type(e).__name__, e.problem, e.fix)))
+        _leave(conn)
+    _send(conn, ("opened", records))
+    while True:
+        try:
+            asked = conn.recv()
+        except (EOFError, OSError):
+            _leave(conn)
+        if asked is None:
+            _leave(conn)
+        folder, direct = asked
+        made = export_fn(model, src, ds, folder, direct) if model is not None else None
+        model = None  # exported once: what it held goes when this process leaves
+        _send(conn, ("exported", made))
+
+
+class Opener:
+    """A process that opens a TensorFlow model (a Keras file, a SavedModel) in the sweep's place: it loads the model
+    to check it against the data, sends back what it found (`found`, as `known` records), and later exports the
+    loaded model for the float32 baseline (`export`), then leaves. The sweep's process never imports TensorFlow
+    nor holds the model's weights, and what loading and converting it took goes back to the system when the
+    opener leaves (issue 44: the sweep's own process held 7.4 GB for a 434 MB model). Started at the first
+    question the result cache cannot answer (`runs.Found`): a warm re-run starts none."""
+
+    def __init__(self, request, open_fn, export_fn) -> None:
+        self.args = (request, open_fn, export_fn)
+        self.proc = self.conn = self.tmp = None
+
+    def found(self) -> list:
+        """Start the opener and wait for what its checks found; its one-line error for bad input, or one saying
+        it died (a crash, the out-of-memory killer) while it loaded the model. Its temporaries (TensorFlow's
+        traced functions) go into a folder of its own, removed when it is let go (`close`), however the run ends."""
+        from optimize.core import paths
+
+        request, open_fn, export_fn = self.args
+        self.tmp = paths.locked_folder(paths.system_tempdir(), "optimize-opener-")
+        stop.register(self._discard)
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_opener_main, args=(child, open_fn, export_fn, request), daemon=True)
+        with paths.environment({"TMPDIR": str(self.tmp)}):
+            _start(self.proc)
+        child.close()
+        return self._reply("opened", f"opening {request.model}")
+
+    def _discard(self) -> None:
+        from optimize.core import paths
+
+        if self.tmp is not None:
+            paths.discard(self.tmp)
+
+    def export(self, folder, direct: bool = True):
+        """The loaded model exported for the baseline (`runs.export_keras`'s result), or None (not opened here,
+        or its export failed: the baseline's worker converts it itself)."""
+        if self.conn is None or not self.proc.is_alive():
+            return None
+        try:
+            self.conn.send((folder, direct))
+            return self._reply("exported", "exporting the model")
+        except (OSError, EOFError, OptimizeError):
+            return None
+        finally:
+            self.close()
+
+    def _reply(self, kind: str, doing: str):
+        while True:
+            try:
+                got, payload = self.conn.recv()
+            except (EOFError, OSError):
+                self.proc.join(timeout=5)
+                why = describe_exit(self.proc.exitcode)
+                raise ModelError(
+                    f"The process {doing} was {why.removeprefix('killed by ')}"
+                    + (" (out of memory?)" if "SIGKILL" in why else "")
+                    + ".",
+                    "Free memory, or give the model to `optimize sweep --max-memory` on a larger machine.",
+                ) from None
+            if got == "log":
+                log.log(*payload)
+            elif got == "user_error":
+                from optimize.core import errors
+
+                cls, problem, fix = payload
+                raise getattr(errors, cls, OptimizeError)(problem, fix)
+            elif got == kind:
+                return payload
+
+    def close(self) -> None:
+        """Let the opener go: told to leave when it is idle, killed when it is still at work (an interrupted run)."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send(None)
+        self.proc.join(timeout=1)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=5)
+        with contextlib.suppress(OSError):
+            self.conn.close()
+        self._discard()
+        stop.unregister(self._discard)
 
 
 def describe_exit(code: int | None) -> str:
@@ -294,6 +439,8 @@ class _Worker:
     current: str | None = None
     done: set = field(default_factory=set)
     step: str | None = None  # the step of `current` it is in (`convert scheme=int8`)
+    need: int = 0  # the estimated peak of its task above an idle worker (budget.task_need)
+    base: int = 0  # its resident memory when it took the task
 
 
 @contextmanager
@@ -314,13 +461,17 @@ def _quiet_tracker():
 class ProcessExecutor(_LocalTiming):
     """Runs tasks in at most `jobs` spawned worker processes; a crash fails only its candidate."""
 
-    def __init__(self, jobs: int = 1, progress: Progress | None = None, spare: Spare | None = None):
+    def __init__(
+        self, jobs: int = 1, progress: Progress | None = None, spare: Spare | None = None, limit: Budget | None = None
+    ):
         self.jobs, self.progress = max(1, jobs), progress or Progress()
         self.ctx = mp.get_context("spawn")
         self.queue: deque[Task] = deque()
         self.workers: list[_Worker] = []
         self.spawned = 0
         self.spare = spare  # a warm worker started before the run: the first one taken
+        self.admission = Admission(limit)  # what may start now, by memory (None: by `jobs` alone)
+        self.retired: list = []  # workers told to leave (`_retire`): joined when the executor closes
 
     def submit(self, task: Task) -> None:
         self.queue.append(task)
@@ -346,21 +497,41 @@ class ProcessExecutor(_LocalTiming):
         return w
 
     def _dispatch(self) -> None:
-        """Queued tasks to idle workers (new ones up to `jobs`). A worker that died while idle (killed between
-        two tasks, or between the rounds of a sweep) is let go and its task goes to another."""
+        """Queued tasks to idle workers (new ones up to `jobs`), each admitted against the memory budget: the first
+        queued task whose estimate fits what the running ones leave (`budget.Admission`; one always runs). A
+        worker that died while idle (killed between two tasks, or between the rounds of a sweep) is let go and its
+        task goes to another."""
         while self.queue:
             idle = [w for w in self.workers if w.task is None and self._alive(w)]
             if not idle and len(self.workers) >= self.jobs:
                 return
+            busy = [(w.proc.pid, w.need, w.base) for w in self.workers if w.task is not None]
+            at = self.admission.first_fitting(list(self.queue), busy, spawn=not idle)
+            if at is None:
+                return  # nothing fits until a running task ends
             w = idle.pop(0) if idle else self._spawn()  # the longest-started first: the warmest
-            task = self.queue.popleft()
+            task = self.queue[at]
+            del self.queue[at]
             try:
                 w.conn.send(task)
             except (OSError, EOFError, ValueError):  # it died between the check and the send
-                self.queue.appendleft(task)
+                self.queue.insert(at, task)
                 self._let_go(w)
                 continue
             w.task, w.current, w.done = task, None, set()
+            w.need, w.base = task_need(task), footprint.rss(w.proc.pid)
+
+    def _retire(self, w: _Worker) -> None:
+        """A worker that went idle holding more than RETIRE_BYTES leaves now: what its task took (a TensorFlow
+        conversion, a big model's interpreters) goes back to the system instead of staying with it until the
+        run ends; the next task starts a fresh worker."""
+        if footprint.rss(w.proc.pid) <= RETIRE_BYTES:
+            return
+        log.debug("worker %s holds %s idle: it leaves", w.proc.pid, footprint.gb(footprint.rss(w.proc.pid)))
+        with contextlib.suppress(OSError, ValueError):
+            w.conn.send(None)
+        self.workers.remove(w)
+        self.retired.append(w.proc)
 
     def _alive(self, w: _Worker) -> bool:
         if w.proc.is_alive():
@@ -414,7 +585,8 @@ class ProcessExecutor(_LocalTiming):
             cls, problem, fix = payload
             raise getattr(errors, cls, OptimizeError)(problem, fix)
         elif kind == "idle":
-            w.task = None
+            w.task, w.need = None, 0
+            self._retire(w)
         return None
 
     def results(self) -> Iterator[tuple[str, Candidate]]:
@@ -437,25 +609,53 @@ class ProcessExecutor(_LocalTiming):
                     yield cand
             self._dispatch()
 
+    def time(self, tasks: list[TimingTask]) -> Iterator[tuple[str, list[Candidate]]]:
+        """Time candidates after production in a worker process, one timing task at a time (alone on the machine):
+        the interpreters of every candidate are built there, never in the sweep's process, and go with the
+        worker when it leaves."""
+        for t in tasks:
+            yield t.tag, self._time_in_worker(t)
+
+    def _time_in_worker(self, t: TimingTask) -> list[Candidate]:
+        for w in [w for w in self.workers if w.task is None]:
+            self._retire(w)  # timing starts on a lean worker
+        idle = [w for w in self.workers if w.task is None and self._alive(w)]
+        w = idle[0] if idle else self._spawn("measure")
+        try:
+            w.conn.send(t)
+            while True:
+                kind, payload = w.conn.recv()
+                if kind == "log":
+                    log.log(*payload)
+                elif kind == "timed":
+                    return [Candidate.model_validate_json(c) for c in payload]
+        except (OSError, EOFError, ValueError):
+            w.proc.join(timeout=5)
+            why = describe_exit(w.proc.exitcode)
+            self._let_go(w)
+            log.warning("the worker timing the candidates %s: they keep no latency", why)
+            return [c.model_copy(update={"notes": [*c.notes, f"not timed: the timing worker {why}"]}) for c in t.cands]
+
     def close(self) -> None:
         for w in self.workers:
             try:
                 w.conn.send(None)
             except (OSError, BrokenPipeError):
                 pass
-        for w in self.workers:
-            w.proc.join(timeout=10)
-            if w.proc.is_alive():
-                w.proc.kill()
+        for proc in [*(w.proc for w in self.workers), *self.retired]:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
         self.workers.clear()
 
     def kill(self) -> None:
         """Stop every worker now (an interrupted run): their half-done work is discarded with the staging."""
-        for w in self.workers:
-            if w.proc.is_alive():
-                w.proc.kill()
-        for w in self.workers:
-            w.proc.join(timeout=5)
+        procs = [*(w.proc for w in self.workers), *self.retired]
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+        for proc in procs:
+            proc.join(timeout=5)
         self.workers.clear()
 
 
@@ -475,10 +675,17 @@ def check(kind: str = "local", address: str | None = None) -> None:
         check_address(address)
 
 
-def executor(jobs: int, progress: Progress | None = None, kind: str = "local", address: str | None = None, spare=None):
-    """kind "local": jobs 0 in this process, otherwise that many crash-isolated worker processes.
-    kind "ray": a task per (model, recipe group) on a Ray cluster (`address`; default: a local Ray
-    started for the run)."""
+def executor(
+    jobs: int,
+    progress: Progress | None = None,
+    kind: str = "local",
+    address: str | None = None,
+    spare=None,
+    limit: Budget | None = None,
+):
+    """kind "local": jobs 0 in this process, otherwise that many crash-isolated worker processes, each admitted to a
+    task against the memory budget `limit` (`budget.Admission`). kind "ray": a task per (model, recipe group) on a
+    Ray cluster (`address`; default: a local Ray started for the run)."""
     if kind == "ray":
         from optimize.engine.ray_executor import RayExecutor
 
@@ -493,7 +700,7 @@ def executor(jobs: int, progress: Progress | None = None, kind: str = "local", a
             os.path.basename(sys.modules["__main__"].__file__),
         )
         jobs = 0
-    return SerialExecutor(progress) if jobs == 0 else ProcessExecutor(jobs, progress, spare)
+    return SerialExecutor(progress) if jobs == 0 else ProcessExecutor(jobs, progress, spare, limit)
 
 
 def _spawnable() -> bool:

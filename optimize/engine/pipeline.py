@@ -26,8 +26,8 @@ from optimize.core.results import PHASES, Candidate, Composition, Metrics, Probe
 from optimize.core.vocab import CALIBRATED_SCHEMES, Backend
 from optimize.engine.plan import _key, checked, resolve
 from optimize.engine.ship import ship_out
+from optimize.measure import footprint, probe, verify
 from optimize.measure import metrics as measure
-from optimize.measure import probe, verify
 from optimize.models import rebuild
 from optimize.models import source as models
 from optimize.models.data import Dataset, take
@@ -40,10 +40,12 @@ log = logging.getLogger(__name__)
 
 @contextlib.contextmanager
 def timed(phases: dict[str, float] | None, name: str) -> Iterator[None]:
-    """Add the time the block takes to `phases[name]` (results.PHASES), whether it ends well or not."""
+    """Add the time the block takes to `phases[name]` (results.PHASES), whether it ends well or not; its peak memory
+    is kept too, by the candidate collecting them here (`footprint.phase_peak`)."""
     t0 = time.perf_counter()
     try:
-        yield
+        with footprint.phase_peak(name):
+            yield
     finally:
         if phases is not None:
             phases[name] = phases.get(name, 0.0) + time.perf_counter() - t0

@@ -13,6 +13,9 @@ and the rest of its task runs again. A node that is lost is the environment's: t
 retried elsewhere (up to `RETRIES` times), never failed for it. Ray's own retries are off: it cannot tell
 a segfault from a lost node.
 
+Each task asks Ray for the memory it is estimated to need (`budget.task_need`, as Ray's `memory` resource), so a
+node runs at once only what its memory holds, as the local executor admits tasks against its budget.
+
 Latency is timed after production, a model's candidates together in rounds on one node: each node gets one timing task at a
 time holding all of its CPUs, all candidates of a model on the same node, the node recorded on each.
 
@@ -49,6 +52,7 @@ from pathlib import Path
 
 from optimize.core.errors import OptimizeError
 from optimize.core.results import Candidate, write_atomic
+from optimize.engine.budget import task_need
 from optimize.engine.work import Task, TimingTask, Workspaces, crashed, received, run_task, time_task
 from optimize.present.progress import Progress
 
@@ -399,6 +403,7 @@ class RayExecutor:
         self.run = uuid.uuid4().hex[:12]  # this driver's folder on every node
         self.session: Path | None = None  # a local Ray's own session folder, removed at the end
         self.auth: dict | None = None  # Ray's authentication variables before a local Ray's private token
+        self.memory_cap: int | None = None  # the largest live node's `memory` resource (bytes), read once
 
     # -- connection
     def _connect(self):
@@ -442,7 +447,7 @@ class RayExecutor:
             self.owned = True
             _ray_output_to_log()
         self.ray = ray
-        self._produce = ray.remote(produce_on_node).options(num_returns="streaming", max_retries=0, num_cpus=1)
+        self._produce = ray.remote(produce_on_node)  # options per task: its memory (`_memory`)
         self._post_mortem = ray.remote(post_mortem)
         self._time = ray.remote(time_on_node)
         self._clean = ray.remote(clean_node)
@@ -459,9 +464,22 @@ class RayExecutor:
         if fp not in self.datas:
             self.datas[fp] = ray.put(t.data)
         ref = ray.put(t.reference.read_bytes()) if t.reference is not None else None
-        gen = self._produce.remote(replace(t, data=None), self.blobs[t.src.fingerprint], self.datas[fp], ref, self.run)
+        produce = self._produce.options(num_returns="streaming", max_retries=0, num_cpus=1, **self._memory(t))
+        gen = produce.remote(replace(t, data=None), self.blobs[t.src.fingerprint], self.datas[fp], ref, self.run)
         r.node, r.crash_file, r.done = None, None, set()
         self.live[gen] = r
+
+    def _memory(self, t: Task) -> dict:
+        """The task's memory estimate as Ray's `memory` resource (`budget.task_need`): a node runs only the tasks its
+        memory holds at once, as the local executor admits them against its budget. Capped at the largest node's
+        memory (a task no node could hold would wait forever; it runs alone on the largest instead)."""
+        if self.memory_cap is None:
+            try:
+                self.memory_cap = max(int(n["Resources"].get("memory", 0)) for n in self.ray.nodes() if n["Alive"])
+            except Exception:  # noqa: BLE001 - no figure from Ray: tasks are scheduled by CPUs alone
+                self.memory_cap = 0
+        need = task_need(t)
+        return {"memory": min(need, self.memory_cap)} if need and self.memory_cap else {}
 
     # -- results
     def results(self) -> Iterator[tuple[str, Candidate]]:

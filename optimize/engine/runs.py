@@ -17,9 +17,10 @@ from optimize.convert import keras as exporting
 from optimize.convert.front import open_inputs
 from optimize.core import paths
 from optimize.core.recipe import Recipe, build
-from optimize.core.results import Candidate, Dropped, Study
+from optimize.core.results import Candidate, Dropped, MemoryUse, Study
 from optimize.core.vocab import Backend, Target
 from optimize.engine import outputs
+from optimize.engine.budget import weights_bytes
 from optimize.engine.cache import ResultCache, key_for, result_cache
 from optimize.engine.plan import _is_baseline, asks_training, plan_from, resolve, tasks, with_samples
 from optimize.engine.work import Settings
@@ -28,7 +29,7 @@ from optimize.models import _tf, facts
 from optimize.models import source as models
 from optimize.models.data import Dataset, take
 from optimize.models.inputs import MeasureOptions
-from optimize.models.known import KnownRebuild
+from optimize.models.known import KnownModel, KnownRebuild
 from optimize.present.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,9 @@ class Run:
     open_seconds: float = 0.0  # opening and checking the model and data, planning
     created: list[Path] = field(default_factory=list)  # folders `-o` made that did not exist (deepest first)
     keras: object = field(default=None, repr=False)  # the Keras model the checks loaded (this process only)
+    exporter: object = field(default=None, repr=False)  # or: (folder, direct) -> export, by the opener process
+    footprint: int = 0  # bytes of the model's weights (its file): what memory estimates scale with (budget)
+    memory: MemoryUse | None = None  # what the run's process tree held at its peak (set when the run ends)
     rescued: str | None = None  # the accuracy-rescue recipe the run added itself (mixed-int8), by name
     replaces: list[str] = field(default_factory=list)  # the .tflite files the study already in -o lists (schedule)
     fit: bool = True  # a fit round: the schemes a target misses made again from the fitted float graph
@@ -77,30 +81,21 @@ class Run:
 
     def export(self, direct: bool = True) -> tuple[Path, float] | None:
         """The source Keras model made ready for the float32 baseline (into the run's work folder), from the model
-        the checks loaded, so the worker that takes the baseline (importing TensorFlow meanwhile) neither loads
-        nor exports it again: with `direct`, its float32 .tflite converted straight from the loaded model
-        (`convert.keras.float32_direct`, checked equal to it on test samples); else, or where that route does not
-        take the model, its SavedModel. None when there is nothing to export (a warm re-run, a .tflite, a
-        SavedModel) or the export fails here (the worker then exports it itself, as before). With the seconds it
-        took (the baseline's convert phase counts them)."""
+        the checks loaded, so the worker that takes the baseline neither loads nor exports it again: with `direct`,
+        its float32 .tflite converted straight from the loaded model (`convert.keras.float32_direct`, checked
+        equal to it on test samples); else, or where that route does not take the model, its SavedModel
+        (`export_keras`). Made by the process that opened the model: this one, or the opener process whose
+        checks loaded it (`exporter`; the sweep's process then never holds the model). None when there is
+        nothing to export (a warm re-run, a .tflite, a SavedModel) or the export fails there (the worker then
+        exports it itself, as before). With the seconds it took (the baseline's convert phase counts them)."""
         model, self.keras = self.keras, None  # exported once; the model is not kept past it
-        if model is None or self.src.kind not in ("keras2", "keras3"):
+        exporter, self.exporter = self.exporter, None
+        if self.src.kind not in ("keras2", "keras3"):
             return None
         folder = self.out_dir / ".work" / "export" / self.src.fingerprint
-        batch = 1 if self.src.kind == "keras3" else None
-        t0 = time.perf_counter()
-        try:
-            made = exporting.float32_direct(model, self.ds, batch) if direct else None
-            if made is not None:
-                if made.notes:
-                    paths.write_atomic(folder / exporting.EXPORT_NOTES, json.dumps(list(made.notes)).encode())
-                path = paths.write_atomic(folder / "float32.tflite", made.content)
-            else:
-                path = exporting.export_saved_model(model, folder / "saved_model", batch=batch)
-        except Exception as e:  # noqa: BLE001 - the worker's own export meets it again, as a failed candidate
-            log.debug("exporting %s here failed (%s); the worker exports it", self.src.name, e)
-            return None
-        return path, time.perf_counter() - t0
+        if model is not None:
+            return export_keras(model, self.src, self.ds, folder, direct)
+        return exporter(folder, direct) if exporter is not None else None
 
     @property
     def baseline(self) -> Recipe | None:
@@ -192,6 +187,94 @@ class Run:
         return study
 
 
+def export_keras(model, src: models.ModelSource, ds: Dataset | None, folder: Path, direct: bool = True):
+    """`Run.export`'s work on a loaded Keras model: (the float32 .tflite, or the SavedModel where the direct route
+    does not take the model, the seconds it took), or None when it fails (the baseline's worker meets the failure
+    again, as a failed candidate)."""
+    batch = 1 if src.kind == "keras3" else None
+    t0 = time.perf_counter()
+    try:
+        made = exporting.float32_direct(model, ds, batch) if direct else None
+        if made is not None:
+            if made.notes:
+                paths.write_atomic(folder / exporting.EXPORT_NOTES, json.dumps(list(made.notes)).encode())
+            path = paths.write_atomic(folder / "float32.tflite", made.content)
+        else:
+            path = exporting.export_saved_model(model, folder / "saved_model", batch=batch)
+    except Exception as e:  # noqa: BLE001 - the worker's own export meets it again, as a failed candidate
+        log.debug("exporting %s failed (%s); the worker exports it", src.name, e)
+        return None
+    return path, time.perf_counter() - t0
+
+
+@dataclass(frozen=True)
+class OpenRequest:
+    """What opening one model asks (`open_run`'s inputs), sent to the opener process that loads it in the sweep's
+    place (`opened_elsewhere`)."""
+
+    model: str | Path
+    data: str | Path | Dataset | None
+    measuring: MeasureOptions | None
+    trust: bool
+    layout: str
+    threads: int
+    trains: bool
+
+
+class Found:
+    """A `Memo` that knows what another process's checks found about the model, in front of the result cache's own
+    (`behind`, None without a cache). `elsewhere`, asked at the first question the cache cannot answer, opens and
+    checks the model in another process (`opened_elsewhere`, in an opener process) and gives its records: the
+    sweep's process then opens and plans the model as a warm re-run does, without loading it. What is found is
+    kept in the cache too."""
+
+    def __init__(self, behind=None, elsewhere=None) -> None:
+        self.models: dict = {}
+        self.rebuilds: dict = {}
+        self.behind = behind
+        self.elsewhere = elsewhere
+
+    def _ask_elsewhere(self) -> bool:
+        ask, self.elsewhere = self.elsewhere, None
+        for r in ask() if ask is not None else []:
+            (self.put_model if isinstance(r, KnownModel) else self.put_rebuild)(r)
+        return ask is not None
+
+    def model(self, fingerprint: str):
+        hit = self.models.get(fingerprint) or (self.behind.model(fingerprint) if self.behind else None)
+        return hit if hit is not None or not self._ask_elsewhere() else self.models.get(fingerprint)
+
+    def rebuild(self, fingerprint: str, data: str | None):
+        hit = self.rebuilds.get((fingerprint, data)) or (
+            self.behind.rebuild(fingerprint, data) if self.behind else None
+        )
+        return hit if hit is not None or not self._ask_elsewhere() else self.rebuilds.get((fingerprint, data))
+
+    def put_model(self, record) -> None:
+        self.models[record.fingerprint] = record
+        if self.behind is not None:
+            self.behind.put_model(record)
+
+    def put_rebuild(self, record) -> None:
+        self.rebuilds[(record.fingerprint, record.data)] = record
+        if self.behind is not None:
+            self.behind.put_rebuild(record)
+
+
+def opened_elsewhere(request: OpenRequest):
+    """In the opener process: the model opened and checked as `open_run` does, with the planning facts a Keras 3
+    model's rebuild decides; (what was found, as `known` records; the Keras model the checks loaded, or None).
+    A bad model or data raises the same one-line error the sweep's process would have."""
+    found = Found()
+    loaded: list = []
+    src, ds = open_inputs(
+        request.model, request.data, measuring=request.measuring, trust=request.trust, check=True, known=found,
+        layout=request.layout, on_loaded=loaded.append, threads=request.threads,
+    )  # fmt: skip
+    _planning_facts(found, src, ds, request.trains)
+    return [*found.models.values(), *found.rebuilds.values()], (src, ds, loaded[0] if loaded else None)
+
+
 def open_run(
     model: str | Path | None = None,
     data: str | Path | Dataset | None = None,
@@ -211,6 +294,7 @@ def open_run(
     observe: tuple[str, ...] = (),
     layout: str = "source",
     keep_keras: bool = False,
+    elsewhere=None,
     replace: bool = True,
     fit: bool = True,
     fit_options: tuple[str, ...] = (),
@@ -219,14 +303,18 @@ def open_run(
     """One model's sweep, planned and checked (one clear line for bad inputs, before anything is written).
     A PyTorch or ONNX model is converted here (`layout`: its image I/O), and the conversion's own error
     against the source runtime measured on the data. `keep_keras`: the Keras model the checks load is kept on the
-    run for its baseline (`Run.export`; a one-model sweep keeps it, a zoo of many does not hold them all).
-    `replace=False`: an output folder holding another model's study is refused before any work (`outputs`). `graph`:
-    a TF1 frozen graph's input and output nodes (`convert.graph_def.GraphIO`), when named."""
+    run for its baseline (`Run.export`; a one-model sweep keeps it, a zoo of many does not hold them all). `elsewhere`:
+    opens and checks the model in another process when the cache does not know it (`Found`): it is then opened
+    here as a warm re-run opens it, without loading it. `replace=False`: an output folder holding another model's
+    study is refused before any work (`outputs`). `graph`: a TF1 frozen graph's input and output nodes
+    (`convert.graph_def.GraphIO`), when named."""
     started = time.perf_counter()
     if model is None or isinstance(model, (str, Path)):  # another model's study: one line before anything is opened
         outputs.refuse_another_model(output, "demo" if model is None else str(model), None, replace)
     store = result_cache(cache)  # a cache that cannot be used: one line, before any work
     known = store.known(trust_model_code)  # what earlier runs' checks found: a warm re-run needs no TensorFlow
+    if elsewhere is not None:
+        known = Found(known, elsewhere)
     trains = asks_training(recipes, target)
     loaded: list = []  # the Keras model the checks load, exported for the baseline (Run.export)
     src, ds = open_inputs(
@@ -248,7 +336,7 @@ def open_run(
     return Run(
         src, ds, out_dir, planned, settings, store, model=label, tag=tag, dropped=dropped, observe=observe,
         groups=tasks(planned), started=started, open_seconds=time.perf_counter() - started, created=created,
-        keras=loaded[0] if loaded else None, fit=fit, fit_options=tuple(fit_options),
+        keras=loaded[0] if loaded else None, footprint=weights_bytes(src), fit=fit, fit_options=tuple(fit_options),
     )  # fmt: skip
 
 
@@ -288,6 +376,7 @@ def _study(run: Run, model, threads: int, executor: str = "local") -> Study:
         seconds=round(time.perf_counter() - run.started, 3),
         split=run.ds.split if run.ds else None,
         conversion=run.src.conversion,
+        memory=run.memory,
     )
 
 

@@ -24,12 +24,15 @@ from pathlib import Path
 from optimize.convert.keras import export_notes
 from optimize.core import paths
 from optimize.core.recipe import Recipe
-from optimize.core.results import Candidate, Study
+from optimize.core.results import Candidate, Dropped, MemoryUse, Study
+from optimize.engine import stop
+from optimize.engine.budget import Budget, budget, too_big
 from optimize.engine.executors import executor
 from optimize.engine.pipeline import direct_notes
 from optimize.engine.plan import _groups, expected_cost, from_baseline
 from optimize.engine.runs import Run
 from optimize.engine.work import Task, TimingTask
+from optimize.measure import footprint
 from optimize.models.source import TF_KINDS
 from optimize.present.progress import Progress
 
@@ -63,6 +66,7 @@ class _Pending:
             start=start,
             exported=exported[0] if exported else None,
             exported_seconds=exported[1] if exported else 0.0,
+            weights=r.footprint,
         )
 
     def release_made(self, ex, base: Recipe, float32: Path, baseline: Task) -> None:
@@ -227,6 +231,18 @@ def _round(ex, runs: list[Run], progress: Progress, on_candidate) -> None:
         time_and_store(ex, pending, on_candidate)
 
 
+def _rounds(ex, runs: list[Run], progress: Progress, on_candidate, limit: Budget | None) -> None:
+    """The runs' round, then the round of those that added an accuracy-rescue candidate or fit-* candidates (those
+    too, left out with why where their work cannot fit the budget)."""
+    _round(ex, runs, progress, on_candidate)
+    rescued = [r for r in runs if any([r.rescue(), r.fit_round()])]  # both asked, always
+    for r in rescued:
+        _drop_too_big(r, limit)
+    if rescued:
+        progress.start(sum(len(r.recipes) for r in runs))
+        _round(ex, rescued, progress, on_candidate)
+
+
 def run_all(
     runs: list[Run],
     jobs: int | None = None,
@@ -235,31 +251,36 @@ def run_all(
     address: str | None = None,
     on_candidate: Callable[[Candidate], None] | None = None,
     spare=None,
+    limit: Budget | None = None,
+    sampler: footprint.Sampler | None = None,
 ) -> list[Study]:
     """Run every sweep through one executor (`kind` local or ray); each study saved in its folder. `spare`:
-    a warm worker started before the runs were opened (executors.spare), taken as the first worker."""
+    a warm worker started before the runs were opened (executors.spare), taken as the first worker. `limit`:
+    the memory budget local workers are admitted against (default: what the machine has free now); `sampler`:
+    the process tree's memory, sampled since the runs were opened (default: from now), recorded in each study."""
     progress = progress or Progress()
     names = [r.tag for r in runs]
     if len(set(names)) != len(names):
         raise ValueError("every run needs its own tag")
     groups = sum(r.groups for r in runs)
     n_jobs = default_jobs(groups) if jobs is None else jobs
+    limit = (limit or budget()) if kind == "local" else None  # Ray schedules by its own resources
+    for r in runs:
+        _drop_too_big(r, limit)
     if kind == "local":
         log.info("Producing candidates in %s process(es)...", n_jobs or "this")
-    with _staged(runs, progress):
+    with _staged(runs, progress), contextlib.ExitStack() as stack:
+        sampler = sampler or stack.enter_context(footprint.Sampler())
         try:
-            with executor(n_jobs, progress, kind, address, spare) as ex:
-                _round(ex, runs, progress, on_candidate)
-                rescued = [r for r in runs if any([r.rescue(), r.fit_round()])]  # both asked, always
-                if rescued:
-                    progress.start(sum(len(r.recipes) for r in runs))
-                    _round(ex, rescued, progress, on_candidate)
+            with executor(n_jobs, progress, kind, address, spare, limit) as ex:
+                _rounds(ex, runs, progress, on_candidate, limit)
                 name = ex.name
         finally:
             progress.close()
         studies = []
         for r in runs:
             shutil.rmtree(r.out_dir / ".work", ignore_errors=True)
+            r.memory = _memory_use(sampler, limit)
             studies.append(r.study(name))
         for r, study in zip(runs, studies, strict=True):
             _publish(r, study)
@@ -314,20 +335,44 @@ def _staged(runs: list[Run], progress: Progress):
     for r in runs:
         r.replaces = _replaced(r)
         r.final, r.out_dir = r.out_dir, paths.staging(r.out_dir)
+    stages = [(r.out_dir, r.created) for r in runs]
+
+    def unstage() -> None:
+        for stage, created in stages:
+            paths.discard(stage)
+            paths.remove_if_empty(created)  # an -o this run made and never published into: gone again
+
     try:
-        with paths.temporaries_in(runs[0].out_dir / paths.TMP):
+        with stop.on_stop(unstage), paths.temporaries_in(runs[0].out_dir / paths.TMP):
             yield
     finally:
+        unstage()
         for r in runs:
-            paths.discard(r.out_dir)
             r.out_dir = r.final
-            paths.remove_if_empty(r.created)  # an -o this run made and never published into: gone again
+
+
+def _drop_too_big(r: Run, limit: Budget | None) -> None:
+    """A run's recipes whose work cannot fit the memory budget, left out with why (study.json's `dropped`)."""
+    for recipe, why in too_big(r, limit):
+        if recipe is r.baseline:
+            continue  # the baseline's conversion was checked before any work (sweeps), or fails as a candidate
+        r.recipes.remove(recipe)
+        r.dropped.append(Dropped(recipes=[recipe.name], reason=why))
+        log.warning("Dropped %s: it %s.", recipe.name, why)
+
+
+def _memory_use(sampler: footprint.Sampler, limit: Budget | None) -> MemoryUse:
+    sampler.sample()
+    return MemoryUse(
+        peak_bytes=sampler.peak,
+        peak_pss_bytes=sampler.peak_pss,
+        sampled_every_s=sampler.every,
+        budget_bytes=limit.bytes if limit is not None else None,
+        budget_stated=bool(limit and limit.stated),
+    )
 
 
 def default_jobs(n_groups: int) -> int:
-    """Workers: one per core, at most one per 4 GiB of memory (converting a large model takes ~3.6 GB)."""
-    try:
-        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    except (ValueError, OSError, AttributeError):
-        mem_gib = 8
-    return max(1, min(os.cpu_count() or 1, int(mem_gib // 4), n_groups))
+    """Workers: one per core (each admitted to a task only while its estimated memory fits the budget:
+    `budget.Admission`), no more than there are groups of recipes to make."""
+    return max(1, min(os.cpu_count() or 1, n_groups))

@@ -10,6 +10,7 @@ sweep where nothing worked exits 1 with the causes.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -18,8 +19,12 @@ from optimize.core.errors import NothingWorked
 from optimize.core.recipe import Recipe
 from optimize.core.results import Candidate, Study
 from optimize.core.vocab import Backend, Target
+from optimize.engine.budget import Budget, budget, refuse_if_too_big, weights_bytes
+from optimize.engine.budget import data_bytes as budget_data
+from optimize.engine.plan import asks_training
 from optimize.engine.runs import open_run
 from optimize.engine.schedule import run_all
+from optimize.measure import footprint
 from optimize.measure import metrics as measure
 from optimize.models.data import Dataset
 from optimize.models.inputs import MeasureOptions
@@ -48,6 +53,7 @@ def sweep(
     executor: str = "local",
     ray_address: str | None = None,
     layout: str = "source",
+    max_memory: int | None = None,
     replace: bool = False,
     fit: bool = True,
     fit_options: tuple[str, ...] = (),
@@ -63,20 +69,35 @@ def sweep(
     has a device it accepts. `refuse_if_nothing_worked(study)` turns a study where nothing worked into exit 1.
     A PyTorch or ONNX model (a .pt2, an .onnx, or an nn.Module) is converted once to a float .tflite;
     `layout="channels-last"` gives its image inputs and outputs NHWC. An `output` holding the study of another
-    model is refused before any work (one line, exit 2) unless `replace`: then that study is replaced. `fit`: where rewriting the float graph lets
-    a target's delegate take all of it (outputs unchanged), the schemes that target misses are made again from
-    the fitted graph (`fit-*`; `fit_options` names rewrites beyond the model's contract: float-mask,
-    non-negative-ids). `graph` (`convert.graph_def.GraphIO`) names a TF1 frozen graph's input and output nodes
-    where its placeholders and unconsumed nodes are not them.
+    model is refused before any work (one line, exit 2) unless `replace`: then that study is replaced. `fit`: where
+    rewriting the float graph lets a target's delegate take all of it (outputs unchanged), the schemes that target
+    misses are made again from the fitted graph (`fit-*`; `fit_options` names rewrites beyond the model's contract:
+    float-mask, non-negative-ids). `graph` (`convert.graph_def.GraphIO`) names a TF1 frozen graph's input and output
+    nodes where its placeholders and unconsumed nodes are not them.
+
+    Memory is bounded by design (issue 44): a Keras model or SavedModel is loaded, checked and exported for its
+    baseline in an opener process, never in this one; every task runs in a worker admitted against the memory
+    budget (`max_memory` bytes, default what the machine has free) by an estimate from the model's size, and a
+    model whose work cannot fit is refused in one line before any work (`budget.TooBig`). The process tree's
+    peak is recorded in the study (`Study.memory`).
     """
     from optimize.delegates.observe import check as observable
 
     observable(observe)  # only what can be observed here: one line, before any work
-    from optimize.engine.executors import check, spare
+    from optimize.engine.executors import check, opener, spare
+    from optimize.engine.runs import OpenRequest, export_keras, opened_elsewhere
 
     check(executor, ray_address)  # Ray installed, its address answering: one line, before any work
-    warm = spare(executor, jobs, model)  # a worker importing TensorFlow while the model is opened here
-    try:
+    limit = _refuse_if_too_big(model, data, executor, jobs, max_memory)  # one line, before any work
+    request = OpenRequest(model, data, measuring, trust_model_code, layout, threads, asks_training(recipes, target))
+    # a Keras model or SavedModel is loaded and checked in an opener process, not here (issue 44)
+    elsewhere = opener(executor, jobs, model, request, opened_elsewhere, export_keras)
+    warm = spare(executor, jobs, model)  # a worker importing what its first task needs meanwhile
+    with contextlib.ExitStack() as stack:
+        for process in (warm, elsewhere):  # a spare never taken (a warm re-run, bad input), an opener never asked to
+            if process is not None:  # export (the baseline was cached, the run stopped early): let go at the end
+                stack.callback(process.close)
+        sampler = stack.enter_context(footprint.Sampler())  # the tree's memory, from the opening on
         run = open_run(
             model,
             data,
@@ -94,17 +115,31 @@ def sweep(
             trust_model_code,
             observe=observe,
             layout=layout,
-            keep_keras=True,
+            keep_keras=elsewhere is None,
+            elsewhere=elsewhere.found if elsewhere is not None else None,
             replace=replace,
             fit=fit,
             fit_options=fit_options,
             graph=graph,
         )
-        (study,) = run_all([run], jobs, progress, executor, ray_address, on_candidate, warm)
-    finally:
-        if warm is not None:
-            warm.close()  # if never taken: a warm re-run, bad input, or no worker processes after all
+        run.exporter = elsewhere.export if elsewhere is not None else None
+        (study,) = run_all([run], jobs, progress, executor, ray_address, on_candidate, warm, limit, sampler)
     return study
+
+
+def _refuse_if_too_big(model, data, executor: str, jobs: int | None, max_memory: int | None) -> Budget | None:
+    """The run's memory budget (local runs: `max_memory`, else what is free now; None on Ray, which schedules by
+    its own resources), and one line before any work when the model's first task (converting a Keras model,
+    SavedModel, .pt2 or .onnx; quantizing a .tflite) cannot fit it."""
+    if executor != "local":
+        return None
+    limit = budget(max_memory)
+    weights = weights_bytes(model) if model is not None and str(model) != "demo" else 0
+    if weights and jobs != 0:
+        tflite = Path(str(model)).suffix.lower() == ".tflite"
+        data_size = weights_bytes(data) if isinstance(data, (str, Path)) else budget_data(data)
+        refuse_if_too_big(model, weights, "quantize" if tflite else "convert", limit, data_size)
+    return limit
 
 
 def refuse_if_nothing_worked(study: Study) -> None:

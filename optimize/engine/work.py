@@ -24,7 +24,7 @@ from optimize.core.errors import ModelError
 from optimize.core.recipe import Recipe
 from optimize.core.results import PHASES, Candidate, Memory, Metrics
 from optimize.engine.pipeline import Workspace, make_candidate, own_reference
-from optimize.measure import memory
+from optimize.measure import footprint, memory
 from optimize.measure import metrics as measure
 from optimize.present.progress import Progress
 
@@ -61,6 +61,7 @@ class Task:
     exported: Path | None = None  # the source model's SavedModel, exported by the parent from the model it checked
     exported_seconds: float = 0.0  # what that export took there (the baseline's convert phase counts it)
     tag: str = ""  # which run (model) the task belongs to; executors hand it back with each candidate
+    weights: int = 0  # bytes of the model's weights: what its memory estimate scales with (engine.budget)
 
     def after(self, cand: Candidate) -> Task:
         """The task as it stands once `cand` is done: its baseline becomes the reference of the rest."""
@@ -117,18 +118,20 @@ def run_task(ws: Workspace, task: Task, progress: Progress) -> Iterator[Candidat
         task = replace(task, reference=ref, baseline=base)
     for recipe in task.recipes:
         progress.begin(recipe.name)
-        cand = make_candidate(
-            ws,
-            recipe,
-            task.out_dir,
-            reference=task.reference,
-            baseline=task.baseline,
-            delegates=s.delegates,
-            timing=s.timing,
-            eval_samples=s.eval_samples,
-            progress=progress,
-            data_errors_fatal=s.data_errors_fatal,
-        )
+        with footprint.PhasePeaks().collecting() as peaks:  # each phase's peak memory, kept on the candidate
+            cand = make_candidate(
+                ws,
+                recipe,
+                task.out_dir,
+                reference=task.reference,
+                baseline=task.baseline,
+                delegates=s.delegates,
+                timing=s.timing,
+                eval_samples=s.eval_samples,
+                progress=progress,
+                data_errors_fatal=s.data_errors_fatal,
+            )
+        cand = cand.model_copy(update={"phase_bytes": {p: peaks.peaks[p] for p in cand.phases if p in peaks.peaks}})
         task = task.after(cand)
         yield cand
 

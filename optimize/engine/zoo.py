@@ -13,6 +13,7 @@ failed. Every model is planned and checked before any work, so a bad manifest or
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import re
@@ -166,8 +167,10 @@ def run_zoo(
     runs: int = 50,
     progress: Progress | None = None,
     mlflow: str | None = None,
+    max_memory: int | None = None,
 ) -> ZooResult:
-    """Sweep every model of a manifest through one executor; write each study, report and zoo.json."""
+    """Sweep every model of a manifest through one executor; write each study, report and zoo.json. Local workers
+    are admitted against the memory budget (`max_memory` bytes, default what the machine has free)."""
     from optimize.engine.schedule import run_all
 
     path, models = load_manifest(manifest)
@@ -180,8 +183,10 @@ def run_zoo(
 
         check(mlflow)  # before any work: one line when the store cannot be used
     settings = {"threads": threads, "delegates": delegates, "runs": runs, "cache": cache}
-    opened = _open_all(path, models, out, settings)
-    studies = run_all(opened, jobs, progress, executor, ray_address)
+    opened = _open_all(path, models, out, settings, (executor, jobs))
+    from optimize.engine.budget import budget
+
+    studies = run_all(opened, jobs, progress, executor, ray_address, limit=budget(max_memory))
     entries = [_entry(m, s, out) for m, s in zip(models, studies)]
     for m, s in zip(models, studies):
         _report(s, out / m.name, m.all_targets())
@@ -200,9 +205,11 @@ def run_zoo(
     return result
 
 
-def _open_all(path: Path, models: list[ZooModel], out: Path, settings: dict) -> list:
+def _open_all(path: Path, models: list[ZooModel], out: Path, settings: dict, where: tuple = ("local", None)) -> list:
     """Every model's sweep planned and checked before any work; a bad one is one line naming it, and the
-    folders this call made are removed (nothing half-written)."""
+    folders this call made are removed (nothing half-written). With local workers (`where`: executor, jobs), a
+    Keras model or SavedModel is loaded and checked in an opener process, one model at a time, never in this one
+    (issue 44): the zoo's process holds no model's weights."""
     from optimize.engine.runs import open_run
 
     opened = []
@@ -212,15 +219,36 @@ def _open_all(path: Path, models: list[ZooModel], out: Path, settings: dict) -> 
             recipes = [_recipe(r) for r in m.recipes] if m.recipes is not None else None
             targets = m.all_targets()
             target = targets[0] if targets else None
-            opened.append(
-                open_run(m.path, m.data, out / m.name, recipes, target=target, tag=m.name, layout=m.layout, **settings)
-            )
+            with _opener(m, recipes, target, settings, where) as elsewhere:
+                opened.append(
+                    open_run(
+                        m.path, m.data, out / m.name, recipes, target=target, tag=m.name, layout=m.layout,
+                        elsewhere=elsewhere, **settings,
+                    )
+                )  # fmt: skip
         except OptimizeError as e:
             for folder in fresh:
                 if folder.is_dir() and not any(folder.iterdir()):
                     folder.rmdir()
             raise type(e)(f"{path.name}: models[{i}] ({m.name}): {e.problem}", e.fix) from None
     return opened
+
+
+@contextlib.contextmanager
+def _opener(m: ZooModel, recipes, target, settings: dict, where: tuple):
+    """What opens one model of the zoo elsewhere (`runs.Found`'s `elsewhere`), or None: an opener process for a
+    Keras model or SavedModel with local workers, let go once the model is open."""
+    from optimize.engine.executors import opener
+    from optimize.engine.plan import asks_training
+    from optimize.engine.runs import OpenRequest, export_keras, opened_elsewhere
+
+    request = OpenRequest(m.path, m.data, None, False, m.layout, settings["threads"], asks_training(recipes, target))
+    process = opener(*where, m.path, request, opened_elsewhere, export_keras)
+    try:
+        yield process.found if process is not None else None
+    finally:
+        if process is not None:
+            process.close()
 
 
 def _recipe(name: str):

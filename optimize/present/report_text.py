@@ -794,7 +794,25 @@ def phase_lines(cands: list[Candidate], study: Study | None = None) -> list[str]
     spent = [c for c in cands if c.phases]
     if not spent:
         return ["Where the time went: no phase timings recorded (candidates from an older optimize)."]
-    return _phase_totals(spent, study) + _phase_per_candidate(spent)
+    return _phase_totals(spent, study) + _phase_per_candidate(spent) + memory_lines(study)
+
+
+def memory_lines(study: Study | None) -> list[str]:
+    """The process tree's peak memory and the budget its workers were admitted against (issue 44)."""
+    m = study.memory if study is not None else None
+    if m is None:
+        return []
+    line = (
+        f"Memory: the process tree peaked at {m.peak_bytes / 1e9:.2f} GB (resident memory of the sweep and its "
+        f"workers together, read every {m.sampled_every_s:g} s"
+    )
+    if m.peak_pss_bytes is not None and m.peak_pss_bytes < 0.95 * m.peak_bytes:
+        line += f"; {m.peak_pss_bytes / 1e9:.2f} GB with each page forks share counted once"
+    line += ")"
+    if m.budget_bytes is not None:
+        where = "--max-memory" if m.budget_stated else "free when the run started"
+        line += f"; budget {m.budget_bytes / 1e9:.2f} GB ({where})"
+    return [line + "."]
 
 
 def _phase_totals(spent: list[Candidate], study: Study | None) -> list[str]:

@@ -1,0 +1,188 @@
+"""The memory a sweep works within, and what each of its tasks is estimated to need before it starts.
+
+A worker process is admitted to a task only while the process tree's memory, what the running tasks may still
+add, and the new task's estimate fit the budget (`optimize.engine.executors.ProcessExecutor`); a model whose
+single largest task cannot fit is refused in one line before any work (`refuse_if_too_big`). The budget is
+`--max-memory` when stated, else what the machine has free when the run starts (`footprint.available_bytes`).
+
+A task's estimate grows with the model's weights (the bytes of its file: `weights_bytes`) by what the task does
+(`work_of`): it converts the source with TensorFlow (the float32 baseline of a Keras model or SavedModel, a scheme
+the TFLite converter makes), fine-tunes it (prune, cluster, QAT), or quantizes and measures a float .tflite with
+LiteRT, plus the data every worker holds and what a fresh worker costs. The factors are the peaks measured on
+seeded Keras attention encoders and CNNs (benchmarks/bench_scale.py; FACTORS below says which), rounded up.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from optimize.core.errors import OptimizeError
+from optimize.measure import footprint
+
+#: A fresh worker process (Python, numpy, the LiteRT runtime, LiteRT Quantizer, the pipeline) before any task.
+WORKER_BYTES = 600 * 10**6
+#: What importing TensorFlow and Keras adds to a process.
+TF_BYTES = 700 * 10**6
+#: A task's peak above an idle worker, per byte of the model's weights, by what it does (measured on encoders of
+#: 45-434 MB and ResNet-50: see the module's docstring).
+FACTORS = {"convert": 6.0, "train": 8.0, "quantize": 5.0, "time": 4.0}
+#: A worker holding more than this when it goes idle leaves (its memory goes back to the system); another starts
+#: for the next task. Below it a worker is kept: starting one costs seconds.
+RETIRE_BYTES = 1_500 * 10**6
+#: A model this small is opened in the sweep's own process when that process imported TensorFlow already (an API
+#: caller): an opener process would import it again (seconds) to spare less memory than that.
+OPEN_HERE_BYTES = 64 * 10**6
+
+
+class TooBig(OptimizeError):
+    """A model whose work cannot fit the memory budget."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The bytes a run's process tree may hold, and where the figure comes from."""
+
+    bytes: int
+    stated: bool = False  # --max-memory, else what the machine had free when the run started
+
+    def describe(self) -> str:
+        return f"{footprint.gb(self.bytes)} ({'--max-memory' if self.stated else 'free when the run started'})"
+
+
+def budget(max_memory: int | None = None) -> Budget:
+    """The run's budget: `max_memory` bytes when stated, else what the machine has free now."""
+    if max_memory is not None:
+        return Budget(int(max_memory), stated=True)
+    return Budget(footprint.available_bytes())
+
+
+def weights_bytes(model) -> int:
+    """Bytes of a model's weights, as its file holds them: a file's size, a SavedModel folder's files together,
+    an opened source's normalised .tflite (0 when there is no file to read: the built-in demo, an nn.Module)."""
+    content = getattr(model, "content", None)
+    if content is not None:
+        return len(content)
+    path = getattr(model, "path", model)
+    if path is None or not isinstance(path, (str, os.PathLike)):
+        return 0
+    p = Path(path)
+    if p.is_file():
+        return p.stat().st_size
+    if p.is_dir():
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink())
+    return 0
+
+
+def data_bytes(ds) -> int:
+    """Bytes of a dataset's arrays (every worker holds its own copy)."""
+    if ds is None:
+        return 0
+    seen: dict[int, int] = {}  # splits can share arrays (x_cal is x_test when there is no other split)
+    for value in vars(ds).values():
+        for a in value.values() if isinstance(value, dict) else [value]:
+            seen[id(a)] = int(getattr(a, "nbytes", 0) or 0)
+    return sum(seen.values())
+
+
+def work_of(task) -> str:
+    """What a production task does that decides its memory: "train" (a Keras step fine-tunes the model),
+    "convert" (TensorFlow converts the source: a Keras model or SavedModel not exported already, a scheme the
+    TFLite converter makes, or one LiteRT Quantizer makes from such a source, which falls back to the converter
+    when LiteRT's result fails its checks) or "quantize" (LiteRT works on a float .tflite)."""
+    src = task.src
+    seeded = tuple(task.start[0]) if task.start else ()
+    for r in task.recipes:
+        if r.trains:
+            return "train"
+        if src.flat:
+            continue
+        if seeded and tuple(r.steps[: len(seeded)]) == seeded:
+            if r.made_by == "litert" and not r.uses("selective"):
+                return "convert"  # the converter's route is tried when LiteRT Quantizer's result fails
+            continue
+        first = r.steps[0]
+        plain = first.technique == "convert" and getattr(first.params, "scheme", "float32") == "float32"
+        if not (plain and task.exported is not None and Path(task.exported).suffix == ".tflite"):
+            return "convert"
+    return "quantize"
+
+
+def need(work: str, weights: int, data: int = 0) -> int:
+    """A task's estimated peak above an idle worker (bytes): its work's factor times the weights, the data, and
+    TensorFlow's import (every kind may import it: int8's calibrator route does)."""
+    return int(FACTORS[work] * weights) + data + TF_BYTES
+
+
+def task_need(task) -> int:
+    """`need` for a production task (`work.Task`), from the model and data it carries."""
+    return need(work_of(task), task.weights, data_bytes(task.data))
+
+
+def refuse_if_too_big(model, weights: int, work: str, limit: Budget, data: int = 0) -> None:
+    """One line, before any work, when the model's largest task (`work`: what its first task does) cannot fit the
+    budget with the process that runs it: naming the model's size, the estimate and the budget."""
+    total = WORKER_BYTES + need(work, weights, data)
+    if total <= limit.bytes:
+        return
+    doing = {"convert": "convert", "train": "fine-tune", "quantize": "quantize and measure"}[work]
+    name = Path(str(getattr(model, "path", model))).name
+    raise TooBig(
+        f"{name} ({footprint.gb(weights)} of weights) needs about {footprint.gb(total)} to {doing}, more than the "
+        f"memory budget of {limit.describe()}.",
+        "Free memory, or run it where more is free (--max-memory states the budget).",
+    )
+
+
+class Admission:
+    """Which queued task may start now. With a budget, the first in the queue whose estimate fits: what the process
+    tree holds now (`footprint.tree_memory`'s PSS: a page a quantizer's fork shares with its worker counted once),
+    plus what each running task may still add (its estimate less what its worker has grown by since it took it),
+    plus the task's own estimate (and a fresh worker's, when one must be started) must not pass the budget. When nothing runs the first task always starts (a model whose largest task
+    cannot fit was refused before any work: `refuse_if_too_big`). Without a budget, the first task."""
+
+    def __init__(self, limit: Budget | None) -> None:
+        self.limit = limit
+
+    def first_fitting(self, queue: list, running: list[tuple[int, int, int]], spawn: bool) -> int | None:
+        """The index in `queue` of the task to start, or None to wait for a running one to end. `running`: (pid,
+        estimate, its RSS when it took the task) per busy worker; `spawn`: no idle worker, a new one would start."""
+        if not queue:
+            return None
+        if self.limit is None or not running:
+            return 0
+        still = sum(max(0, est - max(0, footprint.rss(pid) - base)) for pid, est, base in running)
+        held = footprint.tree_memory(os.getpid())[1]
+        room = self.limit.bytes - held - still - (WORKER_BYTES if spawn else 0)
+        return next((i for i, task in enumerate(queue) if task_need(task) <= room), None)
+
+
+def recipe_work(recipe, src, baseline=None) -> str:
+    """What producing one recipe of a run does, before it is a task (`work_of` without its seeds): fine-tunes,
+    converts the source with TensorFlow, or quantizes a float .tflite (the source's, or the baseline's)."""
+    from optimize.engine.plan import from_baseline
+
+    if recipe.trains:
+        return "train"
+    if src.flat or (recipe.made_by != "litert" and baseline is not None and from_baseline(recipe, baseline)):
+        return "quantize"
+    return "convert"  # LiteRT Quantizer's recipes on such a source fall back to the converter (`work_of`)
+
+
+def too_big(run, limit: Budget | None) -> list:
+    """The recipes of a run whose work cannot fit the budget (a fine-tuning of a model whose conversion fits), each
+    with why: left out of the run, said once, never admitted past the budget. The run keeps the rest."""
+    if limit is None:
+        return []
+    data = data_bytes(run.ds)
+    out = []
+    for r in run.recipes:
+        work = recipe_work(r, run.src, run.baseline)
+        total = WORKER_BYTES + need(work, run.footprint, data)
+        if total > limit.bytes:
+            doing = {"convert": "convert", "train": "fine-tune", "quantize": "quantize and measure"}[work]
+            out.append(
+                (r, f"needs about {footprint.gb(total)} to {doing}, more than the memory budget of {limit.describe()}")
+            )
+    return out

@@ -1,0 +1,198 @@
+"""The run's own memory: what its process tree holds (RSS, sampled), what the machine has free, sizes in words.
+
+`optimize.measure.memory` measures a model's peak in the runtime; this is the footprint of optimize itself while
+it works: the sweep's process and every process it started (workers, their forked children, the memory probe).
+The tree's resident memory is summed over its processes (`tree_rss`: pages a fork shares with its parent are
+counted in both, so the sum errs high, never low; a quantizer's check runs in forks of its worker) and so is its
+proportional share (`tree_memory`'s PSS: each shared page split among the processes sharing it, what the tree
+really holds). `Sampler` keeps both peaks from a thread, as the run goes: recorded in study.json (`Study.memory`)
+and printed with `-v`. The scheduler admits work against a budget (`optimize.engine.budget`) by the RSS sum.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+
+from optimize.core.errors import RecipeError
+
+#: How often the sampler reads the tree (seconds): short next to any phase that could raise it by much.
+EVERY_S = 0.2
+
+
+def available_bytes() -> int:
+    """What the machine has free for new work now (MemAvailable: free memory plus caches it can drop)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def rss(pid: int | None = None) -> int:
+    """One process's resident memory (bytes); 0 when it is gone."""
+    import psutil
+
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except psutil.Error:
+        return 0
+
+
+def tree_rss(pid: int | None = None) -> int:
+    """Resident memory of a process and all its descendants, summed (bytes)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total
+
+
+def tree_memory(pid: int | None = None) -> tuple[int, int]:
+    """(RSS, PSS) of a process and all its descendants, each summed (bytes); PSS falls back to RSS where the system
+    does not give it."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0, 0
+    rss_sum = pss_sum = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            full = p.memory_full_info()
+            rss_sum += full.rss
+            pss_sum += getattr(full, "pss", full.rss)
+    return rss_sum, pss_sum
+
+
+class Sampler:
+    """The peaks of this process tree's memory (`tree_memory`: RSS and PSS summed) while it runs, read every `every`
+    seconds from a thread."""
+
+    def __init__(self, every: float = EVERY_S) -> None:
+        self.every = every
+        self.peak = 0  # of the RSS sum
+        self.peak_pss = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="optimize-footprint")
+
+    def __enter__(self) -> Sampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sample()
+
+    def sample(self) -> int:
+        now, pss = tree_memory(os.getpid())
+        self.peak, self.peak_pss = max(self.peak, now), max(self.peak_pss, pss)
+        self.samples += 1
+        return now
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.sample()
+
+
+def gb(n: int | float) -> str:
+    """Bytes in words: `434 MB`, `5.72 GB` (decimal units, as file sizes are shown)."""
+    if n < 1e9:
+        return f"{n / 1e6:.0f} MB"
+    return f"{n / 1e9:.2f} GB"
+
+
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_DECIMAL = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
+def parse_size(text: str) -> int:
+    """`6GB` (10^9 bytes each), `6GiB` or `6g` (2^30, as `docker --memory` reads it), `512MB`, `2.5GB`, or plain
+    bytes, into bytes; a RecipeError saying the form for anything else or for a size under 64 MB."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", text.lower())
+    if m is None or (m.group(3) == "i"):
+        raise RecipeError(f"{text!r} is not a memory size.", "Give it as 6GB, 6GiB, 512MB or a number of bytes.")
+    number, unit, tail = float(m.group(1)), m.group(2), m.group(3)
+    scale = _DECIMAL[unit + "b"] if tail == "b" and unit else _UNITS[unit]
+    size = int(number * scale)
+    if size < 64 * 10**6:
+        raise RecipeError(f"A memory budget of {text.strip()} is too small to run a model.", "Give at least 64MB.")
+    return size
+
+
+def high_water() -> int:
+    """This process's peak resident memory since the last `reset_high_water` (VmHWM; 0 where not readable)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def reset_high_water() -> None:
+    """Start a new peak from the current resident memory (Linux: /proc/self/clear_refs; elsewhere a no-op)."""
+    with contextlib.suppress(OSError):
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+
+
+class PhasePeaks:
+    """This process's peak resident memory in each phase of a candidate (what `optimize.engine.pipeline.timed`
+    times), read from the kernel's high-water mark: reset as a phase starts, read as it ends or as a phase inside
+    it starts, and counted for every phase open at the time (phases nest: a quantizer's check inside its step)."""
+
+    current: PhasePeaks | None = None  # the candidate being made in this process (set by `collecting`)
+
+    def __init__(self) -> None:
+        self.peaks: dict[str, int] = {}
+        self.open: list[str] = []
+
+    @contextlib.contextmanager
+    def collecting(self):
+        before, PhasePeaks.current = PhasePeaks.current, self
+        try:
+            yield self
+        finally:
+            PhasePeaks.current = before
+
+    def _close_segment(self) -> None:
+        peak = high_water()
+        for name in self.open:
+            self.peaks[name] = max(self.peaks.get(name, 0), peak)
+        reset_high_water()
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        self._close_segment()
+        self.open.append(name)
+        try:
+            yield
+        finally:
+            self._close_segment()
+            self.open.remove(name)
+
+
+@contextlib.contextmanager
+def phase_peak(name: str):
+    """The peak of `name` kept by the candidate being made here, if one is collecting (else nothing)."""
+    peaks = PhasePeaks.current
+    if peaks is None:
+        yield
+        return
+    with peaks.phase(name):
+        yield

@@ -395,7 +395,14 @@ class Runner:
                 raise ModelError(
                     f"A sample of shape {np.asarray(x).shape} does not fit input {d['name']} {list(d['shape'])}."
                 )
-            self.it.set_tensor(d["index"], _to_input(x, d))
+            try:
+                self.it.set_tensor(d["index"], _to_input(x, d))
+            except ValueError as e:  # the runtime's own check of the input tensor (its bytes, its type)
+                why = (str(e).strip().splitlines() or ["no reason given"])[0][:200]
+                raise ModelError(
+                    f"The runtime refuses a sample for input {named(d['name'])}: {why}.",
+                    "The model's input tensor is not one the runtime can fill: re-export the model.",
+                ) from None
 
     def invoke(self) -> None:
         """Run the model once; a failure is an InvokeError naming the node, the op and the kernel's message."""

@@ -1072,7 +1072,10 @@ def main() -> None:
     in one line (exit 130 and 143); a reader that closes the pipe early (`| head -1`) ends it quietly."""
     import signal
 
+    from optimize.core import crash
+
     _terminal_streams()
+    crash.supervised(_say, crash.command_of(sys.argv[1:]))  # a crash in native code: one line, exit 2
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(args=optional_values(sys.argv[1:]), standalone_mode=False, prog_name="optimize")

@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from optimize.convert import vocabulary
+from optimize.core import crash, trust
 from optimize.core.errors import DataError, ModelError, OptimizeError
 from optimize.core.results import Conversion, ConvertedInput
 from optimize.core.shown import named
@@ -539,7 +540,7 @@ def to_tflite(named, kwargs: dict, name: str, quant_config=None) -> bytes:
 
     litert_torch.config.show_progress = False
     try:
-        with _quiet():
+        with _quiet(), crash.doing("litert-torch", None, "converting"):
             edge = litert_torch.convert(named, sample_kwargs=kwargs, quant_config=quant_config)
             content = bytes(edge.model_content())
     except Exception as e:  # noqa: BLE001 - a model the converter cannot lower: one line
@@ -591,7 +592,7 @@ def cache_dir() -> Path:
     root = local_path(default_root())
     if root is None:
         root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "optimize"
-    return root / "converted"
+    return trust.or_private(root / "converted", "The conversion cache")  # another user's folder: not used
 
 
 def library_folder(name: str) -> Path | None:

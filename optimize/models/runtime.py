@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from optimize.core import crash
 from optimize.core.errors import ModelError
 from optimize.core.shown import named
 
@@ -73,6 +74,7 @@ class Loaded:
     log: list[str]
     xnnpack: bool
     threads: int
+    file: str = ""  # the model's path, when it was loaded from one (named if the runtime crashes on it)
 
 
 class InvokeError(ModelError):
@@ -131,7 +133,7 @@ def describe(model: bytes):
 
     checked(model)  # nothing unchecked reaches the interpreter's native code
     Interpreter, OpResolverType = _interpreter_class()
-    with captured_stderr():
+    with captured_stderr(), crash.doing("the LiteRT interpreter", None, "reading"):
         try:
             return Interpreter(
                 model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
@@ -265,7 +267,8 @@ def load(
         kwargs["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     t0 = time.perf_counter()
     it = None
-    with captured_stderr() as log:
+    file = "" if isinstance(model, bytes) else str(model)
+    with captured_stderr() as log, crash.doing("the LiteRT interpreter", file or None, "loading"):
         try:
             it = Interpreter(**kwargs)
             if like is not None:
@@ -285,7 +288,7 @@ def load(
             raise LoadError(failure, f"The LiteRT runtime cannot load this model: {err}") from None
     init_ms = (time.perf_counter() - t0) * 1000
     used_xnn = xnnpack and any(d["op_name"] == "DELEGATE" for d in it._get_ops_details())
-    return Loaded(it, init_ms, log, used_xnn, threads)
+    return Loaded(it, init_ms, log, used_xnn, threads, file)
 
 
 def _to_input(x: np.ndarray, detail: dict) -> np.ndarray:
@@ -353,6 +356,8 @@ class Runner:
         self.loaded = loaded
         self.it = loaded.interpreter
         self.digest = digest  # the model's sha256: its outputs on a sample are kept for this process (`_SEEN`)
+        file = loaded.file or crash.current()[2]
+        self._running = crash.crumb("the LiteRT interpreter", file, "running")  # what a crash names
         self._read_details()
 
     def _read_details(self) -> None:
@@ -406,6 +411,7 @@ class Runner:
 
     def invoke(self) -> None:
         """Run the model once; a failure is an InvokeError naming the node, the op and the kernel's message."""
+        crash.mark(self._running)  # left in place: the timing loops' bare invokes are this interpreter's too
         try:
             self.it.invoke()
         except (RuntimeError, ValueError) as e:

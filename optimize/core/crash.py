@@ -71,7 +71,7 @@ class doing:  # noqa: N801 - used as a context manager, like contextlib's
     __slots__ = ("data", "before")
 
     def __init__(self, step: str, file=None, verb: str = "on"):
-        self.data = crumb(step, file if file is not None else _subject[0], verb)
+        self.data = crumb(step, file or _subject[0], verb)
 
     def __enter__(self):
         self.before = now(self.data)

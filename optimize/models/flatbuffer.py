@@ -127,7 +127,7 @@ class Tensor:
     quant_table: object = field(default=None, repr=False)  # parsed on first use: most rules never look
     data: memoryview | None = field(default=None, repr=False)
     sparse: bool = False  # has sparsity parameters (stored compressed: its buffer is not shape-sized)
-    sparsity_table: object = field(default=None, repr=False)  # (buffer, position): read by `models.sparsity`
+    sparsity_table: object = field(default=None, repr=False)  # (buffer, its offset's position): `models.sparsity`
 
     @property
     def quant(self) -> Quant | None:
@@ -558,7 +558,6 @@ def _tensor(x: _Table, ti: int, buffers: list[memoryview | None]) -> Tensor:
     code = buf[pos + offs[1]] if offs[1] else 0
     code = code - 256 if code > 127 else code
     q = pos + offs[4] + _U32.unpack_from(buf, pos + offs[4])[0] if offs[4] else 0
-    sp = pos + offs[6] + _U32.unpack_from(buf, pos + offs[6])[0] if offs[6] else 0
     return Tensor(
         index=ti,
         name=x.string(10),
@@ -571,7 +570,7 @@ def _tensor(x: _Table, ti: int, buffers: list[memoryview | None]) -> Tensor:
         quant_table=(buf, q) if q else None,
         data=data,
         sparse=offs[6] != 0,
-        sparsity_table=(buf, sp) if sp else None,
+        sparsity_table=(buf, pos + offs[6]) if offs[6] else None,
     )
 
 

@@ -244,6 +244,11 @@ def _source(model: str | Path | bytes) -> dict:
     return {"model_path": text}
 
 
+def _file_name(model: str | Path | bytes) -> str:
+    """The model's path as a crash names it; "" for bytes (the command's file is named then)."""
+    return "" if isinstance(model, bytes | bytearray | memoryview) else str(model)
+
+
 def load(
     model: str | Path | bytes, threads: int = 2, xnnpack: bool = True, keep_tensors: bool = False, like=None
 ) -> Loaded:
@@ -267,8 +272,8 @@ def load(
         kwargs["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     t0 = time.perf_counter()
     it = None
-    file = "" if isinstance(model, bytes) else str(model)
-    with captured_stderr() as log, crash.doing("the LiteRT interpreter", file or None, "loading"):
+    file = _file_name(model)
+    with captured_stderr() as log, crash.doing("the LiteRT interpreter", file, "loading"):
         try:
             it = Interpreter(**kwargs)
             if like is not None:

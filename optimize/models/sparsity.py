@@ -27,6 +27,7 @@ DENSE, SPARSE_CSR = 0, 1
 #: SparseIndexVector's union members: Int32Vector, Uint16Vector, Uint8Vector (schema.fbs), by type code.
 _INDEX_DTYPES = {1: "<i4", 2: "<u2", 3: "u1"}
 _I32 = struct.Struct("<i")
+_U32 = struct.Struct("<I")
 
 
 @dataclass(frozen=True)
@@ -59,11 +60,12 @@ def _index_vector(table: _Table, type_slot: int, slot: int) -> np.ndarray | None
 
 
 def read(table: tuple) -> Sparsity:
-    """The SparsityParameters table at (buffer, position): traversal_order 0, block_map 1, dim_metadata 2;
-    DimensionMetadata: format 0, dense_size 1, array_segments 2-3, array_indices 4-5 (schema field ids).
-    A table that points outside the file raises (struct.error, ValueError): the caller says it is corrupt."""
-    buf, pos = table
-    t = _Table(buf, pos)
+    """The SparsityParameters table whose offset is at (buffer, position): traversal_order 0, block_map 1,
+    dim_metadata 2; DimensionMetadata: format 0, dense_size 1, array_segments 2-3, array_indices 4-5 (schema
+    field ids). A table that points outside the file raises (struct.error, ValueError): the caller says it is
+    corrupt."""
+    buf, at = table
+    t = _Table(buf, at + _U32.unpack_from(buf, at)[0])
     levels = tuple(
         Level(d.byte(4), d.scalar(6, _I32), _index_vector(d, 8, 10), _index_vector(d, 12, 14)) for d in t.tables(8)
     )

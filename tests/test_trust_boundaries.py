@@ -291,6 +291,42 @@ def test_a_forged_entry_is_rebuilt_never_shipped(keras_model, data_npz, tmp_path
     assert int8.metrics.size == cold.candidate("int8").metrics.size
 
 
+def test_a_team_bucket_serves_its_key_holders_and_no_one_else(float_tflite, tmp_path, monkeypatch):
+    """An s3:// cache (moto): a teammate with the team's key is served; an entry forged by someone who can write
+    the bucket but holds no key is rebuilt, never shipped."""
+    pytest.importorskip("s3fs")
+    import hashlib
+
+    import fsspec
+    from servers import moto_s3
+
+    from optimize.core.recipe import as_given, build
+    from optimize.engine import sweeps
+
+    recipes = [as_given("float32"), build("float16", [{"technique": "quantize", "scheme": "float16"}])]
+    monkeypatch.setenv("OPTIMIZE_CACHE_KEY", "the team's secret, from CI's vault")
+
+    def sweep(out):
+        return sweeps.sweep(float_tflite, None, out, recipes=recipes, delegates=False, runs=3, jobs=0, cache=url)
+
+    with moto_s3("team") as bucket:
+        url = f"{bucket}/opt"
+        first = sweep(tmp_path / "a")
+        assert all(c.cached for c in sweep(tmp_path / "b").candidates)  # a teammate: served
+        fs = fsspec.filesystem("s3")
+        planted = b"TFL3" + bytes(1000)  # anything: the attacker has no key to sign it with
+        sha = hashlib.sha256(planted).hexdigest()
+        for entry in fs.glob(f"{url[5:]}/results/v9/*/entries/*/*.json"):
+            doc = json.loads(fs.cat(entry))
+            doc["artifact_sha256"], doc["artifact_bytes"] = sha, len(planted)
+            fs.pipe(entry, json.dumps(doc).encode())
+        fs.pipe(f"{url[5:]}/results/v9/artifacts/{sha[:2]}/{sha}.tflite", planted)
+        again = sweep(tmp_path / "c")
+    assert not again.candidate("float16").cached
+    assert (tmp_path / "c" / "float16.tflite").read_bytes() == (tmp_path / "a" / "float16.tflite").read_bytes()
+    assert again.candidate("float16").metrics.size == first.candidate("float16").metrics.size
+
+
 def test_entries_under_another_key_are_never_read(keras_model, data_npz, tmp_path, cache_root, monkeypatch):
     _sweep(keras_model, data_npz, tmp_path / "a")
     monkeypatch.setenv("OPTIMIZE_CACHE_KEY", "another team's secret, 32 chars")

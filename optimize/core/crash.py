@@ -23,9 +23,9 @@ import sys
 from collections.abc import Callable
 
 PAGE = 4096
-_LENGTH = 4  # the page: a little-endian length, then "step\0file" in UTF-8
+SLOT = PAGE // 2  # the page: the step at 0, the command's file (`subject`) at SLOT
+_LENGTH = 4  # a slot: a little-endian length, then "step\0verb\0file" (or the file) in UTF-8
 _page: mmap.mmap | bytearray = bytearray(PAGE)
-_subject: list[str] = [""]  # the file the command works on, when a step names none
 
 #: Signals the parent hands on (to the child's group when the terminal sent them, else to the child).
 FORWARDED = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2})
@@ -41,14 +41,23 @@ def _text(file) -> str:
 def crumb(step: str, file=None, verb: str = "on") -> bytes:
     """A step (who runs: "the LiteRT interpreter"), what it does to the file (`verb`: "loading") and the file,
     as the page holds them (encoded once, written often: `mark`)."""
-    data = f"{step}\0{verb}\0{_text(file)}".encode("utf-8", "backslashreplace")[: PAGE - _LENGTH]
+    return _slot(f"{step}\0{verb}\0{_text(file)}")
+
+
+def _slot(text: str) -> bytes:
+    data = text.encode("utf-8", "backslashreplace")[: SLOT - _LENGTH]
     return len(data).to_bytes(_LENGTH, "little") + data
+
+
+def _read(at: int) -> str:
+    n = min(int.from_bytes(_page[at : at + _LENGTH], "little"), SLOT - _LENGTH)
+    return bytes(_page[at + _LENGTH : at + _LENGTH + n]).decode("utf-8", "replace")
 
 
 def now(step: str | bytes, file=None) -> bytes:
     """Say what native code runs from here on (until another step says otherwise); returns what the page
     held before, for `restore`."""
-    n = min(int.from_bytes(_page[:_LENGTH], "little"), PAGE - _LENGTH)
+    n = min(int.from_bytes(_page[:_LENGTH], "little"), SLOT - _LENGTH)
     before = bytes(_page[: _LENGTH + n])
     mark(step if isinstance(step, bytes) else crumb(step, file))
     return before
@@ -57,7 +66,7 @@ def now(step: str | bytes, file=None) -> bytes:
 def mark(data: bytes) -> None:
     """`now` for a step encoded once (`crumb`), on a hot path (every invoke): nothing read back."""
     _page[_LENGTH : len(data)] = data[_LENGTH:]
-    _page[:_LENGTH] = data[:_LENGTH]  # the length last: a crash mid-write leaves a whole step (or an old one)
+    _page[:_LENGTH] = data[:_LENGTH]  # the length last: a crash mid-write garbles a step at worst, never more
 
 
 def restore(before: bytes) -> None:
@@ -71,7 +80,7 @@ class doing:  # noqa: N801 - used as a context manager, like contextlib's
     __slots__ = ("data", "before")
 
     def __init__(self, step: str, file=None, verb: str = "on"):
-        self.data = crumb(step, file or _subject[0], verb)
+        self.data = crumb(step, file or _read(SLOT), verb)
 
     def __enter__(self):
         self.before = now(self.data)
@@ -83,14 +92,14 @@ class doing:  # noqa: N801 - used as a context manager, like contextlib's
 
 def subject(file) -> None:
     """The file the command works on (the model it was given): named when a crash's step names none."""
-    _subject[0] = _text(file)
+    data = _slot(_text(file))
+    _page[SLOT : SLOT + len(data)] = data
 
 
 def current() -> tuple[str, str, str]:
-    """(step, verb, file) the page holds."""
-    n = min(int.from_bytes(_page[:_LENGTH], "little"), PAGE - _LENGTH)
-    step, verb, file = ([*bytes(_page[_LENGTH : _LENGTH + n]).decode("utf-8", "replace").split("\0"), "", ""])[:3]
-    return step, verb or "on", file or _subject[0]
+    """(step, verb, file) the page holds (the file: the step's, else the command's)."""
+    step, verb, file = [*_read(0).split("\0"), "", ""][:3]
+    return step, verb or "on", file or _read(SLOT)
 
 
 # ------------------------------------------------------------------------------------------ the supervisor

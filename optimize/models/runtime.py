@@ -363,6 +363,7 @@ class Runner:
         self.digest = digest  # the model's sha256: its outputs on a sample are kept for this process (`_SEEN`)
         file = loaded.file or crash.current()[2]
         self._running = crash.crumb("the LiteRT interpreter", file, "running")  # what a crash names
+        crash.mark(self._running)  # from here on, until another step says otherwise: feeding it, running it
         self._read_details()
 
     def _read_details(self) -> None:

@@ -157,6 +157,26 @@ def test_a_native_crash_is_one_line_naming_the_step_and_the_file(corpus, tmp_pat
     assert r.returncode == -signal.SIGSEGV  # without the supervisor: the bare crash it replaces
 
 
+def test_the_crash_line_names_the_step_what_it_did_and_the_file():
+    from optimize.core import crash
+
+    crash.subject("m.keras")
+    before = crash.now("")  # no step (an earlier test's interpreter may have left its own)
+    try:
+        assert crash.crash_line(signal.SIGKILL, "sweep").startswith("optimize sweep was killed (SIGKILL) on m.keras:")
+        with crash.doing("the TFLite converter", None, "converting"):
+            line = crash.crash_line(signal.SIGSEGV, "sweep")
+            assert line.startswith("the TFLite converter crashed (SIGSEGV) converting m.keras. ")
+            with crash.doing("the LiteRT interpreter", "x" * 5000 + ".tflite", "loading"):  # cut to the page
+                assert crash.current()[:2] == ("the LiteRT interpreter", "loading")
+            assert crash.current() == ("the TFLite converter", "converting", "m.keras")
+        assert crash.current() == ("", "on", "m.keras")
+    finally:
+        crash.subject("")
+        crash.restore(before)
+    assert crash.command_of(["--verbose", "sweep", "m.keras"]) == "sweep"
+
+
 ABORT_IN_THE_CONVERTER = (
     "import os\n"
     "import optimize.models.runtime as rt\n"

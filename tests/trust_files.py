@@ -26,7 +26,7 @@ def _schema():
 
 
 def int8_base() -> bytes:
-    """Conv (8 channels, per-channel int8 weights) -> max pool -> dense -> dense, int8 inside, float I/O."""
+    """Conv (8 channels, per-channel int8 weights) -> max pool -> dense, int8 inside, float I/O."""
     from optimize.models import _tf
 
     keras, tf = _tf.keras(), _tf.tf()
@@ -141,6 +141,16 @@ def _dimension(m):
     return i
 
 
+def _applied(base: bytes, edits: dict) -> dict[str, tuple[bytes, str]]:
+    """name -> (the base with that edit made, what is said about it)."""
+    out = {}
+    for name, (edit, said) in edits.items():
+        m = load_t(base)
+        edit(m)
+        out[name] = (save_t(m), said)
+    return out
+
+
 def quant_cases(base: bytes) -> dict[str, tuple[bytes, str]]:
     """Each quantization defect, applied to the int8 base: name -> (file, what the error line says)."""
     nan, inf = float("nan"), float("inf")
@@ -161,12 +171,7 @@ def quant_cases(base: bytes) -> dict[str, tuple[bytes, str]]:
         "fewer zero points than scales": (_short_zero_points, "8 quantization scales but 7 zero points"),
         "quantized dimension outside the shape": (_dimension, "quantized along dimension 7"),
     }
-    out = {}
-    for name, (edit, said) in edits.items():
-        m = load_t(base)
-        edit(m)
-        out[name] = (save_t(m), said)
-    return out
+    return _applied(base, edits)
 
 
 # ------------------------------------------------------------------------------------------------ sparsity
@@ -246,12 +251,7 @@ def sparse_cases(base: bytes) -> dict[str, tuple[bytes, str]]:
         "a buffer shorter than the values kept": (_short_buffer, "but its buffer holds 16 bytes"),
         "sparsity on a tensor with no data": (_not_constant, "has sparsity parameters but no constant data"),
     }
-    out = {}
-    for name, (edit, said) in edits.items():
-        m = load_t(base)
-        edit(m)
-        out[name] = (save_t(m), said)
-    return out
+    return _applied(base, edits)
 
 
 def blocked(base: bytes) -> bytes:

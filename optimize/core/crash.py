@@ -28,7 +28,11 @@ _LENGTH = 4  # a slot: a little-endian length, then "step\0verb\0file" (or the f
 _page: mmap.mmap | bytearray = bytearray(PAGE)
 
 #: Signals the parent hands on (to the child's group when the terminal sent them, else to the child).
-FORWARDED = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2})
+FORWARDED = frozenset(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+    if hasattr(signal, name)
+)  # (those this platform has: `supervised` runs only where fork does)
 _SI_KERNEL = 0x80  # siginfo's si_code for a signal the kernel (a terminal's line discipline) sent
 
 
@@ -137,7 +141,10 @@ def _die_with_parent() -> None:
 
 def _child(mask) -> None:
     """The child: its own process group, the parent's signal mask back, background terminal I/O never stops it."""
-    os.setpgid(0, 0)
+    try:
+        os.setpgid(0, 0)
+    except OSError:  # the parent made it already, or may not: either way the command runs
+        pass
     _die_with_parent()
     for sig in (signal.SIGTTOU, signal.SIGTTIN):
         signal.signal(sig, signal.SIG_IGN)
@@ -161,11 +168,21 @@ def _hand_on(info, pid: int) -> None:
         pass
 
 
+def _next_signal(waited: set) -> object:
+    """The next signal in `waited` and who sent it (si_code); macOS has no sigwaitinfo: every signal then counts
+    as sent by a process (handed to the child alone)."""
+    if hasattr(signal, "sigwaitinfo"):
+        return signal.sigwaitinfo(waited)
+    from types import SimpleNamespace
+
+    return SimpleNamespace(si_signo=signal.sigwait(waited), si_code=0)
+
+
 def _wait(pid: int) -> int:
     """Wait for the child, handing on every signal meanwhile; its wait status."""
     waited = {*FORWARDED, signal.SIGCHLD, signal.SIGTSTP, signal.SIGCONT}
     while True:
-        info = signal.sigwaitinfo(waited)
+        info = _next_signal(waited)
         if info.si_signo != signal.SIGCHLD:
             _hand_on(info, pid)
             continue

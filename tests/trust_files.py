@@ -249,7 +249,7 @@ def sparse_cases(base: bytes) -> dict[str, tuple[bytes, str]]:
         "a level in no known format": (_set("sparsity.dimMetadata.0.format", 5), "format 5"),
         "a sparse level without indices": (_set("sparsity.dimMetadata.1.arrayIndices", None), "without its segments"),
         "a buffer shorter than the values kept": (_short_buffer, "but its buffer holds 16 bytes"),
-        "sparsity on a tensor with no data": (_not_constant, "has sparsity parameters but no constant data"),
+        "sparsity on a tensor with no data": (_not_constant, "sparse but with no constant data"),
     }
     return _applied(base, edits)
 

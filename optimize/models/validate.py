@@ -102,15 +102,13 @@ def _check_sparsity(t: Tensor, at: str, where: str) -> None:
     def fail(problem: str) -> ModelError:
         return _fail(where, f"{at} {problem}")
 
-    if t.data is None:
-        raise fail("has sparsity parameters but no constant data")
     try:
         layout = sparsity.read(t.sparsity_table)
     except Exception as e:  # noqa: BLE001 - offsets outside the file: corrupt
         raise fail(f"has unreadable sparsity parameters ({e.__class__.__name__})") from None
     kept = sparsity.check(layout, t.shape, fail)
     needed = -(-kept // _PACKED[t.dtype]) if t.dtype in _PACKED else kept * _ITEM_BYTES.get(t.dtype, 1)
-    if len(t.data) < needed:
+    if t.data is not None and len(t.data) < needed:  # no data at all: refused where an op reads it (_check_read)
         raise fail(f"keeps {kept} values, but its buffer holds {len(t.data)} bytes")
 
 
@@ -204,7 +202,17 @@ def _check_ops(sg: Subgraph, where: str) -> None:
         _check_indices(op.outputs, n, what, where)
         _check_omitted(op, what, where)
         _check_written(sg, op.outputs, f"{what} writes its output into", where)
+        _check_read(sg, op.inputs, what, where)
     _check_written(sg, sg.inputs, f"subgraph {sg.index}'s input is", where)
+
+
+def _check_read(sg: Subgraph, indices, what: str, where: str) -> None:
+    """A sparse tensor an operator reads holds its compressed values (DENSIFY and the sparse kernels read them
+    as a constant's; one left over by an edit, and read by nothing, is harmless)."""
+    for i in indices:
+        t = sg.tensors[i] if i >= 0 else None
+        if t is not None and t.sparse and t.data is None:
+            raise _fail(where, f"{what} reads tensor {i} ({named(t.name)}), sparse but with no constant data")
 
 
 def _check_written(sg: Subgraph, indices, what: str, where: str) -> None:

@@ -88,6 +88,20 @@ def test_valid_sparse_layouts_are_accepted_and_run_as_written(bases):
         np.testing.assert_allclose(out, outs[0], rtol=1e-6)
 
 
+def test_zero_scales_converters_write_on_constants_are_accepted(bases):
+    """TensorFlow's int16x8 converter gives an all-zero channel a scale of 0; a weight channel's 0 dequantizes
+    to 0 and runs. Only what the runtime computes (inputs, activations, outputs) must have a scale above 0."""
+    from optimize.models import runtime
+    from optimize.models.flatbuffer import _parse
+    from optimize.models.tflite import read_model
+
+    content = trust_files.zero_channel_int16x8()
+    assert any(t.is_const and t.quant is not None and 0.0 in t.quant.scales for t in _parse(content).main.tensors)
+    read_model(content)
+    runner = runtime.Runner(runtime.load(content, threads=1))
+    assert np.isfinite(runner.run(np.ones((1, 8, 8, 3), np.float32))[0]).all()
+
+
 @pytest.mark.parametrize("command", ["evaluate", "compat"])
 def test_the_scale_that_crashed_litert_is_one_line(corpus, tmp_path, command):
     """An int8 input whose scale is 0 made LiteRT segfault in allocate_tensors: exit 139, compat silent."""

@@ -48,6 +48,25 @@ def int8_base() -> bytes:
     return c.convert()
 
 
+def zero_channel_int16x8() -> bytes:
+    """What TensorFlow's converter writes for int16x8 when a channel's weights are all zero (a pruned filter):
+    that channel's scale is 0, and the model runs. The validator must take it."""
+    from optimize.models import _tf
+
+    keras, tf = _tf.keras(), _tf.tf()
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Input((8, 8, 3)), keras.layers.Conv2D(4, 3), keras.layers.Flatten()])
+    w, b = model.layers[0].get_weights()
+    w[..., 1], b[1] = 0, 0
+    model.layers[0].set_weights([w, b])
+    rng = np.random.default_rng(0)
+    c = tf.lite.TFLiteConverter.from_keras_model(model)
+    c.optimizations = [tf.lite.Optimize.DEFAULT]
+    c.representative_dataset = lambda: ([rng.random((1, 8, 8, 3), dtype=np.float32)] for _ in range(8))
+    c.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+    return c.convert()
+
+
 def sparse_base() -> bytes:
     """Dense(32) -> Dense(4) on 32 inputs, 80% of each weight zero: the converter stores them sparse (CSR)."""
     from optimize.models import _tf
@@ -161,7 +180,7 @@ def quant_cases(base: bytes) -> dict[str, tuple[bytes, str]]:
         "input scale infinite": (_set_scale(_input_quantized, inf), "quantization scale of inf"),
         "activation scale 0": (_set_scale(_activation, 0.0), "quantization scale of 0.0"),
         "activation scale NaN": (_set_scale(_activation, nan), "quantization scale of nan"),
-        "weight scale 0 (channel 3)": (_set_scale(_weights, 0.0, 3), "scale of 0.0 (channel 3)"),
+        "weight scale NaN (channel 3)": (_set_scale(_weights, float("nan"), 3), "scale of nan (channel 3)"),
         "weight scale negative": (_set_scale(_weights, -1.0, 0), "scale of -1.0 (channel 0)"),
         "weight scale infinite": (_set_scale(_weights, inf, 5), "scale of inf (channel 5)"),
         "zero point 300 on int8": (_set_zero_point(_activation, 300), "zero point 300, outside int8's -128..127"),

@@ -117,14 +117,17 @@ _ZERO_POINTS = {
     "int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "int4": (-8, 7), "int2": (-2, 1),
     "uint16": (0, 65535), "int32": (-(2**31), 2**31 - 1), "uint32": (0, 2**32 - 1),
 }  # fmt: skip
-#: Types whose kernels divide by the scale (requantizing, XNNPACK's checks): a scale of 0 is a crash there.
+#: Types whose kernels divide by a computed tensor's scale (requantizing, XNNPACK's checks): 0 is a crash there.
+#: A constant may hold 0 (TensorFlow's int16x8 converter writes it for a channel whose weights are all zero:
+#: every value dequantizes to 0); no scale may be negative or non-finite.
 _SCALED = frozenset({"int8", "uint8", "int16", "int4", "int2", "uint16"})
 
 
 def _check_quant(t: Tensor, at: str, where: str) -> None:
     """The affine quantization InterpreterBuilder::ParseQuantization accepts (blockwise is not checked there),
-    and what the kernels then assume unchecked: scales finite and positive (a scale of 0, below 0, NaN or
-    infinite crashes LiteRT while it allocates tensors), zero points inside their type, one scale per channel."""
+    and what the kernels then assume unchecked: scales finite, never negative, above 0 on what the runtime
+    computes (a scale of 0, below 0, NaN or infinite on an int8 input crashed LiteRT while it allocated tensors),
+    zero points inside their type, one scale per channel."""
     q = t.quant
     if q is None or q.blockwise:
         return
@@ -142,12 +145,14 @@ def _check_quant(t: Tensor, at: str, where: str) -> None:
 
 def _check_scales(t: Tensor, q, at: str, where: str) -> None:
     scales = q.scales
-    bad = ~np.isfinite(scales) | (scales <= 0 if t.dtype in _SCALED else scales < 0)
+    computed = t.dtype in _SCALED and not t.is_const
+    bad = ~np.isfinite(scales) | (scales <= 0 if computed else scales < 0)
     if bad.any():
         k = int(np.argmax(bad))
         channel = f" (channel {k})" if q.count > 1 else ""
+        above = "above 0" if computed else "0 or above"
         raise _fail(
-            where, f"{at} has a quantization scale of {float(scales[k])!r}{channel}: scales are finite, above 0"
+            where, f"{at} has a quantization scale of {float(scales[k])!r}{channel}: scales are finite, {above}"
         )
     low, high = _ZERO_POINTS[t.dtype]
     zps = q.zero_points

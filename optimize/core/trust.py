@@ -73,7 +73,7 @@ def trusted(folder: str | os.PathLike, what: str = "The cache") -> bool:
         _WARNED.add(str(folder))
         log.warning(
             "%s %s is not used: %s, so another user could plant what a run reads back from it. "
-            "Make it yours alone (chmod go-w), or pass another --cache.",
+            "Use a folder you own that only you can write (chmod go-w), or pass another --cache.",
             what, folder, why,
         )  # fmt: skip
     return False

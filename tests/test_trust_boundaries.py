@@ -348,7 +348,10 @@ def test_a_team_bucket_serves_its_key_holders_and_no_one_else(float_tflite, tmp_
     def sweep(out):
         return sweeps.sweep(float_tflite, None, out, recipes=recipes, delegates=False, runs=3, jobs=0, cache=url)
 
+    import s3fs
+
     with moto_s3("team") as bucket:
+        s3fs.S3FileSystem.clear_instance_cache()  # one made for an earlier test's server holds its endpoint
         url = f"{bucket}/opt"
         first = sweep(tmp_path / "a")
         assert all(c.cached for c in sweep(tmp_path / "b").candidates)  # a teammate: served
@@ -527,3 +530,27 @@ def test_report_md_has_nothing_live_from_a_name_in_any_viewer(tmp_path):
         html = render(md)
         assert not _live(html), (name, _live(html))
         assert "evil.example" in html, name  # the names are there, as text
+
+
+@pytest.mark.slow
+def test_a_model_with_a_nul_and_markdown_in_its_names_sweeps_and_reads_back(float_tflite, data_npz, tmp_path):
+    """End to end: a model whose file and output are named with Markdown (and the output with a NUL) sweeps; its
+    study reads back in report and recommend, and report.md holds nothing live."""
+    from delegate_fixtures import load_t, save_t
+    from markdown_it import MarkdownIt
+
+    m = load_t(float_tflite.read_bytes())
+    out = m.subgraphs[0].outputs[0]
+    m.subgraphs[0].tensors[out].name = ("lo\x00gits " + trust_files.MARKDOWN).encode()
+    model = tmp_path / "m [x](javascript:alert(1)) <b>.tflite"
+    model.write_bytes(save_t(m))
+    r = run_limited("sweep", str(model), "--data", str(data_npz), "-o", str(tmp_path / "o"), cwd=tmp_path,
+                    cache=tmp_path / "c")  # fmt: skip
+    clean(r)
+    assert r.returncode == 0
+    for command in (("report", str(tmp_path / "o")), ("recommend", str(tmp_path / "o"), "--target", "cpu")):
+        r = run_limited(*command, cwd=tmp_path, cache=tmp_path / "c")
+        clean(r)
+        assert r.returncode == 0, r.stderr
+    html = MarkdownIt("commonmark").enable("table").render((tmp_path / "o" / "report.md").read_text())
+    assert not _live(html), _live(html)

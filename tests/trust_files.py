@@ -40,11 +40,19 @@ def int8_base() -> bytes:
             keras.layers.Dense(10),
         ]
     )
+    return _calibrated(model, (1, 8, 8, 1), tf.lite.OpsSet.TFLITE_BUILTINS_INT8)
+
+
+def _calibrated(model, shape: tuple, ops) -> bytes:
+    """The TFLite converter's integer conversion (`ops`) of a Keras model, calibrated on seeded uniform samples."""
+    from optimize.models import _tf
+
+    tf = _tf.tf()
     rng = np.random.default_rng(0)
     c = tf.lite.TFLiteConverter.from_keras_model(model)
     c.optimizations = [tf.lite.Optimize.DEFAULT]
-    c.representative_dataset = lambda: ([rng.random((1, 8, 8, 1), dtype=np.float32)] for _ in range(16))
-    c.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    c.representative_dataset = lambda: ([rng.random(shape, dtype=np.float32)] for _ in range(16))
+    c.target_spec.supported_ops = [ops]
     return c.convert()
 
 
@@ -59,12 +67,7 @@ def zero_channel_int16x8() -> bytes:
     w, b = model.layers[0].get_weights()
     w[..., 1], b[1] = 0, 0
     model.layers[0].set_weights([w, b])
-    rng = np.random.default_rng(0)
-    c = tf.lite.TFLiteConverter.from_keras_model(model)
-    c.optimizations = [tf.lite.Optimize.DEFAULT]
-    c.representative_dataset = lambda: ([rng.random((1, 8, 8, 3), dtype=np.float32)] for _ in range(8))
-    c.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
-    return c.convert()
+    return _calibrated(model, (1, 8, 8, 3), tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8)
 
 
 def sparse_base() -> bytes:

@@ -55,8 +55,9 @@ from optimize.engine.storage import ReadOnlyStore, StorageError, join, open_stor
 # 7: sigmoid outputs carry their decision agreement; a regression baseline its error ratio; the selective search
 #    judges on samples its calibration never saw.
 # 8: fidelity per output slice, detections kept, and the figures in the GPU's arithmetic (metrics.on_target).
-# 9: entries signed with the writer's key (HMAC-SHA256), under its key id; the artifact's graph fingerprint.
-CACHE_FORMAT = 9
+# 9: artifacts carry TFLite metadata and candidates their I/O contract, read from the file (engine.ship).
+# 10: entries signed with the writer's key (HMAC-SHA256), under its key id; the artifact's graph fingerprint.
+CACHE_FORMAT = 10
 MAX_RECORD_BYTES = 64 * 2**20  # a record with its debug tables is a few MiB at most
 MAX_ARTIFACT_BYTES = 2**31  # a flatbuffer cannot be larger
 log = logging.getLogger(__name__)

@@ -28,9 +28,9 @@ from optimize.core.results import write_atomic
 from optimize.core.vocab import CALIBRATED_SCHEMES, IO, PTQ_SCHEMES, Backend, Scheme
 from optimize.models import runtime
 from optimize.models.data import take
-from optimize.models.normalize import not_float
 from optimize.models.source import FLAT_KINDS
 from optimize.models.spec import integer_io_note
+from optimize.models.tflite import not_float
 from optimize.transforms.tflite import calibrator, graphfix, repair
 from optimize.transforms.tflite.isolate import isolated
 from optimize.transforms.tflite.quantizer_setup import quiet as _quiet
@@ -615,7 +615,7 @@ def _read_model(model: Path) -> bytes:
 
 def _inspect(content: bytes, model: Path) -> tuple[str | None, dict[str, dict]]:
     """The signature to calibrate and its input details; refuse models that are not float
-    (normalize.not_float, the same check a run makes up front)."""
+    (tflite.not_float, the same check a run makes up front)."""
 
     try:
         it = runtime.describe(content)

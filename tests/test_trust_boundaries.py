@@ -24,6 +24,7 @@ from hostile_files import run_limited
 from tests_support import one_line_error
 
 from optimize.core.errors import ModelError
+from optimize.engine.cache import CACHE_FORMAT
 
 
 def clean(r, *said) -> None:
@@ -141,6 +142,9 @@ def test_a_runtime_refusing_a_sample_is_a_model_error():
 
         def get_output_details(self):
             return [{"name": "y", "index": 1, "shape": np.array([1, 4]), "dtype": np.float32, "quantization": (0, 0)}]
+
+        def _get_ops_details(self):
+            return []
 
         def set_tensor(self, index, value):
             raise ValueError("numpy array had 256 bytes but expected 16384")
@@ -316,7 +320,7 @@ def test_a_forged_entry_is_rebuilt_never_shipped(keras_model, data_npz, tmp_path
         doc = json.loads(entry.read_text())
         if json.loads(doc["record"])["name"] == "int8":
             sha = hashlib.sha256(planted).hexdigest()
-            art = cache_root / "results" / "v9" / "artifacts" / sha[:2] / f"{sha}.tflite"
+            art = cache_root / "results" / f"v{CACHE_FORMAT}" / "artifacts" / sha[:2] / f"{sha}.tflite"
             art.parent.mkdir(parents=True, exist_ok=True)
             art.write_bytes(planted)
             doc["artifact_sha256"], doc["artifact_bytes"] = sha, len(planted)
@@ -358,11 +362,11 @@ def test_a_team_bucket_serves_its_key_holders_and_no_one_else(float_tflite, tmp_
         fs = fsspec.filesystem("s3")
         planted = b"TFL3" + bytes(1000)  # anything: the attacker has no key to sign it with
         sha = hashlib.sha256(planted).hexdigest()
-        for entry in fs.glob(f"{url[5:]}/results/v9/*/entries/*/*.json"):
+        for entry in fs.glob(f"{url[5:]}/results/v{CACHE_FORMAT}/*/entries/*/*.json"):
             doc = json.loads(fs.cat(entry))
             doc["artifact_sha256"], doc["artifact_bytes"] = sha, len(planted)
             fs.pipe(entry, json.dumps(doc).encode())
-        fs.pipe(f"{url[5:]}/results/v9/artifacts/{sha[:2]}/{sha}.tflite", planted)
+        fs.pipe(f"{url[5:]}/results/v{CACHE_FORMAT}/artifacts/{sha[:2]}/{sha}.tflite", planted)
         again = sweep(tmp_path / "c")
     assert not again.candidate("float16").cached
     assert (tmp_path / "c" / "float16.tflite").read_bytes() == (tmp_path / "a" / "float16.tflite").read_bytes()

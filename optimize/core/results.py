@@ -475,6 +475,11 @@ class DelegateReport(Record):
         "(TFLite_Detection_PostProcess, NMS and what follows it: optimize.delegates.tail), those ops: the body runs "
         "on the delegate, the tail on the CPU, as shipped detectors run.",
     )
+    nodes_accepted: int | None = Field(
+        None,
+        description="When only the delegate's build fails: the nodes it accepted node by node, which it would run "
+        "but for that failure (optimize.delegates.blocking).",
+    )
 
     @property
     def runs_with_tail(self) -> bool:
@@ -505,12 +510,6 @@ class OutputContract(Record):
             where[self.axis] = c
             a[tuple(where)] *= m
         return [*outs[:i], a, *outs[i + 1 :]]
-
-    nodes_accepted: int | None = Field(
-        None,
-        description="When only the delegate's build fails: the nodes it accepted node by node, which it would run "
-        "but for that failure (optimize.delegates.blocking).",
-    )
 
 
 class Composition(Record):

@@ -539,7 +539,8 @@ def corrupt(fs, prefix: str, ledger: Ledger, rng: random.Random) -> None:
         with ledger.lock:
             ledger.injected.add(hashlib.sha256(new).hexdigest())
     with ledger.lock:
-        ledger.corruptions[f"{key.split('/v', 1)[1].split('/')[1]}:{kind}"] += 1
+        what = next((p for p in key.split("/") if p in ("entries", "known", "artifacts")), "object")
+        ledger.corruptions[f"{what}:{kind}"] += 1
 
 
 # ------------------------------------------------------------------------------------------ leaks

@@ -1195,8 +1195,10 @@ def main() -> None:
     import signal
 
     from optimize.engine import stop
+    from optimize.core import crash
 
     _terminal_streams()
+    crash.supervised(_say, crash.command_of(sys.argv[1:]))  # a crash in native code: one line, exit 2
     signal.signal(signal.SIGTERM, _on_sigterm)
     stop.install(_say)  # a stop within seconds, even while the main thread is inside a long native call
     try:

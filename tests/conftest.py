@@ -23,6 +23,7 @@ def _isolated_cache(tmp_path_factory):
 
     The trained demo model is shared with the user's cache when present, to save the training time.
     """
+    import secrets
     import shutil
 
     from optimize.convert.demo import DEMO_VERSION, cache_dir
@@ -32,13 +33,15 @@ def _isolated_cache(tmp_path_factory):
     demo = user / f"demo-v{DEMO_VERSION}"
     if demo.is_dir():
         shutil.copytree(demo, root / demo.name)
-    old = os.environ.get("OPTIMIZE_CACHE")
+    old = {k: os.environ.get(k) for k in ("OPTIMIZE_CACHE", "OPTIMIZE_CACHE_KEY")}
     os.environ["OPTIMIZE_CACHE"] = str(root)
+    os.environ["OPTIMIZE_CACHE_KEY"] = secrets.token_hex(16)  # entries signed: no key file in the user's ~/.config
     yield root
-    if old is None:
-        os.environ.pop("OPTIMIZE_CACHE", None)
-    else:
-        os.environ["OPTIMIZE_CACHE"] = old
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @pytest.fixture(scope="session")

@@ -275,7 +275,7 @@ def _bad_entries(doc: dict) -> dict[str, bytes]:
     }
 
 
-def test_cache_entries_are_validated_by_schema_and_rebuilt_never_a_traceback(tmp_path, caplog):
+def test_cache_entries_are_validated_by_schema_and_rebuilt_never_a_traceback(tmp_path, caplog, float_tflite):
     """Issue 26: an entry that parses with the wrong types (`{"format": 6, "record": 5}`) ended the sweep in a
     traceback. Each kind of entry the schema refuses is a miss with one warning, deleted, and put() writes it
     again."""
@@ -287,7 +287,7 @@ def test_cache_entries_are_validated_by_schema_and_rebuilt_never_a_traceback(tmp
 
     out = tmp_path / "out"
     out.mkdir()
-    (out / "int8.tflite").write_bytes(b"TFL3 artifact bytes")
+    (out / "int8.tflite").write_bytes(float_tflite.read_bytes())  # a real .tflite: its graph is checked too
     cand = candidate("int8", "int8").model_copy(update={"artifact": "int8.tflite"})
     store = result_cache(str(tmp_path / "c"))
     key = "a" * 64
@@ -319,7 +319,7 @@ def test_a_cache_that_cannot_be_used_is_one_line_before_any_work(tmp_path, keras
     assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
 
 
-def test_a_corrupt_artifact_longer_than_the_real_one_is_replaced_on_write(tmp_path):
+def test_a_corrupt_artifact_longer_than_the_real_one_is_replaced_on_write(tmp_path, float_tflite):
     """Content-addressed artifacts are shared: one corrupted to more bytes than it should hold was kept (the
     bounded read refused it, and the write gave up), so every later put of that artifact failed."""
     from study_fixtures import candidate
@@ -328,14 +328,14 @@ def test_a_corrupt_artifact_longer_than_the_real_one_is_replaced_on_write(tmp_pa
 
     out = tmp_path / "out"
     out.mkdir()
-    (out / "int8.tflite").write_bytes(b"TFL3 artifact bytes")
+    (out / "int8.tflite").write_bytes(float_tflite.read_bytes())  # a real .tflite: its graph is checked too
     cand = candidate("int8", "int8").model_copy(update={"artifact": "int8.tflite"})
     store = result_cache(str(tmp_path / "c"))
     store.put("a" * 64, cand, out)
     (artifact,) = (tmp_path / "c").rglob("artifacts/*/*.tflite")
     artifact.write_bytes(b"x" * 1000)  # no read came by since: the next write meets it
     store.put("b" * 64, cand, out)
-    assert artifact.read_bytes() == b"TFL3 artifact bytes" and store.get("b" * 64, "int8", out).cached
+    assert artifact.read_bytes() == float_tflite.read_bytes() and store.get("b" * 64, "int8", out).cached
 
 
 def test_a_worker_killed_while_idle_is_replaced_not_a_traceback(float_tflite, tmp_path):

@@ -14,6 +14,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from optimize.core import trust
 from optimize.core.errors import ModelError
 from optimize.core.results import Conversion
 
@@ -34,7 +35,7 @@ def cache_dir() -> Path:
     root = local_path(default_root())
     if root is None:
         root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "optimize"
-    return root / "converted"
+    return trust.or_private(root / "converted", "The conversion cache")  # another user's folder: not used
 
 
 def library_folder(name: str) -> Path | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from optimize.core import trust
 from optimize.core.results import write_atomic
 from optimize.models import _tf
 
@@ -78,7 +79,7 @@ def _intact(model_path: Path, data_path: Path) -> bool:
 
 def demo() -> tuple[Path, Path]:
     """Paths of the demo model (.keras, Keras 2) and its data (.npz); trained on first use (~20 s)."""
-    folder = cache_dir() / f"demo-v{DEMO_VERSION}"
+    folder = trust.or_private(cache_dir() / f"demo-v{DEMO_VERSION}", "The demo model's cache")
     model_path, data_path = folder / "digits_cnn.keras", folder / "digits.npz"
     if _intact(model_path, data_path):
         return model_path, data_path

@@ -28,6 +28,7 @@ from optimize.convert import conversions
 from optimize.convert.limits import MAX_FILE_NODES, MAX_MODEL_BYTES, MAX_TENSOR_BYTES, shown
 from optimize.convert.plan import Declared, Plan
 from optimize.convert.route import DoorSource
+from optimize.core import crash
 from optimize.core.errors import ModelError
 from optimize.core.results import Conversion
 from optimize.models import _tf
@@ -120,7 +121,8 @@ class FrozenGraph(DoorSource):
                 converter = tf.compat.v1.lite.TFLiteConverter.from_frozen_graph(
                     str(path), [i.name for i in plan.inputs], self.output_nodes, shapes
                 )
-                flat = converter.convert()
+                with crash.doing("the TF1 converter", None, "converting"):
+                    flat = converter.convert()
             except Exception as e:  # noqa: BLE001 - the converter raises many types; each is this graph's
                 raise ModelError(f"The TF1 converter could not convert {self.name}: {_first(e, log)}.", FIX) from None
         content = named_signature(flat, [i.key for i in plan.inputs], list(self.output_nodes))

@@ -20,6 +20,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from optimize.convert.inert import inference_ready
+from optimize.core import crash
 from optimize.core.bounded import loads_json
 from optimize.core.errors import DataError, TechniqueFailed
 from optimize.core.paths import read_bounded
@@ -142,7 +143,7 @@ def float32_direct(model, ds: Dataset | None, batch: int | None = None) -> Direc
         function = tf.function(serve).get_concrete_function(*specs)
         if not all(isinstance(o, tf.Tensor) for o in function.structured_outputs):
             return None
-        with captured_stderr():
+        with captured_stderr(), crash.doing("the TFLite converter", None, "converting"):
             flat = tf.lite.TFLiteConverter.from_concrete_functions([function]).convert()
         content = named_signature(flat, names, [f"output_{i}" for i in range(len(function.structured_outputs))])
         if not _same_outputs(model, content, _samples(model, ds), many):
@@ -364,7 +365,7 @@ def _fixed_batch(saved_model: Path):
 def _run(make, params: ConvertParams, ctx: Context, types: dict | None = None) -> bytes:
     converter = make()
     configure(converter, params, ctx, types)
-    with captured_stderr() as log:
+    with captured_stderr() as log, crash.doing("the TFLite converter", None, "converting"):
         try:
             return converter.convert()
         except (DataError, KeyboardInterrupt):

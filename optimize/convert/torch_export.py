@@ -23,6 +23,7 @@ import numpy as np
 
 from optimize.convert import steps
 from optimize.convert.plan import Plan
+from optimize.core import crash
 from optimize.core.errors import ModelError
 from optimize.core.results import Conversion
 from optimize.core.vocab import Layout
@@ -112,7 +113,7 @@ def to_tflite(named, kwargs: dict, name: str, quant_config=None) -> bytes:
 
     litert_torch.config.show_progress = False
     try:
-        with quiet():
+        with quiet(), crash.doing("litert-torch", None, "converting"):
             edge = litert_torch.convert(named, sample_kwargs=kwargs, quant_config=quant_config)
             content = bytes(edge.model_content())
     except Exception as e:  # noqa: BLE001 - a model the converter cannot lower: one line

@@ -431,7 +431,6 @@ def _release(folder: Path) -> None:
 def publish(stage: Path, final: Path, last: tuple[str, ...] = ("study.json",), root: Path | None = None) -> None:
     """Move what `stage` holds into `final`, each entry by an atomic rename (a link planted at a name in
     `final` is replaced, never followed), the names in `last` after everything else; then remove `stage`."""
-    import shutil
 
     names = sorted(os.listdir(stage), key=lambda n: (n in last, n))
     with _folder(stage, None) as src, _folder(final, root) as dst:
@@ -444,8 +443,7 @@ def publish(stage: Path, final: Path, last: tuple[str, ...] = ("study.json",), r
                 if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EISDIR) or not (stage / name).is_dir():
                     raise
                 publish(stage / name, final / name, (), root or final)
-    shutil.rmtree(stage, ignore_errors=True)
-    _release(stage)
+    _remove_locked(stage)
 
 
 def absent_folders(path: str | Path) -> list[Path]:
@@ -466,10 +464,26 @@ def remove_if_empty(folders: list[Path]) -> None:
 
 def discard(stage: Path) -> None:
     """Remove a staging (or `locked_folder`) folder and everything in it (an interrupted or failed run)."""
+    _remove_locked(stage)
+
+
+def _remove_locked(folder: Path) -> None:
+    """Remove a locked folder with its lock file last: a run killed while removing it (its `.work` can take
+    seconds) leaves a folder whose lock nobody holds, which the next run removes, never one with no lock file,
+    which is judged by its age for an hour (found by benchmarks/soak.py)."""
     import shutil
 
-    shutil.rmtree(stage, ignore_errors=True)
-    _release(stage)
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if entry.name == LOCK:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+    shutil.rmtree(folder, ignore_errors=True)
+    _release(folder)
 
 
 _OUTER: list[str] = []

@@ -20,7 +20,7 @@ from optimize.core.bounded import loads_toml
 from optimize.core.errors import RecipeError, from_validation
 from optimize.core.paths import read_bounded
 from optimize.core.registry import Stage
-from optimize.core.results import Goals, Step
+from optimize.core.results import NAME_PATTERN, Goals, Step
 from optimize.core.vocab import (
     CALIBRATED_SCHEMES,
     DEFAULT_BACKEND,
@@ -32,8 +32,6 @@ from optimize.core.vocab import (
 )
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-#: Plain file-name tokens: a recipe's name becomes `<name>.tflite` inside the output folder.
-NAME_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"
 
 
 class Recipe(BaseModel):

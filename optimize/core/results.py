@@ -23,6 +23,12 @@ from optimize.core.vocab import Backend, Delegate, Objective, Precision, Scheme,
 SCHEMA_VERSION = 1
 #: Fewer samples than this make a fidelity or accuracy figure rough: it is flagged wherever it is used.
 FEW_SAMPLES = 32
+#: The longest text any field of a record holds (a converter's log in `error_detail` is the longest a sweep
+#: writes): a study from elsewhere with more in one string is refused, not drawn (issue 41).
+MAX_TEXT = 1 << 20
+#: Plain file-name tokens: a recipe's name becomes `<name>.tflite` inside the output folder, and names its
+#: candidate; a study's candidate names are held to it too, at most 120 characters.
+NAME_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$"
 
 
 class Record(BaseModel):
@@ -33,7 +39,7 @@ class Record(BaseModel):
     `model_dump_json(indent=2)`; the terminal rendering is in `optimize.present.report_text`.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", str_max_length=MAX_TEXT)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={_brief(v, 1)}' for k, v in self._set_fields())})"
@@ -839,7 +845,7 @@ TRAINING_CONTROL = "float32-finetuned"
 class Candidate(Record):
     """One optimized variant (or the float baseline): what was done, what it produced, what it measured."""
 
-    name: str
+    name: str = Field(pattern=NAME_PATTERN, max_length=120)
     steps: list[Step]
     recipe_hash: str
     scheme: Scheme = Field(description="Numeric scheme of the final artifact: float32, float16, ...")
@@ -968,6 +974,7 @@ class Candidate(Record):
             detail = detail or (full if full and full != text else None)
         else:
             text = error
+        text, detail = text[:MAX_TEXT], detail[:MAX_TEXT] if detail else detail
         return cls(
             name=recipe.name,
             steps=list(recipe.steps),
@@ -1108,7 +1115,9 @@ class Study(Record):
         default_factory=dict,
         description="Per input: the share of test values outside the range the calibration samples cover.",
     )
-    baseline: str = Field("float32", description="Name of the baseline candidate.")
+    baseline: str = Field(
+        "float32", pattern=NAME_PATTERN, max_length=120, description="Name of the baseline candidate."
+    )
     environment: Environment
     executor: str = Field("local", description="What produced the candidates: 'local' (this machine) or 'ray'.")
     candidates: list[Candidate]
@@ -1155,7 +1164,19 @@ class Study(Record):
         return self.model_dump_json(indent=2)
 
     def save(self, path: str | os.PathLike) -> Path:
-        return write_atomic(Path(path), self.to_json().encode())
+        """Written as `load_study` reads it back: text from a model (a tensor named with a NUL, in a converter's
+        message) shown escaped in every one-line field, never refused by the reader (issue 41)."""
+        return write_atomic(Path(path), self.one_lined().to_json().encode())
+
+    def one_lined(self) -> Study:
+        """This study with every control character in its candidates' one-line fields shown (`core.shown`)."""
+        from optimize.core.shown import escape
+
+        def line(value):
+            return [escape(v) for v in value] if isinstance(value, list) else escape(value) if value else value
+
+        fixed = [c.model_copy(update={k: line(getattr(c, k)) for k in ONE_LINE_FIELDS}) for c in self.candidates]
+        return self.model_copy(update={"candidates": fixed})
 
 
 MAX_STUDY_BYTES = 256 * 2**20  # a study of thousands of candidates is a few MiB

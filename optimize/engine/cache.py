@@ -5,8 +5,8 @@ fingerprint, the library versions, the measurement settings and the baseline it 
 Different inputs can never share a key. The cache lives in a folder or at any fsspec URL
 (`optimize.engine.storage`: `s3://bucket/prefix` shares it between machines), as two kinds of object:
 
-    results/v3/artifacts/<sha[:2]>/<sha>.tflite   the artifact, named by its own sha256
-    results/v3/entries/<key[:2]>/<key>.json       the record, its sha256 and the artifact's
+    results/v9/artifacts/<sha[:2]>/<sha>.tflite          the artifact, named by its own sha256
+    results/v9/<kid>/entries/<key[:2]>/<key>.json        the record, its sha256, the artifact's, its graph's, a MAC
 
 Both are published atomically and only if absent, so two machines writing the same key at once leave
 one complete entry. An entry is verified on read: a record or artifact that does not match its digest
@@ -15,6 +15,13 @@ one complete entry. An entry is verified on read: a record or artifact that does
 any field is used: anything that does not validate (`{"format": 6, "record": 5}`, an entry written for
 another key, a record that is not a candidate) is a miss that is rebuilt, never a traceback. A store that
 cannot be read (an S3 endpoint gone, a permission) is a miss with one warning; the entry is kept.
+
+Digests prove an entry intact, not who wrote it, so each entry is also signed (`optimize.core.trust`): an
+HMAC-SHA256 under a key the writer holds (`$OPTIMIZE_CACHE_KEY`, else ~/.config/optimize/cache-key) covers the
+entry's key, digests and graph fingerprint, and is checked before anything in it is used; entries live under
+the key's id (`<kid>`), so writers with different keys never meet. A served artifact is read back as a
+`.tflite` (validated) and its graph fingerprint compared with the entry's before it is copied out. A local cache
+folder another user owns or can write is not used at all (one warning), as ssh and pip do.
 
 What is cached: candidates that worked, and failures that would happen again on the same inputs (a
 technique's own failure, a worker killed by SIGSEGV in a technique). Never failures the environment
@@ -36,7 +43,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from optimize.core.paths import default_root
+from optimize.core import trust
+from optimize.core.paths import default_root, local_path
 from optimize.core.results import Candidate, write_atomic
 from optimize.engine.storage import ReadOnlyStore, StorageError, join, open_store
 
@@ -48,7 +56,8 @@ from optimize.engine.storage import ReadOnlyStore, StorageError, join, open_stor
 #    judges on samples its calibration never saw.
 # 8: fidelity per output slice, detections kept, and the figures in the GPU's arithmetic (metrics.on_target).
 # 9: artifacts carry TFLite metadata and candidates their I/O contract, read from the file (engine.ship).
-CACHE_FORMAT = 9
+# 10: entries signed with the writer's key (HMAC-SHA256), under its key id; the artifact's graph fingerprint.
+CACHE_FORMAT = 10
 MAX_RECORD_BYTES = 64 * 2**20  # a record with its debug tables is a few MiB at most
 MAX_ARTIFACT_BYTES = 2**31  # a flatbuffer cannot be larger
 log = logging.getLogger(__name__)
@@ -83,12 +92,27 @@ class Entry(BaseModel):
     record_sha256: SHA256
     artifact_sha256: SHA256 | None
     artifact_bytes: int | None = Field(ge=1, le=MAX_ARTIFACT_BYTES)
+    graph_sha256: SHA256 | None
+    mac: SHA256
 
     @model_validator(mode="after")
-    def _artifact_both_or_neither(self):
-        if (self.artifact_sha256 is None) != (self.artifact_bytes is None):
-            raise ValueError("artifact_sha256 and artifact_bytes go together")
+    def _artifact_all_or_none(self):
+        if len({self.artifact_sha256 is None, self.artifact_bytes is None, self.graph_sha256 is None}) > 1:
+            raise ValueError("artifact_sha256, artifact_bytes and graph_sha256 go together")
         return self
+
+    def signed(self) -> bytes:
+        """What the MAC covers: every field but the record's text (its sha256 stands for it) and the MAC."""
+        return json.dumps(self.model_dump(exclude={"record", "mac"}), sort_keys=True).encode()
+
+
+class Sealed(BaseModel):
+    """A `Known` record as stored: its JSON and the MAC over it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    record: str = Field(max_length=1 << 20)
+    mac: SHA256
 
 
 class Corrupt(ValueError):
@@ -119,10 +143,12 @@ def cacheable(c: Candidate) -> bool:
 class ResultCache:
     """Candidates by key in a store (`optimize.engine.storage`), or nothing when `store` is None."""
 
-    def __init__(self, store=None, writable: bool = True):
+    def __init__(self, store=None, writable: bool = True, key: bytes | None = None):
         self.store = store
         self.writable = writable  # False: a cache on a full (or read-only) disk serves what it holds
         self.warned = False
+        self.key = key if key is not None or store is None else trust.cache_key()  # what entries are signed with
+        self.kid = trust.key_id(self.key) if self.key is not None else ""
         if store is not None and writable:
             store.clean()
 
@@ -138,9 +164,8 @@ class ResultCache:
         """What the cache knows about model files (`Known`), or None when there is no cache."""
         return Known(self, trusted) if self.enabled else None
 
-    @staticmethod
-    def _entry(key: str) -> str:
-        return f"v{CACHE_FORMAT}/entries/{key[:2]}/{key}.json"
+    def _entry(self, key: str) -> str:
+        return f"v{CACHE_FORMAT}/{self.kid}/entries/{key[:2]}/{key}.json"
 
     @staticmethod
     def _artifact(sha: str) -> str:
@@ -171,6 +196,8 @@ class ResultCache:
         """The entry's candidate and artifact bytes, each checked against the schema and its digest; Corrupt
         (or ValidationError) for anything else."""
         doc = Entry.model_validate_json(raw)  # types, ranges, digests' form; bounded nesting (pydantic-core)
+        if not trust.sealed(self.key, doc.signed(), doc.mac):  # forged, edited, or another key's: never served
+            raise Corrupt("it is not signed with this cache's key: written by someone else, or edited")
         if doc.key != key:
             raise Corrupt("the entry was written for another key")
         record = doc.record.encode("utf-8", "surrogatepass")
@@ -186,6 +213,8 @@ class ResultCache:
         if artifact is None or len(artifact) != size or _sha256(artifact) != sha:
             self.store.delete(self._artifact(sha))
             raise Corrupt("the artifact does not match its digest")
+        if _graph(artifact) != doc.graph_sha256:
+            raise Corrupt("the artifact's graph is not the one the entry names")
         return cand, artifact
 
     def _unreadable(self, e: Exception) -> None:
@@ -205,13 +234,17 @@ class ResultCache:
             return
         try:
             doc = {"format": CACHE_FORMAT, "key": key, "artifact_sha256": None, "artifact_bytes": None}
+            doc["graph_sha256"], doc["mac"] = None, "0" * 64
             if cand.artifact:
                 data = (out_dir / cand.artifact).read_bytes()
                 doc["artifact_sha256"], doc["artifact_bytes"] = _sha256(data), len(data)
+                doc["graph_sha256"] = _graph(data)
                 self._put_artifact(doc["artifact_sha256"], data)
             record = cand.model_copy(update={"cached": False}).model_dump_json()
             doc["record"], doc["record_sha256"] = record, _sha256(record.encode())
-            entry = Entry.model_validate(doc).model_dump_json().encode()  # what get() will accept, or nothing
+            unsigned = Entry.model_validate(doc)
+            signed = unsigned.model_copy(update={"mac": trust.seal(self.key, unsigned.signed())})
+            entry = signed.model_dump_json().encode()  # what get() will accept, or nothing
             self.store.create(self._entry(key), entry)  # False: another writer was first
         except Exception as e:  # noqa: BLE001 - a full disk, a corrupt object in the way, the store unreachable
             if not self.warned:
@@ -246,7 +279,7 @@ class Known:
 
     def _key(self, what: str, **parts) -> str:
         key = key_for(known=what, versions=self.versions, trusted=self.trusted, **parts)
-        return f"v{CACHE_FORMAT}/known/{key[:2]}/{key}.json"
+        return f"v{CACHE_FORMAT}/{self.cache.kid}/known/{key[:2]}/{key}.json"
 
     def _get(self, key: str, model, fingerprint: str):
         store = self.cache.store
@@ -254,7 +287,10 @@ class Known:
             raw = store.read(key, MAX_KNOWN_BYTES)
             if raw is None:
                 return None
-            record = model.model_validate_json(raw)
+            sealed = Sealed.model_validate_json(raw)
+            if not trust.sealed(self.cache.key, f"{key}\n{sealed.record}".encode(), sealed.mac):
+                raise Corrupt("the record is not signed with this cache's key")
+            record = model.model_validate_json(sealed.record)
             if record.fingerprint != fingerprint:
                 raise Corrupt("the record names another model")
             return record
@@ -270,7 +306,9 @@ class Known:
         if not self.cache.writable:
             return
         try:
-            self.cache.store.create(key, record.model_dump_json().encode())
+            text = record.model_dump_json()
+            mac = trust.seal(self.cache.key, f"{key}\n{text}".encode())
+            self.cache.store.create(key, Sealed(record=text, mac=mac).model_dump_json().encode())
         except Exception as e:  # noqa: BLE001 - a cache that cannot be written is never an error
             log.info("  could not keep what was learnt about the model (%s)", _first(e))
 
@@ -293,7 +331,18 @@ class Known:
         self._put(self._key("rebuild", fingerprint=record.fingerprint, data=record.data), record)
 
 
-MAX_KNOWN_BYTES = 1 << 20
+MAX_KNOWN_BYTES = 2 << 20
+
+
+def _graph(artifact: bytes) -> str:
+    """The artifact's graph fingerprint (`models.tflite.graph_fingerprint`); Corrupt when it is no valid .tflite."""
+    from optimize.core.errors import ModelError
+    from optimize.models.tflite import graph_fingerprint
+
+    try:
+        return graph_fingerprint(artifact)
+    except ModelError as e:
+        raise Corrupt(f"the artifact is not a valid .tflite: {e.problem}") from None
 
 
 def _first(e: BaseException) -> str:
@@ -302,25 +351,35 @@ def _first(e: BaseException) -> str:
 
 def result_cache(option: bool | str | None = True) -> ResultCache:
     """The cache a run uses: True for `$OPTIMIZE_CACHE` (a folder or URL) or ~/.cache/optimize, a folder
-    or URL of its own, or False/None for none. Results live under `<root>/results/`."""
+    or URL of its own, or False/None for none. Results live under `<root>/results/`. A local folder another
+    user owns or can write, or a signing key that cannot be had safely, is no cache (one warning)."""
     if option is False or option is None:
         return ResultCache(None)
     explicit = option is not True or bool(os.environ.get("OPTIMIZE_CACHE"))
     root = default_root() if option is True else str(option)
-    store = open_store(join(root, "results"))
+    location = join(root, "results")
+    folder = local_path(location)
+    if folder is not None and not trust.trusted(folder, "The result cache"):
+        return ResultCache(None)
+    try:
+        key = trust.cache_key()
+    except trust.Untrusted as e:
+        log.warning("%s Carrying on without the result cache.", e)
+        return ResultCache(None)
+    store = open_store(location)
     if store.url not in _CHECKED:
         try:
             store.check()  # before any work: a bucket that does not exist or cannot be written is one line
         except ReadOnlyStore as e:  # a full disk: what the cache holds still serves this run
             log.warning("%s Reading what it holds; keeping nothing new this run.", e.problem)
-            return ResultCache(store, writable=False)
+            return ResultCache(store, writable=False, key=key)
         except StorageError as e:
             if explicit:
                 raise
             log.warning("%s Carrying on without the result cache.", e.problem)
             return ResultCache(None)
         _CHECKED.add(store.url)
-    return ResultCache(store)
+    return ResultCache(store, key=key)
 
 
 _CHECKED: set[str] = set()  # stores checked in this process

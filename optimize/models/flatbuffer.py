@@ -127,6 +127,7 @@ class Tensor:
     quant_table: object = field(default=None, repr=False)  # parsed on first use: most rules never look
     data: memoryview | None = field(default=None, repr=False)
     sparse: bool = False  # has sparsity parameters (stored compressed: its buffer is not shape-sized)
+    sparsity_table: object = field(default=None, repr=False)  # (buffer, its offset's position): `models.sparsity`
 
     @property
     def quant(self) -> Quant | None:
@@ -569,6 +570,7 @@ def _tensor(x: _Table, ti: int, buffers: list[memoryview | None]) -> Tensor:
         quant_table=(buf, q) if q else None,
         data=data,
         sparse=offs[6] != 0,
+        sparsity_table=(buf, pos + offs[6]) if offs[6] else None,
     )
 
 

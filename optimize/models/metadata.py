@@ -155,9 +155,14 @@ def embed(content: bytes, metadata: bytes, files: dict[str, bytes]) -> bytes:
     model = _load(content)
     buf = s.BufferT()
     buf.data = np.frombuffer(metadata, np.uint8)
-    model.buffers = [*(model.buffers or []), buf]
+    model.buffers = list(model.buffers or [])
+    old = _own_buffer(model)
+    if old is None:
+        model.buffers.append(buf)
+    else:  # the one it held is overwritten, not left behind: the same bytes whether or not it held one
+        model.buffers[old] = buf
     entry = s.MetadataT()
-    entry.name, entry.buffer = NAME, len(model.buffers) - 1
+    entry.name, entry.buffer = NAME, len(model.buffers) - 1 if old is None else old
     model.metadata = [m for m in (model.metadata or []) if _text(m.name) != NAME] + [entry]
     out = io.BytesIO(_save(model))
     if files:
@@ -165,6 +170,16 @@ def embed(content: bytes, metadata: bytes, files: dict[str, bytes]) -> bytes:
             for name, data in files.items():
                 z.writestr(name, data)
     return out.getvalue()
+
+
+def _own_buffer(model) -> int | None:
+    """The buffer of the model's TFLITE_METADATA entry when nothing else reads it (no tensor, no other entry)."""
+    mine = [m.buffer for m in (model.metadata or []) if _text(m.name) == NAME]
+    if not mine or not 0 < mine[0] < len(model.buffers):
+        return None
+    used = {t.buffer for g in model.subgraphs or [] for t in g.tensors or []}
+    used |= {m.buffer for m in model.metadata or [] if _text(m.name) != NAME}
+    return None if mine[0] in used else mine[0]
 
 
 def _text(v) -> str:

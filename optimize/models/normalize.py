@@ -197,6 +197,7 @@ def _drop_ops(model, sg, dead: set[int]) -> None:
     for i, t in enumerate(sg.tensors):
         if i not in used and t.buffer and t.buffer not in keep:
             model.buffers[t.buffer].data = None
+            t.sparsity = None  # no data left to be sparse: a layout over nothing would be a lie
 
 
 def _fold_dequantize(model, values: dict[int, np.ndarray]) -> int:

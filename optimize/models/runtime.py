@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from optimize.core import crash
 from optimize.core.errors import ModelError
 from optimize.core.shown import named
 from optimize.models import postprocess
@@ -74,6 +75,7 @@ class Loaded:
     log: list[str]
     xnnpack: bool
     threads: int
+    file: str = ""  # the model's path, when it was loaded from one (named if the runtime crashes on it)
 
 
 class InvokeError(ModelError):
@@ -132,7 +134,7 @@ def describe(model: bytes):
 
     checked(model)  # nothing unchecked reaches the interpreter's native code
     Interpreter, OpResolverType = _interpreter_class()
-    with captured_stderr():
+    with captured_stderr(), crash.doing("the LiteRT interpreter", None, "reading"):
         try:
             return Interpreter(
                 model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
@@ -247,6 +249,11 @@ def _path_source(path: Path) -> dict:
     return {"model_path": text}
 
 
+def _file_name(model: str | Path | bytes) -> str:
+    """The model's path as a crash names it; "" for bytes (the command's file is named then)."""
+    return "" if isinstance(model, bytes | bytearray | memoryview) else str(model)
+
+
 def load(
     model: str | Path | bytes, threads: int = 2, xnnpack: bool = True, keep_tensors: bool = False, like=None
 ) -> Loaded:
@@ -270,7 +277,8 @@ def load(
         kwargs["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     t0 = time.perf_counter()
     it = None
-    with captured_stderr() as log:
+    file = _file_name(model)
+    with captured_stderr() as log, crash.doing("the LiteRT interpreter", file, "loading"):
         try:
             it = Interpreter(**kwargs)
             if like is not None:
@@ -290,7 +298,7 @@ def load(
             raise LoadError(failure, f"The LiteRT runtime cannot load this model: {err}") from None
     init_ms = (time.perf_counter() - t0) * 1000
     used_xnn = xnnpack and any(d["op_name"] == "DELEGATE" for d in it._get_ops_details())
-    return Loaded(it, init_ms, log, used_xnn, threads)
+    return Loaded(it, init_ms, log, used_xnn, threads, file)
 
 
 def _to_input(x: np.ndarray, detail: dict) -> np.ndarray:
@@ -358,6 +366,9 @@ class Runner:
         self.loaded = loaded
         self.it = loaded.interpreter
         self.digest = digest  # the model's sha256: its outputs on a sample are kept for this process (`_SEEN`)
+        file = loaded.file or crash.current()[2]
+        self._running = crash.crumb("the LiteRT interpreter", file, "running")  # what a crash names
+        crash.mark(self._running)  # from here on, until another step says otherwise: feeding it, running it
         self._read_details()
 
     def _read_details(self) -> None:
@@ -403,10 +414,18 @@ class Runner:
                 raise ModelError(
                     f"A sample of shape {np.asarray(x).shape} does not fit input {d['name']} {list(d['shape'])}."
                 )
-            self.it.set_tensor(d["index"], _to_input(x, d))
+            try:
+                self.it.set_tensor(d["index"], _to_input(x, d))
+            except ValueError as e:  # the runtime's own check of the input tensor (its bytes, its type)
+                why = (str(e).strip().splitlines() or ["no reason given"])[0][:200]
+                raise ModelError(
+                    f"The runtime refuses a sample for input {named(d['name'])}: {why}.",
+                    "The model's input tensor is not one the runtime can fill: re-export the model.",
+                ) from None
 
     def invoke(self) -> None:
         """Run the model once; a failure is an InvokeError naming the node, the op and the kernel's message."""
+        crash.mark(self._running)  # left in place: the timing loops' bare invokes are this interpreter's too
         try:
             self.it.invoke()
         except (RuntimeError, ValueError) as e:

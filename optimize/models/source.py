@@ -16,6 +16,7 @@ import zipfile
 from dataclasses import replace
 from pathlib import Path
 
+from optimize.core import crash
 from optimize.core.bounded import loads_json, member_json
 from optimize.core.errors import ModelError, reason
 from optimize.core.paths import check_tree, open_regular, read_bounded, regular_file
@@ -107,6 +108,7 @@ def open_model(path, trust: bool = False, known=None) -> ModelSource:
     `optimize.convert.front.open_inputs`, asks it first).
     """
     p = Path(path)
+    crash.subject(p)  # the file a crash in native code names
     if not p.exists():
         raise ModelError(f"No model at {p}.", EXPECTED)
     if p.is_dir():
@@ -266,7 +268,7 @@ def load_keras2(src: ModelSource):
     scope = _tf.tfmot().quantization.keras.quantize_scope() if _saved_with_tfmot(src) else contextlib.nullcontext()
     changes: list[str] = []
     try:
-        with scope:
+        with scope, crash.doing("tf_keras", src.path, "loading"):
             config = _keras_config(src) if src.path.suffix.lower() in (".h5", ".hdf5") else None
             fixed, changes = legacy.restored(config) if config is not None else (None, [])
             if changes:  # a Keras 2.0.x file: what its Keras meant, made explicit (models.legacy)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import zlib
@@ -100,6 +101,25 @@ def checked(model, where: str | None = None):
     per content, `read_model`)."""
     read_model(model, where)
     return model
+
+
+def graph_fingerprint(model: str | Path | bytes) -> str:
+    """A digest of a .tflite's graph, validated first (`read_model`): every operator (code, version, what it
+    reads and writes), every tensor's type, shape, constness and quantization count, the graph's inputs and
+    outputs and its signatures; not the weights' bytes. What a cached artifact is said to be, and checked to be
+    before it is shipped (`optimize.engine.cache`)."""
+    m = read_model(model)
+    h = hashlib.sha256()
+    for sg in m.subgraphs:
+        h.update(repr((sg.index, sg.inputs, sg.outputs)).encode())
+        for t in sg.tensors:
+            q = t.quant
+            h.update(repr((t.dtype, t.shape, t.is_const, t.sparse, q.count if q is not None else 0)).encode())
+        for op in sg.ops:
+            h.update(repr((op.opcode, op.custom_code, op.version, op.inputs, op.outputs)).encode())
+    for sig in m.signatures:
+        h.update(repr((sig.key, sig.subgraph, sig.inputs, sig.outputs)).encode())
+    return h.hexdigest()
 
 
 def signature_io(parsed) -> tuple[tuple, tuple[str, ...]]:

@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from optimize.core.errors import ModelError
 from optimize.core.shown import named
+from optimize.models import sparsity
 from optimize.models.flatbuffer import Model, Op, Subgraph, Tensor
 
 MAX_TENSOR_BYTES = 1 << 40  # 1 TiB
@@ -86,21 +89,77 @@ def _check_tensor(t: Tensor, sg: int, n_buffers: int, where: str) -> None:
         )
     if size is not None and t.data is not None and not t.sparse and len(t.data) < size:
         raise _fail(where, f"{at} needs {size} bytes but its constant buffer holds {len(t.data)}")
+    if t.sparse:
+        _check_sparsity(t, at, where)
     if t.quant_table is not None:
         _check_quant(t, at, where)
 
 
+def _check_sparsity(t: Tensor, at: str, where: str) -> None:
+    """A sparse constant's layout walks inside its shape and its buffer holds every value it keeps
+    (`models.sparsity`): the runtime's format converter trusts both."""
+
+    def fail(problem: str) -> ModelError:
+        return _fail(where, f"{at} {problem}")
+
+    try:
+        layout = sparsity.read(t.sparsity_table)
+    except Exception as e:  # noqa: BLE001 - offsets outside the file: corrupt
+        raise fail(f"has unreadable sparsity parameters ({e.__class__.__name__})") from None
+    kept = sparsity.check(layout, t.shape, fail)
+    needed = -(-kept // _PACKED[t.dtype]) if t.dtype in _PACKED else kept * _ITEM_BYTES.get(t.dtype, 1)
+    if t.data is not None and len(t.data) < needed:  # no data at all: refused where an op reads it (_check_read)
+        raise fail(f"keeps {kept} values, but its buffer holds {len(t.data)} bytes")
+
+
+#: The integer types that hold quantized real values, and the zero points each can hold.
+_ZERO_POINTS = {
+    "int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "int4": (-8, 7), "int2": (-2, 1),
+    "uint16": (0, 65535), "int32": (-(2**31), 2**31 - 1), "uint32": (0, 2**32 - 1),
+}  # fmt: skip
+#: Types whose kernels divide by a computed tensor's scale (requantizing, XNNPACK's checks): 0 is a crash there.
+#: A constant may hold 0 (TensorFlow's int16x8 converter writes it for a channel whose weights are all zero:
+#: every value dequantizes to 0); no scale may be negative or non-finite.
+_SCALED = frozenset({"int8", "uint8", "int16", "int4", "int2", "uint16"})
+
+
 def _check_quant(t: Tensor, at: str, where: str) -> None:
-    """The affine quantization InterpreterBuilder::ParseQuantization accepts (blockwise is not checked there)."""
+    """The affine quantization InterpreterBuilder::ParseQuantization accepts (blockwise is not checked there),
+    and what the kernels then assume unchecked: scales finite, never negative, above 0 on what the runtime
+    computes (a scale of 0, below 0, NaN or infinite on an int8 input crashed LiteRT while it allocated tensors),
+    zero points inside their type, one scale per channel."""
     q = t.quant
     if q is None or q.blockwise:
         return
     if q.zp_count != q.count:
         raise _fail(where, f"{at} has {q.count} quantization scales but {q.zp_count} zero points")
+    if q.count != 1 and not t.shape:
+        raise _fail(where, f"{at} has {q.count} quantization scales but no dimension to hold them")
     if t.shape and not 0 <= q.dim < len(t.shape):
         raise _fail(where, f"{at} is quantized along dimension {q.dim} of a rank-{len(t.shape)} shape")
     if q.count != 1 and t.shape and q.count != t.shape[q.dim]:
         raise _fail(where, f"{at} has {q.count} scales for {t.shape[q.dim]} channels along dimension {q.dim}")
+    if t.dtype in _ZERO_POINTS:
+        _check_scales(t, q, at, where)
+
+
+def _check_scales(t: Tensor, q, at: str, where: str) -> None:
+    scales = q.scales
+    computed = t.dtype in _SCALED and not t.is_const
+    bad = ~np.isfinite(scales) | (scales <= 0 if computed else scales < 0)
+    if bad.any():
+        k = int(np.argmax(bad))
+        channel = f" (channel {k})" if q.count > 1 else ""
+        above = "above 0" if computed else "0 or above"
+        raise _fail(
+            where, f"{at} has a quantization scale of {float(scales[k])!r}{channel}: scales are finite, {above}"
+        )
+    low, high = _ZERO_POINTS[t.dtype]
+    zps = q.zero_points
+    out = (zps < low) | (zps > high)
+    if out.any():
+        k = int(np.argmax(out))
+        raise _fail(where, f"{at} has the zero point {int(zps[k])}, outside {t.dtype}'s {low}..{high}")
 
 
 def _check_indices(indices, n: int, what: str, where: str, optional: bool = False) -> None:
@@ -147,6 +206,28 @@ def _check_ops(sg: Subgraph, where: str) -> None:
         _check_indices(op.inputs, n, what, where, optional=True)
         _check_indices(op.outputs, n, what, where)
         _check_omitted(op, what, where)
+        _check_written(sg, op.outputs, f"{what} writes its output into", where)
+        _check_read(sg, op.inputs, what, where)
+    _check_written(sg, sg.inputs, f"subgraph {sg.index}'s input is", where)
+
+
+def _check_read(sg: Subgraph, indices, what: str, where: str) -> None:
+    """A sparse tensor an operator reads holds its compressed values (DENSIFY and the sparse kernels read them
+    as a constant's; one left over by an edit, and read by nothing, is harmless)."""
+    for i in indices:
+        t = sg.tensors[i] if i >= 0 else None
+        if t is not None and t.sparse and t.data is None:
+            raise _fail(where, f"{what} reads tensor {i} ({named(t.name)}), sparse but with no constant data")
+
+
+def _check_written(sg: Subgraph, indices, what: str, where: str) -> None:
+    """Tensors the runtime writes (graph inputs, operator outputs) are not constants: their bytes are the
+    model file's, read-only where the runtime maps it (an input backed by a constant buffer fails in
+    `set_tensor`, or a kernel writes into the mapped file)."""
+    for i in indices:
+        t = sg.tensors[i] if i >= 0 else None
+        if t is not None and t.is_const:
+            raise _fail(where, f"{what} tensor {i} ({named(t.name)}), a constant backed by buffer {t.buffer}")
 
 
 def _dependencies(sg: Subgraph) -> tuple[list[int], dict[int, set[int]]]:
@@ -248,6 +329,15 @@ def _check_signatures(model: Model, where: str) -> None:
         _check_maps(sig, name, model.subgraphs[sig.subgraph], where)
 
 
+def _check_outputs(sg: Subgraph, where: str) -> None:
+    """The model's outputs are computed: an output backed by a constant buffer is the file's bytes, whatever
+    the input (and, written by an operator, a kernel writing into the mapped file)."""
+    for i in sg.outputs:
+        t = sg.tensors[i]
+        if t.is_const:
+            raise _fail(where, f"output tensor {i} ({named(t.name)}) is a constant backed by buffer {t.buffer}")
+
+
 def validate(model: Model, where: str) -> None:
     """Raise ModelError for the first structural problem that would make the runtime refuse the model, or
     reach native code unchecked."""
@@ -258,5 +348,7 @@ def validate(model: Model, where: str) -> None:
         _check_acyclic(sg, where)
     if model.subgraphs and not model.main.outputs:
         raise _fail(where, "subgraph 0 has no outputs: the model computes nothing anyone can read")
+    if model.subgraphs:
+        _check_outputs(model.main, where)
     _check_calls(model, where)
     _check_signatures(model, where)

@@ -19,6 +19,9 @@ from optimize.decide.explain import measured_on
 from optimize.decide.retrained import MARK
 from optimize.delegates.observe import OBSERVED
 from optimize.present.lines import conversion_line, fmt_bytes, island_cost, island_groups
+from optimize.present.markdown import code as _code
+from optimize.present.markdown import fence
+from optimize.present.markdown import text as _md
 
 DELEGATE_COLUMNS = tuple(Delegate)
 PLOT_TITLES = {"size_vs_accuracy": "Size vs accuracy", "latency_vs_accuracy": "Latency vs accuracy"}
@@ -131,15 +134,14 @@ def _reasons(r: DelegateReport) -> list[str]:
 
 
 # -------------------------------------------------------------------------------------- Markdown
-def _md(text: str) -> str:
-    """One Markdown table cell or list item: no pipes, newlines or raw HTML tags from the study."""
-    text = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def _md_row(row) -> str:
+    """A candidates table row: its name as code, the rest as inert text (`present.markdown`)."""
+    return "| " + " | ".join([_code(row[0]), *(_md(x) for x in row[1:])]) + " |"
 
 
 def _md_candidates(study: Study, rec: Recommendation | None) -> list[str]:
     lines = ["## Candidates", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(_md(x) for x in row) + " |" for row in _rows(study, rec)]
+    lines += [_md_row(row) for row in _rows(study, rec)]
     for said in (measured_on(study.candidates), retrained.legend(study.candidates)):
         lines += ["", _md(said)] if said else []
     return lines + (["", "The study has no candidates."] if not study.candidates else [])
@@ -161,19 +163,19 @@ def _md_matrix(study: Study) -> list[str]:
             r = c.delegates.get(d)
             why = "; ".join(_reasons(r)) if r else ""
             cells.append("-" if r is None else _md(f"{_cell_text(r)} ({r.source})" + (f": {why}" if why else "")))
-        lines.append(f"| {_md(c.name)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_code(c.name)} | " + " | ".join(cells) + " |")
     return lines
 
 
 def _md_names(names: list[str]) -> str:
-    return ", ".join(_md(n) for n in names) or "none"
+    return ", ".join(_code(n, cell=False) for n in names) or "none"
 
 
 def _md_answer(rec: Recommendation) -> list[str]:
     """The choice (or why there is none), why, the default guard's warnings and what to try."""
     if rec.chosen:
-        keep = f": keep the float32 file ({_md(rec.keep_float32)})" if rec.keep_float32 else ""
-        lines = [f"**Chosen: {_md(rec.chosen)}**{keep}"]
+        keep = f": keep the float32 file ({_code(rec.keep_float32, cell=False)})" if rec.keep_float32 else ""
+        lines = [f"**Chosen: {_code(rec.chosen, cell=False)}**{keep}"]
     else:
         lines = [f"**{_md(rec.headline or 'No candidate meets the goals.')}**"]
     lines += [""] + [f"Why: {_md(w)}" for w in rec.why] if rec.why else []
@@ -188,11 +190,11 @@ def _md_recommendation(rec: Recommendation) -> list[str]:
     lines += ["", "Decision path (rule of thumb):", ""]
     lines += [f"{i}. {_md(q.question)} {_md(q.answer)} → {_md(q.decided)}" for i, q in enumerate(rec.advice.path, 1)]
     if rec.chosen_recipe_toml:
-        fence = "~~~~" if "```" in rec.chosen_recipe_toml else "```"
-        lines += ["", "Recipe:", "", fence + "toml", rec.chosen_recipe_toml.rstrip(), fence]
+        bar = fence(rec.chosen_recipe_toml)  # longer than any run of backticks in it: it cannot end early
+        lines += ["", "Recipe:", "", bar + "toml", rec.chosen_recipe_toml.rstrip(), bar]
     lines += ["", f"Ranked: {_md_names(rec.ranked)}.", "", f"Pareto front: {_md_names(rec.pareto)}."]
     if rec.rejected:
-        lines += ["", "Rejected:", ""] + [f"- {_md(r.candidate)}: {_md(r.reason)}" for r in rec.rejected]
+        lines += ["", "Rejected:", ""] + [f"- {_code(r.candidate, cell=False)}: {_md(r.reason)}" for r in rec.rejected]
     if rec.facts:
         lines += ["", "Good to know:", ""] + [f"- {_md(f)}" for f in rec.facts]
     return lines
@@ -235,7 +237,7 @@ def _md_contracts(rows: list[dict]) -> list[str]:
     lines += ["| Candidate | Inputs | Outputs | TFLite metadata |", "|---|---|---|---|"]
     for r in rows:
         ins, outs = "<br>".join(_md(x) for x in r["inputs"]), "<br>".join(_md(x) for x in r["outputs"])
-        lines.append(f"| {_md(r['name'])} | {ins} | {outs} | {_md(r['metadata'])} |")
+        lines.append(f"| {_code(r['name'])} | {ins} | {outs} | {_md(r['metadata'])} |")
     return lines
 
 
@@ -273,7 +275,7 @@ def _md_conversion(c) -> list[str]:
     rows = conversion_rows(c)
     if rows:
         lines += ["| output | rel err | max abs diff | agree |", "|---|---|---|---|"]
-        lines += ["| " + " | ".join(_md(x) for x in r) + " |" for r in rows]
+        lines += [_md_row(r) for r in rows]
     if c.facts:
         lines += ["", "What converting changed: " + _md("; ".join(c.facts)) + "."]
     return lines
@@ -298,7 +300,7 @@ def _md_rescue(study: Study) -> list[str]:
         for r in c.rescue:
             moved = "; ".join(f"{_md(lc.op)} {lc.before:.4f} -> {lc.after:.4f}" for lc in r.layers[:3]) or "-"
             kept = "yes" if r.kept else "no"
-            lines.append(f"| {_md(c.name)} | {_md(r.transform)} | {kept} | {_md(r.detail)} | {moved} |")
+            lines.append(f"| {_code(c.name)} | {_md(r.transform)} | {kept} | {_md(r.detail)} | {moved} |")
     return lines
 
 
@@ -330,7 +332,7 @@ def _md_phases(study: Study) -> list[str]:
     lines = ["## Where the time went", "", f"Seconds per candidate and phase. {wall}".strip(), ""]
     lines.append("| " + " | ".join(headers) + " |")
     lines.append("|" + "---|" * len(headers))
-    lines += ["| " + " | ".join(_md(x) for x in r) + " |" for r in rows]
+    lines += [_md_row(r) for r in rows]
     return lines
 
 
@@ -341,7 +343,7 @@ def _md_islands(study: Study) -> list[str]:
     for c in study.candidates:
         if c.ok and c.islands:
             groups = "<br>".join(_md(g) for g in island_groups(c))
-            lines.append(f"| {_md(c.name)} | {_md(island_cost(c, base))} | {groups} |")
+            lines.append(f"| {_code(c.name)} | {_md(island_cost(c, base))} | {groups} |")
     return lines
 
 
@@ -375,7 +377,7 @@ def _md_changed_outputs(study: Study) -> list[str]:
     for c in study.candidates:
         if c.ok and c.output_contract is not None:
             k = c.output_contract
-            lines.append(f"| {_md(c.name)} | {_md(k.output)} | {_md(k.words)} |")
+            lines.append(f"| {_code(c.name)} | {_md(k.output)} | {_md(k.words)} |")
     return lines
 
 
@@ -383,7 +385,11 @@ def _md_fit(study: Study) -> list[str]:
     """Which rewrite of the float graph bought which target, each with how far the outputs moved (issue 45)."""
     fitted = [c for c in study.candidates if c.ok and c.fit is not None and c.fit.kept]
     rec = next((c.fit for c in fitted if c.name == "fit-float32"), fitted[0].fit)
-    lines = ["## The graph fitted to its targets", "", f"Made from it: {', '.join(_md(c.name) for c in fitted)}."]
+    lines = [
+        "## The graph fitted to its targets",
+        "",
+        f"Made from it: {', '.join(_code(c.name, cell=False) for c in fitted)}.",
+    ]
     lines += ["", f"Targets it bought: {_md(', '.join(rec.bought) or 'none')}.", ""]
     lines += [r"| Rewrite | Node | For | Max \|diff\| (of range) | What it did |", "|---|---|---|---|---|"]
     for s in rec.kept:
@@ -395,8 +401,9 @@ def _md_fit(study: Study) -> list[str]:
 def render_markdown(study: Study, rec: Recommendation | None = None, images: dict[str, str] | None = None) -> str:
     """The report as Markdown. `images` maps plot keys to relative file paths (write_report writes them).
     Everything that comes from a study is escaped (names, reasons, facts)."""
-    head = f"Study created {_md(study.created)}; data: {_md(study.data or 'none')}; baseline: {_md(study.baseline)}."
-    sections = [[f"# Optimization report: {_md(study.model)}", "", head, "", f"_{HOST_NOTE}_"]]
+    data = _code(study.data, cell=False) if study.data else "none"
+    head = f"Study created {_md(study.created)}; data: {data}; baseline: {_code(study.baseline, cell=False)}."
+    sections = [[f"# Optimization report: {_code(study.model, cell=False)}", "", head, "", f"_{HOST_NOTE}_"]]
     if study.conversion is not None:
         sections.append(_md_conversion(study.conversion))
     sections.append(_md_candidates(study, rec))
@@ -404,8 +411,8 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
     if images:
         from optimize.present.plots import captions
 
-        said = captions(study, rec)
-        figures = [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})\n\n_{_md(said.get(k, k))}_" for k, v in images.items()]
+        said = captions(study, rec)  # the images are our own files ({plot}.svg)
+        figures = [f"![{PLOT_TITLES.get(k, k)}]({v})\n\n_{_md(said.get(k, k))}_" for k, v in images.items()]
         sections.append(["## Plots", "", "\n\n".join(figures)])
     sections.append(_md_matrix(study))
     sections += _md_per_candidate(study)

@@ -17,6 +17,7 @@ import signal
 import warnings
 from collections.abc import Callable
 
+from optimize.core import crash
 from optimize.core.errors import TechniqueFailed
 
 
@@ -85,9 +86,15 @@ def _rebuild(module: str, name: str, args: tuple, detail) -> BaseException:
 
 def isolated(fn: Callable, *args, what: str):
     """`fn(*args)` in a forked child; its return value, its exception re-raised here, or QuantizerCrashed
-    ("`what` crashed (SIGSEGV)") when the child dies. `OPTIMIZE_NO_FORK=1` runs it in this process."""
-    if not hasattr(os, "fork") or os.environ.get("OPTIMIZE_NO_FORK") == "1":
-        return fn(*args)
+    ("`what` crashed (SIGSEGV)") when the child dies. `OPTIMIZE_NO_FORK=1` runs it in this process (a crash
+    is then the command's, told by its supervisor as `what`: optimize.core.crash)."""
+    with crash.doing(what):
+        if not hasattr(os, "fork") or os.environ.get("OPTIMIZE_NO_FORK") == "1":
+            return fn(*args)
+        return _forked(fn, args, what)
+
+
+def _forked(fn: Callable, args: tuple, what: str):
     r, w = os.pipe()
     with warnings.catch_warnings():
         # JAX (imported by litert-torch for a PyTorch/ONNX model) warns at every fork that a child using JAX

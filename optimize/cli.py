@@ -1194,8 +1194,8 @@ def main() -> None:
     in one line (exit 130 and 143); a reader that closes the pipe early (`| head -1`) ends it quietly."""
     import signal
 
-    from optimize.engine import stop
     from optimize.core import crash
+    from optimize.engine import stop
 
     _terminal_streams()
     crash.supervised(_say, crash.command_of(sys.argv[1:]))  # a crash in native code: one line, exit 2

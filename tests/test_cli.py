@@ -93,7 +93,8 @@ def test_keras3_where_tfmot_needs_keras2(cli, tmp_path, data_npz):
 
     k3 = _tf.keras3()
     inp = k3.layers.Input((8, 8, 1))
-    m = k3.Model(inp, k3.layers.Dense(10)(k3.layers.Flatten()(inp * 2.0)))  # an op outside any layer
+    # an operation outside any layer with no TensorFlow twin (elementwise ones like `inp * 2.0` rebuild: issue 42)
+    m = k3.Model(inp, k3.layers.Dense(10)(k3.layers.Flatten()(k3.ops.cumsum(inp, axis=1))))
     p = tmp_path / "k3.keras"
     m.save(p)
     r = cli("prune", str(p), "--data", str(data_npz))

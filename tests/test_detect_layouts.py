@@ -105,6 +105,55 @@ def test_split_post_processed_outputs_are_recognised_by_shape_and_the_count_resp
     assert kept.kept == fid.reference_detections - len(ref[0])
 
 
+def test_boxes_and_scores_only_post_processed_outputs_are_recognised():
+    """A one-class post-processed head (boxes, scores, a count; no classes): recognised with its count, and
+    without a count when every sample's scores come sorted as selected rows do; raw unsorted scores are not."""
+    boxes, scores, _, count = _split()
+    ref = [boxes, scores, count]
+    lay = detection.recognise(detection.shapes_of(ref), ref)
+    assert lay.kind == "scored" and lay.outputs == (0, 1, 2)
+    fid = detection.compare(ref, ref, ["b", "s", "n"], lay)
+    assert fid.reference_detections == int(count.sum()) and fid.kept_fraction == 1.0
+    lay = detection.recognise(detection.shapes_of(ref[:2]), ref[:2])
+    assert lay.kind == "scored" and lay.outputs == (0, 1)
+    raw = [boxes, np.random.default_rng(1).permutation(scores.T).T.copy()]
+    assert detection.head_of(raw) is None or detection.head_of(raw).kind != "scored"
+
+
+def test_a_copy_scoring_just_under_the_threshold_is_lost_no_margin():
+    """One rule, the plain one: float32's detection is kept when the candidate's copy scores at least the same
+    threshold; 0.24 against 0.25 is a detection not shipped. Checked against a count written here apart."""
+    ref = [_end2end(n=8, k=20, seed=3)]
+    out = ref[0].copy()
+    rng = np.random.default_rng(4)
+    above = np.argwhere(ref[0][..., 4] >= detection.DEFAULT_SCORE)
+    under = above[rng.choice(len(above), 5, replace=False)]
+    out[under[:, 0], under[:, 1], 4] = detection.DEFAULT_SCORE - 0.01
+    out[..., :4] += rng.normal(0, 2, out[..., :4].shape).astype(np.float32)  # boxes move a little, IoU stays high
+    lay = layouts.Layout("end2end", (0,))
+    fid = detection.compare([out], ref, ["dets"], lay)
+    assert fid.reference_detections == len(above) and fid.kept == len(above) - 5
+    plain = 0
+    for k in range(len(out)):  # apart from the tool: greedy in float32's score order, same class, IoU >= 0.5
+        r = ref[0][k][ref[0][k][:, 4] >= 0.25]
+        c = out[k][out[k][:, 4] >= 0.25]
+        used = np.zeros(len(c), bool)
+        for row in r[np.argsort(-r[:, 4])]:
+            ok = np.flatnonzero((c[:, 5] == row[5]) & ~used)
+            over = [_iou(row[:4], c[j, :4]) for j in ok]
+            if over and max(over) >= 0.5:
+                used[ok[int(np.argmax(over))]] = True
+                plain += 1
+    assert fid.kept == plain
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h
+    return float(w * h / union)
+
+
 def _end2end(n: int = 6, k: int = 20, seed: int = 0) -> np.ndarray:
     """[n, K, 6] rows: pixel corners, a score, a class id, selected by the model (scores falling)."""
     rng = np.random.default_rng(seed)

@@ -27,9 +27,10 @@ def ssd(tmp_path_factory):
     ds = from_arrays(x_train=photos(32, SIDE, 0), x_test=photos(32, SIDE, 1))
     np.savez(folder / "d.npz", x_train=ds.x_train, x_test=ds.x_test)
     recipes = [build(s, [{"technique": "quantize", "scheme": s}]) for s in ("float16", "int8")]
+    recipes.append(build("int8-int8io", [{"technique": "quantize", "scheme": "int8", "io": "int8"}]))
     study = optimize.sweep(f32, folder / "d.npz", folder / "out", recipes=recipes, runs=3, cache=False, jobs=0)
     made = {c.name: folder / "out" / c.artifact for c in study.candidates if c.ok}
-    assert {"float16", "int8"} <= made.keys(), [c.error for c in study.candidates]
+    assert {"float16", "int8", "int8-int8io"} <= made.keys(), [c.error for c in study.candidates]
     return f32, made, ds, study
 
 
@@ -231,6 +232,26 @@ def test_gpu_and_nnapi_get_a_pick_for_the_ssd_with_its_tail_named(ssd):
         assert any("post-processing tail (TFLite_Detection_PostProcess)" in f for f in rec.facts)
         det = study.candidate(rec.chosen).metrics.fidelity.detection if rec.chosen != "float32" else None
         assert det is None or det.kept_fraction >= 0.95
+
+
+def test_hexagon_gets_an_integer_ssd_whose_post_processing_is_its_cpu_tail(ssd):
+    """Integer I/O on a post-processed SSD: the int8 input feeds an integer body, the op's outputs stay float (as
+    shipped SSDs give them), the op is the expected CPU tail, and hexagon picks it with the tail named."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from optimize.decide.choose import recommend
+
+    _, made, _, study = ssd
+    it = Interpreter(model_path=str(made["int8-int8io"]))
+    assert it.get_input_details()[0]["dtype"] == np.int8
+    assert all(d["dtype"] == np.float32 for d in it.get_output_details())
+    c = study.candidate("int8-int8io")
+    assert c.composition.float_compute_ops == [] and c.composition.tail_ops == ["TFLite_Detection_PostProcess"]
+    assert "TFLite_Detection_PostProcess" in c.delegates["hexagon"].cpu_tail
+    assert c.metrics.fidelity.detection.kept_fraction >= 0.9
+    rec = recommend(study, "hexagon")
+    assert rec.chosen == "int8-int8io", rec.headline
+    assert any("hexagon delegate runs every node but the post-processing tail" in f for f in rec.facts)
 
 
 def test_the_worst_samples_are_shown_beside_the_pooled_figure_and_can_be_bounded():

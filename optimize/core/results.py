@@ -512,7 +512,14 @@ class Composition(Record):
     float_compute_ops: list[str] = Field(
         default_factory=list,
         description="Op types that compute on float tensors (any weights; QUANTIZE/DEQUANTIZE aside): what an "
-        "integer-only target (microcontroller, Edge TPU, Hexagon, NNAPI's int path) cannot run.",
+        "integer-only target (microcontroller, Edge TPU, Hexagon, NNAPI's int path) cannot run; a detector's "
+        "post-processing tail aside (`tail_ops`).",
+    )
+    tail_ops: list[str] = Field(
+        default_factory=list,
+        description="Op types of the detector's post-processing tail (TFLite_Detection_PostProcess, NMS, TopK and "
+        "what only feeds or follows them) that compute in float: run on the CPU after the integer body, as "
+        "shipped detectors run; not counted in `float_compute_ops`.",
     )
     sparsity: float | None = Field(None, description="Share of zeros across the big weight tensors.")
     distinct_values: int | None = Field(

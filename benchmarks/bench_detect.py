@@ -198,16 +198,15 @@ def detections(kind: str, outs: list[np.ndarray], k: int, score: float = SCORE):
     return _raw(one[0], one[1], score)  # pair: corners [N, 4], scores [N, C]
 
 
-def kept(
-    kind: str, ref: list[np.ndarray], outs: list[np.ndarray], contract: dict | None, margin: float = 0.0
-) -> tuple[int, int]:
-    """(float32's detections, of them the candidate makes too: same class, IoU >= 0.5, greedy in score order).
-    `margin`: the candidate's detections may score this much under the threshold (the tool's borderline rule)."""
+def kept(kind: str, ref: list[np.ndarray], outs: list[np.ndarray], contract: dict | None) -> tuple[int, int]:
+    """(float32's detections, of them the candidate makes too: same class, IoU >= 0.5, scoring at least the same
+    threshold (no margin), greedy in float32's score order). The tool's rule (docs/recommender.md), counted here
+    apart from its code."""
     total = made = 0
     outs = undo(outs, contract)
     for k in range(len(ref[0])):
         rb, rc, rs = detections(kind, ref, k)
-        cb, cc, _ = detections(kind, outs, k, SCORE - margin)
+        cb, cc, _ = detections(kind, outs, k)
         used = np.zeros(len(cb), bool)
         for j in np.argsort(-rs):
             ok = (cc == rc[j]) & ~used
@@ -279,7 +278,7 @@ def bench(kind: str, folder: Path, n: int) -> list[str]:
 
 
 def _rows(kind: str, study, folder: Path, ref: list[np.ndarray], test: np.ndarray) -> list[str]:
-    out = [f"   {'candidate':<18} {'tool kept':>9} {'independent':>11} {'(-0.05)':>8} {'worst':>6}  on targets"]
+    out = [f"   {'candidate':<18} {'tool kept':>9} {'independent':>11} {'worst':>6}  on targets"]
     from optimize.decide.choose import recommend
 
     chosen = {}
@@ -302,11 +301,9 @@ def _rows(kind: str, study, folder: Path, ref: list[np.ndarray], test: np.ndarra
                        f"  {' '.join(chosen.get(c.name, []))}")  # fmt: skip
             continue
         total, made = kept(kind, ref, outs, contract)
-        _, near = kept(kind, ref, outs, contract, margin=0.05)
         det = f.detection if f else None
         tool = det.kept_fraction if det else None
-        strict, loose = (_pct(v / total if total else None) for v in (made, near))
-        out.append(f"   {c.name:<18} {_pct(tool):>9} {strict:>11} {loose:>8} "
+        out.append(f"   {c.name:<18} {_pct(tool):>9} {_pct(made / total if total else None):>11} "
                    f"{_pct(det.sample_kept if det else None):>6}  {' '.join(chosen.get(c.name, []))}"
                    f"{'  (' + str(total) + ' dets)' if c.name == study.candidates[1].name else ''}")  # fmt: skip
     return out

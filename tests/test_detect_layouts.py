@@ -27,9 +27,10 @@ def ssd(tmp_path_factory):
     ds = from_arrays(x_train=photos(32, SIDE, 0), x_test=photos(32, SIDE, 1))
     np.savez(folder / "d.npz", x_train=ds.x_train, x_test=ds.x_test)
     recipes = [build(s, [{"technique": "quantize", "scheme": s}]) for s in ("float16", "int8")]
+    recipes.append(build("int8-int8io", [{"technique": "quantize", "scheme": "int8", "io": "int8"}]))
     study = optimize.sweep(f32, folder / "d.npz", folder / "out", recipes=recipes, runs=3, cache=False, jobs=0)
     made = {c.name: folder / "out" / c.artifact for c in study.candidates if c.ok}
-    assert {"float16", "int8"} <= made.keys(), [c.error for c in study.candidates]
+    assert {"float16", "int8", "int8-int8io"} <= made.keys(), [c.error for c in study.candidates]
     return f32, made, ds, study
 
 
@@ -103,6 +104,55 @@ def test_split_post_processed_outputs_are_recognised_by_shape_and_the_count_resp
     fewer[3] = np.maximum(ref[3] - 1, 0)  # the candidate's count drops one row per sample
     kept = detection.compare(fewer, ref, ["b", "s", "c", "n"], lay)
     assert kept.kept == fid.reference_detections - len(ref[0])
+
+
+def test_boxes_and_scores_only_post_processed_outputs_are_recognised():
+    """A one-class post-processed head (boxes, scores, a count; no classes): recognised with its count, and
+    without a count when every sample's scores come sorted as selected rows do; raw unsorted scores are not."""
+    boxes, scores, _, count = _split()
+    ref = [boxes, scores, count]
+    lay = detection.recognise(detection.shapes_of(ref), ref)
+    assert lay.kind == "scored" and lay.outputs == (0, 1, 2)
+    fid = detection.compare(ref, ref, ["b", "s", "n"], lay)
+    assert fid.reference_detections == int(count.sum()) and fid.kept_fraction == 1.0
+    lay = detection.recognise(detection.shapes_of(ref[:2]), ref[:2])
+    assert lay.kind == "scored" and lay.outputs == (0, 1)
+    raw = [boxes, np.random.default_rng(1).permutation(scores.T).T.copy()]
+    assert detection.head_of(raw) is None or detection.head_of(raw).kind != "scored"
+
+
+def test_a_copy_scoring_just_under_the_threshold_is_lost_no_margin():
+    """One rule, the plain one: float32's detection is kept when the candidate's copy scores at least the same
+    threshold; 0.24 against 0.25 is a detection not shipped. Checked against a count written here apart."""
+    ref = [_end2end(n=8, k=20, seed=3)]
+    out = ref[0].copy()
+    rng = np.random.default_rng(4)
+    above = np.argwhere(ref[0][..., 4] >= detection.DEFAULT_SCORE)
+    under = above[rng.choice(len(above), 5, replace=False)]
+    out[under[:, 0], under[:, 1], 4] = detection.DEFAULT_SCORE - 0.01
+    out[..., :4] += rng.normal(0, 2, out[..., :4].shape).astype(np.float32)  # boxes move a little, IoU stays high
+    lay = layouts.Layout("end2end", (0,))
+    fid = detection.compare([out], ref, ["dets"], lay)
+    assert fid.reference_detections == len(above) and fid.kept == len(above) - 5
+    plain = 0
+    for k in range(len(out)):  # apart from the tool: greedy in float32's score order, same class, IoU >= 0.5
+        r = ref[0][k][ref[0][k][:, 4] >= 0.25]
+        c = out[k][out[k][:, 4] >= 0.25]
+        used = np.zeros(len(c), bool)
+        for row in r[np.argsort(-r[:, 4])]:
+            ok = np.flatnonzero((c[:, 5] == row[5]) & ~used)
+            over = [_iou(row[:4], c[j, :4]) for j in ok]
+            if over and max(over) >= 0.5:
+                used[ok[int(np.argmax(over))]] = True
+                plain += 1
+    assert fid.kept == plain
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h
+    return float(w * h / union)
 
 
 def _end2end(n: int = 6, k: int = 20, seed: int = 0) -> np.ndarray:
@@ -182,6 +232,26 @@ def test_gpu_and_nnapi_get_a_pick_for_the_ssd_with_its_tail_named(ssd):
         assert any("post-processing tail (TFLite_Detection_PostProcess)" in f for f in rec.facts)
         det = study.candidate(rec.chosen).metrics.fidelity.detection if rec.chosen != "float32" else None
         assert det is None or det.kept_fraction >= 0.95
+
+
+def test_hexagon_gets_an_integer_ssd_whose_post_processing_is_its_cpu_tail(ssd):
+    """Integer I/O on a post-processed SSD: the int8 input feeds an integer body, the op's outputs stay float (as
+    shipped SSDs give them), the op is the expected CPU tail, and hexagon picks it with the tail named."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from optimize.decide.choose import recommend
+
+    _, made, _, study = ssd
+    it = Interpreter(model_path=str(made["int8-int8io"]))
+    assert it.get_input_details()[0]["dtype"] == np.int8
+    assert all(d["dtype"] == np.float32 for d in it.get_output_details())
+    c = study.candidate("int8-int8io")
+    assert c.composition.float_compute_ops == [] and c.composition.tail_ops == ["TFLite_Detection_PostProcess"]
+    assert "TFLite_Detection_PostProcess" in c.delegates["hexagon"].cpu_tail
+    assert c.metrics.fidelity.detection.kept_fraction >= 0.9
+    rec = recommend(study, "hexagon")
+    assert rec.chosen == "int8-int8io", rec.headline
+    assert any("hexagon delegate runs every node but the post-processing tail" in f for f in rec.facts)
 
 
 def test_the_worst_samples_are_shown_beside_the_pooled_figure_and_can_be_bounded():

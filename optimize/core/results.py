@@ -184,10 +184,11 @@ class DetectionFidelity(Record):
     """A detector's detections against float32's on the same inputs: each of float32's detections (score at
     least `score_threshold`, after per-class non-maximum suppression for decoded boxes) is kept when the
     candidate has one of the same class overlapping it at IoU >= `iou_threshold` (for a raw anchor head: at the
-    same anchor) scoring at least the threshold less a margin of 0.05 (a borderline score is not a loss)."""
+    same anchor) scoring at least the same threshold: no margin, a copy scoring just under it is not shipped."""
 
     layout: str = Field(
-        description="The head (optimize.measure.layouts): postprocessed (boxes, classes, scores, count), end2end "
+        description="The head (optimize.measure.layouts): postprocessed (boxes, classes, scores, count), scored "
+        "(boxes, scores, count: one class), end2end "
         "([1, K, 6]), yolo ([1, 4+C, N] or [1, N, 4+C]), yolov5, ssd (boxes + scores) or anchors."
     )
     outputs: list[str] = Field(description="The outputs that hold the boxes and scores.")
@@ -522,7 +523,14 @@ class Composition(Record):
     float_compute_ops: list[str] = Field(
         default_factory=list,
         description="Op types that compute on float tensors (any weights; QUANTIZE/DEQUANTIZE aside): what an "
-        "integer-only target (microcontroller, Edge TPU, Hexagon, NNAPI's int path) cannot run.",
+        "integer-only target (microcontroller, Edge TPU, Hexagon, NNAPI's int path) cannot run; a detector's "
+        "post-processing tail aside (`tail_ops`).",
+    )
+    tail_ops: list[str] = Field(
+        default_factory=list,
+        description="Op types of the detector's post-processing tail (TFLite_Detection_PostProcess, NMS, TopK and "
+        "what only feeds or follows them) that compute in float: run on the CPU after the integer body, as "
+        "shipped detectors run; not counted in `float_compute_ops`.",
     )
     sparsity: float | None = Field(None, description="Share of zeros across the big weight tensors.")
     distinct_values: int | None = Field(

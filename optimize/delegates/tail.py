@@ -17,51 +17,12 @@ from __future__ import annotations
 from optimize.core.results import DelegateReport
 from optimize.core.vocab import Delegate
 from optimize.models.flatbuffer import Subgraph
+from optimize.models.postprocess import FEEDING_OPS, TAIL_OPS, tail_nodes
 
-#: Post-processing ops that run on the CPU after an accelerated body, as shipped detectors do.
-TAIL_OPS = frozenset({"TFLite_Detection_PostProcess", "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5", "TOPK_V2"})
+__all__ = ["FEEDING_OPS", "TAIL_OPS", "WITH_TAIL", "expected_tail", "tail_nodes", "with_tail"]
+
 #: The delegates whose targets run a body and leave a tail to the CPU (XNNPACK is the CPU itself).
 WITH_TAIL = (Delegate.GPU, Delegate.NNAPI, Delegate.HEXAGON, Delegate.COREML)
-
-
-def tail_nodes(sg: Subgraph) -> set[int]:
-    """The op indices of the subgraph's post-processing tail: the tail ops, every op downstream of them and the
-    conversions that only feed them (empty: no tail op)."""
-    seeds = [op.index for op in sg.ops if op.name in TAIL_OPS]
-    if not seeds:
-        return set()
-    tail: set[int] = set()
-    todo = list(seeds)
-    while todo:
-        i = todo.pop()
-        if i in tail:
-            continue
-        tail.add(i)
-        todo += [c for t in sg.ops[i].outputs if t >= 0 for c in sg.consumers.get(t, [])]
-    return tail | _feeding(sg, tail)
-
-
-#: Ops in front of a tail op that serve it alone: a quantized body's outputs made float for it, and the best
-#: class per anchor an end-to-end head's top-K selects by (its score and class id).
-FEEDING_OPS = frozenset({"DEQUANTIZE", "QUANTIZE", "ARG_MAX", "ARG_MIN", "REDUCE_MAX", "CAST"})
-
-
-def _feeding(sg: Subgraph, tail: set[int]) -> set[int]:
-    """The FEEDING_OPS whose every reader is in the tail (or feeds it so), as far back as they go: part of the
-    post-processing's input."""
-    found = set(tail)
-    grew = True
-    while grew:
-        grew = False
-        for i in list(found):
-            for t in sg.ops[i].inputs:
-                p = sg.producer.get(t) if t >= 0 else None
-                if p is None or p in found or sg.ops[p].name not in FEEDING_OPS:
-                    continue
-                if all(set(sg.consumers.get(o, [])) <= found for o in sg.ops[p].outputs if o >= 0):
-                    found.add(p)
-                    grew = True
-    return found - tail
 
 
 def expected_tail(sg: Subgraph, report: DelegateReport) -> list[str]:

@@ -441,13 +441,16 @@ def _lost(int8: Candidate) -> tuple[str, dict] | None:
 
 #: The integer files made from the float model with its raw YOLO head's boxes normalised (int8 I/O or float I/O).
 INTEGER_HEAD = {"int8-boxes": "float", "int8-int8io-boxes": "int8"}
+HEAD_RANGES = {"calibration": "percentile"}
 
 
 def _integer_head(run: Run) -> list[Recipe]:
     """int8 (float and int8 I/O) of the float model with its raw YOLO head's boxes normalised by the input's
     size (optimize.transforms.tflite.yolo_head), when plain int8 keeps too few of a yolo head's detections: one
     int8 output then holds boxes and scores, and integer targets (Hexagon, microcontrollers) get a file. Their
-    output contract changes (boxes 0..1), and each candidate says so."""
+    output contract changes (boxes 0..1), and each candidate says so. Ranges by percentile: min/max lets a few
+    outlying activations widen the steps where class scores cross the threshold (YOLOv8s from a wheel, the same
+    48 calibration crops, 56 detections on 96 held-out: min/max kept 87.5%, percentile 94.6%)."""
     int8 = _plain_int8(run)
     if int8 is None or not int8.ok or any(r.name in INTEGER_HEAD for r in run.recipes):
         return []
@@ -458,7 +461,7 @@ def _integer_head(run: Run) -> list[Recipe]:
                 " and ".join(INTEGER_HEAD))  # fmt: skip
     steps = [{"technique": "convert"}, {"technique": "yolo_head"}]
     return [
-        resolve(build(name, [*steps, {"technique": "quantize", "scheme": "int8", "io": io}]), run.src)
+        resolve(build(name, [*steps, {"technique": "quantize", "scheme": "int8", "io": io, **HEAD_RANGES}]), run.src)
         for name, io in INTEGER_HEAD.items()
     ]
 

@@ -9,6 +9,9 @@ they are, the count respected. Adding a layout is one entry in `TABLE` and its r
 
 - `postprocessed`: boxes [1, M, 4] + classes [1, M] + scores [1, M] (+ count [1]), as `TFLite_Detection_PostProcess`
   writes them (SSD, EfficientDet-Lite) and as split end-to-end exports (boxes, scores, labels) give them.
+- `scored`: boxes [1, M, 4] + scores [1, M] (+ count [1]), no classes output: a one-class post-processed head
+  (a face or person detector), its rows sorted by score as selected rows are (raw anchors are not), or named by
+  the op's roles.
 - `end2end`: one [1, K, 6] (x1, y1, x2, y2, score, class id): YOLOv10, YOLO11 end2end, RT-DETR-style exports.
 - `yolo`: one raw head [1, 4+C, N] or [1, N, 4+C]: cx, cy, w, h then C class scores (YOLOv8, v11).
 - `yolov5`: one raw head [1, N, 5+C]: boxes, an objectness, C class scores. Named only (`--task detect` with it).
@@ -162,10 +165,11 @@ def _classes_scores(rows: list[int], o: Outputs) -> tuple[int, int] | None:
     return None
 
 
-def _count(outs: list[np.ndarray], lay: Layout, k: int, rows: int) -> int:
-    if len(lay.outputs) < 4:
+def _count(outs: list[np.ndarray], lay: Layout, k: int, rows: int, at: int = 3) -> int:
+    """The rows sample k holds: its count output (position `at` in the layout's outputs) where there is one."""
+    if len(lay.outputs) <= at:
         return rows
-    c = np.asarray(outs[lay.outputs[3]][k]).reshape(-1)
+    c = np.asarray(outs[lay.outputs[at]][k]).reshape(-1)
     return int(np.clip(c[0], 0, rows)) if c.size and np.isfinite(c[0]) else 0
 
 
@@ -175,6 +179,40 @@ def _read_postprocessed(outs: list[np.ndarray], lay: Layout, k: int) -> Rows:
     classes = outs[lay.outputs[1]][k].reshape(-1)[:n]
     scores = outs[lay.outputs[2]][k].reshape(-1)[:n].astype(np.float64)
     return Rows(boxes[:n], np.nan_to_num(classes).astype(np.int64), scores)
+
+
+def _find_scored(o: Outputs) -> Layout | None:
+    """Boxes [1, M, 4] and one scores [1, M] (in 0..1), no classes: by the op's roles, or by shapes when a count
+    says the rows were selected or every sample's scores come sorted, highest first, as selected rows do."""
+    by_role = {r: i for i, r in enumerate(o.roles) if r}
+    if {"boxes", "scores"} <= by_role.keys() and "classes" not in by_role:
+        count = (by_role["count"],) if "count" in by_role else ()
+        return Layout("scored", (by_role["boxes"], by_role["scores"], *count))
+    for b, sb in enumerate(o.shapes):
+        if len(sb) == 3 and sb[2] == 4 and sb[1] >= 1:
+            found = _scores_beside(o, b, sb)
+            if found is not None:
+                return found
+    return None
+
+
+def _scores_beside(o: Outputs, b: int, sb: Shape) -> Layout | None:
+    """The `scored` layout of boxes output b: its one [1, M] scores output, selected (a count, or sorted)."""
+    rows = [i for i, s in enumerate(o.shapes) if tuple(s) == (sb[0], sb[1])]
+    if len(rows) != 1 or not unit(o.ref[rows[0]]) or integral(o.ref[rows[0]]):
+        return None
+    counts = [i for i, s in enumerate(o.shapes) if _count_output(s) and integral(o.ref[i])]
+    scores = o.ref[rows[0]].reshape(len(o.ref[rows[0]]), -1)
+    if counts or bool(np.all(np.diff(scores, axis=1) <= 1e-6)):
+        return Layout("scored", (b, rows[0], *counts[:1]))
+    return None
+
+
+def _read_scored(outs: list[np.ndarray], lay: Layout, k: int) -> Rows:
+    boxes = outs[lay.outputs[0]][k].astype(np.float64)
+    n = _count(outs, lay, k, len(boxes), at=2)
+    scores = outs[lay.outputs[1]][k].reshape(-1)[:n].astype(np.float64)
+    return Rows(boxes[:n], np.zeros(n, np.int64), scores)
 
 
 # ------------------------------------------------------------------------------------------------ end-to-end
@@ -288,6 +326,13 @@ TABLE: dict[str, Entry] = {
             "boxes [1, M, 4] + classes [1, M] + scores [1, M] (+ count [1])",
             _find_postprocessed,
             _read_postprocessed,
+            selected=True,
+        ),
+        Entry(
+            "scored",
+            "boxes [1, M, 4] + scores [1, M] (+ count [1]), no classes",
+            _find_scored,
+            _read_scored,
             selected=True,
         ),
         Entry("end2end", "one [1, K, 6]: x1, y1, x2, y2, score, class", _find_end2end, _read_end2end, selected=True),

@@ -30,6 +30,7 @@ import numpy as np
 
 from optimize.core.results import Composition
 from optimize.core.vocab import Scheme
+from optimize.models import postprocess
 from optimize.models.flatbuffer import Model
 from optimize.models.tflite import read_model
 
@@ -95,8 +96,24 @@ def computes_on_float(sg, op) -> bool:
 
 def float_compute(model: Model) -> list[str]:
     """Op types, in every subgraph, that read or write a non-constant float tensor: ops an integer-only
-    target cannot run. QUANTIZE and DEQUANTIZE are the conversions, not compute."""
-    return sorted({op.name for sg in model.subgraphs for op in sg.ops if computes_on_float(sg, op)})
+    target cannot run. QUANTIZE and DEQUANTIZE are the conversions, not compute. A detector's post-processing
+    tail (`tail_compute`) is left out: it is float in every shipped detector and runs on the CPU after the
+    integer body, as shipped SSDs run on Hexagon and NNAPI."""
+    return sorted({op.name for sg in model.subgraphs for op in _outside_tail(sg) if computes_on_float(sg, op)})
+
+
+def tail_compute(model: Model) -> list[str]:
+    """Op types of the main subgraph's post-processing tail (`models.postprocess.tail_nodes`:
+    TFLite_Detection_PostProcess, NMS or TOPK_V2, what follows them and what only feeds them) that compute on
+    float tensors."""
+    sg = model.main
+    tail = postprocess.tail_nodes(sg)
+    return sorted({sg.ops[i].name for i in tail if computes_on_float(sg, sg.ops[i])})
+
+
+def _outside_tail(sg) -> list:
+    tail = postprocess.tail_nodes(sg)
+    return [op for op in sg.ops if op.index not in tail] if tail else list(sg.ops)
 
 
 def counts(model: Model) -> tuple[int, int, int]:
@@ -133,6 +150,7 @@ def compose(content: bytes | Model) -> Composition:
         float_ops=len(float_ops),
         float_op_types=sorted(set(float_ops)),
         float_compute_ops=float_compute(model),
+        tail_ops=tail_compute(model),
         sparsity=_sparsity(big),
         distinct_values=int(np.median([_unique(t) for t in big])) if big else None,
         largest_weight=max((t.numel for t in sg.tensors if t.is_const and t.dtype in WEIGHT_DTYPES), default=0),

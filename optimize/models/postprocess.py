@@ -52,3 +52,48 @@ def blank_past_count(outs: list[np.ndarray], tail: dict[str, int]) -> None:
         a = outs[tail[role]]
         if a.ndim >= 1:
             a[max(0, n) :] = 0
+
+
+# ------------------------------------------------------------------------------------------------ the tail
+#: Post-processing ops that run on the CPU after an accelerated body, as shipped detectors do.
+TAIL_OPS = frozenset({"TFLite_Detection_PostProcess", "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5", "TOPK_V2"})
+
+
+def tail_nodes(sg) -> set[int]:
+    """The op indices of the subgraph's post-processing tail: the tail ops, every op downstream of them and the
+    conversions that only feed them (empty: no tail op)."""
+    seeds = [op.index for op in sg.ops if op.name in TAIL_OPS]
+    if not seeds:
+        return set()
+    tail: set[int] = set()
+    todo = list(seeds)
+    while todo:
+        i = todo.pop()
+        if i in tail:
+            continue
+        tail.add(i)
+        todo += [c for t in sg.ops[i].outputs if t >= 0 for c in sg.consumers.get(t, [])]
+    return tail | _feeding(sg, tail)
+
+
+#: Ops in front of a tail op that serve it alone: a quantized body's outputs made float for it, and the best
+#: class per anchor an end-to-end head's top-K selects by (its score and class id).
+FEEDING_OPS = frozenset({"DEQUANTIZE", "QUANTIZE", "ARG_MAX", "ARG_MIN", "REDUCE_MAX", "CAST"})
+
+
+def _feeding(sg, tail: set[int]) -> set[int]:
+    """The FEEDING_OPS whose every reader is in the tail (or feeds it so), as far back as they go: part of the
+    post-processing's input."""
+    found = set(tail)
+    grew = True
+    while grew:
+        grew = False
+        for i in list(found):
+            for t in sg.ops[i].inputs:
+                p = sg.producer.get(t) if t >= 0 else None
+                if p is None or p in found or sg.ops[p].name not in FEEDING_OPS:
+                    continue
+                if all(set(sg.consumers.get(o, [])) <= found for o in sg.ops[p].outputs if o >= 0):
+                    found.add(p)
+                    grew = True
+    return found - tail

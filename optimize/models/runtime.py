@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import mmap
 import os
 import re
 import sys
@@ -24,7 +25,7 @@ import numpy as np
 from optimize.core import crash
 from optimize.core.errors import ModelError
 from optimize.core.shown import named
-from optimize.models import postprocess
+from optimize.models import custom_ops, postprocess
 
 
 def runtime_label() -> str:
@@ -254,6 +255,24 @@ def _file_name(model: str | Path | bytes) -> str:
     return "" if isinstance(model, bytes | bytearray | memoryview) else str(model)
 
 
+def _builtin_only(source: dict) -> bytes | None:
+    """Without XNNPACK, MediaPipe's custom transposed convolution has no kernel: the model's bytes with it as the
+    builtin TRANSPOSE_CONV, for the interpreter (`custom_ops`; the file is not changed). None when not needed."""
+    content = source.get("model_content")
+    if content is None:
+        with open(source["model_path"], "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return None
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                if m.find(custom_ops.OP.encode()) < 0:
+                    return None
+                content = bytes(m)
+    elif not custom_ops.has_transpose_bias(content):
+        return None
+    rewritten, n = custom_ops.builtin_transpose_conv(content)
+    return rewritten if n else None
+
+
 def load(
     model: str | Path | bytes, threads: int = 2, xnnpack: bool = True, keep_tensors: bool = False, like=None
 ) -> Loaded:
@@ -275,6 +294,10 @@ def load(
     kwargs.update(_source(model))
     if not xnnpack:
         kwargs["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        swapped = _builtin_only(kwargs)
+        if swapped is not None:
+            kwargs.pop("model_path", None)
+            kwargs["model_content"] = swapped
     t0 = time.perf_counter()
     it = None
     file = _file_name(model)

@@ -31,7 +31,7 @@ from optimize.models.data import take
 from optimize.models.source import FLAT_KINDS
 from optimize.models.spec import integer_io_note
 from optimize.models.tflite import not_float
-from optimize.transforms.tflite import calibrator, graphfix, repair
+from optimize.transforms.tflite import calibrator, float_tail, graphfix, repair
 from optimize.transforms.tflite.isolate import isolated
 from optimize.transforms.tflite.quantizer_setup import quiet as _quiet
 from optimize.transforms.tflite.quantizer_setup import recipe as _recipe
@@ -241,11 +241,24 @@ def _calibrated_scheme(content: bytes, params: QuantizeParams, ctx: Context, sig
         chosen = _choose(first, second, why, params, tried, check, flow)
     if chosen is None:
         raise TechniqueFailed(f"{params.scheme}: " + "; ".join(tried))
+    _float_tail(chosen, params)
     _record(chosen, params, ctx, calibration, flow)
     note = integer_io_note(chosen.data, params.io, "quantize")
     if note:
         ctx.notes.append(note)
     return chosen.data
+
+
+def _float_tail(made: _Made, params: QuantizeParams) -> None:
+    """With integer I/O, a post-processing op's outputs stay float, as shipped SSDs give them (`float_tail`)."""
+    if params.io == IO.FLOAT:
+        return
+    made.data, n = float_tail.float_outputs(made.data)
+    if n:
+        made.notes.append(
+            f"quantize: the integer input feeds an integer body; the {n} outputs of TFLite_Detection_PostProcess "
+            "stay float, as shipped SSDs give them (the op runs on the CPU after the body)."
+        )
 
 
 def _attempt(route, who: str, tried: list[str]) -> _Made | None:

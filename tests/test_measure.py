@@ -185,7 +185,9 @@ def test_mask_iou():
     a = np.zeros((1, 4, 4, 1))
     b = np.zeros((1, 4, 4, 1))
     a[0, :2], b[0, 1:3] = 1, 1
-    assert tasks.mask_iou(a, b) == pytest.approx(4 / 12)
+    from optimize.measure import metrics
+
+    assert metrics.mask_iou(a, b) == pytest.approx(4 / 12)
 
 
 @pytest.fixture(scope="module")

@@ -229,11 +229,36 @@ def _one_output(name: str, a, b, head: Head | None, kind, cut: list | None) -> O
     if head is not None and head.index:  # class ids, counts: equal or not, never a mean |difference|
         update = {"exact_agreement": _exact(a, b), "relative_error": None, "slices": [], "tensor_relative_error": None}
     if segment:
-        update["iou"] = tasks.segmentation_iou(a, b, head)
-        update["sample_iou"] = _sample_iou(a, b, lambda x, y: tasks.segmentation_iou(x, y, head))
+        update["iou"] = segmentation_iou(a, b, head)
+        update["sample_iou"] = _sample_iou(a, b, lambda x, y: segmentation_iou(x, y, head))
     if head is not None and head.is_mask and not segment:
-        update["sample_iou"] = _sample_iou(a, b, tasks.mask_iou)
+        update["sample_iou"] = _sample_iou(a, b, mask_iou)
     return o.model_copy(update=update)
+
+
+def mask_iou(out: np.ndarray, ref: np.ndarray, threshold: float = 0.5) -> float | None:
+    """Intersection over union of the two masks thresholded at 0.5 (None when both are empty)."""
+    a, b = out > threshold, ref > threshold
+    union = np.logical_or(a, b).sum()
+    return float(np.logical_and(a, b).sum() / union) if union else None
+
+
+def segmentation_iou(out: np.ndarray, ref: np.ndarray, head: Head | None = None) -> float | None:
+    """Mean IoU of a segmentation map against the reference's: a one-channel mask thresholded at 0.5 (0 for
+    logits), else the class per pixel (argmax over the channel axis: the last of NHWC, the first of NCHW's
+    smaller) and IoU averaged over the classes either map uses."""
+    if out.ndim < 3:
+        return None
+    axis = 1 if out.ndim == 4 and out.shape[1] < out.shape[-1] else out.ndim - 1
+    if out.shape[axis] == 1:
+        unit = float(ref.min()) >= 0 and float(ref.max()) <= 1
+        return mask_iou(out, ref, 0.5 if unit else 0.0)
+    a, b = out.argmax(axis), ref.argmax(axis)
+    ious = []
+    for c in np.union1d(np.unique(a), np.unique(b)):
+        union = np.logical_or(a == c, b == c).sum()
+        ious.append(np.logical_and(a == c, b == c).sum() / union)
+    return float(np.mean(ious)) if ious else None
 
 
 def _sample_iou(a: np.ndarray, b: np.ndarray, iou) -> float | None:
@@ -294,7 +319,7 @@ def _output_fidelity(name: str, a: np.ndarray, b: np.ndarray, is_mask: bool, cut
         relative_error=max([whole, *(p.relative_error for p in parts)]) if parts else whole,
         slices=parts,
         tensor_relative_error=whole if parts else None,
-        iou=tasks.mask_iou(a, b) if is_mask and d.size else None,
+        iou=mask_iou(a, b) if is_mask and d.size else None,
         nonfinite_samples=int((~mine & theirs).sum()),
     )
 

@@ -196,31 +196,6 @@ def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(out.astype(np.float64) - ref).mean() / span)
 
 
-def mask_iou(out: np.ndarray, ref: np.ndarray, threshold: float = 0.5) -> float | None:
-    """Intersection over union of the two masks thresholded at 0.5 (None when both are empty)."""
-    a, b = out > threshold, ref > threshold
-    union = np.logical_or(a, b).sum()
-    return float(np.logical_and(a, b).sum() / union) if union else None
-
-
-def segmentation_iou(out: np.ndarray, ref: np.ndarray, head: Head | None = None) -> float | None:
-    """Mean IoU of a segmentation map against the reference's: a one-channel mask thresholded at 0.5 (0 for
-    logits), else the class per pixel (argmax over the channel axis: the last of NHWC, the first of NCHW's
-    smaller) and IoU averaged over the classes either map uses."""
-    if out.ndim < 3:
-        return None
-    axis = 1 if out.ndim == 4 and out.shape[1] < out.shape[-1] else out.ndim - 1
-    if out.shape[axis] == 1:
-        unit = float(ref.min()) >= 0 and float(ref.max()) <= 1
-        return mask_iou(out, ref, 0.5 if unit else 0.0)
-    a, b = out.argmax(axis), ref.argmax(axis)
-    ious = []
-    for c in np.union1d(np.unique(a), np.unique(b)):
-        union = np.logical_or(a == c, b == c).sum()
-        ious.append(np.logical_and(a == c, b == c).sum() / union)
-    return float(np.mean(ious)) if ious else None
-
-
 def heads(
     model: str | Path | bytes, runner: runtime.Runner | None = None, outputs: list[dict] | None = None
 ) -> list[Head]:

@@ -27,7 +27,7 @@ from optimize.core.errors import DataError, TechniqueFailed
 from optimize.core.registry import Context, SchemeParams, Stage, technique
 from optimize.core.results import FloatIsland, SearchStep, write_atomic
 from optimize.core.vocab import IO, Backend, Scheme
-from optimize.measure import detection, slices, timing
+from optimize.measure import detection, metrics, slices, timing
 from optimize.measure import layer_error as debug
 from optimize.models import runtime, tasks
 from optimize.models.data import as_float, count, take
@@ -428,7 +428,7 @@ class _Search:
             kept = detection.compare(outs, b.reference, [str(i) for i in range(len(outs))], b.layout).kept_fraction
             value = 1.0 - (0.0 if kept is None else kept)
         elif b.kind == "masks":  # the worst mask output's IoU with float32's
-            ious = [tasks.segmentation_iou(outs[i], b.reference[i]) for i in b.masks]
+            ious = [metrics.segmentation_iou(outs[i], b.reference[i]) for i in b.masks]
             value = 1.0 - min((v for v in ious if v is not None), default=1.0)
         elif b.kind == "drop":
             value = b.base - _score(b, outs)

@@ -210,7 +210,8 @@ def main() -> int:
         os.environ["OPTIMIZE_CACHE"] = str(tmp / "cache")
         model, data = mobilenet(tmp)
         recipes = [build(s, [{"technique": "convert", "scheme": s, "samples": SAMPLES}]) for s in SCHEMES]
-        common = dict(recipes=recipes, eval_samples=8)
+        # the same candidates the naive script makes: no fit-* round (issue 45; bench_compat.py --fit measures it)
+        common = dict(recipes=recipes, eval_samples=8, fit=False)
         print(f"load average before: {_load()}")
         c0 = _cpu()
         script_s, script_phases = script_sweep(model, data, tmp / "script")
@@ -284,7 +285,7 @@ def main() -> int:
             for b in ("converter", "litert")
         ]
         demo_study = sweeps.sweep(
-            None, None, tmp / "demo", recipes=[build("float32", [{"technique": "convert"}]), *demo]
+            None, None, tmp / "demo", recipes=[build("float32", [{"technique": "convert"}]), *demo], fit=False
         )
         for c in demo_study.candidates[1:]:
             m = c.metrics

@@ -103,3 +103,41 @@ def _unique(name: str, taken: set[str]) -> str:
         new, k = f"{name}#{k}", k + 1
     taken.add(new)
     return new
+
+
+# ------------------------------------------------------------------------------------------- where a lowering failed
+def _fx_node(e: BaseException):
+    """The torch.fx node being run when `e` was raised (litert-torch's lowering interpreter or torch.fx's own
+    interpreter hold it in their `run_node` frame), the innermost one; None when no such frame is in the way."""
+    import torch
+
+    found, tb = None, e.__traceback__
+    while tb is not None:
+        f = tb.tb_frame
+        if f.f_code.co_name == "run_node":
+            n = f.f_locals.get("node", f.f_locals.get("n"))
+            found = n if isinstance(n, torch.fx.Node) else found
+        tb = tb.tb_next
+    return found
+
+
+def failed_at(e: BaseException) -> str:
+    """` at ONNX node 'TopK' (op TopK; torch op aten.topk)`: the node of the model that the converter was
+    lowering when `e` was raised, named as the user knows it (the ONNX node's name and op, or the module's
+    attribute path and class), or '' when the error does not say."""
+    n = _fx_node(e)
+    if n is None:
+        return ""
+    target = str(getattr(n, "target", "")).replace("aten::", "aten.")
+    stack = list((n.meta.get("nn_module_stack") or {}).values())
+    levels = [(path, cls) for path, cls in stack if str(cls).rsplit(".", 1)[-1] not in _WRAPPERS]
+    if not levels:
+        return f" (at torch op {target})" if target else ""
+    path, cls = levels[-1]
+    cls_name = str(cls).rsplit(".", 1)[-1]
+    onnx = str(cls).startswith(("onnx2torch.", "optimize.convert.onnx"))
+    name = path.split("inner.", 1)[-1] if onnx else path
+    if onnx:
+        op = cls_name[4:] if cls_name.startswith("Onnx") else cls_name
+        return f" (at ONNX node {name!r}, op {op}; torch op {target})"
+    return f" (at module {name!r}, {cls_name}; torch op {target})"

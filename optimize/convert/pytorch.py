@@ -542,10 +542,13 @@ def to_tflite(named, kwargs: dict, name: str, quant_config=None) -> bytes:
         with _quiet():
             edge = litert_torch.convert(named, sample_kwargs=kwargs, quant_config=quant_config)
             content = bytes(edge.model_content())
-    except Exception as e:  # noqa: BLE001 - a model the converter cannot lower: one line
+    except Exception as e:  # noqa: BLE001 - a model the converter cannot lower: one line, naming where
+        from optimize.convert.names import failed_at
+
         first = next((ln.strip() for ln in str(e).strip().splitlines() if ln.strip()), e.__class__.__name__)
         raise ModelError(
-            f"litert-torch could not convert {name}: {first[:240]}.", "Export the model with standard ops."
+            f"litert-torch could not convert {name}{failed_at(e)}: {first[:240]}.",
+            "Export the model with standard ops.",
         ) from None
     from optimize.convert.names import clean
 
@@ -627,7 +630,15 @@ def _route_digest() -> str:
     from importlib import metadata
 
     h = hashlib.sha256(ROUTE_VERSION.encode())
-    for f in ("onnx_ops.py", "onnx_graph.py", "pytorch.py", "names.py"):
+    for f in (
+        "onnx_ops.py",
+        "onnx_base.py",
+        "onnx_dense.py",
+        "onnx_select.py",
+        "onnx_graph.py",
+        "pytorch.py",
+        "names.py",
+    ):
         h.update((Path(__file__).parent / f).read_bytes())
     for dist in ("torch", "litert-torch", "onnx", "onnx2torch", "ai-edge-litert"):
         with contextlib.suppress(metadata.PackageNotFoundError):

@@ -31,7 +31,7 @@ from optimize.models.data import take
 from optimize.models.normalize import not_float
 from optimize.models.source import FLAT_KINDS
 from optimize.models.spec import integer_io_note
-from optimize.transforms.tflite import calibrator, graphfix, repair
+from optimize.transforms.tflite import calibrator, graphfix, islands, repair, tables
 from optimize.transforms.tflite.isolate import isolated
 from optimize.transforms.tflite.quantizer_setup import quiet as _quiet
 from optimize.transforms.tflite.quantizer_setup import recipe as _recipe
@@ -381,6 +381,12 @@ def _prepared(content: bytes, params: QuantizeParams, ctx: Context, inputs: dict
                 f"shape {list(shapes[pinned[0]])} (the signature stays free)."
             )
     work = _finite_masks(work, params, ctx)
+    work, lookups = tables.lookups_as_gather(work)
+    if lookups:
+        ctx.notes.append(
+            f"quantize: {lookups} EMBEDDING_LOOKUP op(s) computed as GATHER (the same rows), which the static "
+            "recipes quantize: the embedding table int8."
+        )
     work, negs = graphfix.negations_as_mul(work)
     if negs:
         ctx.notes.append(
@@ -466,10 +472,16 @@ def _litert_route(work: bytes, params: QuantizeParams, ctx: Context, calibration
             f"quantize: {calibrator.describe_flow(flow)} kept float with the subgraphs it runs ({len(base) - len(flow)} ops): "
             "the graph around it is quantized."
         )
+    said: list[str] = []
     fixer = repair.Repairer(
-        lambda ov: session.quantize({**base, **ov}), work, check, "LiteRT Quantizer", int16=params.scheme == Scheme.INT8
+        lambda ov: _completed(session.quantize({**base, **ov}), said),
+        work,
+        check,
+        "LiteRT Quantizer",
+        int16=params.scheme == Scheme.INT8,
     )
     data = fixer.run() if check is not None and params.repair else fixer.build()
+    notes += [f"quantize: {s}." for s in said]
     if flow:
         data, n = graphfix.weights_behind_dequantize(data, "int8")
         if n:
@@ -497,13 +509,16 @@ def _calibrator_route(
     cal = calibrator.Calibrated(work, params.scheme, calibration)
     per_tensor = params.granularity == "tensor"
 
+    said: list[str] = []
+
     def make(ov: dict[str, str]) -> bytes:
         deny = [t for t, p in ov.items() if p == "float"]
         made = cal.quantize(params.io, per_tensor, deny)
-        return made_by("the TFLite calibrator", graphfix.fix_signature_if_stale(made, work))
+        return _completed(made_by("the TFLite calibrator", graphfix.fix_signature_if_stale(made, work)), said)
 
     fixer = repair.Repairer(make, work, check, "the TFLite calibrator")
     data = fixer.run() if check is not None and params.repair else fixer.build()
+    notes += [f"quantize: {s}." for s in said]
     if not allow_float:
         left = _float_compute(data)
         if left:
@@ -513,6 +528,16 @@ def _calibrator_route(
     if check is None or not params.repair:
         _check_loads(data, params, ctx, source=work)
     return _Made(data, Backend.CALIBRATOR, fixer, notes)
+
+
+def _completed(data: bytes, said: list[str]) -> bytes:
+    """A quantizer's int8 model with its float32 embedding tables made int8 (`tables.complete`) and the float
+    islands that have an exact integer form made integer (`islands.complete`); `said` holds what was done to the
+    latest one."""
+    data, lines = tables.complete(data)
+    data, more = islands.complete(data)
+    said[:] = lines + more
+    return data
 
 
 def _dropped(n: int) -> str:

@@ -863,6 +863,10 @@ def _convert(src, model, plan: Plan, ds: Dataset | None) -> tuple[bytes, Convers
     t1 = time.perf_counter()
     with steps.step("litert-torch"):
         content = to_tflite(named, kw, src.path.name)
+    from optimize.convert.tflite_fold import fold
+
+    content, folded = fold(content)  # constant subgraphs stored as constants, as the ONNX route's are
+    facts = [*facts, f"{folded} op(s) on constants computed once and stored"] if folded else facts
     seconds.update({"export": t1 - t0, "convert": time.perf_counter() - t1})
     record = _record(src, plan, content, outputs, [outputs[k] for k in last_out], facts, seconds)
     return content, record.model_copy(update={"whole_outputs": [outputs[k] for k in whole_out]})

@@ -64,16 +64,23 @@ def _torch_encoder():
     return Encoder()
 
 
-def _bert():
-    import torch
-
-    try:  # transformers imports torchvision when installed; PyPI's CUDA build fails beside a CPU torch
+def import_transformers():
+    """transformers, imported without torchvision where PyPI's CUDA build of it fails beside a CPU torch."""
+    try:  # transformers imports torchvision when installed
         import torchvision  # noqa: F401
     except Exception:  # noqa: BLE001
         for name in [m for m in sys.modules if m.split(".")[0] == "torchvision"]:
             del sys.modules[name]
         sys.modules["torchvision"] = None
-    from transformers import BertConfig, BertModel
+    import transformers
+
+    return transformers
+
+
+def _bert():
+    import torch
+
+    BertConfig, BertModel = import_transformers().BertConfig, import_transformers().BertModel
 
     cfg = BertConfig(
         vocab_size=VOCAB, hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=FF,

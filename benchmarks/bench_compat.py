@@ -20,6 +20,13 @@ every disagreement spelled out from both sides' reasons; and what one observatio
     python benchmarks/bench_compat.py                  # builds MobileNetV2 (weights=None), float32 and int8
     python benchmarks/bench_compat.py model.tflite --runs 30
     python benchmarks/bench_compat.py --skip-agreement  # the check's cost only
+
+With --fit (issue 45): per model of the benchmark set (our Keras CNNs and MobileNetV2, a Whisper-style encoder,
+a transformers ViT and BertModel and a masked encoder as .pt2 and .onnx, and the float models of the mediapipe
+wheel), the targets fully delegated before and after fitting the float graph (`optimize.transforms.tflite.fit`),
+and each rewrite with its output difference on the model's samples.
+
+    python benchmarks/bench_compat.py --fit [--skip-mediapipe] [--fit-option float-mask]
 """
 
 from __future__ import annotations
@@ -166,6 +173,72 @@ def agreement(paths: list[Path], threads: int) -> None:
     print(f"agreement: nodes {same_nodes}/{n} models, verdicts {same_verdict}/{n} models")
 
 
+def _full(verdicts: dict) -> str:
+    return ",".join(t for t, v in verdicts.items() if v == "full") or "-"
+
+
+def fit_one(name: str, content: bytes, samples: list, non_negative: frozenset, options: frozenset) -> list[str]:
+    """One model: targets run fully before and after the fit, then each rewrite and how far the outputs moved."""
+    from optimize.delegates.blocking import words
+    from optimize.transforms.tflite.fit import TARGETS, OutputCheck, fit_graph, reports
+    from optimize.transforms.tflite.fit_rewrites import Facts
+
+    t0 = time.perf_counter()
+    fitted = fit_graph(content, TARGETS, Facts(non_negative, options), OutputCheck(content, samples, 2))
+    seconds = time.perf_counter() - t0
+    bought = ",".join(fitted.bought) or "-"
+    print(f"{name[:30]:30} {_full(fitted.before):>17} {_full(fitted.after):>17} {bought:>12} {seconds:6.1f} s")
+    for s in fitted.kept:
+        exact = "bit for bit" if s.max_abs == 0 else f"max |diff| {s.max_abs:.1e} ({s.relative:.1e} of range)"
+        print(f"    {s.rewrite} at {s.node} for {','.join(s.targets)}: {exact}")
+    dropped = {(s.rewrite, s.why) for s in fitted.steps if s.why}
+    for rewrite, why in sorted(dropped):
+        print(f"    (dropped) {rewrite}: {why}")
+    for t, r in reports(fitted.content, TARGETS).items():
+        if r.verdict != "full":
+            print(f"    {t} still: {words(r)[:110]}")
+    return list(fitted.bought)
+
+
+def fit_table(models: list, options: frozenset) -> None:
+    print(f"\nThe fit (issue 45): targets run fully (gpu, coreml, nnapi) before and after, on {len(models)} models")
+    print(f"{'model':30} {'before':>17} {'after':>17} {'bought':>12} {'time':>8}")
+    gained = []
+    for name, content, samples, non_negative in models:
+        try:
+            gained += [f"{name}:{t}" for t in fit_one(name, content, samples, non_negative, options)]
+        except Exception as e:  # noqa: BLE001 - a model this runtime cannot run: said, the table goes on
+            print(f"{name[:30]:30} could not be fitted here: {e.__class__.__name__}: {str(e)[:80]}")
+    print(f"targets bought by the fit: {len(gained)} ({', '.join(gained) or 'none'})")
+
+
+def _mediapipe_float(skip: bool) -> list:
+    """The mediapipe wheel's models normalised to float32, with photos at their input size (those this runtime
+    runs)."""
+    if skip:
+        return []
+    from bench_real_models import input_shape, mediapipe_models, photos
+
+    from optimize.models.normalize import normalize
+
+    out = []
+    for path in mediapipe_models(None):
+        shape = input_shape(path)
+        if shape is None:
+            continue
+        x = photos(*shape, 0.0, 1.0)
+        out.append((path.stem, normalize(path.read_bytes()).content, [x[i : i + 1] for i in range(8)], frozenset()))
+    return out
+
+
+def fit_main(args) -> None:
+    from fit_models import keras_models, torch_models
+
+    with tempfile.TemporaryDirectory() as tmp:
+        models = keras_models() + torch_models(Path(tmp)) + _mediapipe_float(args.skip_mediapipe)
+        fit_table(models, frozenset(args.fit_option or ()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", nargs="*", help=".tflite files to measure (default: build MobileNetV2 float32 and int8)")
@@ -173,7 +246,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-agreement", action="store_true", help="only the check's cost")
     ap.add_argument("--skip-mediapipe", action="store_true", help="rules vs observed on our own models only")
+    ap.add_argument("--fit", action="store_true", help="targets fully delegated before and after the fit, per model")
+    ap.add_argument("--fit-option", action="append", choices=["float-mask", "non-negative-ids"], help="with --fit")
     args = ap.parse_args()
+    if args.fit:
+        fit_main(args)
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         paths = [Path(m) for m in args.model] or build_mobilenet_v2(Path(tmp))

@@ -14,7 +14,7 @@ streams.reclaim()  # a closed stdout/stderr (`>&-`): /dev/null, before any impor
 import typer  # noqa: E402
 
 from optimize.core.errors import OptimizeError, RecipeError  # noqa: E402
-from optimize.core.vocab import IO, Backend, Delegate, Layout, Objective, Scheme, Target, Task  # noqa: E402
+from optimize.core.vocab import IO, Backend, Delegate, FitOption, Layout, Objective, Scheme, Target, Task  # noqa: E402
 
 app = typer.Typer(
     help="Optimize TensorFlow (Keras, SavedModel, .tflite), PyTorch (.pt2) and ONNX models for LiteRT: "
@@ -82,7 +82,19 @@ MIN_DETECTIONS_KEPT = typer.Option(
     None, help="Detectors: share of float32's detections kept (IoU >= 0.5, same class), e.g. 0.95."
 )
 MIN_MASK_IOU = typer.Option(None, help="Segmentation: mask IoU with float32's, e.g. 0.9.")
+MAX_SLOWDOWN = typer.Option(
+    None, help="cpu: the pick's p50 at most this many times float32's, e.g. 1.5 (default: not slower, within noise)."
+)
+MIN_SAMPLE_KEPT = typer.Option(
+    None, help="Detectors, segmenters: the worst 5% of samples' detections kept or mask IoU, e.g. 0.5."
+)
 CAL_SEED = typer.Option(0, "--calibration-seed", help="Seeds the random choice of calibration samples.")
+TEST_SAMPLES = typer.Option(
+    None,
+    "--test-samples",
+    min=1,
+    help="Measure accuracy and fidelity on this many test samples, a stratified sample (default: all of them).",
+)
 TRUST = typer.Option(
     False, "--trust-model-code", help="Load Keras files whose layers carry Python code (Lambda): it will run."
 )
@@ -144,6 +156,25 @@ LAYOUT = typer.Option(
     "channels-last (NHWC, what GPU delegates and cameras feed). Data stays in the source's layout.",
 )
 
+GRAPH_INPUTS = typer.Option(
+    None, "--graph-inputs", help="A TF1 frozen graph's input nodes, comma-separated (default: its placeholders)."
+)
+GRAPH_OUTPUTS = typer.Option(
+    None,
+    "--graph-outputs",
+    help="A TF1 frozen graph's output nodes, comma-separated (default: the nodes nothing reads that depend on an input).",
+)
+
+
+def _graph(inputs: str | None, outputs: str | None):
+    """The TF1 graph's nodes as named on the command line (None: found in the graph)."""
+    from optimize.convert.graph_def import GraphIO
+
+    def names(text: str | None):
+        return tuple(n.strip() for n in text.split(",") if n.strip()) if text else None
+
+    return GraphIO(names(inputs), names(outputs)) if inputs or outputs else None
+
 
 DATA_HELP = (
     ".npz: x/y or x_train/y_train/x_test/y_test; several inputs as x:<input name> (x_train:<name>, ...); "
@@ -182,6 +213,8 @@ def _run_and_show(
     trust_model_code: bool = False,
     verbose: bool = False,
     layout: str = Layout.SOURCE,
+    test_samples: int | None = None,
+    graph=None,
 ):
     """Run one recipe, print its candidate (table or JSON), exit 1 if it failed; return the candidate."""
     from optimize.engine import single
@@ -200,6 +233,8 @@ def _run_and_show(
         measuring=measuring,
         trust_model_code=trust_model_code,
         layout=layout,
+        test_samples=test_samples,
+        graph=graph,
     )
     if as_json:
         _print_json(cand)
@@ -236,10 +271,13 @@ def _chain(first: dict, name: str, then: str | None):
 @app.command()
 def sweep(
     model: Path | None = typer.Argument(
-        None, help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2 or .onnx. Omit for the built-in demo."
+        None, help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2, .onnx or a TF1 .pb. Omit for the demo."
     ),
     data: Path | None = typer.Option(None, "--data", "-d", help=DATA_HELP),
     output: Path = typer.Option(Path("optimize-out"), "--output", "-o", help="Folder for artifacts and study.json."),
+    replace: bool = typer.Option(
+        False, "--replace", help="Replace the study of another model in --output (refused otherwise)."
+    ),
     backend: Backend | None = _backend_option(),
     target: Target | None = typer.Option(None, help="Recommend for this target at the end."),
     max_accuracy_drop: float | None = typer.Option(None, help="Goal for --target: e.g. 0.01 = one point."),
@@ -248,6 +286,8 @@ def sweep(
     min_agreement: float | None = MIN_AGREEMENT,
     min_detections_kept: float | None = MIN_DETECTIONS_KEPT,
     min_mask_iou: float | None = MIN_MASK_IOU,
+    max_slowdown: float | None = MAX_SLOWDOWN,
+    min_sample_kept: float | None = MIN_SAMPLE_KEPT,
     jobs: int | None = typer.Option(
         None, "--jobs", "-j", min=0, help="Worker processes (default: cores, memory permitting; 0: in-process)."
     ),
@@ -263,11 +303,20 @@ def sweep(
         None, "--calibration-samples", min=1, max=10000, help="Calibration samples per calibrated scheme (200)."
     ),
     calibration_seed: int = CAL_SEED,
+    test_samples: int | None = TEST_SAMPLES,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     observe: str = OBSERVE,
     layout: Layout = LAYOUT,
+    graph_inputs: str | None = GRAPH_INPUTS,
+    graph_outputs: str | None = GRAPH_OUTPUTS,
+    fit: bool = typer.Option(
+        True, help="Make the schemes a target misses again from the float graph rewritten for it (fit-*)."
+    ),
+    fit_option: list[FitOption] = typer.Option(
+        [], "--fit-option", help="A fit rewrite that changes the model's contract, applied only when named."
+    ),
     as_json: bool = JSON,
     verbose: bool = VERBOSE,
 ) -> None:
@@ -281,6 +330,7 @@ def sweep(
       optimize sweep m.keras --data d.npz -o out --target gpu
       optimize sweep m.keras -d d.npz --executor ray --cache s3://bucket/opt
       optimize sweep model.onnx -d d.npz --layout channels-last
+      optimize sweep frozen.pb -d d.npz --graph-outputs probs   (a TF1 graph)
     """
     from optimize.decide.choose import make_goals, raise_if_unmet, recommend
     from optimize.engine import sweeps
@@ -294,6 +344,8 @@ def sweep(
         min_agreement=min_agreement,
         min_detections_kept=min_detections_kept,
         min_mask_iou=min_mask_iou,
+        max_slowdown=max_slowdown,
+        min_sample_kept=min_sample_kept,
     )
     if mlflow:
         from optimize.present.tracking import check
@@ -317,6 +369,11 @@ def sweep(
         trust_model_code=trust_model_code,
         observe=tuple(o for o in observe.split(",") if o.strip()),
         layout=layout,
+        replace=replace,
+        eval_samples=test_samples,
+        fit=fit,
+        fit_options=tuple(str(o) for o in fit_option),
+        graph=_graph(graph_inputs, graph_outputs),
     )
     if mlflow:
         from optimize.present.tracking import log_safely, log_study
@@ -390,7 +447,9 @@ def zoo(
 
 @app.command()
 def quantize(
-    model: Path = typer.Argument(..., help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2 or .onnx."),
+    model: Path = typer.Argument(
+        ..., help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2, .onnx or a TF1 frozen graph .pb."
+    ),
     scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="Post-training scheme."),
     calibration: Path | None = typer.Option(None, "--calibration", "-c", help=".npz of calibration samples (x)."),
     data: Path | None = typer.Option(None, "--data", "-d", help=".npz test data for accuracy (default: calibration)."),
@@ -411,8 +470,11 @@ def quantize(
     task: Task | None = TASK,
     label_output: str | None = LABEL_OUTPUT,
     calibration_seed: int = CAL_SEED,
+    test_samples: int | None = TEST_SAMPLES,
     trust_model_code: bool = TRUST,
     layout: Layout = LAYOUT,
+    graph_inputs: str | None = GRAPH_INPUTS,
+    graph_outputs: str | None = GRAPH_OUTPUTS,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
     as_json: bool = JSON,
@@ -442,7 +504,7 @@ def quantize(
     measuring = _measuring(task, label_output, calibration_seed)
     _run_and_show(
         recipe, model, data, output, threads, as_json, delegates, backend, calibration, measuring, trust_model_code,
-        verbose=verbose, layout=layout,
+        verbose=verbose, layout=layout, test_samples=test_samples, graph=_graph(graph_inputs, graph_outputs),
     )  # fmt: skip
 
 
@@ -468,6 +530,7 @@ def prune(
     epochs: int = typer.Option(2, min=1, help="Fine-tuning epochs."),
     then: str | None = typer.Option("float32", help="What follows: e.g. 'int8' or 'cluster,int8' or 'qat,int8'."),
     label_output: str | None = LABEL_OUTPUT,
+    test_samples: int | None = TEST_SAMPLES,
     output: Path | None = OUTPUT_TFLITE,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
@@ -488,7 +551,7 @@ def prune(
     measuring = _measuring(None, label_output, 0)
     _run_and_show(
         recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code,
-        verbose=verbose,
+        verbose=verbose, test_samples=test_samples,
     )  # fmt: skip
 
 
@@ -502,6 +565,7 @@ def cluster(
     epochs: int = typer.Option(1, min=1, help="Fine-tuning epochs."),
     then: str | None = typer.Option("float32", help="What follows: e.g. 'int8' or 'qat,int8'."),
     label_output: str | None = LABEL_OUTPUT,
+    test_samples: int | None = TEST_SAMPLES,
     output: Path | None = OUTPUT_TFLITE,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
@@ -520,7 +584,7 @@ def cluster(
     measuring = _measuring(None, label_output, 0)
     _run_and_show(
         recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code,
-        verbose=verbose,
+        verbose=verbose, test_samples=test_samples,
     )  # fmt: skip
 
 
@@ -532,6 +596,7 @@ def qat(
     preserve: str = typer.Option("none", help="none, sparsity, clusters or clusters+sparsity (after prune/cluster)."),
     then: str = typer.Option("int8", help="The conversion that follows: int8 or dynamic."),
     label_output: str | None = LABEL_OUTPUT,
+    test_samples: int | None = TEST_SAMPLES,
     output: Path | None = OUTPUT_TFLITE,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
@@ -549,19 +614,22 @@ def qat(
     measuring = _measuring(None, label_output, 0)
     _run_and_show(
         recipe, model, data, output, threads, as_json, delegates, measuring=measuring, trust_model_code=trust_model_code,
-        verbose=verbose,
+        verbose=verbose, test_samples=test_samples,
     )  # fmt: skip
 
 
 @app.command()
 def evaluate(
-    model: Path = typer.Argument(..., help="A .tflite file, or a .pt2/.onnx (its float .tflite conversion)."),
+    model: Path = typer.Argument(..., help="A .tflite file, or a .pt2/.onnx/TF1 .pb (its float .tflite conversion)."),
     data: Path | None = typer.Option(None, "--data", "-d", help=DATA_HELP),
     reference: Path | None = typer.Option(None, "--reference", "-r", help="Float .tflite to compare outputs with."),
     runs: int = typer.Option(50, min=1, max=100000, help="Timed invocations after warm-up."),
+    test_samples: int | None = TEST_SAMPLES,
     task: Task | None = TASK,
     label_output: str | None = LABEL_OUTPUT,
     layout: Layout = LAYOUT,
+    graph_inputs: str | None = GRAPH_INPUTS,
+    graph_outputs: str | None = GRAPH_OUTPUTS,
     threads: int = THREADS,
     as_json: bool = JSON,
 ) -> None:
@@ -582,28 +650,35 @@ def evaluate(
 
     if reference is not None and data is None:  # fidelity is measured on inputs: none given, none invented
         raise OptimizeError("--reference needs inputs to compare outputs on:", "add --data D.npz.")
-    src, ds = open_inputs(model, data, measuring=_measuring(task, label_output, 0), layout=layout, threads=threads)
+    src, ds = open_inputs(
+        model, data, measuring=_measuring(task, label_output, 0), layout=layout, threads=threads,
+        graph=_graph(graph_inputs, graph_outputs),
+    )  # fmt: skip
+    from optimize.engine.ship import contract_of
+
     with tempfile.TemporaryDirectory(prefix="optimize-evaluate-") as tmp:
         flat, converted = _converted(src, Path(tmp))
-        metrics = run_eval(flat or model, ds, reference=reference, threads=threads, runs=runs)
+        metrics = run_eval(flat or model, ds, reference=reference, threads=threads, runs=runs, samples=test_samples)
+        contract = contract_of(flat or model, ds)  # how to feed the file, read from it
     if as_json:
-        _print_json(metrics)
+        _print_json({**metrics.model_dump(mode="json"), "contract": contract.model_dump(mode="json")})
     else:
         report_text.print_metrics(src.name, metrics)
+        report_text.print_contract(contract)
         _show_conversion(converted)
 
 
-def _compat_model(model: Path, data: Path | None, layout: str, threads: int, folder: Path):
+def _compat_model(model: Path, data: Path | None, layout: str, threads: int, folder: Path, graph=None):
     """The .tflite `compat` checks: the file itself, or a PyTorch or ONNX model's float .tflite (converted
     with `data` fixing its shapes), and that conversion's record."""
-    from optimize.convert import pytorch
+    from optimize.convert.formats import recognise
     from optimize.models.source import is_tflite
 
     head = b""
     if model.is_file():
         with open(model, "rb") as f:
             head = f.read(16)
-    if (head and is_tflite(head)) or pytorch.recognise(model, head) is None:
+    if (head and is_tflite(head)) or recognise(model, head) is None:
         if data is not None:
             raise OptimizeError(
                 "--data is for a PyTorch or ONNX model (it fixes the shapes it converts at).", "Leave it out."
@@ -611,7 +686,7 @@ def _compat_model(model: Path, data: Path | None, layout: str, threads: int, fol
         return model, None
     from optimize.convert.front import open_inputs
 
-    src, ds = open_inputs(model, data, layout=layout, threads=threads)
+    src, ds = open_inputs(model, data, layout=layout, threads=threads, graph=graph)
     flat, converted = _converted(src, folder)
     return flat or model, converted
 
@@ -619,7 +694,7 @@ def _compat_model(model: Path, data: Path | None, layout: str, threads: int, fol
 def _converted(src, folder: Path):
     """(a PyTorch or ONNX model's float .tflite written to `folder`, its conversion record with the conversion's
     own error measured on the data, if given), or (None, None) for any other model."""
-    if not src.torch:
+    if not src.converted:
         return None, None
     path = folder / f"{src.name}.tflite"
     path.write_bytes(src.content)
@@ -635,11 +710,13 @@ def _show_conversion(converted) -> None:
 
 @app.command()
 def compat(
-    model: Path = typer.Argument(..., help="A .tflite file, or a .pt2/.onnx (its float .tflite conversion)."),
+    model: Path = typer.Argument(..., help="A .tflite file, or a .pt2/.onnx/TF1 .pb (its float .tflite conversion)."),
     data: Path | None = typer.Option(
         None, "--data", "-d", help="A PyTorch or ONNX model's data: fixes its free input dimensions."
     ),
     layout: Layout = LAYOUT,
+    graph_inputs: str | None = GRAPH_INPUTS,
+    graph_outputs: str | None = GRAPH_OUTPUTS,
     delegate: str = typer.Option(
         ",".join(Delegate), "--delegate", help="Comma-separated delegates: " + ", ".join(Delegate) + "."
     ),
@@ -678,9 +755,12 @@ def compat(
         android_api=android_api, coreml_version=coreml_version, gpu_allow_quant=gpu_allow_quant, gpu_opencl=gpu_opencl
     )
     watch = [o for o in observe.split(",") if o.strip()]
+    from optimize.engine.fitting import compat_lines
+
     with tempfile.TemporaryDirectory(prefix="optimize-compat-") as tmp:
-        flat, converted = _compat_model(model, data, layout, threads, Path(tmp))
+        flat, converted = _compat_model(model, data, layout, threads, Path(tmp), _graph(graph_inputs, graph_outputs))
         reports = check_delegates(flat, delegate.split(","), target=target, threads=threads, observe=watch)
+        fits = compat_lines(Path(flat), reports) if not as_json else []
         if model_explorer is not None:
             from optimize.delegates.overlay import write_overlays
 
@@ -689,7 +769,7 @@ def compat(
     if as_json:
         typer.echo(json.dumps({k: v.model_dump(mode="json") for k, v in reports.items()}, indent=2))
     else:
-        _show(format_report(reports))
+        _show(format_report(reports) + "".join(f"{line}\n" for line in fits))
         _show_conversion(converted)
     if watch and gpu_device() is None:
         typer.echo(UNAVAILABLE, err=as_json)
@@ -712,8 +792,10 @@ def recommend(
     min_agreement: float | None = MIN_AGREEMENT,
     min_detections_kept: float | None = MIN_DETECTIONS_KEPT,
     min_mask_iou: float | None = MIN_MASK_IOU,
+    min_sample_kept: float | None = MIN_SAMPLE_KEPT,
     max_size_bytes: int | None = typer.Option(None, help="Largest acceptable .tflite."),
     max_latency_ms: float | None = typer.Option(None, help="Slowest acceptable p50 latency (host CPU)."),
+    max_slowdown: float | None = MAX_SLOWDOWN,
     objective: Objective = typer.Option(Objective.SIZE, help="Rank by size, latency or accuracy."),
     recipe: bool = typer.Option(
         False, "--recipe", help="Also print the chosen pipeline as a TOML recipe (for optimize run)."
@@ -747,6 +829,8 @@ def recommend(
         min_agreement,
         min_detections_kept,
         min_mask_iou,
+        max_slowdown,
+        min_sample_kept,
     )
     if study is None:
         advice = advise(
@@ -759,9 +843,23 @@ def recommend(
         _show(advice.model_dump_json(indent=2) if as_json else format_recommendation(advice, recipe), fit=not as_json)
         return
     folder = study if study.is_dir() else study.parent
-    rec = choose(load_study(study), target, goals, folder=folder)
-    _show(rec.model_dump_json(indent=2) if as_json else format_recommendation(rec, recipe), fit=not as_json)
+    st = load_study(study)
+    rec = choose(st, target, goals, folder=folder)
+    _show(
+        rec.model_dump_json(indent=2) if as_json else format_recommendation(rec, recipe) + _usage(st, rec, folder),
+        fit=not as_json,
+    )
     raise_if_unmet(rec)
+
+
+def _usage(study, rec, folder: Path) -> str:
+    """How to run the chosen file on the target, and measure it on a phone (present.usage)."""
+    from optimize.present.usage import usage_lines
+
+    if not rec.chosen:
+        return ""
+    lines = usage_lines(study.candidate(rec.chosen), rec.target, folder)
+    return "\n" + "\n".join(lines) + "\n" if lines else ""
 
 
 @app.command()
@@ -786,7 +884,9 @@ def report(
 
 @app.command()
 def debug(
-    model: Path = typer.Argument(..., help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2 or .onnx."),
+    model: Path = typer.Argument(
+        ..., help="Keras .keras/.h5, SavedModel dir, float .tflite, .pt2, .onnx or a TF1 frozen graph .pb."
+    ),
     data: Path = typer.Option(..., "--data", "-d", help=".npz whose calibration samples (x) are compared."),
     scheme: Scheme = typer.Option(Scheme.INT8, "--scheme", "-s", help="int8 or int16x8.", **DEBUG_SCHEMES),
     samples: int = typer.Option(16, min=1, max=10000, help="Samples run through both models (errors settle fast)."),
@@ -797,6 +897,8 @@ def debug(
     label_output: str | None = LABEL_OUTPUT,
     trust_model_code: bool = TRUST,
     layout: Layout = LAYOUT,
+    graph_inputs: str | None = GRAPH_INPUTS,
+    graph_outputs: str | None = GRAPH_OUTPUTS,
     threads: int = THREADS,
     as_json: bool = JSON,
 ) -> None:
@@ -823,6 +925,7 @@ def debug(
         measuring=_measuring(None, label_output, 0),
         layout=layout,
         study=study,
+        graph=_graph(graph_inputs, graph_outputs),
     )
     if as_json:
         _print_json(report)
@@ -837,6 +940,7 @@ def run_recipe(
     data: Path | None = typer.Option(None, "--data", "-d", help=".npz data (default: the recipe's)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Folder (default: the recipe's)."),
     backend: Backend | None = _backend_option("Override the recipe's backend. " + BACKEND_HELP),
+    test_samples: int | None = TEST_SAMPLES,
     trust_model_code: bool = TRUST,
     threads: int = THREADS,
     delegates: bool = DELEGATES,
@@ -857,7 +961,7 @@ def run_recipe(
     r = load_recipe(recipe)
     cand = _run_and_show(
         r, model, data, output, threads, as_json, delegates, backend=backend, trust_model_code=trust_model_code,
-        verbose=verbose,
+        verbose=verbose, test_samples=test_samples,
     )  # fmt: skip
     verdicts = judge_recipe(cand, r)
     from optimize.core.shown import escape, wrap

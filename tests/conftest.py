@@ -115,3 +115,84 @@ def run_cli(
 @pytest.fixture
 def cli():
     return run_cli
+
+
+#: The quick tier, `python -m pytest -m smoke`: every package's core path, in a few minutes on two cores (issue
+#: 43). Per test file, "*" (the whole file) or the tests taken from it; tests/test_structure.py checks that each
+#: name still exists, so a renamed test cannot drop out unseen. The rest of the suite goes deeper; this tier says
+#: whether recipes, records, opening and validating models, conversion, quantization, measuring, the delegate
+#: rules, the recommender, the report, the shipped file's metadata and the command line work at all.
+SMOKE: dict[str, str | tuple[str, ...]] = {
+    # core: recipes, the registry, the typed records
+    "test_recipe.py": "*",
+    "test_results.py": "*",
+    # models: data, recognising and validating a model file
+    "test_data.py": "*",
+    "test_models.py": ("test_kinds", "test_bad_files", "test_missing_and_plain_directory"),
+    # convert + transforms: Keras to float .tflite, LiteRT Quantizer's schemes
+    "test_litert_quantize.py": (
+        "test_each_scheme_is_smaller_and_runs",
+        "test_float_io_by_default_and_integer_io_on_request",
+        "test_bad_params_are_recipe_errors",
+        "test_calibrated_scheme_without_data",
+    ),
+    # engine: a recipe run and measured against float, a failed technique as a failed candidate
+    "test_pipeline.py": (
+        "test_int8_run_is_measured_against_float",
+        "test_failed_technique_is_a_failed_candidate",
+        "test_data_that_does_not_fit_is_refused_before_work",
+        "test_litert_backend_rewrites_ptq_steps",
+    ),
+    # measure: accuracy, fidelity, tasks
+    "test_measure.py": (
+        "test_two_inputs_two_outputs_are_fed_and_scored_by_name",
+        "test_one_sample_serves_every_split",
+        "test_task_detection",
+        "test_binary_scores_accuracy_at_half_and_auc",
+    ),
+    # delegates: each delegate's rules on float, int8, int16x8 and dynamic models
+    "test_delegates.py": (
+        "test_float32_convnet",
+        "test_int8_convnet",
+        "test_int16x8_stays_on_cpu",
+        "test_dynamic_range",
+        "test_bad_models",
+    ),
+    # decide: the guard, the choice, the advice
+    "test_recommend.py": "*",
+    "test_advice_guard.py": "*",
+    # present: tables, report, plots
+    "test_report_text.py": "*",
+    "test_report.py": "*",
+    "test_plots.py": "*",
+    # the shipped file: I/O contract and TFLite metadata read back with the schema's reader
+    "test_ship.py": (
+        "test_metadata_replaces_the_entry_a_quantized_copy_inherits",
+        "test_normalisation_maps_pixels_onto_the_range",
+        "test_labels_in_the_data_must_be_one_line_names",
+        "test_files_packed_after_a_model_are_read_bounded",
+    ),
+    # the command line: help, bad input as one line, a quantize then evaluate
+    "test_cli.py": (
+        "test_help_lists_every_command_with_an_example",
+        "test_missing_model_and_plain_directory",
+        "test_int8_without_calibration",
+        "test_quantize_float16_then_evaluate_json",
+    ),
+    # PyTorch/ONNX absent: one line, no traceback; the layers and docs promises
+    "test_torch_absent.py": "*",
+    "test_docs.py": "*",
+    "test_structure.py": (
+        "test_packages_import_only_from_the_layers_below",
+        "test_module_level_imports_have_no_cycle",
+        "test_the_smoke_tier_names_tests_that_exist",
+    ),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the quick tier's tests `smoke` (the SMOKE list above)."""
+    for item in items:
+        chosen = SMOKE.get(item.path.name)
+        if chosen == "*" or (chosen and getattr(item, "originalname", item.name) in chosen):
+            item.add_marker(pytest.mark.smoke)

@@ -366,11 +366,11 @@ def test_a_rejected_scheme_is_never_suggested():
         raise_if_unmet(rec)
     text = f"{e.value.problem} {e.value.fix}"
     assert "convert(scheme=float16)" not in text and "Make what" not in text
-    assert (
-        "Nothing the rule of thumb knows runs on gpu here, as measured (float16: gpu delegate runs it only partly"
-        in text
+    # one line: the rejections are listed above the error, not repeated in it (issue 45)
+    assert text == (
+        "No measured candidate runs on gpu (3 rejected, why above). `optimize compat FILE --delegate gpu` lists "
+        "each node it refuses."
     )
-    assert "optimize compat CANDIDATE.tflite --delegate gpu" in text
     # a pipeline the study did not measure is still worth making
     s = gpu_rejects_everything()
     s = s.model_copy(update={"candidates": [c for c in s.candidates if c.name != "float16"]})
@@ -395,8 +395,9 @@ def test_what_to_try_leaves_out_what_was_measured_and_rejected():
     assert "optimize qat" not in text and "int16x8" not in text and "mixed int8" in text, rec.to_try
 
 
-def test_the_cpu_pick_is_not_much_slower_than_float32_when_a_similar_size_is_not():
-    """The emotion classifier: dynamic 94.6 kB at 3.35x float32's p50, int8 102.3 kB at float32's."""
+def test_the_cpu_pick_is_never_slower_than_float32_and_the_others_ignore_host_latency():
+    """The emotion classifier: dynamic 94.6 kB at 3.35x float32's p50, int8 102.3 kB at float32's (issue 40:
+    the cpu pick is not slower than the file it replaces; issue 43: no other target is judged by the host CPU)."""
     s = study(
         [
             candidate("float32", size=380_000, p50=1.0),
@@ -404,18 +405,21 @@ def test_the_cpu_pick_is_not_much_slower_than_float32_when_a_similar_size_is_not
             candidate("int8", "int8", size=102_300, p50=1.02),
         ]
     )
-    for target in ("cpu", "gpu", "nnapi"):
-        rec = recommend(s, target)
-        assert rec.chosen == "int8", (target, rec.ranked)
-        line = [w for w in rec.why if w.startswith("Size and speed pull apart")]
-        assert line and "dynamic is the smallest (94,600 bytes) but measured slower than float32" in line[0]
-        assert "int8, 8% larger and not slower than float32, is picked instead" in line[0]
+    rec = recommend(s, "cpu")
+    assert rec.chosen == "int8", rec.ranked
+    line = [w for w in rec.why if w.startswith("Size would cost speed")]
+    assert line and "dynamic is smaller (94,600 vs 102,300 bytes) but measured slower than float32" in line[0]
+    assert "int8, not slower, is picked (--max-slowdown 3.4 takes it)" in line[0], line
+    assert recommend(s, "cpu", make_goals(max_slowdown=3.4)).chosen == "dynamic"
+    gpu = recommend(s, "gpu")  # ranked on size and quality: the CPU's hybrid kernels say nothing of the GPU
+    assert gpu.chosen == "dynamic" and not any("speed" in w for w in gpu.why)
+    assert any("host-CPU latency does not predict the gpu" in f for f in gpu.facts)
+    assert recommend(s, "nnapi").chosen == "int8"  # the decision path: NNAPI runs dynamic range as float
     fast = recommend(s, "cpu", make_goals(objective="latency"))  # ranked by speed already: nothing to say
-    assert fast.chosen == "int8" and not any("pull apart" in w for w in fast.why)
-    # much smaller and slower: kept (size is the objective), and said so in one line
+    assert fast.chosen == "int8" and not any("speed" in w for w in fast.why)
+    # much smaller and slower: kept out all the same, and said so in one line
     s = study([candidate("float32", size=380_000, p50=1.0), candidate("int4", "int4", size=50_000, p50=3.0),
                candidate("int8", "int8", size=102_300, p50=1.0)])  # fmt: skip
     rec = recommend(s, "cpu")
-    assert rec.chosen == "int4"
-    assert any("nothing within 25% of its size is as fast as float32" in w for w in rec.why), rec.why
-    assert "Size and speed pull apart" in format_recommendation(rec)
+    assert rec.chosen == "int8"
+    assert "Size would cost speed: int4 is smaller" in format_recommendation(rec)

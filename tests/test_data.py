@@ -33,7 +33,8 @@ def test_explicit_split_and_calibration_only():
         ({"x": np.ones((4, 3)), "x_train": np.ones((4, 3))}, "both x and x_train"),
         ({"x_train": np.ones((4, 3)), "y_train": np.arange(3)}, "x_train has 4 samples but y_train has 3"),
         ({"y": np.arange(3)}, "no x"),
-        ({"x": np.ones((4, 3)), "labels": np.arange(4)}, "unknown array 'labels'"),
+        ({"x": np.ones((4, 3)), "targets": np.arange(4)}, "unknown array 'targets'"),
+        ({"x": np.ones((4, 3)), "labels": np.arange(4)}, "labels must be a 1-D array of class names"),
     ],
 )
 def test_bad_npz(tmp_path, arrays, match):
@@ -94,3 +95,26 @@ def test_a_test_split_of_one_class_or_a_few_per_class_is_warned_about(tmp_path, 
     few = from_arrays(x=np.ones((30, 2)), y=np.repeat(np.arange(10), 3))
     assert any("under 5 samples of 6 of its 6 classes" in w for w in few.split.warnings), few.split.warnings
     assert any("lacks 4 class(es)" in w for w in few.split.warnings)
+
+
+def test_a_cap_on_the_test_split_is_a_stratified_sample_never_the_head():
+    """Issue 43: accuracy on the first 500 of 600 test samples sorted by class held 150/150/150/50."""
+    from optimize.models.data import test_sample
+
+    y = np.repeat(np.arange(4), 150)  # sorted by class, as many test splits are
+    x = np.arange(600, dtype=np.float32)[:, None]
+    ds = from_arrays(x_train=x, y_train=y, x_test=x, y_test=y)
+    whole, t = test_sample(ds, None)
+    assert whole is ds and (t.samples, t.of, t.method) == (600, 600, "whole") and t.words() == "all 600 test samples"
+    cut, t = test_sample(ds, 500, "--test-samples 500")
+    assert (t.samples, t.of, t.method) == (500, 600, "stratified")
+    assert sorted(np.bincount(cut.y_test).tolist()) == [125, 125, 125, 125]  # every class at its share
+    assert np.array_equal(cut.x_test[:, 0].astype(int), np.sort(cut.x_test[:, 0]).astype(int))  # kept in order
+    assert not np.array_equal(cut.x_test[:, 0], x[:500, 0])  # not the head
+    assert t.words() == "500 of 600 test samples (a stratified sample: --test-samples 500)"
+    again, _ = test_sample(ds, 500)
+    assert np.array_equal(again.x_test, cut.x_test)  # seeded: every candidate gets the same samples
+    free = from_arrays(x_train=x, x_test=x)  # no labels: a random sample
+    cut, t = test_sample(free, 100)
+    assert t.method == "shuffled" and len(cut.x_test) == 100 and cut.y_test is None
+    assert test_sample(ds, 600)[1].method == "whole" and test_sample(ds, 10_000)[0] is ds

@@ -196,7 +196,8 @@ def test_the_readme_is_a_page_without_history():
 def test_the_readme_set_up_commands_are_the_ones_ci_runs():
     """The demo's one-liner and the test command, verbatim; .ci/run runs the latter as the README says,
     and builds the docs site."""
-    demo, tests = "pip install -e . && optimize sweep", 'pip install -e ".[test]" && python -m pytest'
+    demo = "pip install -e . && optimize sweep"
+    tests = 'pip install -e ".[test]" && python -m pytest'
     blocks = re.findall(r"```bash\n(.*?)```", README, re.S)
     assert any(demo in b for b in blocks) and any(tests in b for b in blocks), blocks
     ci = (ROOT / ".ci" / "run").read_text()
@@ -266,3 +267,46 @@ def test_the_docs_site_navigates_to_every_page_and_notebook():
     docs = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")}
     notebooks = {f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb")}
     assert docs | notebooks == listed, (docs | notebooks) ^ listed
+
+
+def test_the_docs_say_how_torch_and_torchvision_come_as_a_cpu_pair():
+    """onnx2torch requires torchvision, and PyPI's is a CUDA build that fails to import beside a CPU torch, and
+    with it `from transformers import BertModel`. The README's test command stays the one that works on a machine
+    without PyTorch's index (CI's: naming an index it cannot reach costs pip about 8 s a package, ~35 minutes);
+    README, getting-started and your-model say how to get the CPU pair where the index is reachable, and the one
+    command that makes transformers import where PyPI's torchvision was installed. The extra pins torch exactly
+    and leaves torchvision to follow it (each torchvision pins its torch)."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "torch==2.13.0" in extras["torch"] and not any(r.startswith("torchvision") for r in extras["torch"])
+    cpu = "--extra-index-url https://download.pytorch.org/whl/cpu"
+    for doc in ("README.md", "docs/getting-started.md", "docs/your-model.md"):
+        text = " ".join((ROOT / doc).read_text().split())
+        assert cpu in text and "pip uninstall -y torchvision" in text, doc
+
+
+def _docs_figures():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "scripts" / "docs_figures.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_figures_in_the_readme_and_getting_started_are_the_generated_ones():
+    """The sweep's output and the demo's ratios on README.md and getting-started come from one recorded run
+    (scripts/docs_figures.py writes docs/figures.json and rewrites the marked blocks from it): each block is
+    exactly what the record renders, so a figure edited by hand or a block left behind fails here."""
+    import json
+
+    mod = _docs_figures()
+    rec = json.loads((ROOT / "docs" / "figures.json").read_text())
+    for name, lines in mod.blocks(rec).items():
+        page = (ROOT / mod.PAGES[name]).read_text()
+        assert mod.on_page(page, name) == lines, f"{mod.PAGES[name]}'s {name} block: run {mod.COMMAND}"
+    assert rec["table"][0].startswith("┃ candidate") and rec["ship"][0].startswith("What to ship")
+    shown = {r.split("│")[1].strip() for r in rec["table"][1:]}
+    assert set(mod.SHOWN_ROWS) <= shown, shown
+    assert all(len(line) <= 80 for line in rec["table"] + rec["ship"])

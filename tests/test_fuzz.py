@@ -303,14 +303,14 @@ def _through_the_door(path, data) -> None:
     """`open_inputs` on a crafted file, converters stubbed; OptimizeError is the only way out but a result."""
     from unittest import mock
 
-    from optimize.convert import pytorch
+    from optimize.convert import torch_export
     from optimize.convert.front import open_inputs
 
     _WATCHING.append(True)
     try:
         with (
-            mock.patch.object(pytorch, "export", lambda *a, **k: None),
-            mock.patch.object(pytorch, "to_tflite", lambda *a, **k: BASE),
+            mock.patch.object(torch_export, "export", lambda *a, **k: None),
+            mock.patch.object(torch_export, "to_tflite", lambda *a, **k: BASE),
             _no_hang(60),
         ):
             open_inputs(path, data)
@@ -445,13 +445,13 @@ def test_the_onnx_base_goes_through(door):
     file the door accepts."""
     from unittest import mock
 
-    from optimize.convert import pytorch
+    from optimize.convert import torch_export
     from optimize.convert.front import open_inputs
 
     path = door / "base.onnx"
     path.write_bytes(_ONNX_BASE())
-    with mock.patch.object(pytorch, "export", lambda *a, **k: None), mock.patch.object(
-        pytorch, "to_tflite", lambda *a, **k: BASE
+    with mock.patch.object(torch_export, "export", lambda *a, **k: None), mock.patch.object(
+        torch_export, "to_tflite", lambda *a, **k: BASE
     ):  # fmt: skip
         src, _ = open_inputs(path, door / "d.npz")
     assert src.conversion is not None and src.conversion.source == "onnx"

@@ -387,6 +387,7 @@ def test_pt2e_quantizes_a_token_id_model(tokens, cli, tmp_path):
 def test_token_ids_as_floats_and_beyond_the_vocabulary_in_torch_and_onnx(tokens, caplog):
     from optimize.convert import fidelity
     from optimize.convert.front import open_inputs
+    from optimize.models.tflite import read_model
 
     for model in ("tok.pt2", "tok.onnx"):
         with caplog.at_level(logging.WARNING):
@@ -394,7 +395,7 @@ def test_token_ids_as_floats_and_beyond_the_vocabulary_in_torch_and_onnx(tokens,
         assert np.issubdtype(ds.x_cal.dtype, np.integer)
         c = fidelity.measure(src, ds).conversion  # the source runtime runs the ids it takes (a traceback before)
         assert c.fidelity.relative_error < 1e-4
-        assert [(b.input, b.size) for b in vocabulary.tflite_bounds(src.content)] == [("tokens", V)]
+        assert [(b.input, b.size) for b in vocabulary.tflite_bounds(read_model(src.content))] == [("tokens", V)]
         with pytest.raises(DataError, match=r"x holds 3.5, not a whole number"):
             open_inputs(tokens / model, tokens / "tokens_frac.npz")
         with pytest.raises(DataError) as e:

@@ -229,3 +229,77 @@ def test_a_sigmoid_head_is_scored_as_binary_and_fine_tunes(sigmoid_model, tmp_pa
     acc = cand.metrics.accuracy
     assert acc.task == "binary" and acc.top1 > 0.8 and acc.auc > 0.85 and acc.mae is None
     assert cand.metrics.fidelity.top1_agreement is None  # one unit: no argmax to agree on
+
+
+def test_the_measured_split_is_whole_by_default_and_bounded_by_the_outputs_memory(monkeypatch):
+    """The whole test split by default (issue 43); a split whose outputs would outgrow OUTPUT_BUDGET (a
+    segmenter's masks on thousands of samples) is measured on a stratified sample of what fits, said so."""
+    from types import SimpleNamespace
+
+    from optimize.measure import metrics
+
+    y = np.repeat(np.arange(2), 300)
+    x = np.zeros((600, 4), np.float32)
+    ds = from_arrays(x_train=x, y_train=y, x_test=x, y_test=y)
+    runner = SimpleNamespace(outputs=[{"shape": np.array([1, 64, 64, 1])}])  # 16 KiB a sample
+    cut, t = metrics.measured_split(ds, None, runner)
+    assert cut is ds and t.samples == 600 and t.method == "whole"
+    cut, t = metrics.measured_split(ds, 100, runner)
+    assert t.samples == 100 and t.why == "--test-samples 100"
+    monkeypatch.setattr(metrics, "OUTPUT_BUDGET", 16 * 1024 * 50)
+    cut, t = metrics.measured_split(ds, None, runner)
+    assert (t.samples, t.of, t.method) == (50, 600, "stratified") and len(cut.x_test) == 50
+    assert t.why.startswith("the outputs of 600 would hold") and "50 keep them under" in t.why
+
+
+def test_accuracy_is_the_whole_test_split_by_an_independent_count(float_tflite, tmp_path):
+    """Issue 43: 600 test samples sorted by class; the tool scored the first 500 (a head slice) where Keras and
+    an independent run of the file scored all 600. The figure must equal a count made here with the plain
+    LiteRT interpreter on every test sample."""
+    from ai_edge_litert.interpreter import Interpreter
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = (d.images / 16.0).astype(np.float32)[..., None]
+    y = d.target.astype(np.int64)
+    order = np.argsort(y, kind="stable")[:600]  # sorted by class: a head slice would miss the last classes
+    data = tmp_path / "sorted.npz"
+    np.savez(data, x_train=x[:100], y_train=y[:100], x_test=x[order], y_test=y[order])
+    m = optimize.evaluate(float_tflite, data, timing=False)
+    it = Interpreter(model_path=str(float_tflite))
+    it.allocate_tensors()
+    inp, out = it.get_input_details()[0], it.get_output_details()[0]
+    right = 0
+    for xi, yi in zip(x[order], y[order]):
+        it.set_tensor(inp["index"], xi[None])
+        it.invoke()
+        right += int(it.get_tensor(out["index"])[0].argmax() == yi)
+    assert m.accuracy.samples == 600 and m.test.words() == "all 600 test samples"
+    assert m.accuracy.top1 == right / 600
+    capped = optimize.evaluate(float_tflite, data, timing=False, samples=100)
+    assert capped.accuracy.samples == 100 and capped.test.method == "stratified" and capped.test.of == 600
+
+
+def test_batched_outputs_are_the_one_sample_outputs(float_tflite, tmp_path):
+    """The whole split goes through in batches where the model takes one (issue 43: the figures must not move,
+    only the time): the same arrays as one invoke a sample; a model without a free batch axis, one at a time."""
+    from optimize.core.registry import Context, get
+    from optimize.measure import batched
+    from optimize.models import runtime
+
+    x = np.random.default_rng(0).random((130, 8, 8, 1), dtype=np.float32)
+    tech = get("quantize")
+    made = {
+        scheme: tech.fn(float_tflite, tech.parse({"scheme": scheme, "io": io}), Context(workdir=tmp_path / scheme, data=from_arrays(x=x)))
+        for scheme, io in (("dynamic", "float"), ("int8", "int8"))
+    }  # fmt: skip
+    for path in (float_tflite, *made.values()):
+        runner = runtime.Runner(runtime.load(path, like=x[:1]))
+        assert batched.batchable(runner)
+        got = batched.predict(path, runner, x)
+        want = runner.predict(x)
+        assert [g.shape for g in got] == [w.shape for w in want] == [(130, 10)]
+        assert np.allclose(got[0], want[0], rtol=0, atol=1e-5)
+    fixed = runtime.Runner(runtime.load(float_tflite, like=x[:1]))
+    fixed.inputs = [{**d, "shape_signature": np.array([1, 8, 8, 1])} for d in fixed.inputs]
+    assert not batched.batchable(fixed)

@@ -212,3 +212,37 @@ def test_weights_stored_after_the_flatbuffer_are_kept_when_it_is_written_again()
     x = np.linspace(-1, 1, 4, dtype=np.float32)[None]
     a, b = runtime.Runner(runtime.load(data)), runtime.Runner(runtime.load(out.content))
     np.testing.assert_array_equal(a.run(x)[0], b.run(x)[0])
+
+
+def _runtime_io(content: bytes):
+    """Inputs and outputs as the interpreter lists them through the signature (the runtime's own view)."""
+    it = runtime.describe(content)
+    key = runtime.signature_key(it)
+    if key is None:
+        items = [(d["name"], d) for d in it.get_input_details()]
+        return [(n, tuple(d["shape_signature"]), np.dtype(d["dtype"]).name) for n, d in items], [
+            d["name"] for d in it.get_output_details()
+        ]
+    details = it.get_signature_runner(key).get_input_details()
+    inputs = [(n, tuple(int(v) for v in d["shape_signature"]), np.dtype(d["dtype"]).name) for n, d in details.items()]
+    return inputs, list(it.get_signature_list()[key]["outputs"])
+
+
+def test_a_model_is_described_from_its_parse_as_the_runtime_lists_it(mediapipe_like):
+    """Opening a .tflite reads its inputs and outputs from the normalised parse (no interpreter): the same names,
+    order (a signature's keys by name, as the runtime sorts them), free dimensions and types as the runtime's."""
+    from optimize.models.spec import tflite_io
+
+    keras = _tf.keras()
+    ids, pixels = keras.Input((None,), dtype="int32", name="zeta_ids"), keras.Input((4,), name="alpha")
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 4)(ids))
+    both = keras.layers.Concatenate()([pooled, pixels])
+    two = keras.Model([ids, pixels], [keras.layers.Dense(3, name="b")(both), keras.layers.Dense(1, name="a")(both)])
+    for content in (_convert(two, float16=False), mediapipe_like, normalize(mediapipe_like).content):
+        n = normalize(content)
+        assert (list(n.inputs), list(n.outputs)) == _runtime_io(n.content)
+        specs, outputs = tflite_io(n.content)
+        assert [(s.name, s.shape, s.dtype) for s in specs] == list(n.inputs) and outputs == n.outputs
+    assert [name for name, _, _ in normalize(_convert(two, float16=False)).inputs] == ["alpha", "zeta_ids"]
+    specs, outputs = tflite_io(mediapipe_like)  # no signature: the graph's tensors, in order
+    assert ([(s.name, s.shape, s.dtype) for s in specs], list(outputs)) == _runtime_io(mediapipe_like)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from optimize.core import registry
-from optimize.core.errors import DataError, ModelError
+from optimize.core.errors import DataError, ModelError, OptimizeError
 from optimize.core.recipe import build
 from optimize.core.results import load_study
 from optimize.engine import single, sweeps
@@ -96,7 +96,11 @@ def test_failed_technique_is_a_failed_candidate(keras_model, data_npz, tmp_path,
     assert names["cluster-int8"].error == "cluster: nothing to cluster here"
     assert names["float16"].ok and names["float32"].ok
     assert load_study(tmp_path / "study.json") == study
-    assert sorted(p.name for p in tmp_path.glob("*.tflite")) == ["float16.tflite", "float32.tflite"]
+    # a sweep that fine-tunes measures the training control beside it (issue 43)
+    assert names["float32-finetuned"].ok and names["float32-finetuned"].control
+    assert sorted(p.name for p in tmp_path.glob("*.tflite")) == [
+        "float16.tflite", "float32-finetuned.tflite", "float32.tflite"
+    ]  # fmt: skip
 
 
 def test_data_that_does_not_fit_is_refused_before_work(keras_model, tmp_path):
@@ -185,8 +189,9 @@ def test_real_architecture_skips_layers_tfmot_cannot_wrap(tmp_path):
 
 
 def test_a_study_of_another_model_in_the_output_folder_is_replaced_whole(float_tflite, tmp_path, caplog):
-    """-o held another model's study: its .tflite files went on beside the new study.json. Said before the
-    run, removed when the new study is published; files the old study does not list stay."""
+    """-o held another model's study: its .tflite files went on beside the new study.json. Refused unless told to
+    replace it (--replace); then said before the run, removed when the new study is published; files the old
+    study does not list stay."""
     import logging
 
     from study_fixtures import full_study
@@ -200,8 +205,13 @@ def test_a_study_of_another_model_in_the_output_folder_is_replaced_whole(float_t
         (tmp_path / f"{c.name}.tflite").write_bytes(b"old")
     (tmp_path / "mine.txt").write_text("not optimize's")
     f16 = build("float16", [{"technique": "convert", "scheme": "float16"}])
+    with pytest.raises(OptimizeError, match="holds the study of another model"):  # unless told to replace it
+        sweeps.sweep(float_tflite, None, tmp_path, recipes=[f16], delegates=False, runs=3, jobs=0, cache=False)
+    assert (tmp_path / "float32.tflite").read_bytes() == b"old"
     with caplog.at_level(logging.WARNING, logger="optimize"):
-        study = sweeps.sweep(float_tflite, None, tmp_path, recipes=[f16], delegates=False, runs=3, jobs=0, cache=False)
+        study = sweeps.sweep(
+            float_tflite, None, tmp_path, recipes=[f16], delegates=False, runs=3, jobs=0, cache=False, replace=True
+        )
     said = [r.getMessage() for r in caplog.records if "holds the study of another model" in r.getMessage()]
     assert said and "(demo)" in said[0], caplog.text
     left = sorted(p.name for p in tmp_path.iterdir())

@@ -153,7 +153,7 @@ def test_html_renders_in_headless_chromium(tmp_path, gpu_rec):
     shot = tmp_path / "page.png"
     # One browser run: the DOM after layout (with the measurements) and a screenshot of the page.
     out = _chromium(
-        "--window-size=1400,2800",
+        "--window-size=1400,4200",
         "--hide-scrollbars",
         f"--screenshot={shot}",
         "--dump-dom",

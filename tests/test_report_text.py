@@ -212,7 +212,10 @@ def test_the_sweep_ends_with_a_file_or_a_blocker_for_every_target(capsys):
     assert set(answers) == set(SHIP_TARGETS), tail
     assert answers["cpu"].startswith("out/") and ".tflite (" in answers["cpu"], answers
     words = _words(tail)
-    assert "coreml nothing runs fully on coreml: float32 comes closest (10/12 nodes); QUANTIZE: RESHAPE to 2-D" in words
+    assert (
+        "coreml nothing runs fully on coreml: float32 comes closest (10/12 nodes); blocked at #0 QUANTIZE: RESHAPE to 2-D"
+        in words
+    )
     assert "hexagon nothing runs fully on hexagon:" in words or "hexagon out/" in words
 
 

@@ -7,6 +7,7 @@ outputs at the scale LiteRT requires; clamps (MINIMUM/MAXIMUM) are integer in an
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 
 import numpy as np
@@ -237,29 +238,36 @@ def test_pt2e_makes_the_detector_head_and_the_block_through_both_routes(files, t
 
 
 def test_constant_subgraphs_of_a_pt2_are_folded_as_the_onnx_route_folds_them(tmp_path):
-    """A module that builds a constant mask from its own buffers at run time (Hugging Face's ViT does): the .pt2
-    route used to keep BROADCAST_TO and SELECT_V2 on constants (the GPU refuses BROADCAST_TO), the ONNX route
-    folded them; both now store the values, and the outputs are the same."""
+    """Hugging Face's ViT computes constants from its own buffers at run time: the .pt2 route kept those ops (the
+    GPU refuses BROADCAST_TO; XNNPACK does not take them), the ONNX route folded them; both now store the values,
+    and the outputs are the same."""
+    try:
+        import torchvision  # noqa: F401  (transformers imports it; PyPI's CUDA build fails beside a CPU torch)
+    except Exception:  # noqa: BLE001
+        sys.modules.update({m: None for m in [m for m in sys.modules if m.split(".")[0] == "torchvision"]})
+        sys.modules["torchvision"] = None
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.ViTConfig(
+        image_size=16, patch_size=8, num_channels=3, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, num_labels=3,
+    )  # fmt: skip
 
-    class Masked(torch.nn.Module):
+    class ViT(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.lin = torch.nn.Linear(8, 8)
+            self.m = transformers.ViTForImageClassification(cfg)
 
         def forward(self, x):
-            mask = torch.ones(x.shape[0], 1, x.shape[1], 1, dtype=torch.bool).expand(-1, -1, -1, x.shape[1])
-            bias = torch.where(mask, 0.0, -1e4)
-            scores = self.lin(x) @ x.transpose(1, 2)
-            return torch.softmax(scores.unsqueeze(1) + bias, -1)
+            return self.m(pixel_values=x).logits
 
     torch.manual_seed(0)
-    _export(Masked(), tmp_path, "m", (torch.randn(1, 6, 8),))
-    np.savez(tmp_path / "d.npz", x=np.random.default_rng(0).normal(size=(8, 1, 6, 8)).astype(np.float32))
+    _export(ViT(), tmp_path, "m", (torch.randn(1, 3, 16, 16),))
+    np.savez(tmp_path / "d.npz", x=np.random.default_rng(0).normal(size=(8, 1, 3, 16, 16)).astype(np.float32))
     pt2, ds = open_inputs(tmp_path / "m.pt2", tmp_path / "d.npz", threads=1)
     onnx, _ = open_inputs(tmp_path / "m.onnx", tmp_path / "d.npz")
-    assert "BROADCAST_TO" not in _ops(pt2.content) and "SELECT_V2" not in _ops(pt2.content)
     assert any("on constants computed once" in f for f in pt2.facts), pt2.facts
-    assert max(o.max_abs_diff for o in pt2.conversion.fidelity.outputs) < 1e-5
+    assert "BROADCAST_TO" not in _ops(pt2.content)
+    assert max(o.max_abs_diff for o in pt2.conversion.fidelity.outputs) < 1e-4
     a = runtime.Runner(runtime.load(pt2.content)).predict(ds.x_test)[0]
     b = runtime.Runner(runtime.load(onnx.content)).predict(ds.x_test)[0]
-    np.testing.assert_allclose(a, b, atol=1e-5)
+    np.testing.assert_allclose(a, b, atol=1e-4)

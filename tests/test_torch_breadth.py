@@ -157,9 +157,9 @@ def test_int8_with_int8_io_names_the_op_that_blocks_it(tmp_path):
 
 
 def test_torch_and_its_libraries_talk_into_the_log_not_on_the_screen(capfd, caplog):
-    from optimize.convert import pytorch
+    from optimize.convert import torch_export
 
-    with caplog.at_level(logging.DEBUG, logger="optimize.convert"), pytorch.quiet():
+    with caplog.at_level(logging.DEBUG, logger="optimize.convert"), torch_export.quiet():
         print("Failed to load .../torchao/_C_mxfp8.so")  # torchao, on stdout or stderr
         print("W1127 _pytree.py:630] <enum 'KernelPreference'> ...", file=sys.stderr)
         os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called\n")  # C++, on fd 2
@@ -170,7 +170,7 @@ def test_torch_and_its_libraries_talk_into_the_log_not_on_the_screen(capfd, capl
 
 
 def test_a_pt2e_note_says_what_the_edges_hold(tmp_path):
-    from optimize.convert import pytorch
+    from optimize.convert import torch_export
     from optimize.transforms.pt2e import io_words
 
     torch.export.save(torch.export.export(Plain().eval(), (torch.randn(1, 8),)), str(tmp_path / "p.pt2"))
@@ -179,24 +179,4 @@ def test_a_pt2e_note_says_what_the_edges_hold(tmp_path):
     assert io_words(src.content) == "float32 input and output tensors"
     sg = read_model(src.content).main
     assert sg.tensors[sg.inputs[0]].dtype == "float32"
-    assert pytorch.HIGHER_ORDER["cond"].startswith("compute both branches")
-
-
-def test_the_torch_extra_pins_the_torchvision_built_for_its_torch():
-    """transformers imports torchvision when it is installed; a torchvision built for another torch (PyPI's
-    CUDA build beside the CPU torch) fails to import, and `from transformers import BertModel` with it."""
-    import tomllib
-    from importlib import metadata
-    from pathlib import Path
-
-    extra = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"
-    ]["torch"]
-    pins = dict(r.split("==") for r in extra if "==" in r and ";" not in r)
-    assert {"torch", "torchvision"} <= set(pins)
-    try:
-        requires = metadata.requires("torchvision") or []
-    except metadata.PackageNotFoundError:
-        pytest.skip("torchvision is not installed")
-    if metadata.version("torchvision").split("+")[0] == pins["torchvision"]:
-        assert f"torch (=={pins['torch']})" in requires or f"torch=={pins['torch']}" in requires, requires
+    assert torch_export.HIGHER_ORDER["cond"].startswith("compute both branches")

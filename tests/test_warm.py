@@ -43,12 +43,12 @@ def test_a_warm_rerun_of_a_keras_model_imports_no_tensorflow(keras_model, data_n
     cold = sweeps.sweep(keras_model, data_npz, tmp_path / "a", RECIPES, jobs=0, runs=3, cache=str(cache))
     assert not any(c.cached for c in cold.candidates)
     warm = _warm(keras_model, data_npz, tmp_path / "b", cache)
-    assert warm == {"cached": [True, True], "tf": False}
+    assert warm == {"cached": [True] * 4, "tf": False}  # the fit round's fit-float32, fit-float16 (Core ML) too
     # what was known is validated like every entry: a corrupt record means checking again, never a traceback
     for record in cache.rglob("known/*/*.json"):
         record.write_text('{"format": 1, "fingerprint": 5}')
     again = _warm(keras_model, data_npz, tmp_path / "c", cache)
-    assert again == {"cached": [True, True], "tf": True}
+    assert again == {"cached": [True] * 4, "tf": True}
     assert _warm(keras_model, data_npz, tmp_path / "d", cache)["tf"] is False  # and it is kept again
 
 
@@ -67,7 +67,9 @@ def test_a_warm_rerun_of_a_savedmodel_and_a_keras3_model_imports_no_tensorflow(t
         cache = tmp_path / f"cache-{model.name}"
         sweeps.sweep(model, tmp_path / "d.npz", tmp_path / f"a-{model.name}", recipes, jobs=0, runs=3, cache=str(cache))
         warm = _warm(model, tmp_path / "d.npz", tmp_path / f"b-{model.name}", cache, recipes)
-        assert warm == {"cached": [True, True], "tf": False}, model.name
+        fine_tunes = model.name == "m3.keras"  # the baseline, prune-f16 and its training control (issue 43)
+        fitted = 2 if model == sm else 0  # the CNN's Flatten fits Core ML; m3's feeds its output layer: no fit
+        assert warm == {"cached": [True] * ((3 if fine_tunes else 2) + fitted), "tf": False}, model.name
 
 
 @pytest.mark.parametrize("change", ["bytes", "trust"])

@@ -31,3 +31,9 @@ def one_line_error(r, *fragments) -> str:
     for f in fragments:
         assert f in messages[0], messages[0]
     return messages[0]
+
+
+def too_wide(text: str, width: int = WIDTH) -> list[str]:
+    """The lines of `text` wider than `width`, leaving out a line that is one word: a path kept whole so it can
+    be copied (it is longer than a line when the temporary folder's path is, whatever the wrapping)."""
+    return [line for line in text.splitlines() if len(line) > width and len(line.split()) > 1]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from optimize.convert import fidelity, pytorch
-from optimize.models import source as models
+from optimize.convert import fidelity, formats
+from optimize.convert.graph_def import GraphIO
 from optimize.models.data import Dataset
 from optimize.models.inputs import MeasureOptions, checked, read_data
 from optimize.models.known import Memo
@@ -24,6 +24,7 @@ def open_inputs(
     layout: str = "source",
     on_loaded=None,
     threads: int | None = None,
+    graph: GraphIO | None = None,
 ):
     """The model source and dataset; the built-in demo (and its data) when no model is given.
 
@@ -33,22 +34,20 @@ def open_inputs(
     checked against each other (`check_data`), for the commands that are about to work on them. `known`:
     what earlier runs' checks found about this model file (a warm re-run then needs no TensorFlow). A PyTorch
     or ONNX model (`model` may be an nn.Module from Python) is converted here, once, to its float .tflite,
-    and the data made to fit it (`pytorch.prepare`; `layout` "channels-last" makes image I/O NHWC); with
+    and the data made to fit it (`route.prepare`; `layout` "channels-last" makes image I/O NHWC); with
     `threads`, the conversion's own error against the source runtime is measured on the data too.
-    `on_loaded` receives the Keras model the check loaded (`check_data`).
+    `on_loaded` receives the Keras model the check loaded (`check_data`). `graph`: a TF1 frozen graph's input
+    and output nodes, where its placeholders and unconsumed nodes are not them.
     """
     if model is None or str(model) == "demo":
         from optimize.convert.demo import demo
 
         model, data_path = demo()
         data = data if data is not None else data_path
-    # the one read of the model: recognised, opened, described (a PyTorch or ONNX one converted)
-    torch_src = pytorch.open_source(model)
-    if torch_src is not None:
-        src, ds = pytorch.prepare(torch_src, read_data(data, calibration), layout)
-    else:
-        src, ds = models.open_model(model, trust, known), read_data(data, calibration)
+    # the one read of the model: recognised and opened by its format's object, then (PyTorch, ONNX) converted
+    opened = formats.opened(model, trust, known, graph)
+    src, ds = formats.prepared(opened, read_data(data, calibration), layout)
     ds = checked(src, ds, measuring, check, known, on_loaded)  # ids as the model takes them; model and data fit
-    if src.torch and threads is not None:
+    if src.converted and threads is not None:
         src = fidelity.measure(src, ds, threads)  # before any write, as everything above
     return src, ds

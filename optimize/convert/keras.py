@@ -4,7 +4,7 @@ for it (inference-only SavedModel, training-only parts cleared, a fixed batch fo
 
 The float32 conversion is the pipeline's baseline; every LiteRT Quantizer scheme starts from it. The
 converter's quantizing schemes are the `--backend converter` route (and what follows QAT or needs float
-fallback). This module and `pytorch` are the only places that make a float .tflite from a model.
+fallback). This module and `torch_export` are the only places that make a float .tflite from a model.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ import re
 _LEVEL = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?:<locals>\.)?([A-Z][A-Za-z0-9]*)(?:_(.+))?$")
 #: Levels that are our own wrappers or torch.export's scaffolding, dropped with their instance names.
 _WRAPPERS = {"NamedIO", "Program", "UnflattenedModule", "ChannelLastIOWrapper"}
+#: Our own converters' class paths (`optimize.convert.onnx_dense.Linear_optimize/dense`).
+_OWN = "optimize.convert."
 
 
 def _path(location: str) -> str:
@@ -30,8 +32,8 @@ def _path(location: str) -> str:
         m = _LEVEL.match(part)
         if m is None:
             out.append(part)
-        elif m.group(1) not in _WRAPPERS and m.group(2):
-            out.append(m.group(2))
+        elif m.group(1) not in _WRAPPERS and m.group(2) and not (part.startswith(_OWN) and m.group(2) == "optimize"):
+            out.append(m.group(2))  # (onnx2torch prepends a node's domain: our fused nodes' `optimize/` dropped)
     return "/".join(p for p in out if p)
 
 

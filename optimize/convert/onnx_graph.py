@@ -803,7 +803,7 @@ def _fuse_linear(gr: _Graph, mm: NodeProto) -> str | None:
     if b is None or b.size != w.shape[1] or b.ndim < 1 or b.shape[-1] != w.shape[1] or b.dtype != w.dtype:
         return None
     linear = helper.make_node(
-        "Linear", [mm.input[0], mm.input[1], b_name], [add.output[0]], name=(mm.name or add.output[0]) + "/linear",
+        "Linear", [mm.input[0], mm.input[1], b_name], [add.output[0]], name=mm.name or add.output[0] + "/linear",
         domain=OWN_DOMAIN,
     )  # fmt: skip
     gr.remove(mm)

@@ -1,7 +1,7 @@
 """Export-friendly onnx2torch converters, registered over (or beside) onnx2torch's own.
 
 This is PyTorch code: it imports torch, onnx and onnx2torch when it is imported, which only the PyTorch and
-ONNX front door does (`pytorch`), with the torch extra installed.
+ONNX route does (`onnx_file`), with the torch extra installed.
 
 onnx2torch turns each ONNX node into a small nn.Module. Many of its modules receive shape-like operands
 (Reshape's shape, Slice's starts and ends, Resize's scales, Unsqueeze's axes, Pad's pads, Clip's bounds)

@@ -1,7 +1,7 @@
 """Progress of a long conversion on screen: a graph of PROGRESS_NODES nodes or more takes minutes in
 torch.export and litert-torch, so each step is said when it starts and when it ends, with its seconds.
 
-The conversion runs silenced (`pytorch.quiet`: logging disabled, fd 2 captured, because torch and
+The conversion runs silenced (`torch_export.quiet`: logging disabled, fd 2 captured, because torch and
 litert-torch talk); `say` reaches the terminal all the same, through the stderr the capture saved
 (`models.runtime.outer_stderr`), by the "optimize" logger the CLI shows (so `--quiet` and the live display
 apply as to any other line). A small graph says nothing.

@@ -21,10 +21,11 @@ ATEN_KEEPS_IDS = frozenset(
 ONNX_KEEPS_IDS = frozenset({"Cast", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten", "Slice", "Transpose"})
 
 
-def fit(kind: str, declared: list, model, ds: Dataset | None, signature_name) -> tuple[Dataset | None, list[str]]:
-    """The data fitted to a PyTorch or ONNX source's declared inputs (`declared`: name and dtype each; `model`:
-    what `pytorch` read to know them, the ONNX graph or (program, facts)), before conversion; and the notes to
-    say (`say_once`: the conversion runs with logging silenced)."""
+def fit(declared: list, bounds: list[IdBound], ds: Dataset | None, signature_name) -> tuple[Dataset | None, list[str]]:
+    """The data fitted to a PyTorch or ONNX source's declared inputs (`declared`: name and dtype each) and the
+    vocabularies its graph says its id inputs index (`bounds`: `onnx_bounds`, `pt2_bounds`), before conversion;
+    and the notes to say (`say_once`: the conversion runs with logging silenced). `signature_name` gives an
+    input's name in the .tflite (the data may key it so)."""
     if ds is None:
         return None, []
     types: dict[str, str] = {}
@@ -32,7 +33,6 @@ def fit(kind: str, declared: list, model, ds: Dataset | None, signature_name) ->
         types[d.name] = d.dtype
         types.setdefault(signature_name(d.name), d.dtype)  # data keyed by the .tflite's name for it
     ds, notes = integer_ids(ds, types, single=len(declared) == 1)
-    bounds = onnx_bounds(model) if kind == "onnx" else pt2_bounds(model[0]) if kind == "pt2" else []
     named = []
     for b in bounds:  # the data may key an input by its signature name
         named.append(b)

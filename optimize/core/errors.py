@@ -125,3 +125,30 @@ class NothingWorked(OptimizeError):
     """The run finished, but every candidate failed. Exit code 1, with the causes."""
 
     exit_code = 1
+
+
+#: The line a framework wraps a model's own exception in (Keras: "Exception encountered when calling
+#: Lambda.call()."): what went wrong is the line after it.
+_WRAPPED = ("Exception encountered when calling",)
+
+
+def reason(e: BaseException, limit: int = 300) -> str:
+    """An exception's own message in one line: its first line, or, under a framework's wrapper line, the first
+    line of what it wraps; and, where that says less than the first exception in the chain (Keras reports
+    "could not infer the shape" for a lambda that raised NameError), that exception too."""
+    import re
+
+    def first(exc: BaseException) -> str:
+        lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in str(exc).splitlines()]
+        lines = [ln for ln in lines if ln]
+        if lines and lines[0].startswith(_WRAPPED) and len(lines) > 1:
+            return lines[1]
+        return lines[0] if lines else type(exc).__name__
+
+    said = first(e)
+    root = e
+    while (root.__cause__ or root.__context__) is not None and root is not (root.__cause__ or root.__context__):
+        root = root.__cause__ or root.__context__
+    if root is not e and first(root) not in said:
+        said += f" (raised by {type(root).__name__}: {first(root)})"
+    return said[:limit]

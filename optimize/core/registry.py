@@ -24,9 +24,12 @@ TECHNIQUE_MODULES = (
     "optimize.transforms.keras.prune",
     "optimize.transforms.keras.cluster",
     "optimize.transforms.keras.qat",
+    "optimize.transforms.keras.finetune",
     "optimize.transforms.tflite.quantize",
     "optimize.transforms.tflite.rescue_steps",
+    "optimize.transforms.tflite.yolo_head",
     "optimize.transforms.tflite.selective",
+    "optimize.transforms.tflite.fit",
     "optimize.transforms.pt2e",
 )
 

@@ -130,6 +130,15 @@ class Latency(Record):
     seconds: float | None = Field(
         None, description="Wall time spent timing this model: its blocks, each interpreter's build included."
     )
+    timed: str | None = Field(
+        None, description="When it was timed (UTC, ISO 8601): a cached candidate's latency is its first run's."
+    )
+
+    @property
+    def spread(self) -> float | None:
+        """The half-width of the p50's interval over p50 (0.04: ±4%), or None without an interval."""
+        lo, hi = self.interval
+        return max(self.p50_ms - lo, hi - self.p50_ms) / self.p50_ms if self.p50_ms > 0 and hi > lo else None
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -161,13 +170,20 @@ class SliceError(Record):
     relative_error: float = Field(description="mean |diff| over the slice's own range in the reference (0..1).")
 
 
+#: Fewer of float32's detections than this make a share kept rough (optimize.measure.detection.FEW_DETECTIONS).
+FEW_DETECTIONS = 20
+
+
 class DetectionFidelity(Record):
     """A detector's detections against float32's on the same inputs: each of float32's detections (score at
     least `score_threshold`, after per-class non-maximum suppression for decoded boxes) is kept when the
     candidate has one of the same class overlapping it at IoU >= `iou_threshold` (for a raw anchor head: at the
     same anchor) scoring at least the threshold less a margin of 0.05 (a borderline score is not a loss)."""
 
-    layout: str = Field(description="The head: yolo ([1, 4+C, N] or [1, N, 4+C]), ssd (boxes + scores) or anchors.")
+    layout: str = Field(
+        description="The head (optimize.measure.layouts): postprocessed (boxes, classes, scores, count), end2end "
+        "([1, K, 6]), yolo ([1, 4+C, N] or [1, N, 4+C]), yolov5, ssd (boxes + scores) or anchors."
+    )
     outputs: list[str] = Field(description="The outputs that hold the boxes and scores.")
     score_threshold: float
     iou_threshold: float = 0.5
@@ -175,11 +191,22 @@ class DetectionFidelity(Record):
     kept: int = Field(description="Of those, the ones the candidate makes too (same class, IoU >= threshold).")
     extra: int = Field(0, description="The candidate's detections float32 does not make.")
     mean_iou: float | None = Field(None, description="Mean IoU of the kept detections with float32's.")
+    samples_with_detections: int | None = Field(None, description="Samples on which float32 detects anything.")
+    sample_kept: float | None = Field(
+        None,
+        description="The share kept on the worst samples: the 5th percentile of the per-sample shares, over the "
+        "samples on which float32 detects anything (None: none).",
+    )
 
     @property
     def kept_fraction(self) -> float | None:
         """Share of float32's detections kept (None when float32 detects nothing on the samples)."""
         return self.kept / self.reference_detections if self.reference_detections else None
+
+    @property
+    def few(self) -> bool:
+        """Float32 detects too little on the samples (under 20) for the share kept to be more than rough."""
+        return self.reference_detections < FEW_DETECTIONS
 
 
 class OutputFidelity(Record):
@@ -205,6 +232,9 @@ class OutputFidelity(Record):
         None, description="On a detector head's outputs: its detections kept against float32's (judged by them)."
     )
     iou: float | None = Field(None, description="For mask outputs: IoU of the two masks thresholded at 0.5.")
+    sample_iou: float | None = Field(
+        None, description="For mask outputs: the worst samples' IoU (5th percentile of the per-sample IoUs)."
+    )
     nonfinite_samples: int = Field(
         0, description="Samples where this output is NaN/inf and the reference's is not (left out of the figures)."
     )
@@ -216,14 +246,22 @@ class OutputFidelity(Record):
         description="Sigmoid (yes/no, multi-label) outputs: fraction of the decisions at 0.5, every unit of every "
         "sample, that match the reference's.",
     )
+    exact_agreement: float | None = Field(
+        None,
+        description="Outputs of class ids or counts (an ArgMax, an integer output, a post-processing op's classes "
+        "and count outside a recognised detector): share of values equal to the reference's (their only figure).",
+    )
     labelled: bool = Field(
         False, description="The output the labels score: judged by its accuracy; every other output by fidelity."
     )
 
     @property
     def agreement(self) -> float | None:
-        """What an agreement goal (min_agreement) reads: top-1 agreement of classes, else decisions at 0.5."""
-        return self.top1_agreement if self.top1_agreement is not None else self.decision_agreement
+        """What an agreement goal (min_agreement) reads: top-1 agreement of classes, else decisions at 0.5, else
+        the exact agreement of class ids or counts."""
+        if self.top1_agreement is not None:
+            return self.top1_agreement
+        return self.decision_agreement if self.decision_agreement is not None else self.exact_agreement
 
 
 class Fidelity(Record):
@@ -300,12 +338,33 @@ class TargetFidelity(Fidelity):
     accuracy_delta: float | None = Field(None, description="Top-1 minus the float baseline's (CPU float32).")
     error_ratio: float | None = Field(None, description="Regression: MAE over the float baseline's (CPU float32).")
     flagged: str | None = Field(None, description="Why the target computes this candidate badly, when it does.")
+    latency: Latency | None = Field(
+        None, description="Latency on the target, where it was timed there (observed: --observe gpu on a device)."
+    )
 
 
 class OnTarget(Record):
     """Per target whose arithmetic is not the CPU's, the candidate's quality as that target computes it."""
 
     gpu: TargetFidelity | None = None
+
+
+class TestSample(Record):
+    """Which test samples a candidate's accuracy and fidelity were measured on: the whole test split (the
+    default), or a sample of it: stratified (random within each class, each class at its share of the split)
+    where the labels are classes, else at random; seeded, so every candidate of a study gets the same one."""
+
+    samples: int = Field(description="Test samples every figure of the candidate is measured on.")
+    of: int = Field(description="Samples in the test split.")
+    method: Literal["whole", "stratified", "shuffled"] = "whole"
+    why: str = Field("", description="Why a sample and not the whole split: the cap asked for, or the memory bound.")
+
+    def words(self) -> str:
+        """`all 600 test samples`, `500 of 10,000 test samples (a stratified sample: --test-samples 500)`."""
+        if self.method == "whole" or self.samples >= self.of:
+            return f"all {self.of:,} test samples"
+        how = "a stratified sample" if self.method == "stratified" else "a random sample"
+        return f"{self.samples:,} of {self.of:,} test samples ({how}{': ' + self.why if self.why else ''})"
 
 
 class Metrics(Record):
@@ -321,6 +380,9 @@ class Metrics(Record):
     memory_error: str | None = Field(None, description="Why peak memory could not be measured, when it could not.")
     on_target: OnTarget | None = Field(
         None, description="Quality as each target whose arithmetic differs from the CPU's computes it (gpu)."
+    )
+    test: TestSample | None = Field(
+        None, description="The test samples accuracy and fidelity were measured on (None: no data, or an older study)."
     )
 
 
@@ -401,6 +463,47 @@ class DelegateReport(Record):
     )
     vetoed: str | None = Field(None, description="Why the whole model stays on the CPU, if it does.")
     veto_code: str | None = Field(None, description="The veto as a code (optimize.delegates.rules.Reason).")
+    cpu_tail: list[str] = Field(
+        default_factory=list,
+        description="When every node the delegate leaves is the model's trailing post-processing "
+        "(TFLite_Detection_PostProcess, NMS and what follows it: optimize.delegates.tail), those ops: the body runs "
+        "on the delegate, the tail on the CPU, as shipped detectors run.",
+    )
+    nodes_accepted: int | None = Field(
+        None,
+        description="When only the delegate's build fails: the nodes it accepted node by node, which it would run "
+        "but for that failure (optimize.delegates.blocking).",
+    )
+
+    @property
+    def runs_with_tail(self) -> bool:
+        """The delegate runs every node but an expected CPU tail."""
+        return self.verdict != "full" and bool(self.cpu_tail)
+
+
+class OutputContract(Record):
+    """How a candidate's outputs differ from float32's by design (optimize.transforms.tflite.yolo_head: a raw
+    YOLO head's boxes normalised by the input's size, so one int8 output holds boxes and scores): what a user of
+    the file must do to read them as before. The measure undoes it before comparing with float32."""
+
+    output: str = Field(description="The output whose contract changed (its name, as the file's signature has it).")
+    position: int = Field(0, description="Its position among the outputs, in signature order.")
+    axis: int = Field(description="The axis its channels are on (batch first).")
+    channels: list[int] = Field(description="The channels that changed (the boxes: 0-3).")
+    multiply_by: list[float] = Field(description="Multiply each channel by this to read it as float32 gave it.")
+    words: str = Field(description="The change in words, as the summary and the report say it.")
+
+    def restore(self, outs: list, position: int | None = None) -> list:
+        """The outputs (arrays, samples first) read as float32 gave them: the changed channels multiplied back."""
+        import numpy as np
+
+        i = self.position if position is None else position
+        a = np.array(outs[i], dtype=np.float32, copy=True)
+        where = [slice(None)] * a.ndim
+        for c, m in zip(self.channels, self.multiply_by):
+            where[self.axis] = c
+            a[tuple(where)] *= m
+        return [*outs[:i], a, *outs[i + 1 :]]
 
 
 class Composition(Record):
@@ -439,6 +542,39 @@ class Composition(Record):
     def shrink(self) -> float:
         """Weight bytes over their float32 equivalent: 0.5 is float16, 0.25 is int8."""
         return sum(self.weight_bytes.values()) / self.float32_equivalent_bytes if self.float32_equivalent_bytes else 1.0
+
+
+class TensorContract(Record):
+    """One input or output of a shipped .tflite as the caller must feed or read it, read from the file itself
+    (issue 43): a tensor quantized to integers is fed `round(x / scale) + zero_point` and read back as
+    `(q - zero_point) * scale`."""
+
+    name: str = Field(description="The tensor's name in the file (the signature's key where it has one).")
+    dtype: str = Field(description="What the caller hands over or gets back: float32, int8, uint8, int32, ...")
+    shape: list[int] = Field(description="Its shape; -1 where the file leaves a dimension free (the batch).")
+    scale: float | None = Field(None, description="Integer tensors: the float value of one step (per tensor).")
+    zero_point: int | None = Field(None, description="Integer tensors: the integer that stands for 0.0.")
+    range: list[float] | None = Field(
+        None, description="The float values it stands for: [low, high] (for an input, what it expects)."
+    )
+    range_from: Literal["quantization", "data"] | None = Field(
+        None,
+        description="quantization: what scale and zero point can represent; data: the range of the data the "
+        "model was measured on (a float tensor's file says no range).",
+    )
+
+
+class IOContract(Record):
+    """How to feed a candidate's file and read its answers, read back from the artifact (never from what the
+    recipe meant to make), and what TFLite metadata the file carries."""
+
+    inputs: list[TensorContract]
+    outputs: list[TensorContract]
+    metadata: str | None = Field(
+        None,
+        description="The TFLite metadata in the file (a ModelMetadata flatbuffer named TFLITE_METADATA, as "
+        "Android's Task Library and MediaPipe Tasks read it), in a line; None: none.",
+    )
 
 
 class FloatIsland(Record):
@@ -572,6 +708,35 @@ class RescueStep(Record):
     layers: list[LayerChange] = Field(default_factory=list, description="Per-layer error before and after.")
 
 
+class FitStep(Record):
+    """One rewrite of the fit (optimize.transforms.tflite.fit) at one node a delegate refused: kept, or dropped
+    with why."""
+
+    rewrite: str = Field(description="The rewrite's name (mean-as-pool, flatten-into-dense, batch-axis, ...).")
+    node: str = Field(description="The node it rewrote, as numbered when it ran ('#7 RESHAPE').")
+    detail: str = Field("", description="What it did, in a few words.")
+    targets: list[str] = Field(default_factory=list, description="The delegates that refused the node.")
+    max_abs_diff: float | None = Field(None, description="The outputs' largest |change| on the samples after it.")
+    relative_diff: float | None = Field(None, description="The same, as a fraction of each output's range.")
+    kept: bool = True
+    why: str | None = Field(None, description="Why it was dropped (None: kept).")
+
+
+class FitRecord(Record):
+    """What fitting the float graph to the targets did: each rewrite, and the targets it bought."""
+
+    steps: list[FitStep] = Field(default_factory=list)
+    bought: list[str] = Field(
+        default_factory=list, description="Delegates that take all of the fitted float graph and not of the original."
+    )
+    samples: int = Field(0, description="Samples the outputs were compared on after each rewrite.")
+    options: list[str] = Field(default_factory=list, description="Rewrites beyond the model's contract, as named.")
+
+    @property
+    def kept(self) -> list[FitStep]:
+        return [s for s in self.steps if s.kept]
+
+
 class Goals(Record):
     """What a user will accept. Accuracy drop is a fraction: 0.01 is one point of top-1. Finite numbers only."""
 
@@ -589,8 +754,21 @@ class Goals(Record):
         None, ge=0, le=1, description="Detectors: share of float32's detections kept (0.95 = at most 5% lost)."
     )
     min_mask_iou: float | None = Field(None, ge=0, le=1, description="Segmentation: mask IoU with float32's.")
+    min_sample_kept: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Detectors and segmenters, per sample: the worst samples' (5th percentile) detections kept or "
+        "mask IoU with float32's, beside the pooled figure.",
+    )
     max_size_bytes: int | None = Field(None, gt=0)
     max_latency_ms: float | None = Field(None, gt=0)
+    max_slowdown: float | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="cpu: the pick's p50 at most this many times float32's (None: not slower beyond the noise).",
+    )
     objective: Objective = Objective.SIZE
 
 
@@ -659,6 +837,12 @@ PHASES = (
 )
 
 
+#: Techniques that fine-tune the model on the user's data: a candidate made with one is retrained.
+RETRAINING = ("prune", "cluster", "qat", "finetune")
+#: The sweep's training control: float32 fine-tuned the same way as its retrained candidates.
+TRAINING_CONTROL = "float32-finetuned"
+
+
 class Candidate(Record):
     """One optimized variant (or the float baseline): what was done, what it produced, what it measured."""
 
@@ -692,6 +876,17 @@ class Candidate(Record):
     )
     repair: Repair | None = Field(
         None, description="The failure rescue, when the quantized model had to be made to run."
+    )
+    contract: IOContract | None = Field(
+        None, description="How to feed the file and read its answers, and its TFLite metadata (read from the file)."
+    )
+    output_contract: OutputContract | None = Field(
+        None,
+        description="How this file's outputs differ from float32's by design (a YOLO head's boxes normalised by the "
+        "input's size for an int8 output), and how to read them as before; its figures are after undoing it.",
+    )
+    fit: FitRecord | None = Field(
+        None, description="The float graph's rewrites for its targets, when the candidate was made from a fitted graph."
     )
     seconds: float = Field(0.0, description="Wall time to produce and measure this candidate.")
     phases: dict[str, float] = Field(
@@ -745,6 +940,18 @@ class Candidate(Record):
     def uses(self, *techniques: str) -> bool:
         return any(s.technique in techniques for s in self.steps)
 
+    @property
+    def retrained(self) -> bool:
+        """Fine-tuned on the user's data (prune, cluster, QAT, finetune): its figures are a retrained model's, not
+        the user's model compressed (issue 43), and it is judged by how far it moved from float32."""
+        return self.uses(*RETRAINING)
+
+    @property
+    def control(self) -> bool:
+        """The sweep's training control: the float model fine-tuned as the retrained candidates were, without
+        compression (`TRAINING_CONTROL`): measured to tell training's gain from compression's, never shipped."""
+        return self.name == TRAINING_CONTROL and self.uses("finetune") and not self.uses("prune", "cluster", "qat")
+
     @classmethod
     def failed(
         cls,
@@ -783,16 +990,17 @@ def labelled(cands: list[Candidate]) -> bool:
 
 
 def error_line(e: BaseException) -> str:
-    """One line for a failure: the message of our own errors, else the class, the first line and where."""
+    """One line for a failure: the message of our own errors, else the class, its own message (under a framework's
+    wrapper, what it wraps: `errors.reason`) and where."""
     import traceback
 
-    from optimize.core.errors import OptimizeError, TechniqueFailed
+    from optimize.core.errors import OptimizeError, TechniqueFailed, reason
 
     if isinstance(e, (TechniqueFailed, OptimizeError)):
         return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     last = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
     where = f" (at {Path(last.filename).name}:{last.lineno})" if last else ""
-    msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+    msg = reason(e) if str(e).strip() else ""
     return f"{e.__class__.__name__}: {msg}{where}"
 
 

@@ -71,6 +71,13 @@ class Layout(StrEnum):
     CHANNELS_LAST = "channels-last"  # NHWC: what GPU delegates, Core ML and camera pipelines feed
 
 
+class FitOption(StrEnum):
+    """Rewrites of the fit (optimize.transforms.tflite.fit) beyond the model's contract: applied only when named."""
+
+    NON_NEGATIVE_IDS = "non-negative-ids"  # drop the negative-index wrap of ids the model does not declare >= 0
+    FLOAT_MASK = "float-mask"  # an integer mask input taken as float32 (0/1): the input's dtype changes
+
+
 class Objective(StrEnum):
     """What a recommendation ranks by, once every goal is met."""
 

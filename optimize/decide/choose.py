@@ -26,10 +26,12 @@ from pydantic import Field
 from optimize.core.errors import GoalsNotMet, OptimizeError
 from optimize.core.results import Candidate, Goals, Record, Study, labelled
 from optimize.core.vocab import IO, TARGET_DELEGATE, Objective, Scheme, Target
-from optimize.decide import explain, kinds
+from optimize.decide import explain, kinds, retrained
 from optimize.decide.advice import EPS, PASSED_OVER, PRUNE_FACT, Advice, advise, check_target, recipe_toml
 from optimize.decide.guard import WORST, Guard, axes, default_guard, has_quality_goal, quality, remedy
-from optimize.decide.on_target import as_computed_on
+from optimize.decide.on_target import as_computed_on, timed_on
+from optimize.decide.speed import SLOWER, cached_fact, cost_line, slowdown_problem
+from optimize.delegates import blocking
 from optimize.measure.noise import speed, versus
 
 
@@ -75,6 +77,10 @@ class Recommendation(Record):
     path_update: str = Field(
         "", description="When the measured pick is another scheme than the decision path's: the path, updated."
     )
+    measured_on: str = Field("", description="The test samples every quality figure stands on, in words.")
+    retrained: str = Field(
+        "", description="The default in force for retrained (fine-tuned) candidates, in words; empty when none is."
+    )
 
 
 def make_goals(
@@ -87,6 +93,8 @@ def make_goals(
     min_agreement: float | None = None,
     min_detections_kept: float | None = None,
     min_mask_iou: float | None = None,
+    max_slowdown: float | None = None,
+    min_sample_kept: float | None = None,
 ) -> Goals:
     """Goals from CLI options; an impossible goal or an unknown objective is one clear line."""
     from pydantic import ValidationError
@@ -104,6 +112,8 @@ def make_goals(
             min_agreement=min_agreement,
             min_detections_kept=min_detections_kept,
             min_mask_iou=min_mask_iou,
+            max_slowdown=max_slowdown,
+            min_sample_kept=min_sample_kept,
         )
     except ValidationError as e:
         raise from_validation(
@@ -111,8 +121,8 @@ def make_goals(
             Goals,
             where="Goal ",
             fix="Accuracy drop, output error and agreement are fractions 0..1 (0.01 = one point), error increase "
-            "a fraction of float32's error (0.05 = 5% more), sizes and latencies are positive, objective is size, "
-            "latency or accuracy.",
+            "a fraction of float32's error (0.05 = 5% more), sizes and latencies are positive, a slowdown is at "
+            "least 1 (times float32's p50), objective is size, latency or accuracy.",
         ) from None
 
 
@@ -168,25 +178,38 @@ def _integer_problem(c: Candidate, target: Target) -> str | None:
 
 #: Targets that run integer ops only; NNAPI joins them for a quantized model (its int path).
 INTEGER_ONLY_TARGETS = (Target.MCU, Target.EDGETPU, Target.HEXAGON)
-#: Targets where a user expects the pick to be fast as well as small: a pick by size that measured slower
-#: than float32 gives way to one of similar size that did not.
-LATENCY_TARGETS = (Target.CPU, Target.GPU, Target.NNAPI)
-#: "Similar size": at most this many times the smallest candidate's bytes.
-SIMILAR_SIZE = 1.25
 
 
 def _float_compute_problem(c: Candidate, target: Target) -> str | None:
-    """An integer-only target never gets a candidate that still computes in float (verify.float_compute)."""
+    """An integer-only target never gets a candidate that still computes in float (verify.float_compute), but
+    for the CPU tail its delegate leaves (a detector's post-processing: `DelegateReport.cpu_tail`)."""
     ops = c.composition.float_compute_ops if c.composition else []
-    int_path = target in INTEGER_ONLY_TARGETS or (target is Target.NNAPI and c.scheme in (Scheme.INT8, Scheme.INT16X8))
-    if ops and int_path:
-        return f"still computes {', '.join(ops[:3])} in float; {target} runs integer ops only"
+    report = c.delegates.get(TARGET_DELEGATE.get(target, ""))
+    tail = set(report.cpu_tail) if report is not None else set()
+    ops = [op for op in ops if op not in tail]
+    nnapi_int = target is Target.NNAPI and c.scheme in (Scheme.INT8, Scheme.INT16X8)
+    if ops and (target in INTEGER_ONLY_TARGETS or nnapi_int):
+        where = (
+            "nnapi runs a quantized model on its integer path (NPU/DSP drivers), where float ops fall to the CPU"
+            if nnapi_int
+            else f"{target} runs integer ops only"
+        )
+        return f"still computes {', '.join(ops[:3])} in float; {where}"
     return None
+
+
+def fitted_elsewhere(c: Candidate, target: Target) -> str | None:
+    """Why a candidate made from a graph fitted to other targets (issue 45) is not one for `target`: the fit's
+    candidates are made for the targets it bought, and the unfitted ones serve the rest (a fit option that
+    changes the model's inputs must not reach a target that did not need it)."""
+    if c.fit is None or not c.fit.bought or TARGET_DELEGATE.get(target) in c.fit.bought:
+        return None
+    return f"made from the graph fitted to {', '.join(c.fit.bought)}: the unfitted candidates serve {target}"
 
 
 def _target_problem(c: Candidate, target: Target, facts: set[str]) -> str | None:
     """Why the target cannot run this candidate fully, or None."""
-    why = _float_compute_problem(c, target)
+    why = fitted_elsewhere(c, target) or _float_compute_problem(c, target)
     if why:
         return why
     if target in (Target.EDGETPU, Target.MCU):
@@ -205,10 +228,20 @@ def _target_problem(c: Candidate, target: Target, facts: set[str]) -> str | None
         return None  # the CPU runs every op; XNNPACK coverage shows up in the measured latency
     if report.verdict == "full":
         return None
-    refused = [v for v in report.cpu_nodes if v.code not in ("partition-limit", "partition-size")] or report.cpu_nodes
-    first = report.vetoed or (f"{refused[0].op}: {refused[0].reason}" if refused else "")
+    if report.runs_with_tail:  # the body on the delegate, the post-processing on the CPU: as detectors ship
+        facts.add(tail_fact(target, report))
+        return None
     how = "runs it only partly" if report.verdict == "partial" else "does not run it"
-    return f"{delegate} delegate {how} ({where})" + (f": {first}" if first else "")
+    return f"{delegate} delegate {how} ({where}): {blocking.words(report)}"
+
+
+def tail_fact(target: Target, report) -> str:
+    """The one line that names the CPU tail a target runs a pick with."""
+    tail = ", ".join(dict.fromkeys(report.cpu_tail))
+    return (
+        f"{target}: the {report.delegate} delegate runs every node but the post-processing tail ({tail}), which "
+        "runs on the CPU after it, as shipped detectors run."
+    )
 
 
 def _without_labels(study: Study, goals: Goals) -> tuple[Goals, list[str]]:
@@ -233,6 +266,21 @@ def _without_labels(study: Study, goals: Goals) -> tuple[Goals, list[str]]:
         f"or decisions at 0.5) >= {bound * 100:g}% with float32 (accuracy can only change where they change)."
     )
     return goals.model_copy(update=update), [fact]
+
+
+def _untimed(study: Study, target: Target, goals: Goals) -> tuple[Goals, list[str]]:
+    """A target whose latency was not measured (every target but the cpu, unless observed) cannot be ranked by
+    it: `--objective latency` falls back to size, then quality, and says so; `--max-latency-ms` cannot be
+    judged (each candidate says so)."""
+    if target is Target.CPU or any(c.ok and c.p50_ms is not None for c in study.candidates):
+        return goals, []
+    facts = []
+    if goals.objective is Objective.LATENCY:
+        goals = goals.model_copy(update={"objective": Objective.SIZE})
+        facts.append(f"--objective latency: the {target}'s latency was not measured, so size (then quality) ranks.")
+    if goals.max_latency_ms is not None:
+        facts.append(f"--max-latency-ms: the {target}'s latency was not measured, so it cannot be judged here.")
+    return goals, facts
 
 
 def _accuracy_problem(m, goals: Goals, is_base: bool = False) -> str | None:
@@ -301,6 +349,8 @@ def _unmeasured(check: kinds.Check) -> str:
         return "no detector head whose detections were counted, so min_detections_kept cannot be checked"
     if check.bound is kinds.MASK_IOU:
         return "no mask output whose IoU was measured, so min_mask_iou cannot be checked"
+    if check.bound is kinds.SAMPLE_KEPT:
+        return "no detections or mask IoU measured per sample, so min_sample_kept cannot be checked"
     return "agreement not measured (no output decides: classes or yes/no), so min_agreement cannot be checked"
 
 
@@ -316,6 +366,9 @@ def _broken(check: kinds.Check, o, goal: float, named: bool) -> str:
         return f"keeps {d.kept} of float32's {d.reference_detections} detections ({check.read(o) * 100:.1f}% < {goal * 100:g}%)"
     if check.bound is kinds.MASK_IOU:
         return f"{which}mask IoU {check.read(o) * 100:.1f}% with float32's < {goal * 100:g}%"
+    if check.bound is kinds.SAMPLE_KEPT:
+        what = "detections kept" if o.detection is not None else "mask IoU"
+        return f"{which}{what} on the worst samples {check.read(o) * 100:.1f}% < {goal * 100:g}%"
     return f"{which}{kinds.agreement_name(o)} {check.read(o) * 100:.2f}% < {goal * 100:g}%"
 
 
@@ -353,15 +406,30 @@ def _first_problem(
     facts: set[str],
     baseline: str | None = None,
     unlabelled_only: bool = False,
+    retrain: Goals | None = None,
 ) -> str | None:
-    """The first check this candidate fails, in a fixed order: failed, target, accuracy, size, latency, slower."""
+    """The first check this candidate fails, in a fixed order: failed, the training control (never shipped),
+    target, accuracy, a retrained candidate's agreement with float32 (`retrain`: the user's goals, when the
+    recommender applies that default: `retrained.problem`), size, latency, slower than float32 on the cpu target
+    (`speed.slowdown_problem`)."""
     if c.error is not None:
         return f"failed: {c.error}"
     if c.metrics is None:
         return "not measured"
+    if retrain is not None and c.control:
+        return CONTROL_REASON
     is_base = c.name == baseline or (base is not None and c.name == base.name)
     goal = _goal_problem(c, goals, is_base, unlabelled_only)
-    return _target_problem(c, target, facts) or goal or _latency_problem(c, goals, base)
+    goal = goal or (retrained.problem(c, retrain) if retrain is not None else None)
+    slow = slowdown_problem(c, target, goals, base)
+    return _target_problem(c, target, facts) or goal or _latency_problem(c, goals, base) or slow
+
+
+#: Why the training control is never a pick.
+CONTROL_REASON = (
+    "the training control: your float model fine-tuned as the retrained candidates were, nothing compressed, "
+    "measured to tell training's gain from compression's (not a file to ship)"
+)
 
 
 def judge(c: Candidate, target: str | None, goals: Goals) -> str | None:
@@ -374,9 +442,11 @@ def judge_recipe(c: Candidate, recipe) -> list[tuple[str, str | None]]:
     return [(str(t), judge(c, t, recipe.goals)) for t in (recipe.targets or (Target.CPU,))]
 
 
+#: The objective's axis, then the others: quality breaks a tie first (issue 43: three candidates tied at 72,744
+#: bytes and the gpu got the least accurate), then the other axis.
 ORDER = {
-    Objective.SIZE: (Objective.SIZE, Objective.LATENCY, Objective.ACCURACY),
-    Objective.LATENCY: (Objective.LATENCY, Objective.SIZE, Objective.ACCURACY),
+    Objective.SIZE: (Objective.SIZE, Objective.ACCURACY, Objective.LATENCY),
+    Objective.LATENCY: (Objective.LATENCY, Objective.ACCURACY, Objective.SIZE),
     Objective.ACCURACY: (Objective.ACCURACY, Objective.SIZE, Objective.LATENCY),
 }
 
@@ -476,23 +546,24 @@ def _study_facts(study: Study, target: Target, goals: Goals, float_ms: float | N
             f"{c.name}: {c.metrics.size.bytes:,} bytes raw, {c.metrics.size.gzip_bytes:,} gzip" for c in pruned
         )
         facts.append(f"{PRUNE_FACT[:-1]} ({sizes}).")
-    if target is not Target.CPU and (goals.objective is Objective.LATENCY or goals.max_latency_ms is not None):
-        facts.append(
-            f"Latencies are host-CPU measurements, not {target} ones: they rank candidates, they do not predict "
-            "the device."
-        )
     return facts
 
 
 def _sort(
-    study: Study, target: Target, goals: Goals, base: Candidate | None, by_labels: bool, unlabelled_only: bool = False
+    study: Study,
+    target: Target,
+    goals: Goals,
+    base: Candidate | None,
+    by_labels: bool,
+    unlabelled_only: bool = False,
+    retrain: Goals | None = None,
 ):
     """(eligible candidates ranked, rejections with their first failed check, facts found on the way)."""
     facts: set[str] = set()
     eligible: list[Candidate] = []
     rejected: list[Rejection] = []
     for c in study.candidates:
-        problem = _first_problem(c, target, goals, base, facts, study.baseline, unlabelled_only)
+        problem = _first_problem(c, target, goals, base, facts, study.baseline, unlabelled_only, retrain)
         if problem:
             rejected.append(Rejection(candidate=c.name, reason=problem))
         else:
@@ -516,13 +587,28 @@ class _Choice:
         self.guard: Guard | None = default_guard(goals, study)
         judged = self.guard.goals if self.guard else goals
         scope = self.guard.unlabelled_only if self.guard else False
-        self.ranked, self.rejected, self.facts = _sort(study, target, judged, self.base, self.by_labels, scope)
+        sort = _sort(study, target, judged, self.base, self.by_labels, scope, retrain=goals)
+        self.ranked, self.rejected, self.facts = sort
         self.kept_out: list[Candidate] = []
         self.pull_apart: str | None = None
-        self._speed_over_size()
         self._honour_path()
+        self._speed_over_size()
         if self.guard is not None:
             self._guarded()
+        loose = _sort(study, target, judged, self.base, self.by_labels, scope)[0]
+        self.retrained_out = self._above_choice(loose, lambda c: retrained.problem(c, goals) is not None)
+
+    def _above_choice(self, ranked: list[Candidate], test) -> list[Candidate]:
+        """The candidates of another ranking that `test` picks out, ranked above the choice (all of them with
+        no choice)."""
+        first = self.ranked[0].name if self.ranked else None
+        out = []
+        for c in ranked:
+            if c.name == first:
+                break
+            if test(c) and not c.control:
+                out.append(c)
+        return out
 
     def _honour_path(self) -> None:
         """Where the decision path rules out a scheme the delegate still takes (NNAPI: dynamic range runs as
@@ -544,37 +630,18 @@ class _Choice:
         self.ranked = kept + out
 
     def _speed_over_size(self) -> None:
-        """On a target where latency matters, ranking by size does not pick a candidate measured slower than
-        float32 when one of similar size (within SIMILAR_SIZE) is not; either way, one line says that size
-        and speed pull apart."""
-        ranked, base = self.ranked, self.base
-        if self.target not in LATENCY_TARGETS or self.goals.objective is not Objective.SIZE or base is None:
+        """The cpu target: one line when size cost speed (a smaller candidate kept out for being slower than
+        float32, or the pick slower within --max-slowdown; `speed.cost_line`)."""
+        if self.target is not Target.CPU:
             return
-        if not ranked or ranked[0].name == base.name or speed(ranked[0], base) != "slower":
-            return
-        top = ranked[0]
-        near = [c for c in ranked[1:] if c.metrics.size.bytes <= top.metrics.size.bytes * SIMILAR_SIZE]
-        fast = next((c for c in near if c.name == base.name or speed(c, base) != "slower"), None)
-        what = f"{top.name} is the smallest ({top.metrics.size.bytes:,} bytes) but measured slower than float32 " \
-               f"({versus(top, base)})"  # fmt: skip
-        if fast is None:
-            self.pull_apart = (
-                f"Size and speed pull apart: {what}; nothing within {SIMILAR_SIZE - 1:.0%} of its size is as fast "
-                "as float32 (--objective latency ranks by speed)."
-            )
-            return
-        more = fast.metrics.size.bytes / top.metrics.size.bytes - 1
-        self.pull_apart = (
-            f"Size and speed pull apart: {what}; {fast.name}, {more:.0%} larger and not slower than float32, is "
-            "picked instead (--objective latency ranks by speed)."
-        )
-        self.ranked = [fast] + [c for c in ranked if c is not fast]
+        slow = [self.study.candidate(r.candidate) for r in self.rejected if r.reason.startswith(SLOWER)]
+        self.pull_apart = cost_line(self.chosen, slow, self.base, self.goals) or None
 
     def _guarded(self) -> None:
         """Say which rejections are the guard's, and which of those would have ranked above the choice."""
         from optimize.decide.guard import kept_out_words
 
-        plain, _, _ = _sort(self.study, self.target, self.goals, self.base, self.by_labels)
+        plain, _, _ = _sort(self.study, self.target, self.goals, self.base, self.by_labels, retrain=self.goals)
         ranked = {c.name for c in self.ranked}
         out = {c.name for c in plain if c.name not in ranked}
         self.rejected = [
@@ -585,13 +652,7 @@ class _Choice:
             else r
             for r in self.rejected
         ]
-        first = self.ranked[0].name if self.ranked else None
-        self.kept_out = []
-        for c in plain:
-            if c.name == first:
-                break
-            if c.name in out:
-                self.kept_out.append(c)
+        self.kept_out = self._above_choice(plain, lambda c: c.name in out)
 
     @property
     def chosen(self) -> Candidate | None:
@@ -606,11 +667,12 @@ class _Choice:
         return str(Path(folder) / where) if folder is not None else where
 
     def warnings(self) -> list[str]:
+        said = [f"{c.name} not picked: it is {retrained.problem(c, self.goals)}." for c in self.retrained_out[:3]]
         if self.guard is None:
-            return []
+            return said
         if self.chosen is None and self.kept_out:
-            return [explain.nothing_passes(self.kept_out[0], self.target, self.guard)]
-        return explain.guard_warnings(self.guard, self.kept_out, self.hint)
+            return [explain.nothing_passes(self.kept_out[0], self.target, self.guard), *said]
+        return explain.guard_warnings(self.guard, self.kept_out, self.hint) + said
 
     def to_try(self, reasons: dict[str, str]) -> list[str]:
         if self.guard is None or self.chosen is not None or not self.kept_out:
@@ -635,8 +697,12 @@ class _Choice:
         c = self.chosen
         if c is not None and keep is not None:
             return f"Chosen from measurements: {c.name}: keep the float32 file ({keep}); no conversion beats it here."
+        if c is not None and c.output_contract is not None:  # the file's outputs read differently: said up front
+            return f"Chosen from measurements: {c.name} (NOTE: {c.output_contract.words})"
         if c is not None:
-            return f"Chosen from measurements: {c.name}"
+            return f"Chosen from measurements: {c.name}" + (
+                " (retrained: fine-tuned on your data)" if c.retrained else ""
+            )
         if not self.study.candidates:
             return "No measured candidate to choose from: the study is empty."
         if self.kept_out and not _goals_given(self.goals):
@@ -656,16 +722,31 @@ def _facts(study: Study, target: Target, goals: Goals, advice: Advice, choice: _
     ]
     if choice.chosen is None and target in TARGET_DELEGATE and target is not Target.CPU:
         extra = [*extra, *_delegate_fixes(study, TARGET_DELEGATE[target])]
+    extra = [*extra, *_fitted_fact(choice.chosen)]
     if goals.objective is Objective.ACCURACY and not choice.by_labels:
         extra = [*extra, "No labels: accuracy is ranked by fidelity to float32 (top-1 agreement for class outputs, "
                  "else the worst output's relative error; under 0.1% of the range counts as none)."]  # fmt: skip
-    return explain.facts_once(generic + sorted(choice.facts | set(extra)) + study_facts, study)
+    said = [x for x in (retrained.summary(study), cached_fact(study.candidates) if target is Target.CPU else "") if x]
+    return explain.facts_once(generic + sorted(choice.facts | set(extra)) + study_facts + said, study)
+
+
+def _fitted_fact(c: Candidate | None) -> list[str]:
+    """What the chosen candidate's fitted graph is, when it was made from one (issue 45)."""
+    if c is None or c.fit is None or not c.fit.kept:
+        return []
+    steps = ", ".join(f"{s.rewrite} at {s.node}" for s in c.fit.kept)
+    worst = max((s.max_abs_diff or 0.0 for s in c.fit.kept), default=0.0)
+    moved = "bit for bit" if worst == 0 else f"max |diff| {worst:.1e}"
+    return [
+        f"{c.name} is made from the float graph rewritten for {', '.join(c.fit.bought) or 'its targets'} "
+        f"({steps}); the rewrites keep the outputs ({moved} on {c.fit.samples} samples)."
+    ]
 
 
 def _delegate_fixes(study: Study, delegate: str) -> list[str]:
     """The delegate's own hints on the float32 model (what blocks it and what to change), when no candidate
     runs on it: the fix, not only the verdict."""
-    base = study.float_reference
+    base = next((c for c in study.candidates if c.name == study.baseline), None) or study.float_reference
     report = base.delegates.get(delegate) if base is not None else None
     return list(report.hints) if report is not None and report.verdict != "full" else []
 
@@ -683,6 +764,14 @@ def _advice(study: Study, target: Target, goals: Goals, have_cal: bool | None, h
         goals=goals,
         dense_weights=any(c.scheme == Scheme.INT4 for c in study.candidates),  # the sweep tried int4: Dense-heavy
     )
+
+
+def _on_target(study: Study, target: Target) -> tuple[Study, list[str]]:
+    """The study as the target sees it: its arithmetic (the gpu's quality), its own latency (never the host
+    CPU's for another target), and the facts that say so."""
+    study, computed = as_computed_on(study, target)
+    study, timed = timed_on(study, target)
+    return study, [*computed, *timed]
 
 
 def recommend(
@@ -703,15 +792,16 @@ def recommend(
     target = check_target(target)
     goals = goals or Goals()
     _check_study(study)
-    study, target_facts = as_computed_on(study, target)  # the gpu target judges the GPU's arithmetic
+    study, target_facts = _on_target(study, target)
     advice = _advice(study, target, goals, have_calibration_data, have_training_data)
     goals, label_facts = _without_labels(study, goals)
-    label_facts = [*label_facts, *target_facts]
+    goals, untimed = _untimed(study, target, goals)
+    label_facts = [*label_facts, *target_facts, *untimed]
     choice = _Choice(study, target, goals)
     chosen = choice.chosen
     keep = choice.keep_float32(folder)
     reasons = {r.candidate: r.reason for r in choice.rejected}
-    why = explain.why_lines(study, advice.pipeline, chosen, reasons, goals.objective, choice.by_labels)
+    why = _why(study, advice, choice, reasons, goals)
     make, tried = (None, []) if chosen else explain.what_to_make(study, advice, reasons)
     return Recommendation(
         target=target,
@@ -730,7 +820,7 @@ def recommend(
         guard=choice.guard.words if choice.guard else None,
         warnings=choice.warnings(),
         to_try=choice.to_try(reasons),
-        why=why + [line for line in (choice.pull_apart, choice.path_rule) if line],
+        why=why,
         alternatives=explain.alternatives(
             study, [(a.label, a.steps) for a in advice.alternative_pipelines], chosen, reasons
         ),
@@ -738,6 +828,27 @@ def recommend(
         make=make,
         made_and_rejected=tried,
         path_update=explain.path_update(study, advice.pipeline, chosen, reasons, target),
+        measured_on=explain.measured_on(study.candidates),
+        retrained=retrained.rule_words(study, goals),
+    )
+
+
+def _why(study: Study, advice: Advice, choice: _Choice, reasons: dict[str, str], goals: Goals) -> list[str]:
+    """The Why lines: against the rule of thumb, a retrained pick's agreement and gain, what size cost in speed
+    (cpu), the decision path honoured."""
+    chosen = choice.chosen
+    why = explain.why_lines(study, advice.pipeline, chosen, reasons, goals.objective, choice.by_labels)
+    why += [_retrained_why(chosen, study)] if chosen is not None and chosen.retrained else []
+    return why + [line for line in (choice.pull_apart, choice.path_rule) if line]
+
+
+def _retrained_why(c: Candidate, study: Study) -> str:
+    """The chosen candidate is retrained: how far it moved from your model, and where its gain came from."""
+    least = retrained.agreement(c)
+    agree = f": it agrees with your float model on {least.agreement * 100:.1f}% of the test samples" if least else ""
+    credit = retrained.credit(c, study)
+    return f"{c.name} is retrained (fine-tuned on your data){agree}" + (
+        f"; {credit.split(': ', 1)[1]}." if credit else "."
     )
 
 
@@ -756,13 +867,14 @@ def raise_if_unmet(rec: Recommendation) -> None:
             f"Nothing {rec.target} runs passes the default guard.",
             "See what it lost and what to try above, or state a goal.",
         )
-    problem = f"({len(rec.rejected)} rejected; e.g. {first.candidate}: {first.reason})"
     goals = _goals_given(rec.goals)
     if rec.make is not None:
+        problem = f"({len(rec.rejected)} rejected; e.g. {first.candidate}: {first.reason})"
         make = f"make what the rule of thumb suggests, not measured here: {rec.make}"
         fix = f"Relax a goal, or {make}" if goals else make[0].upper() + make[1:]
-    else:  # never a pipeline the study measured and rejected for this target
-        known = explain.nothing_known_runs(rec.target, rec.made_and_rejected)
+    else:  # never a pipeline the study measured and rejected for this target; the rejections are listed above
+        problem = f"({len(rec.rejected)} rejected, why above)"
+        known = explain.nothing_known_runs(rec.target)
         fix = f"Relax a goal. {known}" if goals else known
     if goals:
         raise GoalsNotMet(f"No candidate meets the goals for {rec.target} {problem}.", fix)

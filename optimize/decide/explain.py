@@ -80,6 +80,22 @@ def _variant(study: Study, steps: list[dict]) -> str | None:
     return None
 
 
+def measured_on(cands: list[Candidate]) -> str:
+    """`Accuracy and fidelity on all 600 test samples.`, or on a sample of the split, with how and why: the `n`
+    every quality figure of the table stands on (issue 43: it was the first 500, silently). Empty without data."""
+    ok = [c for c in cands if c.ok]
+    tests = [c.metrics.test for c in ok if c.metrics.test is not None]
+    if tests:
+        t = min(tests, key=lambda t: t.samples)
+        return f"Accuracy and fidelity on {t.words()}."
+    counts = sorted({c.metrics.accuracy.samples for c in ok if c.metrics.accuracy is not None})
+    counts = counts or sorted({c.metrics.fidelity.samples for c in ok if c.metrics.fidelity is not None})
+    if not counts:
+        return ""
+    n = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}-{counts[-1]:,}"
+    return f"Accuracy and fidelity on {n} test samples."
+
+
 def facts_once(facts: list[str], study: Study) -> list[str]:
     """Each fact said once. A candidate measured slower than float32 whose XNNPACK coverage is partial gets one
     line for both, and where that candidate is its scheme's (int16x8), the rule of thumb's word on the scheme
@@ -285,20 +301,15 @@ def what_to_make(study: Study, advice, reasons: dict[str, str]) -> tuple[str | N
     return None, tried
 
 
-def nothing_known_runs(target: Target, tried: list[str]) -> str:
-    """Nothing the decision tree knows would run on the target: say so, and why (what each measured)."""
+def nothing_known_runs(target: Target) -> str:
+    """Nothing the decision tree knows would run on the target, as measured: where to look next (each
+    rejection, with the node that blocks it, is listed above the error, so it is not repeated in it)."""
     from optimize.core.vocab import TARGET_DELEGATE
 
-    why = "; ".join(tried[:3]) + (f"; and {len(tried) - 3} more" if len(tried) > 3 else "")
     delegate = TARGET_DELEGATE.get(target)
     if delegate is not None and target is not Target.CPU:
-        look = (
-            f"`optimize compat CANDIDATE.tflite --delegate {delegate}` names each node the delegate refuses and "
-            "what to change in the model."
-        )
-    else:
-        look = "Each candidate's reason is listed under Rejected."
-    return f"Nothing the rule of thumb knows runs on {target} here, as measured ({why}). {look}"
+        return f"`optimize compat FILE --delegate {delegate}` lists each node it refuses."
+    return "Each candidate's reason is listed under Rejected."
 
 
 def command_for(steps: list[dict]) -> str:

@@ -35,6 +35,7 @@ from optimize.measure.noise import compare_latency
 
 __all__ = ["DEFAULT_MAX_DROP", "DEFAULT_MAX_ERROR_INCREASE", "DEFAULT_MAX_OUTPUT_ERROR", "DEFAULT_MIN_AGREEMENT"]
 FIDELITY_RESOLUTION = 0.001
+#: (min_sample_kept is not one: it bounds the worst samples beside the pooled figure, and leaves the guard in force.)
 OUTPUT_GOALS = ("max_output_error", "min_agreement", "min_detections_kept", "min_mask_iou")
 QUALITY_GOALS = ("max_accuracy_drop", "max_error_increase", *OUTPUT_GOALS)
 

@@ -77,6 +77,10 @@ DETECTIONS_KEPT = Bound(
     "at least {v}% of float32's detections kept",
 )
 MASK_IOU = Bound("min_mask_iou", DEFAULT_MIN_MASK_IOU, "--min-mask-iou", "mask IoU of at least {v}% with float32's")
+#: Per sample (opt-in: no default guard): the worst 5% of samples' detections kept or mask IoU.
+SAMPLE_KEPT = Bound(
+    "min_sample_kept", 0.5, "--min-sample-kept", "the worst samples keeping at least {v}% (detections, mask IoU)"
+)
 
 
 @dataclass(frozen=True)
@@ -118,8 +122,18 @@ VALUES = Kind(
 )
 DETECTIONS = Kind("detections", lambda o: o.detection is not None, None, (DETECTIONS_KEPT,), measure="detections kept")
 MASKS = Kind("masks", lambda o: o.iou is not None, None, (MASK_IOU,), measure="mask IoU")
+EXACT_AGREEMENT = Bound("min_agreement", DEFAULT_MIN_AGREEMENT, "--min-agreement", "{v}% of ids and counts equal")
+#: Class ids and counts (an ArgMax, an integer output): equal to float32's or not, never a mean |difference|.
+INDICES = Kind(
+    "indices",
+    lambda o: o.exact_agreement is not None,
+    None,
+    (EXACT_AGREEMENT,),
+    agreement="exact agreement",
+    measure="exact agreement",
+)
 #: Every kind, most specific first; VALUES takes whatever no other kind claims.
-KINDS: tuple[Kind, ...] = (DETECTIONS, MASKS, CLASSES, DECISIONS, VALUES)
+KINDS: tuple[Kind, ...] = (DETECTIONS, MASKS, INDICES, CLASSES, DECISIONS, VALUES)
 
 
 def of_output(o: OutputFidelity) -> Kind:
@@ -178,6 +192,7 @@ CHECKS: tuple[Check, ...] = (
     Check(TOP1_AGREEMENT, lambda o: o.agreement),
     Check(DETECTIONS_KEPT, lambda o: o.detection.kept_fraction if o.detection is not None else None),
     Check(MASK_IOU, lambda o: o.iou),
+    Check(SAMPLE_KEPT, lambda o: o.detection.sample_kept if o.detection is not None else o.sample_iou),
 )
 #: The goals of kinds judged by a task figure of their own (not the output error): a detector's, a mask's.
 OWN_FIGURE = (DETECTIONS, MASKS)

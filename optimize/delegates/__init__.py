@@ -89,7 +89,9 @@ def check_delegates(
         report = observe_gpu(model)
         if report is not None:
             out[OBSERVED[name]] = report
-    return _with_transposes(out, facts.model)
+    from optimize.delegates.tail import with_tail
+
+    return with_tail(_with_transposes(out, facts.model), facts.model.main)
 
 
 def _with_transposes(out: dict[str, DelegateReport], model) -> dict[str, DelegateReport]:
@@ -123,13 +125,26 @@ _VERDICT = {"full": "fully delegated", "partial": "partial", "none": "none"}
 
 
 def _veto_lines(r: DelegateReport) -> list[str]:
-    """Why nothing runs on the delegate; a build failure names the node that fails the whole delegation."""
+    """Why nothing runs on the delegate; a build failure names the node that fails the whole delegation. A
+    report whose first CPU node is only a consequence (its partition dropped) names the node that blocks."""
     if not r.vetoed:
-        return []
+        return _blocked_line(r)
     c = next((v for v in r.cpu_nodes if v.code == "build-failure"), None)
     if r.veto_code == "build-failure" and c is not None:
         return [f"  build fails at #{c.index} {c.op} v{c.version} (the whole delegation): {r.vetoed}"]
     return [f"  vetoed: {r.vetoed}"]
+
+
+def _blocked_line(r: DelegateReport) -> list[str]:
+    from optimize.delegates.blocking import blocker, own_words, where
+
+    node = blocker(r)
+    if node is None or not r.cpu_nodes or r.cpu_nodes[0] is node:
+        return []
+    return [
+        f"  blocked at {where(node)} {node.op} v{node.version}: {own_words(node)}; the supported nodes listed "
+        "with it fall to the CPU with their partition"
+    ]
 
 
 def _transpose_lines(reports: dict[str, DelegateReport]) -> list[str]:
@@ -174,6 +189,9 @@ def format_report(reports: dict[str, DelegateReport], max_nodes: int = 25) -> st
             lines.append(f"  cpu  #{where}{v.index:<4} {v.op} v{v.version}: {v.reason}")
         if len(r.cpu_nodes) > max_nodes:
             lines.append(f"  ... and {len(r.cpu_nodes) - max_nodes} more node(s) on the CPU (use --json for all)")
+        if r.cpu_tail:
+            lines.append(f"  tail: {', '.join(dict.fromkeys(r.cpu_tail))} on the CPU after the delegated body, as a")
+            lines.append("      shipped detector runs: the model counts as running on this delegate")
         for h in r.hints:
             lines.append(f"  hint: {h}")
         lines.append("")

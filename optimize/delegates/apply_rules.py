@@ -277,6 +277,24 @@ def _hints(rules: DelegateRules, run: _Run, target: TargetParams, scheme: Scheme
     return hints
 
 
+def latent_build_failures(model: Model | ModelFacts, rules: DelegateRules, target: TargetParams) -> list[Finding]:
+    """The nodes whose build would fail were the delegate given every node it accepts in one partition: what
+    a partial delegation hides (only the partitions it keeps are built). The graph's fitting reads them, so a
+    rewrite that removes a refused node and shows the build failure behind it counts as a step forward."""
+    facts = model if isinstance(model, ModelFacts) else ModelFacts(model)
+    pol = rules.policy(target)
+    out = []
+    for sg in facts.subgraphs:
+        views = facts.views(sg, pol.fp16_helper)
+        rejected = _decide(views, rules, target)
+        whole = Boundary(sg, range(len(sg.ops)))
+        for i, node in enumerate(views.nodes):
+            v = rules.build_failure(node, target, whole) if node is not None and i not in rejected else None
+            if v is not None:
+                out.append(Finding(sg.index, i, node.op.name, node.version, v))
+    return out
+
+
 def run_rules(model: Model | ModelFacts, rules: DelegateRules, target: TargetParams) -> DelegateReport:
     """The DelegateReport of one delegate's rules on one model (`ModelFacts` shares work across delegates)."""
     facts = model if isinstance(model, ModelFacts) else ModelFacts(model)
@@ -310,4 +328,5 @@ def run_rules(model: Model | ModelFacts, rules: DelegateRules, target: TargetPar
         hints=_hints(rules, run, target, facts.scheme, veto),
         vetoed=veto.text if veto else None,
         veto_code=veto.code.value if veto else None,
+        nodes_accepted=run.delegated if veto is not None and veto.code is Reason.BUILD_FAILURE else None,
     )

@@ -60,7 +60,7 @@ print("JSON" + json.dumps(out), flush=True)
 """
 
 OUTPUTS = r"""
-import json, sys
+import json, sys, time
 import numpy as np
 from ai_edge_litert.compiled_model import CompiledModel
 from ai_edge_litert.hardware_accelerator import HardwareAccelerator as HA
@@ -70,17 +70,20 @@ try:
     m = CompiledModel.from_file(sys.argv[1], hardware_accel=HA.GPU | HA.CPU)
     key = list(m.get_signature_list())[0]
     ins, outs = m.get_input_tensor_details(key), m.get_output_tensor_details(key)
-    got = {}
-    for k in range(int(feeds["n"])):
+    got, run_ms = {}, []
+    n = int(feeds["n"])
+    for k in list(range(n)) + [0] * max(0, 21 - n):  # at least 20 timed runs after the first (compile, warm-up)
         inputs = m.create_input_buffers(0)  # outputs in host memory: some GPU buffers cannot be locked to read
         outputs = [TensorBuffer.create_from_host_memory(np.zeros(d["shape"], d["dtype"])) for d in outs.values()]
         for i, (b, d) in enumerate(zip(inputs, ins.values())):
             b.write(feeds[f"in{i}_{k}"].astype(d["dtype"]).reshape(d["shape"]))
+        t0 = time.perf_counter()
         m.run_by_index(0, inputs, outputs)
+        run_ms.append((time.perf_counter() - t0) * 1e3)
         for j, (b, d) in enumerate(zip(outputs, outs.values())):
             got[f"out{j}_{k}"] = b.read(int(np.prod(d["shape"])), d["dtype"]).reshape(d["shape"])
     np.savez(sys.argv[3], **got)
-    out = {"ran": True, "full": bool(m.is_fully_accelerated()), "names": list(outs)}
+    out = {"ran": True, "full": bool(m.is_fully_accelerated()), "names": list(outs), "run_ms": run_ms}
 except Exception as e:
     out = {"ran": False, "error": (str(e).strip().splitlines() or [type(e).__name__])[-1][:300]}
 print("JSON" + json.dumps(out), flush=True)
@@ -258,11 +261,12 @@ def observe_study(study, folder: Path, progress=None):
     return study.model_copy(update={"candidates": candidates})
 
 
-def gpu_outputs(model: str | Path, feeds: list[list], icd: Path | None = None) -> tuple[list, str]:
+def gpu_outputs(model: str | Path, feeds: list[list], icd: Path | None = None) -> tuple[list, str, list[float]]:
     """The model's outputs computed by the GPU accelerator: `feeds` holds, per sample, each input as the model
     takes it (in signature order, its own dtype); the outputs come back per sample in signature order, in the
-    model's output dtypes. (outputs, the device in words); ValueError with the accelerator's words when it
-    cannot run the model, or when no device is here."""
+    model's output dtypes. (outputs, the device in words, each run's milliseconds: the first compiles and warms
+    up, at least 20 follow); ValueError with the accelerator's words when it cannot run the model, or when no
+    device is here."""
     import numpy as np
 
     icd = icd or gpu_device()
@@ -291,4 +295,5 @@ def gpu_outputs(model: str | Path, feeds: list[list], icd: Path | None = None) -
         with np.load(result_path) as got:
             per = [[got[f"out{j}_{k}"] for j in range(len(result["names"]))] for k in range(len(feeds))]
     how = "" if result.get("full") else ", part of it on the CPU"
-    return per, f"observed: LiteRT's GPU accelerator (ML Drift) on {_device_name(icd)}{how}"
+    device = f"observed: LiteRT's GPU accelerator (ML Drift) on {_device_name(icd)}{how}"
+    return per[: len(feeds)], device, [float(t) for t in result.get("run_ms", [])]

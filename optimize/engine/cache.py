@@ -47,7 +47,8 @@ from optimize.engine.storage import ReadOnlyStore, StorageError, join, open_stor
 # 7: sigmoid outputs carry their decision agreement; a regression baseline its error ratio; the selective search
 #    judges on samples its calibration never saw.
 # 8: fidelity per output slice, detections kept, and the figures in the GPU's arithmetic (metrics.on_target).
-CACHE_FORMAT = 8
+# 9: artifacts carry TFLite metadata and candidates their I/O contract, read from the file (engine.ship).
+CACHE_FORMAT = 9
 MAX_RECORD_BYTES = 64 * 2**20  # a record with its debug tables is a few MiB at most
 MAX_ARTIFACT_BYTES = 2**31  # a flatbuffer cannot be larger
 log = logging.getLogger(__name__)

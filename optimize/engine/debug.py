@@ -25,6 +25,7 @@ def debug_model(
     measuring=None,
     layout: str = "source",
     study=None,
+    graph=None,
 ) -> DebugReport:
     """Per-layer error analysis of `model` quantized to `scheme` (int8 or int16x8), on samples the calibration
     never saw (held out of it as the selective search's are), and the fixes measured on them.
@@ -34,7 +35,8 @@ def debug_model(
     `layout` as in a sweep). Ops the quantized model fails on (to load, to invoke, or with NaN/inf where the
     float model is finite) are kept out of the scheme first and listed (`repaired`). `study`: a study.json
     (or its folder) of a sweep of this model, whose measured fixes are taken rather than suggested again
-    (without it, one beside the model or in ./optimize-out is used when it is this model's).
+    (without it, one beside the model or in ./optimize-out is used when it is this model's). `graph`: a TF1 frozen
+    graph's input and output nodes, when named.
     """
     import tempfile
     from pathlib import Path
@@ -48,7 +50,9 @@ def debug_model(
     from optimize.transforms.tflite.quantize import _calibration_data, _inspect, repaired_session
     from optimize.transforms.tflite.selective import held_out
 
-    src, ds = open_inputs(model, data, calibration, measuring, trust=trust_model_code, check=True, layout=layout)
+    src, ds = open_inputs(
+        model, data, calibration, measuring, trust=trust_model_code, check=True, layout=layout, graph=graph
+    )
     if ds is None:
         raise DataError("debug compares the float and quantized models on real inputs.", "Pass --data DATA.npz.")
     found = debug_fixes_mod.find_study(study, model, src) if model is not None else None
@@ -152,19 +156,14 @@ def output_stage(float_model: bytes, quantize, picked, threads: int = 2, task=No
     scores, recognised as a sweep does, or channels of another scale): each slice's error fully quantized and
     with the output stage kept float (one more quantization and pass), and a detector's detections kept in
     both; None for outputs of one scale."""
-    from optimize.core.errors import DataError
     from optimize.core.results import OutputStage
-    from optimize.core.vocab import Task
     from optimize.measure import detection, slices
     from optimize.transforms.tflite.selective import output_stage as stage_of
 
     if not picked.items:
         return None
     ref = _outputs(float_model, picked, threads)
-    try:
-        layout = detection.recognise([r.shape for r in ref], ref, "" if task == Task.DETECT else None)
-    except DataError:
-        layout = None
+    layout = detection.head_of(ref, task)
     cuts = layout.slices([r.shape for r in ref]) if layout else {}
     cuts.update({i: c for i, r in enumerate(ref) if i not in cuts and (c := slices.scale_slices(r))})
     full = quantize(None)

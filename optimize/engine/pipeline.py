@@ -25,6 +25,7 @@ from optimize.core.registry import Context, Stage
 from optimize.core.results import PHASES, Candidate, Composition, Metrics, Probe, Step, write_atomic
 from optimize.core.vocab import CALIBRATED_SCHEMES, Backend
 from optimize.engine.plan import _key, checked, resolve
+from optimize.engine.ship import ship_out
 from optimize.measure import metrics as measure
 from optimize.measure import probe, verify
 from optimize.models import rebuild
@@ -224,7 +225,7 @@ class Workspace:
         (optimize.models.normalize: old op codes, no signature, float16 or sparse weights), made once."""
         if self._source is None:
             self._source = _State("source", self.src.path)
-            if self.src.torch:  # a PyTorch or ONNX model: the float .tflite it was converted to
+            if self.src.converted:  # a PyTorch, ONNX or TF1 graph model: the float .tflite it was converted to
                 self._source.path = write_atomic(self.workdir / "source.tflite", self.src.content)
             elif self.src.kind == "tflite":
                 src = models.opened(self.src)  # normalised when it was opened: not read again
@@ -323,12 +324,6 @@ def _brief(step: Step) -> str:
 def artifact_path(out_dir: Path, name: str) -> Path:
     """`<out_dir>/<name>.tflite`, refused if it would land outside the output folder."""
     return paths.inside(out_dir, f"{name}.tflite")
-
-
-def _copy_out(src: Path, artifact: Path) -> None:
-    """The artifact into the output folder through the one writer (a link planted there is replaced)."""
-    if src.resolve() != artifact:
-        paths.copy_atomic(src, artifact, root=artifact.parent)
 
 
 class NotWhatItSays(TechniqueFailed):
@@ -472,7 +467,7 @@ def make_candidate(
     delegates: bool = True,
     runs: int = 50,
     memory: bool = True,
-    eval_samples: int = measure.DEFAULT_SAMPLES,
+    eval_samples: int | None = measure.DEFAULT_SAMPLES,
     timing: bool = True,
     progress: Progress | None = None,
     data_errors_fatal: bool = True,
@@ -488,8 +483,10 @@ def make_candidate(
     try:
         made, state, composition, parsed = produce_verified(ws, recipe)
         t0 -= ws.carried  # its source's export, done in the sweep's own process, is part of its time
-        with timed(phases, "verify"):
-            _copy_out(state.path, artifact)
+        with timed(phases, "verify"):  # placed in the output folder with its TFLite metadata (engine.ship)
+            said: list[str] = []
+            contract = ship_out(ws, state.path, artifact, recipe.name, str(made.scheme), said)
+            state.notes = [*state.notes, *said]
         metrics = None
         with timed(phases, "load"):
             loaded = _load(artifact, ws.threads, ws.data) if measure_it or delegates else None
@@ -510,6 +507,7 @@ def make_candidate(
                 loaded=loaded,
                 on_target=True if reference is not None else "self",
                 digest=checked,
+                contract=state.records.get("contract"),
             )
         _refuse_nonfinite(metrics)
         notes = list(state.notes)
@@ -537,6 +535,9 @@ def make_candidate(
             probe=probed,
             islands=state.records.get("islands", []),
             repair=state.records.get("repair"),
+            contract=contract,
+            output_contract=state.records.get("contract"),
+            fit=state.records.get("fit"),
             seconds=time.perf_counter() - t0,
             phases=_ordered(phases),
         )
@@ -682,14 +683,17 @@ def prepare(
     return recipe
 
 
-def own_reference(ws: Workspace, recipe: Recipe) -> tuple[Path | None, Metrics | None]:
+def own_reference(
+    ws: Workspace, recipe: Recipe, samples: int | None = measure.DEFAULT_SAMPLES
+) -> tuple[Path | None, Metrics | None]:
     """What a single run is compared with: the float .tflite it started from, or the float32 conversion
-    of the same model (made in the workspace, not the output folder); and that reference's metrics."""
+    of the same model (made in the workspace, not the output folder); and that reference's metrics, on the
+    same test samples as the run's (`samples`)."""
     if [s.technique for s in recipe.steps] == ["convert"] and recipe.scheme == "float32":
         return None, None  # the float32 model is its own reference
     if ws.src.flat:
         source = ws.source().path
-        return source, measure.evaluate(source, ws.data, threads=ws.threads, timing=False)
+        return source, measure.evaluate(source, ws.data, threads=ws.threads, timing=False, samples=samples)
     float32 = resolve(build("float32", [{"technique": "convert"}]), ws.src)
-    base = make_candidate(ws, float32, ws.workdir, delegates=False, timing=False)
+    base = make_candidate(ws, float32, ws.workdir, delegates=False, timing=False, eval_samples=samples)
     return (ws.workdir / base.artifact, base.metrics) if base.ok else (None, None)

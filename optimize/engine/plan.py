@@ -11,7 +11,7 @@ import logging
 from optimize.core.errors import ModelError, RecipeError
 from optimize.core.recipe import Recipe, as_given, build, load_recipe, make_steps
 from optimize.core.registry import Stage
-from optimize.core.results import Dropped
+from optimize.core.results import TRAINING_CONTROL, Dropped
 from optimize.core.vocab import PTQ_SCHEMES, Target
 from optimize.models import facts
 from optimize.models import source as models
@@ -69,8 +69,8 @@ TRAINING = ("prune", "cluster", "qat")
 def _defaults(src: models.ModelSource, can: facts.PlanFacts, backend, dropped: list[Dropped]) -> list[Recipe]:
     """The default sweep; int4 (4-bit Dense/MatMul weights) only where those hold most of the weights."""
     int4 = [build("int4", [{"technique": "quantize", "scheme": "int4"}])] if can.mostly_dense else []
-    if src.torch:
-        return _torch_defaults(int4, dropped)
+    if src.converted:
+        return _torch_defaults(int4, dropped, pt2e=src.torch)
     if src.kind == "tflite":  # every post-training scheme of the default sweep, integer-only int8 too
         quantize = [
             build(n, [{**steps[0], "technique": "quantize"}])
@@ -85,10 +85,10 @@ def _defaults(src: models.ModelSource, can: facts.PlanFacts, backend, dropped: l
     return default_recipes(why is None, backend) + [r.with_backend(backend) for r in int4]
 
 
-def _torch_defaults(int4: list[Recipe], dropped: list[Dropped]) -> list[Recipe]:
-    """A PyTorch or ONNX model, converted to a float .tflite: every scheme on it, both int8 routes side by side
-    (LiteRT Quantizer on the .tflite, litert-torch's PT2E on the torch graph), and the Keras techniques left
-    out with the reason."""
+def _torch_defaults(int4: list[Recipe], dropped: list[Dropped], pt2e: bool = True) -> list[Recipe]:
+    """A model converted at the door to a float .tflite (PyTorch, ONNX, a TF1 graph): every scheme on it, for a
+    PyTorch or ONNX model (`pt2e`) both int8 routes side by side (LiteRT Quantizer on the .tflite, litert-torch's
+    PT2E on the torch graph), and the Keras techniques left out with the reason."""
     from optimize.models.spec import TRAINING
 
     def q(scheme: str, **kw) -> list[dict]:
@@ -100,7 +100,8 @@ def _torch_defaults(int4: list[Recipe], dropped: list[Dropped]) -> list[Recipe]:
         build("dynamic", q("dynamic")),
         build("int8", q("int8")),
     ]
-    out += [build("int8-pt2e", [{"technique": "pt2e"}]), build("int8-int8io", q("int8", io="int8"))]
+    out += [build("int8-pt2e", [{"technique": "pt2e"}])] if pt2e else []
+    out += [build("int8-int8io", q("int8", io="int8"))]
     out += [build("int16x8", q("int16x8")), *int4]
     dropped.append(Dropped(recipes=[n for n, steps in DEFAULT_SWEEP if _trains(steps)], reason=TRAINING))
     return out
@@ -194,10 +195,29 @@ def plan_from(
         recipes = _with_target_recipe(recipes, extra, src, can, dropped)
     if ds is None:
         recipes = _without_data(recipes, dropped)
+    recipes = with_control(recipes)
     for d in dropped:
         log.warning("Dropped %s: %s", ", ".join(d.recipes), d.reason)
     _check_names(recipes)
     return [resolve(r, src, can.keras_refusal) if r.steps else r for r in recipes]
+
+
+def with_control(recipes: list[Recipe]) -> list[Recipe]:
+    """The recipes, plus the training control when any of them fine-tunes (prune, cluster, QAT): the float
+    model fine-tuned as the longest of those chains is (each Keras step's epochs, batch size and learning rate,
+    nothing compressed), converted to float32 (`TRAINING_CONTROL`). It tells the accuracy a retrained candidate
+    gains from training apart from what compression costs (issue 43)."""
+    trains = [r for r in recipes if r.trains and not r.uses("finetune")]
+    if not trains or any(r.name == TRAINING_CONTROL for r in recipes):
+        return recipes
+    keras = lambda r: [s for s in r.steps if s.stage is Stage.KERAS]  # noqa: E731
+    longest = max(trains, key=lambda r: sum(getattr(s.params, "epochs", 0) for s in keras(r)))
+    steps = [
+        {"technique": "finetune", **{k: getattr(s.params, k) for k in ("epochs", "batch_size", "learning_rate")}}
+        for s in keras(longest)
+    ]
+    control = build(TRAINING_CONTROL, [*steps, {"technique": "convert", "scheme": "float32"}])
+    return [*recipes, control.with_backend(longest.backend)]
 
 
 def _check_names(recipes: list[Recipe]) -> None:
@@ -237,7 +257,7 @@ def resolve(recipe: Recipe, src: models.ModelSource, keras_refusal: ModelError |
     quantization on a .tflite.
     """
     stages = [s.stage for s in recipe.steps]
-    if Stage.KERAS in stages and src.torch:
+    if Stage.KERAS in stages and src.converted:
         from optimize.models.spec import TRAINING
 
         raise ModelError(

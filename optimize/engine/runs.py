@@ -19,6 +19,7 @@ from optimize.core import paths
 from optimize.core.recipe import Recipe, build
 from optimize.core.results import Candidate, Dropped, Study
 from optimize.core.vocab import Backend, Target
+from optimize.engine import outputs
 from optimize.engine.cache import ResultCache, key_for, result_cache
 from optimize.engine.plan import _is_baseline, asks_training, plan_from, resolve, tasks, with_samples
 from optimize.engine.work import Settings
@@ -71,6 +72,8 @@ class Run:
     keras: object = field(default=None, repr=False)  # the Keras model the checks loaded (this process only)
     rescued: str | None = None  # the accuracy-rescue recipe the run added itself (mixed-int8), by name
     replaces: list[str] = field(default_factory=list)  # the .tflite files the study already in -o lists (schedule)
+    fit: bool = True  # a fit round: the schemes a target misses made again from the fitted float graph
+    fit_options: tuple[str, ...] = ()  # the fit's rewrites beyond the model's contract, as named (--fit-option)
 
     def export(self, direct: bool = True) -> tuple[Path, float] | None:
         """The source Keras model made ready for the float32 baseline (into the run's work folder), from the model
@@ -156,12 +159,23 @@ class Run:
                 on_candidate(c)
 
     def rescue(self) -> bool:
-        """Add the accuracy-rescue candidate when full int8 breaks accuracy (see `_rescue`)."""
+        """Add the accuracy-rescue candidate when full int8 breaks accuracy (see `_rescue`), and the integer
+        files with a normalised YOLO head when int8 loses a raw head's detections (`_integer_head`)."""
         extra = _rescue(self)
         if extra is not None:
             self.recipes.append(extra)
             self.rescued = extra.name
-        return extra is not None
+        heads = _integer_head(self)
+        self.recipes += heads
+        return extra is not None or bool(heads)
+
+    def fit_round(self) -> bool:
+        """Add the `fit-*` candidates when fitting the float graph buys a target (`engine.fitting`)."""
+        from optimize.engine.fitting import fitted_recipes
+
+        extra = fitted_recipes(self, self.fit_options) if self.fit and self.settings.get("delegates", True) else []
+        self.recipes += extra
+        return bool(extra)
 
     def study(self, executor: str = "local") -> Study:
         """The finished study, saved as out_dir/study.json."""
@@ -187,7 +201,7 @@ def open_run(
     backend: Backend | str | None = None,
     delegates: bool = True,
     runs: int = 50,
-    eval_samples: int = measure.DEFAULT_SAMPLES,
+    eval_samples: int | None = measure.DEFAULT_SAMPLES,
     cache: bool | str = True,
     target: Target | str | None = None,
     measuring: MeasureOptions | None = None,
@@ -197,20 +211,30 @@ def open_run(
     observe: tuple[str, ...] = (),
     layout: str = "source",
     keep_keras: bool = False,
+    replace: bool = True,
+    fit: bool = True,
+    fit_options: tuple[str, ...] = (),
+    graph=None,
 ) -> Run:
     """One model's sweep, planned and checked (one clear line for bad inputs, before anything is written).
     A PyTorch or ONNX model is converted here (`layout`: its image I/O), and the conversion's own error
     against the source runtime measured on the data. `keep_keras`: the Keras model the checks load is kept on the
-    run for its baseline (`Run.export`; a one-model sweep keeps it, a zoo of many does not hold them all)."""
+    run for its baseline (`Run.export`; a one-model sweep keeps it, a zoo of many does not hold them all).
+    `replace=False`: an output folder holding another model's study is refused before any work (`outputs`). `graph`:
+    a TF1 frozen graph's input and output nodes (`convert.graph_def.GraphIO`), when named."""
     started = time.perf_counter()
+    if model is None or isinstance(model, (str, Path)):  # another model's study: one line before anything is opened
+        outputs.refuse_another_model(output, "demo" if model is None else str(model), None, replace)
     store = result_cache(cache)  # a cache that cannot be used: one line, before any work
     known = store.known(trust_model_code)  # what earlier runs' checks found: a warm re-run needs no TensorFlow
     trains = asks_training(recipes, target)
     loaded: list = []  # the Keras model the checks load, exported for the baseline (Run.export)
     src, ds = open_inputs(
         model, data, measuring=measuring, trust=trust_model_code, check=True, known=known, layout=layout,
-        on_loaded=loaded.append if keep_keras else None, threads=threads,
+        on_loaded=loaded.append if keep_keras else None, threads=threads, graph=graph,
     )  # fmt: skip
+    label = "demo" if model is None else (str(model) if not src.kind == "module" else src.name)
+    outputs.refuse_another_model(output, label, src.fingerprint, replace)
     dropped: list[Dropped] = []
     can = _planning_facts(known, src, ds, trains)
     planned = plan_from(src, ds, can, recipes, backend, target, dropped)
@@ -221,11 +245,10 @@ def open_run(
     out_dir = paths.output_dir(output)
     settings = {"threads": threads, "runs": runs, "eval_samples": eval_samples, "delegates": delegates}
     settings["versions"] = _tf.versions()
-    label = "demo" if model is None else (str(model) if not src.kind == "module" else src.name)
     return Run(
         src, ds, out_dir, planned, settings, store, model=label, tag=tag, dropped=dropped, observe=observe,
         groups=tasks(planned), started=started, open_seconds=time.perf_counter() - started, created=created,
-        keras=loaded[0] if loaded else None,
+        keras=loaded[0] if loaded else None, fit=fit, fit_options=tuple(fit_options),
     )  # fmt: skip
 
 
@@ -314,7 +337,7 @@ def _lost(int8: Candidate) -> tuple[str, dict] | None:
         return f"lost {-m.accuracy_delta * 100:.1f} points", {"max_accuracy_drop": 0.005}
     if m.error_ratio is not None and m.error_ratio > 1 + RESCUE_INCREASE:
         return f"made the error x{m.error_ratio:.2f}", {"max_error_increase": 0.10}
-    lost = _lost_detections(m)
+    lost = _lost_detections(m) or _lost_masks(m)
     if lost is not None:
         return lost
     fid = m.fidelity if m.accuracy is None else None
@@ -325,6 +348,30 @@ def _lost(int8: Candidate) -> tuple[str, dict] | None:
     if err > RESCUE_OUTPUT_ERROR or (agree is not None and agree < RESCUE_AGREEMENT):
         return f"is {err:.1%} off float32", {"max_output_error": 0.01}
     return None
+
+
+#: The integer files made from the float model with its raw YOLO head's boxes normalised (int8 I/O or float I/O).
+INTEGER_HEAD = {"int8-boxes": "float", "int8-int8io-boxes": "int8"}
+
+
+def _integer_head(run: Run) -> list[Recipe]:
+    """int8 (float and int8 I/O) of the float model with its raw YOLO head's boxes normalised by the input's
+    size (optimize.transforms.tflite.yolo_head), when plain int8 keeps too few of a yolo head's detections: one
+    int8 output then holds boxes and scores, and integer targets (Hexagon, microcontrollers) get a file. Their
+    output contract changes (boxes 0..1), and each candidate says so."""
+    int8 = _plain_int8(run)
+    if int8 is None or not int8.ok or any(r.name in INTEGER_HEAD for r in run.recipes):
+        return []
+    det = int8.metrics.fidelity.detection if int8.metrics and int8.metrics.fidelity else None
+    if det is None or det.layout != "yolo" or det.kept_fraction is None or det.kept_fraction >= RESCUE_DETECTIONS:
+        return []
+    log.warning("%s keeps %.0f%% of float32's detections: adding %s.", int8.name, det.kept_fraction * 100,
+                " and ".join(INTEGER_HEAD))  # fmt: skip
+    steps = [{"technique": "convert"}, {"technique": "yolo_head"}]
+    return [
+        resolve(build(name, [*steps, {"technique": "quantize", "scheme": "int8", "io": io}]), run.src)
+        for name, io in INTEGER_HEAD.items()
+    ]
 
 
 def _duplicate_rescue(run: Run) -> dict[str, str]:
@@ -357,6 +404,19 @@ def _judged_on_calibration(ds: Dataset | None, recipes: list[Recipe]) -> None:
             "measured on. Give x/y (split 80/20) or x_train/x_test, or calibration samples of their own (x_cal).",
             Path(ds.source).name,
         )
+
+
+RESCUE_MASK_IOU = 0.9  # a segmenter: the mask IoU with float32's int8 must keep (the default guard's)
+RESCUE_MASK_BUDGET = 0.95  # what the search aims at on its held-out samples, so the guard's holds
+
+
+def _lost_masks(m) -> tuple[str, dict] | None:
+    """A segmenter's int8 whose masks (pooled, or on its worst samples) fall under the guard's IoU: the search's
+    budget is the masks' IoU (round 5's next step: a rescue for segmenters driven by mask IoU)."""
+    ious = [o.iou for o in m.fidelity.outputs if o.iou is not None] if m.fidelity is not None else []
+    if not ious or min(ious) >= RESCUE_MASK_IOU:
+        return None
+    return f"keeps a mask IoU of {min(ious):.1%} with float32's", {"min_mask_iou": RESCUE_MASK_BUDGET}
 
 
 def _lost_detections(m) -> tuple[str, dict] | None:

@@ -90,7 +90,8 @@ class _Pending:
         for i, c in enumerate(self.fresh):
             m = c.metrics
             if c.name != base_name and m is not None and m.accuracy is not None and not _has_delta(m):
-                self.fresh[i] = c.model_copy(update={"metrics": m.model_copy(update=compare(m.accuracy, accuracy))})
+                m = _gpu_delta(m.model_copy(update=compare(m.accuracy, accuracy)), accuracy)
+                self.fresh[i] = c.model_copy(update={"metrics": m})
 
     def release(self, ex, baseline: Candidate | None) -> None:
         """Submit the waiting groups, compared with `baseline` (none if it failed or never came)."""
@@ -118,9 +119,17 @@ def _start(ex, run: Run) -> _Pending | None:
     pending = _Pending(run, [g for g in groups if g is not first])
     if first is not None:
         _submit_baseline(ex, pending, first, base)
-    else:
+    else:  # what starts from the baseline's artifact is a task of its own (a later round's fit-*, say)
+        pending.waiting = [part for g in pending.waiting for part in _split(g, base)]
         pending.release(ex, known)
     return pending
+
+
+def _split(group: list[Recipe], base: Recipe | None) -> list[list[Recipe]]:
+    if base is None:
+        return [group]
+    rest, alone = _split_off(group, base)
+    return ([rest] if rest else []) + alone
 
 
 def _submit_baseline(ex, pending: _Pending, first: list[Recipe], base: Recipe) -> None:
@@ -138,6 +147,18 @@ def _submit_baseline(ex, pending: _Pending, first: list[Recipe], base: Recipe) -
         ex.submit(task)
     if pending.waiting and hasattr(ex, "expect"):  # workers for what follows the baseline, started now
         ex.expect(len(pending.waiting) + 1, warm="tf" if run.src.kind in TF_KINDS else "measure")
+
+
+def _gpu_delta(m, accuracy):
+    """The metrics with the GPU's figures compared with the baseline's accuracy too: until the baseline came,
+    they were compared with themselves (a change of 0)."""
+    from optimize.measure.metrics import compare
+
+    gpu = m.on_target.gpu if m.on_target is not None else None
+    if gpu is None or gpu.accuracy is None:
+        return m
+    gpu = gpu.model_copy(update={"accuracy_delta": None, "error_ratio": None, **compare(gpu.accuracy, accuracy)})
+    return m.model_copy(update={"on_target": m.on_target.model_copy(update={"gpu": gpu})})
 
 
 def _has_delta(m) -> bool:
@@ -229,7 +250,7 @@ def run_all(
         try:
             with executor(n_jobs, progress, kind, address, spare) as ex:
                 _round(ex, runs, progress, on_candidate)
-                rescued = [r for r in runs if r.rescue()]
+                rescued = [r for r in runs if any([r.rescue(), r.fit_round()])]  # both asked, always
                 if rescued:
                     progress.start(sum(len(r.recipes) for r in runs))
                     _round(ex, rescued, progress, on_candidate)

@@ -36,7 +36,7 @@ def sweep(
     delegates: bool = True,
     runs: int = 50,
     on_candidate: Callable[[Candidate], None] | None = None,
-    eval_samples: int = measure.DEFAULT_SAMPLES,
+    eval_samples: int | None = measure.DEFAULT_SAMPLES,
     jobs: int | None = None,
     cache: bool | str = True,
     target: Target | str | None = None,
@@ -48,6 +48,10 @@ def sweep(
     executor: str = "local",
     ray_address: str | None = None,
     layout: str = "source",
+    replace: bool = False,
+    fit: bool = True,
+    fit_options: tuple[str, ...] = (),
+    graph=None,
 ) -> Study:
     """The float32 baseline plus every recipe, each measured against it; written to output/study.json.
 
@@ -58,7 +62,12 @@ def sweep(
     `observe=("gpu",)` adds the GPU accelerator's observed report to every candidate where this machine
     has a device it accepts. `refuse_if_nothing_worked(study)` turns a study where nothing worked into exit 1.
     A PyTorch or ONNX model (a .pt2, an .onnx, or an nn.Module) is converted once to a float .tflite;
-    `layout="channels-last"` gives its image inputs and outputs NHWC.
+    `layout="channels-last"` gives its image inputs and outputs NHWC. An `output` holding the study of another
+    model is refused before any work (one line, exit 2) unless `replace`: then that study is replaced. `fit`: where rewriting the float graph lets
+    a target's delegate take all of it (outputs unchanged), the schemes that target misses are made again from
+    the fitted graph (`fit-*`; `fit_options` names rewrites beyond the model's contract: float-mask,
+    non-negative-ids). `graph` (`convert.graph_def.GraphIO`) names a TF1 frozen graph's input and output nodes
+    where its placeholders and unconsumed nodes are not them.
     """
     from optimize.delegates.observe import check as observable
 
@@ -86,6 +95,10 @@ def sweep(
             observe=observe,
             layout=layout,
             keep_keras=True,
+            replace=replace,
+            fit=fit,
+            fit_options=fit_options,
+            graph=graph,
         )
         (study,) = run_all([run], jobs, progress, executor, ray_address, on_candidate, warm)
     finally:

@@ -38,7 +38,7 @@ class Settings:
     """What producing a candidate needs besides its recipe and model."""
 
     threads: int = 2
-    eval_samples: int = measure.DEFAULT_SAMPLES
+    eval_samples: int | None = measure.DEFAULT_SAMPLES
     delegates: bool = True
     timing: bool = False  # sweeps time candidates afterwards, together in rounds per node
     data_errors_fatal: bool = True  # False in sweeps: their data was checked up front, one candidate fails alone
@@ -113,7 +113,7 @@ def run_task(ws: Workspace, task: Task, progress: Progress) -> Iterator[Candidat
     if task.exported is not None:
         ws.seed_export(task.exported, task.exported_seconds)
     if task.own_reference and task.recipes:
-        ref, base = own_reference(ws, task.recipes[0])
+        ref, base = own_reference(ws, task.recipes[0], s.eval_samples)
         task = replace(task, reference=ref, baseline=base)
     for recipe in task.recipes:
         progress.begin(recipe.name)

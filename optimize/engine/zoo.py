@@ -81,7 +81,9 @@ class Pick(BaseModel):
     target: Target
     candidate: str | None = Field(description="The pick, or None when no candidate fits.")
     size_ratio: float | None = Field(None, description="Pick's .tflite size over the float32 baseline's.")
-    latency_ratio: float | None = Field(None, description="Pick's p50 over the baseline's (same node).")
+    latency_ratio: float | None = Field(
+        None, description="Pick's host-CPU p50 over the baseline's (same node); the cpu target only."
+    )
     accuracy_delta: float | None = Field(None, description="Top-1 (or score) change against the baseline.")
     why_none: str | None = None
 
@@ -253,6 +255,14 @@ def _entry(m: ZooModel, study: Study, out: Path) -> ZooEntry:
     )
 
 
+def _latency_ratio(c, base, target: Target) -> float | None:
+    """The pick's host-CPU p50 over the baseline's: the cpu target's only (issue 43: host-CPU latency describes
+    no other target)."""
+    if target is not Target.CPU or base is None or not c.p50_ms or not base.p50_ms:
+        return None
+    return c.p50_ms / base.p50_ms
+
+
 def _pick(study: Study, target: Target) -> Pick:
     from optimize.decide.choose import recommend
 
@@ -273,6 +283,6 @@ def _pick(study: Study, target: Target) -> Pick:
         target=target,
         candidate=c.name,
         size_ratio=size / base_size if size and base_size else None,
-        latency_ratio=c.p50_ms / base.p50_ms if base and c.p50_ms and base.p50_ms else None,
+        latency_ratio=_latency_ratio(c, base, target),
         accuracy_delta=m.accuracy_delta if m else None,
     )

@@ -2,19 +2,18 @@
 
 A detector's outputs are not judged well by a tensor-wide error: YOLOv8's one head holds pixel boxes beside 0..1
 class scores, and an int8 scale for the whole tensor turns every score into 0 or one step (measured: 0 of 23
-detections kept) while the tensor's relative error reads 0.15%. What the user ships is the detections, so that
-is what is compared: float32's detections on the samples (score at least a stated threshold, per-class
-non-maximum suppression), each kept when the candidate has one of the same class at IoU >= 0.5 (scoring at
-least the threshold less `MARGIN`: a borderline score that crosses the threshold by a rounding is not a loss).
+detections kept) while the tensor's relative error reads 0.15%; a post-processed head's classes compared slot by
+slot read as large error when one detection moves a slot. What the user ships is the detections, so that is what
+is compared: float32's detections on the samples (score at least a stated threshold; rows of a raw head
+suppressed per class, rows a model selected itself taken as they are, its count respected), each kept when the
+candidate has one of the same class at IoU >= 0.5 (scoring at least the threshold less `MARGIN`: a borderline
+score that crosses the threshold by a rounding is not a loss).
 
-Heads recognised (from the output shapes and float32's values on the data, or named with `--task detect`):
-- `yolo`: one output [1, 4+C, N] or [1, N, 4+C]: cx, cy, w, h then C class scores in 0..1 (YOLOv8, v11).
-- `yolov5`: one output [1, N, 5+C]: boxes, an objectness, C class scores (score = objectness x class). Named only.
-- `ssd`: a boxes output [1, N, 4] (corners) beside a scores output [1, N, C] or [1, C, N] (SSD, decoded PicoDet).
-- `anchors`: raw anchor regressions [1, N, 4+2K] (keypoints after the box) beside scores [1, N, C], as
-  MediaPipe's face and pose detectors give them before decoding. Compared anchor by anchor: both models share
-  the anchors, and a box offset from its anchor's centre, scaled alike, has the decoded box's IoU.
-Scores outside 0..1 are logits (a sigmoid is applied). Pure numpy.
+The layouts recognised (raw heads, box/score pairs, anchors, post-processed, end-to-end) are one table,
+`optimize.measure.layouts`. This is the one count of detections: the guard's figure, the selective search's
+held-out judge and `optimize debug` all call `compare`; a split where float32 makes fewer than `FEW_DETECTIONS`
+detections gives a rough figure, said so (`DetectionFidelity.few`), and one where it makes none gives no share,
+never "everything kept". Beside the pooled share, the share kept on the worst samples (`PERCENTILE`). Pure numpy.
 """
 
 from __future__ import annotations
@@ -23,11 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from optimize.core import results
 from optimize.core.errors import DataError
 from optimize.core.results import DetectionFidelity
-from optimize.measure.slices import Slice
+from optimize.measure import layouts
 
-LAYOUTS = ("yolo", "yolov5", "ssd", "anchors")
+LAYOUTS = layouts.LAYOUTS
+Layout = layouts.Layout
 DEFAULT_SCORE = 0.25
 IOU = 0.5
 NMS_IOU = 0.5
@@ -37,142 +38,50 @@ MARGIN = 0.05
 #: Detections per sample considered before suppression (the highest scores): a model whose scores all read
 #: one step above the threshold (a broken int8 head) does not make suppression quadratic in its anchors.
 TOP_K = 1000
+#: Fewer of float32's detections than this on a split make its share kept a rough figure (starred; the
+#: selective search draws more samples to judge on).
+FEW_DETECTIONS = results.FEW_DETECTIONS
+#: The per-sample figure: this percentile of the samples' shares kept (the worst samples beside the pooled share).
+PERCENTILE = 5
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Where a detector's boxes and scores are: `outputs` (one for yolo, boxes then scores for a pair), the
-    feature axis of a yolo head, and whether the scores are logits."""
-
-    kind: str
-    outputs: tuple[int, ...]
-    axis: int = 2
-    logits: bool = False
-    scores_axis: int = 2  # a pair's scores: [1, N, C] (2) or [1, C, N] (1)
-
-    def slices(self, shapes: list[tuple[int, ...]]) -> dict[int, list[Slice]]:
-        """The named slices of a one-output head (boxes, objectness, scores), by output index."""
-        if self.kind not in ("yolo", "yolov5"):
-            return {}
-        i = self.outputs[0]
-        f = shapes[i][self.axis]
-        first = 5 if self.kind == "yolov5" else 4
-        return {i: [Slice("boxes", self.axis, (0, 1, 2, 3)), Slice("scores", self.axis, tuple(range(first, f)))]}
-
-
-def _unit(a: np.ndarray) -> bool:
-    return bool(a.size) and float(a.min()) >= -1e-6 and float(a.max()) <= 1 + 1e-6
-
-
-def _yolo(i: int, shape: tuple[int, ...], ref: np.ndarray, declared: bool) -> Layout | None:
-    if len(shape) != 3:
-        return None
-    axis = 1 if shape[1] < shape[2] else 2
-    f, n = shape[axis], shape[3 - axis]
-    if f < 5 or (not declared and (n < 8 * f or f > 1024)):
-        return None
-    scores = np.take(ref, range(4, f), axis=axis)
-    if not declared and not _unit(scores):
-        return None
-    return Layout("yolo", (i,), axis=axis, logits=not _unit(scores))
-
-
-def _boxes_output(shape: tuple[int, ...]) -> bool:
-    """[1, N, 4+2K]: boxes (and K keypoints) per anchor, N at least 16."""
-    return len(shape) == 3 and 4 <= shape[2] <= 44 and shape[2] % 2 == 0 and shape[1] >= 16
-
-
-def _scores_axis(boxes: tuple[int, ...], scores: tuple[int, ...]) -> int:
-    """Where a scores output keeps the boxes' N anchors: axis 2 of [1, N, C] or 1 of [1, C, N] (0: neither)."""
-    if len(scores) != 3:
-        return 0
-    return 2 if scores[1] == boxes[1] else (1 if scores[2] == boxes[1] else 0)
-
-
-def _pair(shapes: list[tuple[int, ...]], ref: list[np.ndarray]) -> Layout | None:
-    """A boxes output [1, N, 4+2K] and a scores output sharing its N (on axis 1 or 2)."""
-    for b, sb in enumerate(shapes):
-        if not _boxes_output(sb):
-            continue
-        for s, ss in enumerate(shapes):
-            axis = _scores_axis(sb, ss) if s != b else 0
-            if not axis or (axis == 2 and ss[2] == sb[2] and s < b):  # two of a kind: the first holds the boxes
-                continue
-            kind = "ssd" if sb[2] == 4 and _corners(ref[b]) else "anchors"
-            return Layout(kind, (b, s), logits=not _unit(ref[s]), scores_axis=axis)
-    return None
-
-
-def _corners(boxes: np.ndarray) -> bool:
-    """Whether boxes read as corners (x2 >= x1 and y2 >= y1 on every anchor): decoded boxes, not offsets."""
-    return bool((boxes[..., 2] >= boxes[..., 0]).all() and (boxes[..., 3] >= boxes[..., 1]).all())
-
-
-def _first_yolo(shapes: list[tuple[int, ...]], ref: list[np.ndarray], declared: bool) -> Layout | None:
-    return next((lay for i, sh in enumerate(shapes) if (lay := _yolo(i, sh, ref[i], declared))), None)
-
-
-def _named(shapes: list[tuple[int, ...]], ref: list[np.ndarray], declared: str) -> Layout | None:
-    """The head of the layout the user named."""
-    if declared in ("ssd", "anchors"):
-        found = _pair(shapes, ref)
-        return found and Layout(declared, found.outputs, found.axis, found.logits, found.scores_axis)
-    found = _first_yolo(shapes, ref, True)
-    if found and declared == "yolov5":
-        return Layout("yolov5", found.outputs, 2, not _unit(np.take(ref[found.outputs[0]], range(4, 5), 2)))
-    return found
-
-
-def recognise(shapes: list[tuple[int, ...]], ref: list[np.ndarray], declared: str | None = None) -> Layout | None:
-    """The detector head among the outputs (`shapes` batch first, `ref` float32's outputs on the data), or
-    None. `declared`: the layout the user named (`--task detect`, `yolo`, ... or "" to recognise one): a head
-    that does not fit it is one clear error."""
-    if declared:
-        found = _named(shapes, ref, declared)
-    else:
-        found = _first_yolo(shapes, ref, False) or _pair(shapes, ref)
-        if found is None and declared is not None:  # --task detect: a yolo head whose scores are logits
-            found = _first_yolo(shapes, ref, True)
+def recognise(
+    shapes: list[tuple[int, ...]],
+    ref: list[np.ndarray],
+    declared: str | None = None,
+    roles: list[str | None] | None = None,
+) -> Layout | None:
+    """The detector head among the outputs (`shapes` batch first, `ref` float32's outputs on the data, `roles`
+    what a post-processing op says each output holds), or None. `declared`: the layout the user named
+    (`--task detect`, `yolo`, ... or "" to recognise one): a head that does not fit it is one clear error that
+    lists the known layouts beside the model's real output shapes."""
+    found = layouts.find(layouts.Outputs(list(shapes), ref, list(roles or [None] * len(shapes))), declared)
     if found is None and declared is not None:
         raise DataError(
             f"--task detect: no {declared or 'detector'} head among the outputs "
             f"({', '.join(str(list(s)) for s in shapes)}).",
-            "A yolo head is [1, 4+C, N] or [1, N, 4+C]; ssd and anchors heads are boxes [1, N, 4+2K] beside "
-            "scores [1, N, C].",
+            f"Known layouts: {layouts.known()}.",
         )
     return found
 
 
+def head_of(ref: list[np.ndarray], task=None, roles: list[str | None] | None = None) -> Layout | None:
+    """The detector head the sweep's guard, the selective search and `optimize debug` all recognise, from
+    float32's outputs on the samples (`--task detect` recognising harder, as the guard does; a head that does
+    not fit is None here, the guard's candidate says why)."""
+    try:
+        return recognise(shapes_of(ref), ref, "" if task == "detect" else None, roles)
+    except DataError:
+        return None
+
+
+def shapes_of(ref: list[np.ndarray]) -> list[tuple[int, ...]]:
+    """The outputs' real shapes, batch of 1, from float32's outputs on the samples (stacked, samples first): a
+    post-processing op's outputs have no shape in the flatbuffer until the runtime runs them."""
+    return [(1, *r.shape[1:]) for r in ref]
+
+
 # ------------------------------------------------------------------------------------------------ detections
-def _sigmoid(a: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-np.clip(a.astype(np.float64), -60, 60)))
-
-
-def _boxes_scores(outs: list[np.ndarray], lay: Layout, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sample k's boxes [N, 4] (corners, or raw cx, cy, w, h for anchors) and class scores [N, C] (0..1)."""
-    if lay.kind in ("yolo", "yolov5"):
-        head = outs[lay.outputs[0]][k]
-        rows = head.T if lay.axis == 1 else head  # [N, F]
-        rows = rows.astype(np.float64)
-        first = 5 if lay.kind == "yolov5" else 4
-        scores = _sigmoid(rows[:, first:]) if lay.logits else rows[:, first:]
-        if lay.kind == "yolov5":
-            obj = rows[:, 4:5]
-            scores = scores * (_sigmoid(obj) if lay.logits else obj)
-        return _corners_of(rows[:, :4]), scores
-    boxes = outs[lay.outputs[0]][k][:, :4].astype(np.float64)
-    scores = outs[lay.outputs[1]][k].astype(np.float64)
-    scores = scores.T if lay.scores_axis == 1 else scores
-    scores = _sigmoid(scores) if lay.logits else scores
-    return (boxes if lay.kind == "ssd" else _corners_of(boxes)), scores
-
-
-def _corners_of(cxcywh: np.ndarray) -> np.ndarray:
-    cx, cy, w, h = cxcywh.T
-    w, h = np.abs(w), np.abs(h)  # a raw regression's size can come out negative; its extent is the same
-    return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
-
-
 def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """IoU of every box in a [n, 4] with every box in b [m, 4] (corners; either axis order)."""
     x1 = np.maximum(a[:, None, 0], b[None, :, 0])
@@ -182,8 +91,11 @@ def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
     area = lambda c: np.clip(c[:, 2] - c[:, 0], 0, None) * np.clip(c[:, 3] - c[:, 1], 0, None)  # noqa: E731
     union = area(a)[:, None] + area(b)[None, :] - inter
-    same = np.all(a[:, None, :] == b[None, :, :], axis=-1)  # two empty boxes that are one box overlap fully
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), same.astype(np.float64))
+    out = inter / np.where(union > 0, union, 1)
+    empty = union <= 0
+    if empty.any():  # two empty boxes that are one box overlap fully
+        out[empty] = np.all(a[:, None, :] == b[None, :, :], axis=-1)[empty]
+    return out
 
 
 def _nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -210,16 +122,24 @@ class _Dets:
 
 
 def detections(outs: list[np.ndarray], lay: Layout, k: int, threshold: float) -> _Dets:
-    """Sample k's detections: the best class per anchor at or above the threshold, suppressed per class for
-    decoded heads (an anchor head keeps every anchor: they are compared anchor by anchor)."""
-    boxes, scores = _boxes_scores(outs, lay, k)
-    classes = scores.argmax(axis=1) if scores.shape[1] else np.zeros(len(scores), np.int64)
-    best = scores.max(axis=1) if scores.shape[1] else np.zeros(len(scores))
-    finite = np.isfinite(best) & np.isfinite(boxes).all(axis=1)
-    at = np.flatnonzero((best >= threshold) & finite)
-    if lay.kind != "anchors" and len(at):
-        at = at[_nms(boxes[at], best[at], classes[at])]
-    return _Dets(boxes[at], classes[at], best[at], at)
+    """Sample k's detections: the rows its layout reads at or above the threshold, suppressed per class where
+    they are a raw head's anchors (an anchor head keeps every anchor: they are compared anchor by anchor; rows a
+    model selected itself are taken as they are)."""
+    entry = lay.entry
+    rows = entry.read(outs, lay, k)
+    finite = np.isfinite(rows.scores) & np.isfinite(rows.boxes).all(axis=1)
+    at = np.flatnonzero((rows.scores >= threshold) & finite)
+    if not (entry.selected or entry.per_anchor) and len(at):
+        at = at[_nms(rows.boxes[at], rows.scores[at], rows.classes[at])]
+    return _Dets(rows.boxes[at], rows.classes[at], rows.scores[at], at)
+
+
+def _above(d: _Dets, threshold: float) -> _Dets:
+    """The detections scoring at least `threshold` among those read at a lower one. Exactly what reading at
+    `threshold` gives: suppression keeps the highest scores first, so a detection's fate depends only on those
+    scoring more than it, all of which are above the threshold too."""
+    at = d.scores >= threshold
+    return _Dets(d.boxes[at], d.classes[at], d.scores[at], d.anchors[at])
 
 
 def _match(ref: _Dets, mine: _Dets, per_anchor: bool) -> tuple[int, list[float], int]:
@@ -233,6 +153,11 @@ def _match(ref: _Dets, mine: _Dets, per_anchor: bool) -> tuple[int, list[float],
     if per_anchor:
         same &= ref.anchors[:, None] == mine.anchors[None, :]
     overlap = np.where(same, overlap, -1.0)
+    best = overlap.argmax(axis=1)
+    took = overlap[np.arange(len(best)), best]
+    ok = took >= IOU
+    if len(np.unique(best[ok])) == int(ok.sum()):  # no two of float32's want one detection: greedy is this
+        return int(ok.sum()), [float(v) for v in took[ok]], len(mine.anchors) - int(ok.sum())
     used = np.zeros(len(mine.anchors), bool)
     ious: list[float] = []
     for r in range(len(ref.anchors)):  # in float32's score order
@@ -244,20 +169,45 @@ def _match(ref: _Dets, mine: _Dets, per_anchor: bool) -> tuple[int, list[float],
     return len(ious), ious, int((~used).sum())
 
 
+#: float32's detections, by (its output arrays, layout, threshold): every candidate of a sweep is compared with
+#: the same reference arrays, twice (the CPU's figures and the GPU's), so they are read once. The arrays are held
+#: with the entry, so an identity never points at another array.
+_REFERENCE: dict[tuple, tuple[list, list[_Dets]]] = {}
+REFERENCE_ENTRIES = 4
+
+
+def _reference(ref: list[np.ndarray], lay: Layout, threshold: float) -> list[_Dets]:
+    key = (tuple(id(ref[i]) for i in lay.outputs), lay, threshold)
+    hit = _REFERENCE.get(key)
+    if hit is None:
+        n = len(ref[lay.outputs[0]])
+        hit = ([ref[i] for i in lay.outputs], [detections(ref, lay, k, threshold) for k in range(n)])
+        while len(_REFERENCE) >= REFERENCE_ENTRIES:
+            _REFERENCE.pop(next(iter(_REFERENCE)))
+        _REFERENCE[key] = hit
+    return hit[1]
+
+
 def compare(
     outs: list[np.ndarray], ref: list[np.ndarray], names: list[str], lay: Layout, threshold: float = DEFAULT_SCORE
 ) -> DetectionFidelity:
-    """The candidate's detections against float32's, over the samples where both outputs are finite."""
+    """The candidate's detections against float32's, over the samples where both outputs are finite, pooled
+    and on the worst samples (the `PERCENTILE` of the shares kept on samples where float32 detects any)."""
     total = kept = extra = 0
     ious: list[float] = []
+    shares: list[float] = []
     low = max(0.0, threshold - MARGIN)
-    anchors = lay.kind == "anchors"
+    per_anchor = lay.entry.per_anchor
+    ref_low = _reference(ref, lay, low)
     for k in range(len(ref[lay.outputs[0]])):
-        r, m = detections(ref, lay, k, threshold), detections(outs, lay, k, threshold)
-        n, got, _ = _match(r, detections(outs, lay, k, low), anchors)
-        made, _, _ = _match(m, detections(ref, lay, k, low), anchors)  # the candidate's that float32 makes too
+        mine_low = detections(outs, lay, k, low)
+        r, m = _above(ref_low[k], threshold), _above(mine_low, threshold)
+        n, got, _ = _match(r, mine_low, per_anchor)
+        made, _, _ = _match(m, ref_low[k], per_anchor)  # the candidate's that float32 makes too
         total, kept, extra = total + len(r.anchors), kept + n, extra + len(m.anchors) - made
         ious += got
+        if len(r.anchors):
+            shares.append(n / len(r.anchors))
     return DetectionFidelity(
         layout=lay.kind,
         outputs=[names[i] for i in lay.outputs],
@@ -267,4 +217,6 @@ def compare(
         kept=kept,
         extra=extra,
         mean_iou=float(np.mean(ious)) if ious else None,
+        samples_with_detections=len(shares),
+        sample_kept=float(np.percentile(shares, PERCENTILE, method="lower")) if shares else None,
     )

@@ -13,17 +13,33 @@ from pathlib import Path
 import numpy as np
 
 from optimize.core.errors import DataError, ModelError
-from optimize.core.results import Accuracy, Fidelity, Latency, Memory, Metrics, OnTarget, OutputFidelity, Size
-from optimize.measure import detection, slices, timing
+from optimize.core.results import (
+    Accuracy,
+    Fidelity,
+    Latency,
+    Memory,
+    Metrics,
+    OnTarget,
+    OutputContract,
+    OutputFidelity,
+    Size,
+    TestSample,
+)
+from optimize.measure import batched, detection, slices, timing
 from optimize.measure.memory import peak_memory_bytes
 from optimize.measure.on_target import emulated
 from optimize.measure.timing import time_invoke
 from optimize.models import runtime, tasks
-from optimize.models.data import Dataset, check_inputs, count, load_data, take
+from optimize.models.data import Dataset, check_inputs, count, load_data, take, test_sample
 from optimize.models.source import is_tflite
 from optimize.models.tasks import Head, heads
 
-DEFAULT_SAMPLES = 500
+#: Test samples accuracy and fidelity are measured on by default: None, the whole test split (issue 43: the first
+#: 500 were a head slice, a split sorted by class lost a class). A cap (`--test-samples`) takes a stratified sample.
+DEFAULT_SAMPLES: int | None = None
+#: The outputs kept for one model on the measured samples stay under this: a split whose outputs would hold more
+#: (a segmenter's masks on thousands of samples) is measured on a stratified sample of what fits, said so.
+OUTPUT_BUDGET = 256 * 2**20
 
 
 def size_of(path: str | Path) -> Size:
@@ -56,8 +72,21 @@ def _reference_outputs(reference: Path, xs, threads: int) -> list[np.ndarray]:
     if key not in _REFERENCE_MEMO:
         _REFERENCE_MEMO.clear()
         loaded = runtime.load(reference, threads=threads, like=take(xs, slice(0, 1)))
-        _REFERENCE_MEMO[key] = runtime.Runner(loaded).predict(xs)
+        _REFERENCE_MEMO[key] = batched.predict(reference, runtime.Runner(loaded), xs, threads)
     return _REFERENCE_MEMO[key]
+
+
+def measured_split(ds: Dataset, samples: int | None, runner: runtime.Runner) -> tuple[Dataset, TestSample]:
+    """The data cut to the test samples every figure is measured on (`models.data.test_sample`): the whole
+    split, or `samples` of it, or fewer where the model's outputs on them would hold more than OUTPUT_BUDGET."""
+    total = count(ds.x_test)
+    per = sum(int(np.prod(d["shape"])) * 4 for d in runner.outputs) or 1  # float32 outputs of one sample
+    fits = max(1, OUTPUT_BUDGET // per)
+    n = total if samples is None else min(samples, total)
+    if n <= fits:
+        return test_sample(ds, n if n < total else None, f"--test-samples {n}" if n < total else "")
+    why = f"the outputs of {n:,} would hold {n * per / 2**20:,.0f} MiB; {fits:,} keep them under {OUTPUT_BUDGET >> 20} MiB"
+    return test_sample(ds, fits, why)
 
 
 def _dataset(data) -> Dataset | None:
@@ -156,7 +185,9 @@ def fidelity_of(
         o = _one_output(name, a, b, head, tasks.output_kind(head, task if j == label_at else None), named.get(j))
         mine = found if found is not None and j in layout.outputs else None
         if mine is not None:  # a detector's output: judged by its detections, not agreement
-            o = o.model_copy(update={"top1_agreement": None, "decision_agreement": None})
+            o = o.model_copy(update={"top1_agreement": None, "decision_agreement": None, "exact_agreement": None})
+            if layout.entry.selected:  # rows the model selected: a row moved is no error (slot by slot is none)
+                o = o.model_copy(update={"relative_error": None, "slices": [], "tensor_relative_error": None})
         per.append(o.model_copy(update={"labelled": scored and j == label_at, "detection": mine}))
     agreements = [o.top1_agreement for o in per if o.top1_agreement is not None]
     return Fidelity(
@@ -171,8 +202,9 @@ def _detections(outs, ref, names, hs, task, detector, threshold):
     """(the detector head among the outputs or None, its detections kept against the reference's or None)."""
     if task == tasks.Task.DETECT and detector is None:
         detector = ""
-    shapes = [tuple(h.shape) if hs else tuple(b.shape) for h, b in zip(hs or ref, ref)]
-    layout = detection.recognise(shapes, ref, detector) if ref and all(len(b) for b in ref) else None
+    roles = [h.role for h in hs] if hs else None
+    usable = ref and all(len(b) for b in ref)
+    layout = detection.recognise(detection.shapes_of(ref), ref, detector, roles) if usable else None
     if layout is None:
         return None, None
     both = np.logical_and.reduce([_finite_rows(a) & _finite_rows(b) for a, b in zip(outs, ref)])
@@ -192,9 +224,22 @@ def _one_output(name: str, a, b, head: Head | None, kind, cut: list | None) -> O
         "top1_agreement": _agreement(a, b) if kind is tasks.Task.CLASSIFICATION else None,
         "decision_agreement": _decisions(a, b, head) if kind in (tasks.Task.BINARY, tasks.Task.MULTILABEL) else None,
     }
+    if head is not None and head.index:  # class ids, counts: equal or not, never a mean |difference|
+        update = {"exact_agreement": _exact(a, b), "relative_error": None, "slices": [], "tensor_relative_error": None}
     if segment:
         update["iou"] = tasks.segmentation_iou(a, b, head)
+        update["sample_iou"] = _sample_iou(a, b, lambda x, y: tasks.segmentation_iou(x, y, head))
+    if head is not None and head.is_mask and not segment:
+        update["sample_iou"] = _sample_iou(a, b, tasks.mask_iou)
     return o.model_copy(update=update)
+
+
+def _sample_iou(a: np.ndarray, b: np.ndarray, iou) -> float | None:
+    """The worst samples' mask IoU: the 5th percentile of the per-sample IoUs (samples where both are finite and
+    either mask has anything), beside the IoU pooled over every pixel of every sample."""
+    both = _finite_rows(a) & _finite_rows(b)
+    per = [v for x, y in zip(a[both], b[both]) if (v := iou(x[None], y[None])) is not None]
+    return float(np.percentile(per, detection.PERCENTILE, method="lower")) if per else None
 
 
 def _agreement(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -205,6 +250,13 @@ def _agreement(a: np.ndarray, b: np.ndarray) -> float | None:
         return None
     both = _finite_rows(a) & _finite_rows(b)
     return float((a[both].argmax(-1) == b[both].argmax(-1)).mean()) if both.any() else None
+
+
+def _exact(a: np.ndarray, b: np.ndarray) -> float | None:
+    """The share of an index output's values (class ids, counts) equal to the reference's, over the samples where
+    both are finite."""
+    both = _finite_rows(a) & _finite_rows(b)
+    return float((np.rint(a[both]) == np.rint(b[both])).mean()) if both.any() and a.size else None
 
 
 def _decisions(a: np.ndarray, b: np.ndarray, head: Head | None) -> float | None:
@@ -271,6 +323,7 @@ class Scorer:
     task: str | None
     label_at: int
     baseline: Accuracy | None
+    contract: OutputContract | None = None  # undone on outputs computed elsewhere (the GPU's arithmetic)
 
     def fidelity(self, outs: list[np.ndarray], acc: Accuracy | None) -> Fidelity:
         return fidelity_of(
@@ -278,6 +331,7 @@ class Scorer:
         )
 
     def __call__(self, outs: list[np.ndarray], runner: runtime.Runner):
+        outs = self.contract.restore(outs) if self.contract is not None else outs
         a = accuracy_on(self.ds, outs, self.hs, runner, count(self.xs))
         return self.fidelity(outs, a), a, compare(a, self.baseline)
 
@@ -297,7 +351,8 @@ def scorer(
     """The Scorer a sweep measured `model` with (the same samples, reference outputs, names and task), and the
     model's CPU runner (its inputs' and outputs' types and order)."""
     runner = runtime.Runner(runtime.load(model, threads=threads, like=take(ds.x_test, slice(0, 1))))
-    xs = take(ds.x_test, slice(0, samples)) if samples else ds.x_test
+    ds, _ = measured_split(ds, samples, runner)
+    xs = ds.x_test
     ref = _reference_outputs(Path(reference), xs, threads)
     hs = heads(Path(model), runner)
     acc = accuracy_on(ds, ref, hs, runner, count(xs))
@@ -321,33 +376,40 @@ def evaluate(
     loaded: runtime.Loaded | None = None,
     on_target: bool | str = True,
     digest: str | None = None,
+    contract: OutputContract | None = None,
 ) -> Metrics:
     """Every measurement of one .tflite. Without data, latency and memory use a zero input.
 
     `reference` is the float model to compare outputs with (inference_diff-style fidelity), on the data's
-    test inputs: without data there is no fidelity (`optimize evaluate` refuses --reference without --data).
+    test inputs (every one, or `samples` of them: a stratified sample, `measured_split`; `metrics.test` says
+    which): without data there is no fidelity (`optimize evaluate` refuses --reference without --data).
     `baseline_accuracy` (the float model's on the same data) fills `accuracy_delta` or `error_ratio`.
     `timing=False` leaves latency and memory to `add_timing`, so a sweep can time every candidate
     on a quiet machine after the parallel work is done. `loaded`: the model's interpreter, when the
     caller has one (`runtime.load(model, threads=threads)`), so it is built once. `digest`: the file's sha256,
     when this process ran these bytes on some of the samples already (`runtime.Runner`). `on_target`: with a
     reference, also the figures in the GPU's arithmetic (`metrics.on_target.gpu`, emulated on the CPU); "self":
-    the model is the reference (the float32 baseline), its GPU figures against its own CPU outputs.
+    the model is the reference (the float32 baseline), its GPU figures against its own CPU outputs. `contract`:
+    how the model's outputs differ from the reference's by design (a YOLO head's boxes normalised), undone
+    before anything is compared.
     """
     path = Path(model)
     _check_tflite(path)
     ds = _dataset(data)
     like = take(ds.x_test, slice(0, 1)) if ds is not None else None
     runner = runtime.Runner(loaded or runtime.load(path, threads=threads, like=like), digest=digest)
-    acc = fid = xs = gpu = None
+    acc = fid = xs = gpu = test = None
     if ds is not None:
         check_inputs(ds, runner_specs(runner))
-        xs = take(ds.x_test, slice(0, samples)) if samples else ds.x_test
+        ds, test = measured_split(ds, samples, runner)
+        xs = ds.x_test
         outs = _predict(runner, xs, path, ds.source)
+        outs = contract.restore(outs) if contract is not None else outs
         hs = heads(path, runner)
         acc = accuracy_on(ds, outs, hs, runner, count(xs))
         if reference is not None or on_target == "self":
             score = _scorer_of(ds, xs, outs, hs, runner, acc, reference, path, threads, baseline_accuracy)
+            score = dataclasses.replace(score, contract=contract)
             fid = score.fidelity(outs, acc)
             if on_target:
                 gpu = emulated(path, xs, score, threads, cpu=(fid, acc, compare(acc, score.baseline)))
@@ -357,6 +419,7 @@ def evaluate(
         accuracy=acc,
         fidelity=fid,
         on_target=OnTarget(gpu=gpu) if gpu is not None else None,
+        test=test,
         **compare(acc, baseline_accuracy),
     )
     if timing:
@@ -371,7 +434,7 @@ INVOKE_FIX = "If its float model runs on the same input, the quantization broke 
 def _predict(runner: runtime.Runner, xs, path: Path, source: str) -> list[np.ndarray]:
     """runner.predict, with a failure to invoke told in one line: the model, the sample, the node and op."""
     try:
-        return runner.predict(xs)
+        return batched.predict(path, runner, xs, runner.loaded.threads)
     except runtime.InvokeError as e:
         where = f"test sample {e.sample} of {Path(source).name}" if e.sample is not None else Path(source).name
         raise runtime.InvokeError(

@@ -107,3 +107,24 @@ def versus(a: Candidate, b: Candidate) -> str:
         mid, lo, hi = ratio_interval(la, lb)
         return f"{mid:.2f}x {b.name}'s p50 round by round ({lo:.2f}-{hi:.2f} over {len(la.round_p50s_ms)} rounds)"
     return f"{interval_words(a)} vs {interval_words(b)}"
+
+
+def ratio(a: Candidate, b: Candidate) -> tuple[float, float, float] | None:
+    """(median, low, high) of a's latency over b's: round by round when timed together, else the p50s over
+    each other's intervals (low: a's fastest over b's slowest). None when either is not timed."""
+    la, lb = _latency(a), _latency(b)
+    if la is None or lb is None or lb.p50_ms <= 0:
+        return None
+    if paired(la, lb):
+        return ratio_interval(la, lb)
+    (a_lo, a_hi), (b_lo, b_hi) = la.interval, lb.interval
+    return la.p50_ms / lb.p50_ms, a_lo / b_hi if b_hi > 0 else 0.0, a_hi / b_lo if b_lo > 0 else math.inf
+
+
+def slower_than(a: Candidate, b: Candidate, factor: float) -> bool:
+    """Whether `a` measured slower than `factor` times `b`, beyond the noise: its whole ratio interval lies above
+    `factor` (and, for factor 1, beyond the margin too: `speed`)."""
+    if factor <= 1.0:
+        return speed(a, b) == "slower"
+    r = ratio(a, b)
+    return r is not None and r[1] > factor + EPS

@@ -18,6 +18,7 @@ import numpy as np
 
 from optimize.core.errors import ModelError
 from optimize.core.results import Accuracy, Fidelity, TargetFidelity
+from optimize.measure import batched
 from optimize.measure.gpu_arithmetic import NotEmulated, gpu_copy
 from optimize.models import runtime
 
@@ -47,7 +48,7 @@ def emulated(path: Path, xs, score, threads: int = 2, cpu: tuple | None = None) 
         return None
     try:
         runner = runtime.Runner(runtime.load(content, threads=threads, like=_first(xs)))
-        outs = runner.predict(xs)
+        outs = batched.predict(content, runner, xs, threads)
     except ModelError as e:
         logging.getLogger(__name__).warning("%s: its GPU emulation does not run here (%s)", Path(path).name, e)
         return None

@@ -15,6 +15,7 @@ when their intervals separate.
 
 from __future__ import annotations
 
+import datetime
 import statistics
 import time
 import uuid
@@ -83,6 +84,13 @@ def _stats(times: list[float], medians: list[float], first_ms: float, warmup: in
     }
 
 
+def of_runs(times: list[float], first_ms: float) -> dict:
+    """Latency figures from single timed runs made elsewhere (the GPU accelerator's, in its own process): p50 and
+    its interval over the runs (`median_interval`), the quartiles, p90; no rounds, no session."""
+    stats = _stats(times, list(times), first_ms, 1)
+    return {**stats, "rounds": None, "round_p50s_ms": []}
+
+
 def time_rounds(
     loaders: list[Callable[[], object]],
     samples: list,
@@ -118,8 +126,8 @@ def time_rounds(
             models[i].time_block(k, size, rounds, budget_s)
         if settle and k + 1 >= OVERWHELM_ROUNDS and _settle(models):
             break
-    session = uuid.uuid4().hex[:12]
-    return [m.error if m.error is not None else {**m.stats(), "session": session} for m in models]
+    session, when = uuid.uuid4().hex[:12], datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    return [m.error if m.error is not None else {**m.stats(), "session": session, "timed": when} for m in models]
 
 
 @dataclass

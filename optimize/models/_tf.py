@@ -109,6 +109,18 @@ def versions() -> dict[str, str]:
     return out
 
 
+def serving_inputs(path) -> list[tuple[str, tuple[int, ...], str]] | None:
+    """(name, shape with -1 for free, dtype) per input of a SavedModel's serving_default signature, loaded
+    with TensorFlow; None when it has no such signature."""
+    sig = tf().saved_model.load(os.fspath(path)).signatures.get("serving_default")
+    if sig is None:
+        return None
+    return [
+        (name, tuple(-1 if d is None else int(d) for d in spec.shape.as_list()), spec.dtype.name)
+        for name, spec in sig.structured_input_signature[1].items()
+    ]
+
+
 def fingerprint_readable(data: bytes) -> bool:
     """Whether a SavedModel's fingerprint.pb parses (TensorFlow logs a traceback, then carries on, if not)."""
     tf()

@@ -22,13 +22,16 @@ import numpy as np
 
 from optimize.core.errors import DataError
 from optimize.core.paths import regular_file
-from optimize.core.results import Split
+from optimize.core.results import Split, TestSample
 from optimize.core.shown import named
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("x", "y", "x_train", "y_train", "x_test", "y_test", "x_cal")
 KNOWN_KEYS = SPLITS  # the plain names; `<split>:<name>` adds an input or output name
+#: The optional array of class names, one per class id (text): written into every shipped .tflite's metadata.
+LABELS = "labels"
+MAX_LABEL_CHARS = 200
 MAX_ARRAY_BYTES = 8 * 2**30  # one array above this is refused before it is read
 #: What zipfile and numpy raise on a corrupt archive or .npy (NotImplementedError: an unknown zip version
 #: or compression; RuntimeError: an encrypted member).
@@ -83,6 +86,7 @@ class Dataset:
     label_output: str | None = None  # --label-output: which output the labels belong to (None: the first)
     outputs: tuple[str, ...] = ()  # the source model's output names, in order (to find label_output)
     split: Split | None = None  # how train and test were split, and what the test split holds
+    class_names: tuple[str, ...] = ()  # the file's `labels`: class names by class id (the .tflite's labels.txt)
 
     @property
     def fingerprint(self) -> str:
@@ -93,6 +97,8 @@ class Dataset:
                 h.update(name.encode() + str(arr.shape).encode() + str(arr.dtype).encode())
                 h.update(np.ascontiguousarray(arr).tobytes())
         h.update(f"{self.calibration_seed}|{self.task}|{self.label_output}".encode())
+        if self.class_names:  # they are written into every candidate's file
+            h.update("\n".join(self.class_names).encode())
         return h.hexdigest()[:16]
 
     @property
@@ -276,6 +282,17 @@ def _is_int(dtype: str) -> bool:
         return False
 
 
+def fitted(ds: Dataset, types: dict[str, str], bounds: list, inputs: int) -> Dataset:
+    """The data made to fit a model's integer inputs before any work, from what the model says without loading
+    it (`types`: input name -> dtype; `bounds`: its id inputs' vocabularies; `inputs`: how many it has): ids
+    stored as floats cast when they are whole numbers (said on screen once, `integer_ids`) or refused in one
+    line, and ids beyond the vocabulary of the embedding they index refused in one line (`check_ids`)."""
+    ds, notes = integer_ids(ds, types)
+    say_once(notes)
+    check_ids(ds, bounds, inputs)
+    return ds
+
+
 def check_ids(ds: Dataset, bounds: list, inputs: int) -> None:
     """Ids within the vocabulary of the embedding they index (`bounds`: `vocabulary.IdBound`s read from the
     model; `inputs`: how many inputs the model has, so a single unnamed array belongs to its only one): an id
@@ -391,7 +408,28 @@ def load_data(path: str | Path, calibration_seed: int = 0) -> Dataset:
     p = Path(path)
     if not p.exists():
         raise DataError(f"No data file at {p}.", "Pass an .npz with arrays x and y (or x_train/y_train/x_test/y_test).")
-    return from_arrays(source=str(p), calibration_seed=calibration_seed, **_group(_read_npz(p), p))
+    arrays = _read_npz(p)
+    names = class_names(arrays.pop(LABELS, None), str(p))
+    return from_arrays(source=str(p), calibration_seed=calibration_seed, class_names=names, **_group(arrays, p))
+
+
+def class_names(a: np.ndarray | None, source: str) -> tuple[str, ...]:
+    """The `labels` array as class names: one line of text each, in class id order."""
+    if a is None:
+        return ()
+    if a.ndim != 1 or a.dtype.kind not in "US" or not len(a):
+        raise DataError(
+            f"{source}: labels must be a 1-D array of class names (text), got {a.dtype} {a.shape}.",
+            "Save the class names in class id order: numpy.savez(..., labels=np.array(['cat', 'dog'])).",
+        )
+    names = tuple(v.decode(errors="replace") if isinstance(v, bytes) else str(v) for v in a.tolist())
+    bad = next((n for n in names if "\n" in n or "\r" in n or len(n) > MAX_LABEL_CHARS), None)
+    if bad is not None:
+        raise DataError(
+            f"{source}: a class name is not one short line ({named(bad[:40])}...).",
+            f"Give each class name on one line, at most {MAX_LABEL_CHARS} characters.",
+        )
+    return names
 
 
 # ---------------------------------------------------------------------------------------------- checking
@@ -495,6 +533,26 @@ def _split(x: Inputs, y: Labels | None, test_fraction: float = TEST_FRACTION):
         return {k: v[idx] for k, v in a.items()} if isinstance(a, dict) else a[idx]
 
     return cut(x, train), cut(y, train), cut(x, test), cut(y, test), how
+
+
+def test_sample(ds: Dataset, n: int | None, why: str = "") -> tuple[Dataset, TestSample]:
+    """The data with its test split cut to `n` samples (None, or at least the split: all of it), and the record
+    of what was measured. The cut is stratified where the test labels are classes (each class at its share of
+    the split, random within it), else random; seeded, so every candidate is measured on the same samples,
+    whatever order the file holds them in (a split sorted by class loses no class). Never the first n."""
+    total = count(ds.x_test)
+    if n is None or n >= total:
+        return ds, TestSample(samples=total, of=total)
+    rng = np.random.default_rng(SPLIT_SEED)
+    classes = _classes(ds.y_test)
+    if classes is not None and len(classes) == total:
+        idx, method = _stratified(classes, n, rng), "stratified"
+    else:
+        idx, method = np.sort(rng.choice(total, n, replace=False)), "shuffled"
+    y = ds.y_test
+    y = {k: v[idx] for k, v in y.items()} if isinstance(y, dict) else (None if y is None else y[idx])
+    cut = replace(ds, x_test=take(ds.x_test, idx), y_test=y)
+    return cut, TestSample(samples=len(idx), of=total, method=method, why=why)
 
 
 def describe_split(how: str, train: Inputs | None, y_train, test: Inputs, y_test) -> Split:
@@ -601,6 +659,7 @@ def from_arrays(
     x_cal=None,
     source="arrays",
     calibration_seed: int = 0,
+    class_names: tuple[str, ...] = (),
 ) -> Dataset:
     """Build a Dataset from arrays (or dicts of them keyed by input/output name), splitting x/y 80/20
     into train/test when no split is given."""
@@ -626,7 +685,9 @@ def from_arrays(
     if count(x_cal) == 0:
         raise DataError(f"{source} has no samples.", "Add at least one sample.")
     split = describe_split(how, x_train, y_train, x_test, y_test)
-    return Dataset(x_train, y_train, x_cal, x_test, y_test, source, calibration_seed, split=split)
+    return Dataset(
+        x_train, y_train, x_cal, x_test, y_test, source, calibration_seed, split=split, class_names=tuple(class_names)
+    )
 
 
 def combine(data: Dataset | None, calibration: Dataset | None) -> Dataset | None:

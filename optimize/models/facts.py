@@ -22,12 +22,13 @@ class PlanFacts:
 def for_planning(src: ModelSource, ds: Dataset | None, trains: bool = False, known=None) -> PlanFacts:
     """Everything planning asks of the model; `trains`: a recipe with a Keras step is planned, so whether
     tfmot can load the model is asked too (loading a SavedModel as Keras costs seconds: only then). `known`:
-    a `known.KnownRebuild` an earlier run found for these bytes and data, taken instead of rebuilding."""
-    if known is not None:
-        rebuild.remember(src.fingerprint, known.why, known.note)
-    blocker = training_blocker(src, ds)
-    refusal = keras_refusal(src, ds) if trains else None
-    found = rebuild.verdict(src.fingerprint) if src.kind == "keras3" else None
+    a `known.KnownRebuild` an earlier run found for these bytes and data, taken instead of rebuilding. A Keras 3
+    model's rebuild is asked once (`rebuild.for_planning`), and both answers below read it."""
+    blocker = _blocker(src, ds)
+    found = rebuild.for_planning(src, ds, trains, known)
+    refused = rebuild.refusal(src.path.name, found[0]) if found is not None and found[0] else None
+    blocker = blocker or (refused.problem if refused is not None else None)
+    refusal = (refused or _savedmodel_refusal(src)) if trains else None
     return PlanFacts(weights.mostly_dense(src), blocker, refusal, found)
 
 
@@ -37,8 +38,17 @@ def keras_refusal(src: ModelSource, ds: Dataset | None) -> ModelError | None:
     try:
         if src.kind == "keras3":
             rebuild.require_keras2(src, ds)
-        elif src.kind == "savedmodel":
-            load_keras2(src)
+    except ModelError as e:
+        return e
+    return _savedmodel_refusal(src)
+
+
+def _savedmodel_refusal(src: ModelSource) -> ModelError | None:
+    """Why tf_keras cannot load a SavedModel for a Keras step (None: it can, or the model is no SavedModel)."""
+    if src.kind != "savedmodel":
+        return None
+    try:
+        load_keras2(src)
     except ModelError as e:
         return e
     return None
@@ -46,7 +56,20 @@ def keras_refusal(src: ModelSource, ds: Dataset | None) -> ModelError | None:
 
 def training_blocker(src: ModelSource, ds: Dataset | None) -> str | None:
     """Why pruning, clustering and QAT cannot run on this model and data, or None when they can."""
-    if src.torch:
+    blocker = _blocker(src, ds)
+    if blocker is not None or src.kind != "keras3":
+        return blocker
+    try:
+        rebuild.require_keras2(src, ds)
+    except ModelError as e:
+        return e.problem
+    return None
+
+
+def _blocker(src: ModelSource, ds: Dataset | None) -> str | None:
+    """Why pruning, clustering and QAT cannot run, from the model's kind and the data alone (None: nothing there
+    stands in the way; a Keras 3 model's rebuild is asked apart)."""
+    if src.converted:
         from optimize.models.spec import TRAINING
 
         return TRAINING
@@ -56,9 +79,4 @@ def training_blocker(src: ModelSource, ds: Dataset | None) -> str | None:
         return "the model is a SavedModel: pruning, clustering and QAT need a Keras model (tfmot)"
     if ds is None or ds.x_train is None:
         return "no training inputs (x or x_train) to fine-tune on"
-    if src.kind == "keras3":
-        try:
-            rebuild.require_keras2(src, ds)
-        except ModelError as e:
-            return e.problem
     return None

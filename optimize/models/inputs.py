@@ -9,12 +9,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from optimize.core.errors import DataError, ModelError
+from optimize.core.errors import ModelError
 from optimize.core.vocab import Task
 from optimize.models import source as models
-from optimize.models.data import Dataset, check_ids, check_inputs, combine, integer_ids, load_data, say_once, warn_split
+from optimize.models.data import Dataset, check_inputs, combine, fitted, load_data, warn_split
 from optimize.models.known import Memo, heads_of, record_model, specs_of
-from optimize.models.normalize import not_float
+from optimize.models.tasks import check_label_names, check_labels_fit
+from optimize.models.tflite import not_float
 
 
 def checked(
@@ -25,23 +26,35 @@ def checked(
     known: Memo | None = None,
     on_loaded=None,
 ) -> Dataset | None:
-    """The data told what it measures (`measured`) and made to fit the opened model's integer inputs
-    (`fit_data`), and, with `check`, the model and the data checked against each other (`check_data`); a thin
-    split said once. What is asked of the model was read when it was opened (its inputs, outputs, id bounds)."""
-    ds = fit_data(src, measured(src, ds, measuring))
-    if check:
-        check_data(src, ds, known, on_loaded)
+    """The data told what it measures (`measured`), the model checked with `check` (it loads, it is float, the
+    labels fit its outputs: `check_data`), the data made to fit the model's integer inputs (`data.fitted`) and,
+    with `check`, against its inputs; a thin split said once. What is asked of the model was read when it was
+    opened (its inputs, outputs, id bounds)."""
+    ds = measured(src, ds, measuring)
+    specs = _checked_model(src, ds, known, on_loaded) if check else None
+    if ds is not None and src.inputs is not None:
+        ds = fitted(ds, {s.name: s.dtype for s in src.inputs}, list(src.id_bounds), len(src.inputs))
+    if ds is not None and specs is not None:
+        check_inputs(ds, specs())
     warn_split(ds)
     return ds
 
 
 def check_data(src: models.ModelSource, data: Dataset | None, known: Memo | None = None, on_loaded=None) -> None:
     """Check the model and data before any work starts (one clear line if they do not fit): a .tflite must
-    be a float model once normalised, and the data must fit the model's inputs.
+    be a float model once normalised, the labels must fit the model's outputs and the data its inputs.
 
     A Keras model is loaded to check it (TensorFlow), unless `known` holds what loading these exact bytes
     found (`optimize.models.known`); what a load finds is handed to `known` for the next run, and the loaded
     model to `on_loaded` (a sweep exports it for its float32 baseline instead of loading it again)."""
+    specs = _checked_model(src, data, known, on_loaded)
+    if data is not None:
+        check_inputs(data, specs())
+
+
+def _checked_model(src: models.ModelSource, data: Dataset | None, known: Memo | None, on_loaded):
+    """The model's own checks (it loads; a .tflite is a float model once normalised) and the labels against its
+    outputs; its input specs, as a function computing them once."""
     heads, specs = _model_facts(src, known, on_loaded)
     why = not_float(src.content) if src.flat and src.content is not None else None
     if why:
@@ -49,11 +62,10 @@ def check_data(src: models.ModelSource, data: Dataset | None, known: Memo | None
             f"{src.path.name} cannot be optimized: {why}.",
             "Pass the float32 model it was made from; `optimize evaluate` and `optimize compat` measure it as it is.",
         )
-    if data is None:
-        return
-    check_inputs(data, specs())
-    _check_label_names(data)
-    _check_labels_fit(data, heads())
+    if data is not None:
+        check_label_names(data)
+        check_labels_fit(data, heads())
+    return specs
 
 
 def _model_facts(src: models.ModelSource, known: Memo | None, on_loaded):
@@ -67,10 +79,11 @@ def _model_facts(src: models.ModelSource, known: Memo | None, on_loaded):
     loaded = models.check_loads(src)
     if loaded is not None and on_loaded is not None:
         on_loaded(loaded)
+    specs = _once(lambda: models.input_specs(src, loaded))
     heads = _once(lambda: models.output_heads(src, loaded))
-    specs = _once(lambda: models.input_specs(src))
     if known is not None and src.kind in KNOWABLE:
-        fresh = record_model(src, heads(), specs())
+        inputs = specs()
+        fresh = record_model(src, heads(), inputs)
         if fresh is not None:
             known.put_model(fresh)
     return heads, specs
@@ -88,53 +101,6 @@ def _once(fn):
         return memo[0]
 
     return call
-
-
-def _check_labels_fit(data: Dataset, named: list) -> None:
-    """Every split's labels fit the output they belong to and its task (class ids in range, 0/1, as many
-    values per sample as the output has), checked before any work: one line, nothing written."""
-    from optimize.models import tasks
-
-    if not named:
-        return
-    by_name = dict(named)
-    by_name.update({f"output_{i}": head for i, (_, head) in enumerate(named)})  # a converted model's keys
-    plain = data.label_output if data.label_output in by_name else named[0][0]
-    for split, y in (("train", data.y_train), ("test", data.y_test)):
-        for label, ys in (y.items() if isinstance(y, dict) else [(None, y)]) if y is not None else []:
-            head = by_name.get(label or plain)
-            if head is not None:
-                where = f"y_{split}" + (f":{label}" if label else "")
-                tasks.check_some_class(ys, head, where, data.task)
-                tasks.check_labels(tasks.detect(head, ys, data.task), head, ys, where)
-
-
-def _check_label_names(data: Dataset) -> None:
-    """Labels keyed per output (y:<output>) and --label-output must name the model's outputs."""
-    outputs = list(data.outputs)
-    keyed = [k for y in (data.y_train, data.y_test) if isinstance(y, dict) for k in y]
-    wrong = [k for k in dict.fromkeys(keyed) if outputs and k not in outputs]
-    signature_keys = [f"output_{i}" for i in range(len(outputs))]  # what a converted model calls them
-    if data.label_output is not None and outputs and data.label_output not in outputs + signature_keys:
-        wrong.insert(0, data.label_output)
-    if wrong:
-        raise DataError(
-            f"{wrong[0]!r} is not an output of the model (it has {', '.join(outputs)}).",
-            "Key labels as y:<output name> and pass --label-output with one of those names.",
-        )
-
-
-def fit_data(src: models.ModelSource, ds: Dataset | None) -> Dataset | None:
-    """The data made to fit the model's integer inputs before any work, from what the model says without
-    loading it (its stored config, its .tflite): ids stored as floats cast when they are whole numbers (said
-    on screen once) or refused in one line, and ids beyond the vocabulary of the embedding they index refused
-    in one line naming the input and the bound. A model whose inputs are not known yet is left to `check_data`."""
-    if ds is None or src.inputs is None:
-        return ds
-    ds, notes = integer_ids(ds, {s.name: s.dtype for s in src.inputs})
-    say_once(notes)
-    check_ids(ds, list(src.id_bounds), len(src.inputs))
-    return ds
 
 
 def read_data(data, calibration=None) -> Dataset | None:

@@ -34,10 +34,14 @@ DEQUANTIZE, DENSIFY = 6, 124  # schema BuiltinOperator values
 
 @dataclass
 class Normalized:
-    """The plain float32 model and what was done to get it (facts for the candidate's notes)."""
+    """The plain float32 model and what was done to get it (facts for the candidate's notes); its parse
+    (validated) and its inputs and outputs as its signature names them (`signature_io`)."""
 
     content: bytes
     facts: list[str] = field(default_factory=list)
+    model: object = field(default=None, repr=False)  # flatbuffer.Model of `content`
+    inputs: tuple[tuple[str, tuple[int, ...], str], ...] = ()  # (name, shape with -1 for free, numpy dtype name)
+    outputs: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -256,9 +260,9 @@ def _drop_densify(model, values: dict[int, np.ndarray]) -> int:
 def normalize(content: bytes) -> Normalized:
     """The plain float32 equivalent of a float .tflite, and the facts of what changed (none: unchanged).
     The flatbuffer is validated first (delegates/validate.py): nothing below reads an unchecked index."""
-    from optimize.models.tflite import read_model
+    from optimize.models.tflite import read_model, signature_io
 
-    read_model(content)
+    parsed = read_model(content)
     try:
         model = _load(content)
     except Exception as e:  # noqa: BLE001 - any failure to parse is a model we cannot read
@@ -277,28 +281,7 @@ def normalize(content: bytes) -> Normalized:
         facts.append("a serving_default signature made from the graph's inputs and outputs")
     if n := _unique_names(model):
         facts.append(f"{n} duplicate tensor name(s) made unique (LiteRT Quantizer addresses tensors by name)")
-    if not facts:
-        return Normalized(content, facts)
-    out = _save(model)
-    read_model(out, "The normalised model")
-    return Normalized(out, facts)
-
-
-def not_float(content: bytes) -> str | None:
-    """Why a (normalised) .tflite is not a float model every scheme can start from, or None when it is."""
-    from optimize.models.tflite import read_model
-
-    sg = read_model(content).main
-    for op in sg.ops:
-        if op.name == "DEQUANTIZE" and op.inputs and op.inputs[0] >= 0:
-            src = sg.tensors[op.inputs[0]]
-            if src.dtype == "float16" and not src.is_const:
-                return (
-                    f"a float16 tensor that is not a constant weight ({src.name or op.inputs[0]}) feeds DEQUANTIZE: "
-                    "the model computes in float16 at run time, so it is not a float32 model"
-                )
-    scaled = any(t.quant is not None and t.dtype != "float32" for t in sg.tensors)
-    if scaled or any(op.name in ("QUANTIZE", "DEQUANTIZE") for op in sg.ops):
-        kinds = sorted({t.dtype for t in sg.tensors} & {"int8", "uint8", "int16", "float16"})
-        return "it is already quantized" + (f" ({', '.join(kinds)} tensors)" if kinds else "")
-    return None
+    if facts:
+        content = _save(model)
+        parsed = read_model(content, "The normalised model")
+    return Normalized(content, facts, parsed, *signature_io(parsed))

@@ -1,9 +1,11 @@
 """Keras 3 models rebuilt in tf_keras, so pruning, clustering and QAT (tfmot, Keras 2 only) apply to them.
 
 A Keras 3 model made of standard layers is rebuilt layer by layer: each layer from its own config (the
-dtype policy read as its name, nested objects in the Keras 2 form, keys tf_keras does not take dropped,
-initializers left at tf_keras's defaults), the graph traced again through Keras 3's own walk of its nodes
-with the new layers, the weights copied.
+dtype policy read as its name, nested objects in the Keras 2 form, Keras 3 activation names as tf_keras
+computes them (`keras3_ops`), keys tf_keras does not take dropped where they hold Keras 3's own default,
+initializers left at tf_keras's defaults, an attention layer built at the shapes it was built at), an
+operation applied outside any layer (`x + 3.0`) as the same TensorFlow op, the graph traced again through Keras
+3's own walk of its nodes with the new layers, the weights copied.
 The rebuild is used only when it is exact: both models run on the same samples and every output must
 match (max |diff| <= 1e-5 + 1e-4 x |output|). Anything else (a Keras 3 op that is not a layer, a layer
 tf_keras lacks, outputs that differ) is a ModelError saying why, which a sweep lists as the reason its
@@ -21,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from optimize.core.errors import ModelError
-from optimize.models import _tf
+from optimize.models import _tf, keras3_ops
 
 ATOL, RTOL = 1e-5, 1e-4
 SAMPLES = 8
@@ -54,25 +56,56 @@ def _accepted(cls) -> set[str]:
 
 
 def _twin(layer3):
-    """The tf_keras layer that computes what a Keras 3 layer computes, from its config."""
+    """The tf_keras layer that computes what a Keras 3 layer computes, from its config (or, for a Keras 3
+    operation applied outside any layer, the TensorFlow function that computes it)."""
     keras2 = _tf.keras()
     name = type(layer3).__name__
-    cls = getattr(keras2.layers, name, None)
     if not isinstance(layer3, _tf.keras3().layers.Layer):
-        raise ModelError(f"it applies the Keras 3 operation {layer3.name!r} ({name}) outside any layer", FIX)
+        op = keras3_ops.operation(layer3)
+        if op is None:
+            raise ModelError(f"it applies the Keras 3 operation {layer3.name!r} ({name}) outside any layer", FIX)
+        return op
+    cls = getattr(keras2.layers, name, None)
     if cls is None:
         raise ModelError(f"its layer {layer3.name!r} ({name}) has no tf_keras counterpart", FIX)
     # initializers only shape new weights, and every weight is copied: tf_keras's defaults serve
     config = {k: v for k, v in _legacy(layer3.get_config()).items() if not k.endswith("_initializer")}
-    keep = _accepted(cls)
-    dropped = {k: v for k, v in config.items() if k not in keep}
-    odd = {k: v for k, v in dropped.items() if v not in (None, False, 0, {}, [])}
+    config = {k: keras3_ops.activation(v) if k == "activation" else v for k, v in config.items()}
+    built = _built_shapes(layer3)
+    keep = _accepted(cls) | set(built)
+    odd = sorted(k for k, v in config.items() if k not in keep and not _inert(layer3, k, v))
     if odd:
-        raise ModelError(f"layer {layer3.name!r} ({name}) uses Keras 3 settings tf_keras lacks: {sorted(odd)}", FIX)
+        raise ModelError(
+            f"layer {layer3.name!r} ({name}) uses Keras 3 settings tf_keras lacks, away from their defaults: {odd}",
+            FIX,
+        )
     try:
-        return cls.from_config({k: v for k, v in config.items() if k in keep})
+        return cls.from_config({**{k: v for k, v in config.items() if k in keep}, **built})
     except (TypeError, ValueError, KeyError) as e:
         raise ModelError(f"layer {layer3.name!r} ({name}) does not rebuild in tf_keras: {_first(e)}", FIX) from None
+
+
+def _inert(layer3, key: str, value) -> bool:
+    """Whether a setting tf_keras does not take changes nothing: empty or off, or what the Keras 3 layer holds
+    when it is left out (Resizing's data_format "channels_last", fill_mode "constant")."""
+    if value in (None, False, 0, {}, []):
+        return True
+    config = layer3.get_config()
+    try:
+        fresh = type(layer3).from_config({k: v for k, v in config.items() if k != key})
+    except Exception:  # noqa: BLE001 - a layer that needs the setting: not a default
+        return False
+    return fresh.get_config().get(key) == config.get(key)
+
+
+def _built_shapes(layer3) -> dict:
+    """The input shapes a layer was built at, where its tf_keras twin is built from its config with them (an
+    attention layer's query_shape, value_shape and key_shape); {} for any other layer."""
+    if "MultiHeadAttention" not in type(layer3).__name__ or not hasattr(layer3, "get_build_config"):
+        return {}
+    shapes = (layer3.get_build_config() or {}).get("shapes_dict") or {}
+    query, value = shapes.get("query_shape"), shapes.get("value_shape")
+    return {"query_shape": query, "value_shape": value, "key_shape": shapes.get("key_shape") or value}
 
 
 def _first(e: BaseException) -> str:
@@ -112,7 +145,7 @@ def rebuild(model3):
 def _copy_weights(model3, twins: dict[int, object]) -> None:
     for layer in _layers(model3):
         dst = twins.get(id(layer))
-        if dst is None:
+        if dst is None or not hasattr(dst, "get_weights"):  # an operation's TensorFlow function holds none
             continue
         weights = layer.get_weights()
         if len(weights) != len(dst.get_weights()):
@@ -129,7 +162,8 @@ def _layers(model) -> list:
 
 
 def _samples(model3, data) -> list[np.ndarray]:
-    """Inputs to compare the two models on: the data's test samples, else seeded normal values."""
+    """Inputs to compare the two models on: the data's test samples, else seeded normal values (small
+    non-negative ids for an integer input: an embedding indexes with them)."""
     if data is not None:
         from optimize.models.data import as_inputs, take
 
@@ -137,7 +171,14 @@ def _samples(model3, data) -> list[np.ndarray]:
         names = [x.name for x in model3.inputs]
         return [xs[n] for n in names] if isinstance(xs, dict) else [xs]
     rng = np.random.default_rng(0)
-    return [rng.normal(size=(SAMPLES, *[d or 1 for d in x.shape[1:]])).astype(np.float32) for x in model3.inputs]
+    out = []
+    for x in model3.inputs:
+        shape = (SAMPLES, *[d or 1 for d in x.shape[1:]])
+        ints = np.issubdtype(np.dtype(str(x.dtype)), np.integer)
+        out.append(
+            rng.integers(0, 2, size=shape).astype(str(x.dtype)) if ints else rng.normal(size=shape).astype(np.float32)
+        )
+    return out
 
 
 def _outputs(model, xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -193,12 +234,30 @@ def require_keras2(src, data=None) -> str:
     the model cannot be rebuilt exactly."""
     why = keras2_why(src, data)
     if why is not None:
-        raise ModelError(
-            f"Pruning, clustering and QAT need a Keras 2 (tf_keras) model; {src.path.name} is Keras 3 and cannot be "
-            f"rebuilt in tf_keras exactly: {why}.",
-            FIX,
-        )
+        raise refusal(src.path.name, why)
     return _VERDICTS[src.fingerprint][1]
+
+
+def refusal(name: str, why: str) -> ModelError:
+    """The one line a Keras step meets on a Keras 3 model that cannot be rebuilt exactly (`why`)."""
+    return ModelError(
+        f"Pruning, clustering and QAT need a Keras 2 (tf_keras) model; {name} is Keras 3 and cannot be rebuilt in "
+        f"tf_keras exactly: {why}.",
+        FIX,
+    )
+
+
+def for_planning(src, data, asked: bool, known=None) -> tuple[str | None, str] | None:
+    """(why not, note) for a Keras 3 model's rebuild, as planning needs it: checked on `data` where a Keras step
+    is `asked` for or there are training inputs to fine-tune on, else what this process found already (or
+    None); `known`: a `known.KnownRebuild` an earlier run found for these bytes and data, taken instead."""
+    if src.kind != "keras3":
+        return None
+    if known is not None:
+        remember(src.fingerprint, known.why, known.note)
+    if asked or (data is not None and data.x_train is not None):
+        keras2_why(src, data)
+    return verdict(src.fingerprint)
 
 
 def keras2_path(src, data, folder: Path) -> tuple[Path, str]:

@@ -23,6 +23,7 @@ import numpy as np
 
 from optimize.core.errors import ModelError
 from optimize.core.shown import named
+from optimize.models import postprocess
 
 
 def runtime_label() -> str:
@@ -232,13 +233,17 @@ def _source(model: str | Path | bytes) -> dict:
     paths as UTF-8 text: a non-UTF-8 file name (a lone surrogate in Python) goes as bytes."""
     if isinstance(model, bytes):
         return {"model_content": model}
-    text = str(model)
+    return _path_source(Path(model))
+
+
+def _path_source(path: Path) -> dict:
+    text = str(path)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         from optimize.core.paths import read_bounded
 
-        return {"model_content": read_bounded(model, "model", ModelError)}
+        return {"model_content": read_bounded(path, "model", ModelError)}
     return {"model_path": text}
 
 
@@ -356,8 +361,11 @@ class Runner:
         self._read_details()
 
     def _read_details(self) -> None:
-        """The input and output details (shapes change when an input is resized)."""
+        """The input and output details (shapes change when an input is resized), and where a detector's
+        post-processing op writes among the outputs."""
         self.key, self.input_names, self.inputs, self.keys, self.outputs = io_details(self.it)
+        ops = [(d["op_name"], d["outputs"]) for d in self.it._get_ops_details()]
+        self._tails = postprocess.tails(ops, self.outputs)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -405,9 +413,14 @@ class Runner:
             raise InvokeError(invoke_failure(e)) from None
 
     def run(self, sample) -> list[np.ndarray]:
+        """One sample's outputs (batch axis dropped), as floats; a post-processing op's rows past its count,
+        which the kernel leaves unwritten, read 0 (`postprocess`)."""
         self.set_input(sample)
         self.invoke()
-        return [_from_output(self.it.get_tensor(d["index"]), d)[0] for d in self.outputs]
+        outs = [_from_output(self.it.get_tensor(d["index"]), d)[0] for d in self.outputs]
+        for tail in self._tails:
+            postprocess.blank_past_count(outs, tail)
+        return outs
 
     def run_fresh(self, sample) -> list[np.ndarray]:
         """`run` from a clean state: variable tensors (an RNN's state) reset first, so samples do not leak. With

@@ -1,5 +1,5 @@
 """Model inputs: recognise Keras 2, Keras 3, SavedModel and .tflite; load them fresh. (PyTorch and ONNX models
-are recognised and converted by `optimize.convert.pytorch`; Keras models exported by `optimize.convert.keras`.)
+are recognised and converted by `optimize.convert.formats`; Keras models exported by `optimize.convert.keras`.)
 
 Every failure to recognise a model is one ModelError line naming what was expected. Keras stage
 techniques get a fresh load each time (tfmot mutates the model it is given).
@@ -17,9 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from optimize.core.bounded import loads_json, member_json
-from optimize.core.errors import ModelError
+from optimize.core.errors import ModelError, reason
 from optimize.core.paths import check_tree, open_regular, read_bounded, regular_file
-from optimize.models import _tf, legacy
+from optimize.models import _tf, keras3_ops, legacy
 
 # the opened model's record and its description, known to every caller as source.X too
 from optimize.models.spec import FLAT_KINDS as FLAT_KINDS
@@ -37,7 +37,9 @@ from optimize.models.spec import tflite_io as tflite_io
 
 log = logging.getLogger(__name__)
 
-EXPECTED = "Pass a Keras .keras/.h5 file, a SavedModel directory, a .tflite, a .pt2 or an .onnx file."
+EXPECTED = (
+    "Pass a Keras .keras/.h5 file, a SavedModel directory, a .tflite, a .pt2, an .onnx or a TF1 frozen graph .pb."
+)
 
 
 def file_fingerprint(path: Path, files: list[Path] | None = None) -> str:
@@ -101,7 +103,7 @@ def open_model(path, trust: bool = False, known=None) -> ModelSource:
     A Keras file must carry a readable model config, and none with Python code in it (Lambda layers,
     marshalled functions) unless `trust`: loading a legacy .h5 runs that code. A SavedModel is read with
     TensorFlow (its signature), unless `known` (a `known.Memo`) holds what reading these exact files found.
-    PyTorch and ONNX models are opened by `optimize.convert.pytorch.open_source` (the front door,
+    PyTorch and ONNX models are opened by `optimize.convert.formats.opened` (the front door,
     `optimize.convert.front.open_inputs`, asks it first).
     """
     p = Path(path)
@@ -178,33 +180,72 @@ def _check_fingerprint(p: Path) -> None:
 
 
 def output_heads(src: ModelSource, model=None) -> list:
-    """(output name, tasks.Head) per output, in order, to check labels before any work: a Keras model's
-    (loaded, `model`) or a .tflite's (normalised, described without allocating). [] for a SavedModel
-    (its outputs are known once converted)."""
+    """(output name, tasks.Head) per output of an opened model (`opened`), in order, to check labels before any
+    work: a Keras model's (loaded, `model`) or a .tflite's (read from its parse when it was opened). [] for a
+    SavedModel (its outputs are known once converted)."""
     if src.kind in ("keras2", "keras3") and model is not None:
         from optimize.models.tasks import _head
 
         names = list(getattr(model, "output_names", None) or [])
         return [(n, _head(model, i)) for i, n in enumerate(names)]
-    if not src.flat:
-        return []
-    return tflite_heads((src if src.content is not None else opened(src)).content)
+    return list(src.heads)  # a .tflite's, described when it was opened; () for a SavedModel
 
 
 def check_loads(src: ModelSource):
     """Load a Keras model once before any work (issue 18): whatever makes it fail to load (garbage weights,
-    unknown activations, shapes Keras refuses) is one line and exit 2 now, not a failed candidate later."""
-    if src.kind == "keras2":
-        return load_keras2(src)
-    if src.kind == "keras3":
-        return load_keras3(src)
-    return None
+    unknown activations, shapes Keras refuses) is one line and exit 2 now, not a failed candidate later. A
+    model with code of its own (a Lambda layer, a custom layer) is also called once, on zeros: code that fails
+    when it runs ("name 'tf' is not defined") is one line now, not every candidate failing with it."""
+    if src.kind not in ("keras2", "keras3"):
+        return None
+    model = load_keras2(src) if src.kind == "keras2" else load_keras3(src)
+    own = code_of(model)
+    if own:
+        runs_once(model, src.path.name, own)
+    return model
+
+
+#: What to do about a model whose own code fails: what every candidate would meet, said once.
+CODE_FIX = (
+    "Build it from Keras layers, or a custom layer registered with keras.saving.register_keras_serializable, and "
+    "save it again: a .keras file keeps a Lambda's bytecode, not the module globals it uses (tf, np)."
+)
+
+
+def code_of(model) -> list[str]:
+    """The layers of a loaded Keras model (nested models too) that run code of the model's own: Lambda layers
+    and classes from outside Keras, as `name (Class)`."""
+    found, todo = [], list(getattr(model, "layers", []))
+    while todo:
+        layer = todo.pop(0)
+        todo.extend(getattr(layer, "layers", []) if layer is not model else [])
+        module = type(layer).__module__.split(".")[0]
+        if type(layer).__name__ == "Lambda" or module not in KERAS_MODULES:
+            found.append(f"{layer.name} ({type(layer).__name__})")
+    return found
+
+
+def runs_once(model, name: str, own: list[str]) -> None:
+    """Call the model once on zeros (a batch of one, free dimensions 1): its own code failing is one line with
+    that code's own message and the remedy."""
+    import numpy as np
+
+    xs = [
+        np.zeros([1, *[d or 1 for d in t.shape[1:]]], getattr(t.dtype, "name", None) or str(t.dtype))
+        for t in model.inputs
+    ]
+    try:
+        model(xs if len(xs) > 1 else xs[0], training=False)
+    except Exception as e:  # noqa: BLE001 - whatever the model's own code raises: one line, before any work
+        raise ModelError(
+            f"{name}: its own code fails when the model runs ({', '.join(own[:3])}): {reason(e)}.", CODE_FIX
+        ) from None
 
 
 def load_keras2(src: ModelSource):
     """A fresh tf_keras model from disk. Keras 3 files get a clear line: tfmot needs Keras 2."""
     if src.kind != "keras2":
-        if src.torch:
+        if src.converted:
             raise ModelError(
                 f"{src.path.name}: {TRAINING}.",
                 "Use a post-training scheme (optimize quantize), or fine-tune in PyTorch and export again.",
@@ -219,6 +260,7 @@ def load_keras2(src: ModelSource):
             "Save it with tf_keras (pip install tf-keras), or use a post-training scheme: optimize quantize.",
         )
     keras = _tf.keras()
+    keras3_ops.register()  # a Keras 3 model rebuilt in tf_keras names our activations (`rebuild`)
     # tfmot's classes are needed only to read back a model saved with its wrappers (QAT); importing tfmot costs
     # ~2 s, on the float32 baseline's path of every sweep
     scope = _tf.tfmot().quantization.keras.quantize_scope() if _saved_with_tfmot(src) else contextlib.nullcontext()
@@ -235,7 +277,7 @@ def load_keras2(src: ModelSource):
     except Exception as e:  # corrupt or partial file
         restored = f" (restored from its old config: {'; '.join(changes)})" if changes else ""
         raise ModelError(
-            f"Cannot load {src.path.name} with tf_keras{restored}: {str(e).splitlines()[0][:200]}", EXPECTED
+            f"Cannot load {src.path.name} with tf_keras{restored}: {reason(e)}.", _load_fix(e, "tf_keras")
         ) from None
 
 
@@ -251,9 +293,13 @@ def load_keras3(src: ModelSource):
     try:
         return keras3.saving.load_model(src.path, compile=False, safe_mode=not src.trusted)
     except Exception as e:
-        raise ModelError(
-            f"Cannot load {src.path.name} with Keras 3: {str(e).splitlines()[0][:200]}", EXPECTED
-        ) from None
+        raise ModelError(f"Cannot load {src.path.name} with Keras 3: {reason(e)}.", _load_fix(e, "Keras 3")) from None
+
+
+def _load_fix(e: BaseException, keras: str) -> str:
+    """The remedy for a Keras file that does not load: its Lambda's code (what `CODE_FIX` says), else saving it
+    again with the Keras that wrote it."""
+    return CODE_FIX if "Lambda" in str(e) else f"Save the model again with {keras}."
 
 
 def _keras_config(src: ModelSource) -> dict | None:
@@ -304,7 +350,7 @@ def opened(src: ModelSource) -> ModelSource:
     it was recognised)."""
     if src.kind == "tflite" and src.content is None:
         return opened_tflite(src, read_bounded(src.path, "model", ModelError))
-    if src.torch and src.content is None:
+    if src.converted and src.content is None:
         raise ModelError(
             f"{src.path.name} has not been converted yet.", "Open it with open_inputs (it needs the data's shapes)."
         )
@@ -326,29 +372,24 @@ def _opened_keras(src: ModelSource, config: dict | None) -> ModelSource:
 
 
 def _savedmodel_inputs(path: Path) -> list[InputSpec]:
-    tf = _tf.tf()
     try:
-        loaded = tf.saved_model.load(str(path))
+        signature = _tf.serving_inputs(path)
     except Exception as e:  # noqa: BLE001 - any failure to read it is a corrupt SavedModel
         raise ModelError(f"{path} is not a readable SavedModel ({str(e).splitlines()[0][:160]}).", EXPECTED) from None
-    sig = loaded.signatures.get("serving_default")
-    if sig is None:
+    if signature is None:
         raise ModelError(f"{path} has no serving_default signature.", "Export the SavedModel with a signature.")
-    return [
-        InputSpec(name, tuple(-1 if d is None else int(d) for d in spec.shape.as_list()), spec.dtype.name)
-        for name, spec in sig.structured_input_signature[1].items()
-    ]
+    return [InputSpec(*i) for i in signature]
 
 
-def input_specs(src: ModelSource) -> list[InputSpec]:
-    """Every model input, in the order the model takes them, to check data before any work."""
-    if src.inputs is None and src.outputs is None:  # not opened yet (`open_model` opens every kind)
-        src = opened(src)
+def input_specs(src: ModelSource, loaded=None) -> list[InputSpec]:
+    """Every input of an opened model (`opened`), in the order the model takes them, to check data before any
+    work: as opening it read them, else (a Keras config that does not say) from the Keras model, `loaded` or
+    loaded now."""
     if src.inputs is not None:
         return list(src.inputs)
     if src.kind == "savedmodel":
         return _savedmodel_inputs(src.path)
-    model = load_keras2(src) if src.kind == "keras2" else load_keras3(src)  # a config that does not say
+    model = loaded if loaded is not None else check_loads(src)
     return [
         InputSpec(t.name.split(":")[0], tuple(-1 if d is None else int(d) for d in t.shape), _dtype_name(t.dtype))
         for t in model.inputs
@@ -370,7 +411,7 @@ def id_bounds(src: ModelSource) -> list:
 
 def input_shape(src: ModelSource) -> tuple:
     """The first input's shape (batch first, -1 for unknown)."""
-    return input_specs(src)[0].shape
+    return input_specs(opened(src))[0].shape
 
 
 def output_names(src: ModelSource) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """What an opened model is: a `ModelSource` (where, what kind, its fingerprint, and what every later step asks
 of it) and its `InputSpec`s; how a float .tflite is described (normalised, its inputs, outputs and heads).
-`source` opens Keras, SavedModel and .tflite files into one, `optimize.convert.pytorch` PyTorch and ONNX models."""
+`source` opens Keras, SavedModel and .tflite files into one, `optimize.convert.formats` PyTorch and ONNX models."""
 
 from __future__ import annotations
 
@@ -12,17 +12,19 @@ from typing import Any, Literal
 
 import numpy as np
 
-Kind = Literal["keras2", "keras3", "savedmodel", "tflite", "onnx", "pt2", "module"]
-#: Sources the pipeline sees as one float .tflite: a .tflite, and PyTorch / ONNX models once converted.
-FLAT_KINDS = ("tflite", "onnx", "pt2", "module")
+Kind = Literal["keras2", "keras3", "savedmodel", "tflite", "onnx", "pt2", "module", "graphdef"]
+#: Sources the pipeline sees as one float .tflite: a .tflite, and PyTorch / ONNX models and TF1 graphs once converted.
+FLAT_KINDS = ("tflite", "onnx", "pt2", "module", "graphdef")
 #: Sources that TensorFlow opens, checks and converts (a worker for them imports it first).
 TF_KINDS = ("keras2", "keras3", "savedmodel")
-#: PyTorch and ONNX sources (converted once to a float .tflite by litert-torch, `optimize.convert.pytorch`).
+#: PyTorch and ONNX sources (converted once to a float .tflite by litert-torch, `optimize.convert.torch_route`).
 TORCH_KINDS = ("onnx", "pt2", "module")
-#: Why pruning, clustering and QAT are left out for a PyTorch or ONNX model (and refused when asked for).
+#: Sources converted once, at the door, to the float .tflite the pipeline takes: PyTorch, ONNX, TF1 graphs.
+CONVERTED_KINDS = (*TORCH_KINDS, "graphdef")
+#: Why pruning, clustering and QAT are left out for a model converted at the door (and refused when asked for).
 TRAINING = (
-    "pruning, clustering and QAT fine-tune Keras models (tfmot), and a PyTorch or ONNX model has none: its float "
-    ".tflite cannot be fine-tuned"
+    "pruning, clustering and QAT fine-tune Keras models (tfmot), and a PyTorch, ONNX or TF1 graph model has none: "
+    "its float .tflite cannot be fine-tuned"
 )
 
 
@@ -53,6 +55,7 @@ class ModelSource:
     conversion: Any = field(default=None, repr=False, compare=False)  # PyTorch / ONNX: results.Conversion
     module: Any = field(default=None, repr=False, compare=False)  # an nn.Module (Python API) before it is exported
     id_bounds: tuple = field(default=(), compare=False)  # vocabulary.IdBound per id input, read when it was opened
+    heads: tuple = field(default=(), compare=False)  # (output name, tasks.Head) per output of a .tflite, when opened
 
     @property
     def name(self) -> str:
@@ -68,6 +71,12 @@ class ModelSource:
         """A PyTorch or ONNX model (converted once to a float .tflite by litert-torch)."""
         return self.kind in TORCH_KINDS
 
+    @property
+    def converted(self) -> bool:
+        """A model converted once at the door to its float .tflite (PyTorch, ONNX, a TF1 graph): its own error
+        against its own runtime is measured, and there is no Keras model to fine-tune."""
+        return self.kind in CONVERTED_KINDS
+
 
 def fingerprint_of(*parts: str) -> str:
     """One fingerprint from several (a source file's and how it was converted)."""
@@ -82,33 +91,17 @@ def digest(name: str, content: bytes) -> str:
 
 
 def tflite_io(content: bytes) -> tuple[tuple[InputSpec, ...], tuple[str, ...]]:
-    """Inputs and outputs of a .tflite as the techniques see them (its signature's names)."""
-    return _tflite_io(content)
+    """Inputs and outputs of a .tflite as the techniques see them (its signature's names), read from its parse:
+    custom ops this runtime lacks do not matter."""
+    from optimize.models.tflite import read_model, signature_io
+
+    inputs, outputs = signature_io(read_model(content))
+    return tuple(InputSpec(*i) for i in inputs), outputs
 
 
 def opened_content(src: ModelSource, content: bytes) -> ModelSource:
     """A source whose float .tflite is `content` (a PyTorch or ONNX model's conversion): normalised, described."""
     return opened_tflite(src, content)
-
-
-def _tflite_io(content: bytes) -> tuple[tuple[InputSpec, ...], tuple[str, ...]]:
-    """Inputs and outputs of a normalised .tflite as the techniques will see them: read from an interpreter
-    built but not allocated, so custom ops that keep it from running here do not matter."""
-    from optimize.models import runtime
-
-    it = runtime.describe(content)
-    key = runtime.signature_key(it)
-    if key is not None:
-        items = list(it.get_signature_runner(key).get_input_details().items())
-        outputs = tuple(it.get_signature_list()[key]["outputs"])
-    else:
-        items = [(d["name"], d) for d in it.get_input_details()]
-        outputs = tuple(d["name"] for d in it.get_output_details())
-    inputs = tuple(
-        InputSpec(name, tuple(int(x) for x in d.get("shape_signature", d["shape"])), np.dtype(d["dtype"]).name)
-        for name, d in items
-    )
-    return inputs, outputs
 
 
 def integer_inputs(content: bytes) -> list[tuple[str, str]]:
@@ -137,21 +130,26 @@ def integer_io_note(content: bytes, io: str, who: str) -> str | None:
 
 
 def opened_tflite(src: ModelSource, content: bytes) -> ModelSource:
-    """A .tflite source with its normalised bytes, what normalising changed, its inputs and outputs, and how many
-    ids each id input takes (`vocabulary.tflite_bounds`)."""
+    """A .tflite source described from one read: its normalised bytes and what normalising changed, its inputs
+    and outputs (the normalised parse's signature), what each output is (`tflite.signature_outputs`), and how many
+    ids each id input takes (that parse's embedding tables, `vocabulary.tflite_bounds`)."""
     from optimize.models.normalize import normalize
+    from optimize.models.tasks import Head
+    from optimize.models.tflite import signature_outputs
     from optimize.models.vocabulary import tflite_bounds
 
     n = normalize(content)
-    inputs, outputs = _tflite_io(n.content)
-    bounds = tuple(tflite_bounds(n.content))
-    return replace(src, content=n.content, facts=tuple(n.facts), inputs=inputs, outputs=outputs, id_bounds=bounds)
+    heads = tuple((name, Head(shape, act)) for name, shape, act in signature_outputs(n.model))
+    bounds = tuple(tflite_bounds(n.model))
+    return replace(
+        src, content=n.content, facts=tuple(n.facts), inputs=tuple(InputSpec(*i) for i in n.inputs), outputs=n.outputs,
+        id_bounds=bounds, heads=heads,
+    )  # fmt: skip
 
 
 def tflite_heads(content: bytes) -> list:
-    """(output name, tasks.Head) per output of a normalised .tflite, described without allocating."""
-    from optimize.models import runtime
-    from optimize.models.tasks import heads
+    """(output name, tasks.Head) per output of a normalised .tflite, read from its parse (no interpreter)."""
+    from optimize.models.tasks import Head
+    from optimize.models.tflite import read_model, signature_outputs
 
-    _, _, _, names, outs = runtime.io_details(runtime.describe(content))
-    return list(zip(names, heads(content, outputs=outs)))
+    return [(name, Head(shape, act)) for name, shape, act in signature_outputs(read_model(content))]

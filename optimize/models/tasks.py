@@ -17,7 +17,7 @@ import numpy as np
 
 from optimize.core.errors import DataError
 from optimize.core.vocab import Task
-from optimize.models import runtime
+from optimize.models import postprocess, runtime
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class Head:
 
     shape: tuple[int, ...]
     activation: str | None = None  # "softmax", "sigmoid", "linear", ... (None: unknown)
+    role: str | None = None  # what a detector's post-processing op writes there: boxes, classes, scores, count
+    index: bool = False  # class ids or counts (an ArgMax, an integer output, the op's classes and count)
 
     @property
     def units(self) -> int:
@@ -229,15 +231,35 @@ def heads(
     sg = read_model(model).main
     producer = {o: op for op in sg.ops for o in op.outputs if o >= 0}
     by_index = {t.index: t for t in sg.tensors}
+    roles = postprocess.roles((op.name, op.outputs) for op in sg.ops)
     out = []
     for d in runner.outputs if runner is not None else outputs or []:
         op = producer.get(d["index"])
         if op is not None and op.name in ("DEQUANTIZE", "QUANTIZE") and op.inputs:
             op = producer.get(op.inputs[0], op)
-        act = {"SOFTMAX": "softmax", "LOGISTIC": "sigmoid"}.get(op.name if op else "", "linear")
         shape = by_index[d["index"]].shape if d["index"] in by_index else tuple(d["shape"])
-        out.append(Head(tuple(int(x) for x in shape), act))
+        out.append(_head_of(op, d, tuple(int(x) for x in shape), roles.get(d["index"])))
     return out
+
+
+def _head_of(op, detail: dict, shape: tuple[int, ...], role: str | None) -> Head:
+    """One output's Head from the op that makes it: its activation, its post-processing role, whether it holds
+    indices."""
+    act = {"SOFTMAX": "softmax", "LOGISTIC": "sigmoid"}.get(op.name if op else "", "linear")
+    return Head(shape, act, role, role in ("classes", "count") or _index_output(op, detail))
+
+
+#: Ops whose output is an index (a class id, a position), not a value.
+INDEX_OPS = ("ARG_MAX", "ARG_MIN")
+
+
+def _index_output(op, detail: dict) -> bool:
+    """Whether an output holds indices or counts: made by an ArgMax/ArgMin, or of an integer type that is not a
+    quantized value (no scale). A TopK's indices are integers too."""
+    if op is not None and op.name in INDEX_OPS:
+        return True
+    scale = (detail.get("quantization") or (0.0, 0))[0]
+    return bool(np.issubdtype(detail["dtype"], np.integer)) and not scale
 
 
 def _head(model, i: int):
@@ -264,3 +286,36 @@ def activation_name(layer) -> str | None:
         act = act.activation  # QAT's QuantizeAwareActivation wraps the real one
     name = getattr(act, "__name__", None)
     return {"softmax_v2": "softmax"}.get(name, name)
+
+
+def check_labels_fit(data, named: list) -> None:
+    """Every split's labels fit the output they belong to and its task (class ids in range, 0/1, as many
+    values per sample as the output has), checked before any work: one line, nothing written. `named`: (output
+    name, Head) per output of the model."""
+    if not named:
+        return
+    by_name = dict(named)
+    by_name.update({f"output_{i}": head for i, (_, head) in enumerate(named)})  # a converted model's keys
+    plain = data.label_output if data.label_output in by_name else named[0][0]
+    for split, y in (("train", data.y_train), ("test", data.y_test)):
+        for label, ys in (y.items() if isinstance(y, dict) else [(None, y)]) if y is not None else []:
+            head = by_name.get(label or plain)
+            if head is not None:
+                where = f"y_{split}" + (f":{label}" if label else "")
+                check_some_class(ys, head, where, data.task)
+                check_labels(detect(head, ys, data.task), head, ys, where)
+
+
+def check_label_names(data) -> None:
+    """Labels keyed per output (y:<output>) and --label-output must name the model's outputs."""
+    outputs = list(data.outputs)
+    keyed = [k for y in (data.y_train, data.y_test) if isinstance(y, dict) for k in y]
+    wrong = [k for k in dict.fromkeys(keyed) if outputs and k not in outputs]
+    signature_keys = [f"output_{i}" for i in range(len(outputs))]  # what a converted model calls them
+    if data.label_output is not None and outputs and data.label_output not in outputs + signature_keys:
+        wrong.insert(0, data.label_output)
+    if wrong:
+        raise DataError(
+            f"{wrong[0]!r} is not an output of the model (it has {', '.join(outputs)}).",
+            "Key labels as y:<output name> and pass --label-output with one of those names.",
+        )

@@ -100,3 +100,68 @@ def checked(model, where: str | None = None):
     per content, `read_model`)."""
     read_model(model, where)
     return model
+
+
+def signature_io(parsed) -> tuple[tuple, tuple[str, ...]]:
+    """((name, shape, dtype) per input, output names) of a parsed .tflite as the runtime lists them through its
+    signature (serving_default, else the first by key): by name, as the runtime sorts a signature's keys; the
+    main subgraph's tensors in graph order when it has none. A free dimension is -1 (its shape signature)."""
+    sg, ins, outs = signature_tensors(parsed)
+    inputs = tuple((name, _shape(sg.tensors[i]), _numpy_name(sg.tensors[i].dtype)) for name, i in ins)
+    return inputs, tuple(name for name, _ in outs)
+
+
+def signature_tensors(parsed) -> tuple[object, list[tuple[str, int]], list[tuple[str, int]]]:
+    """(the subgraph, [(name, tensor index)] per input, the same per output) as the runtime lists a model's
+    inputs and outputs: through its signature (serving_default, else the first by key) by name, or the main
+    subgraph's tensors in graph order when it has none."""
+    sigs = {s.key: s for s in parsed.signatures if s.key is not None}
+    key = "serving_default" if "serving_default" in sigs else min(sigs, default=None)
+    if key is None:
+        sg = parsed.main
+        return sg, [(sg.tensors[i].name, i) for i in sg.inputs], [(sg.tensors[i].name, i) for i in sg.outputs]
+    sig = sigs[key]
+    return parsed.subgraphs[sig.subgraph], sorted(sig.inputs or ()), sorted(sig.outputs or ())
+
+
+def _shape(t) -> tuple[int, ...]:
+    return tuple(int(d) for d in (t.shape_signature if t.shape_signature is not None else t.shape))
+
+
+def _numpy_name(dtype: str) -> str:
+    """A tensor type as numpy names it (what the runtime hands out: a string tensor is an object array)."""
+    return {"string": "object"}.get(dtype, dtype)
+
+
+def signature_outputs(parsed) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, final activation) per output of a parsed .tflite, in the order the runtime lists them: the
+    activation is the op that writes it, seen through a DEQUANTIZE or QUANTIZE ("softmax", "sigmoid", else
+    "linear")."""
+    sg, _, outputs = signature_tensors(parsed)
+    producer = {o: op for op in sg.ops for o in op.outputs if o >= 0}
+    out = []
+    for name, index in outputs:
+        op = producer.get(index)
+        if op is not None and op.name in ("DEQUANTIZE", "QUANTIZE") and op.inputs:
+            op = producer.get(op.inputs[0], op)
+        act = {"SOFTMAX": "softmax", "LOGISTIC": "sigmoid"}.get(op.name if op else "", "linear")
+        out.append((name, tuple(int(x) for x in sg.tensors[index].shape), act))
+    return out
+
+
+def not_float(content: bytes) -> str | None:
+    """Why a (normalised) .tflite is not a float model every scheme can start from, or None when it is."""
+    sg = read_model(content).main
+    for op in sg.ops:
+        if op.name == "DEQUANTIZE" and op.inputs and op.inputs[0] >= 0:
+            src = sg.tensors[op.inputs[0]]
+            if src.dtype == "float16" and not src.is_const:
+                return (
+                    f"a float16 tensor that is not a constant weight ({src.name or op.inputs[0]}) feeds DEQUANTIZE: "
+                    "the model computes in float16 at run time, so it is not a float32 model"
+                )
+    scaled = any(t.quant is not None and t.dtype != "float32" for t in sg.tensors)
+    if scaled or any(op.name in ("QUANTIZE", "DEQUANTIZE") for op in sg.ops):
+        kinds = sorted({t.dtype for t in sg.tensors} & {"int8", "uint8", "int16", "float16"})
+        return "it is already quantized" + (f" ({', '.join(kinds)} tensors)" if kinds else "")
+    return None

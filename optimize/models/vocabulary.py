@@ -4,7 +4,7 @@ bounds" on every sample says nothing about quantization).
 
     IdBound(input, size, layer)      the input's ids must lie in 0..size-1 (`layer`: the table, in the user's words)
     keras_bounds(config)             a Keras model's, from its stored config: each Embedding's input_dim
-    tflite_bounds(content)           a .tflite's: the first dimension of each GATHER / EMBEDDING_LOOKUP table
+    tflite_bounds(model)             a parsed .tflite's: the first dimension of each GATHER / EMBEDDING_LOOKUP table
     trace_input(start, step, ...)    the walk from an embedding's index back to a model input, shared with the
                                      torch and ONNX readers (`optimize.convert.vocabulary`)
 
@@ -205,11 +205,9 @@ def _wrapped(sg, op) -> int | None:
     return ids if add is not None and add.name == "ADD" and ids in add.inputs else None
 
 
-def tflite_bounds(content: bytes) -> list[IdBound]:
-    """The rows of each embedding table a model input indexes, by the input's signature name."""
-    from optimize.models.tflite import read_model
-
-    m = read_model(content)
+def tflite_bounds(m) -> list[IdBound]:
+    """The rows of each embedding table a model input indexes, by the input's signature name (`m`: the model
+    parsed, `tflite.read_model`)."""
     sg = m.main
     names = {i: sg.tensors[i].name for i in sg.inputs}
     sig = next((s for s in m.signatures if s.subgraph == 0 and s.inputs), None)

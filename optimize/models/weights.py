@@ -109,7 +109,7 @@ def keras_share(path: Path) -> float | None:
 
 def dense_share(src) -> float | None:
     """Share of the weights int4 would make 4-bit, for a ModelSource (None: not known before conversion)."""
-    if src.torch and src.content is not None:  # a PyTorch or ONNX model's float .tflite
+    if src.converted and src.content is not None:  # a model's float .tflite, converted at the door
         return tflite_share(src.content)
     if src.kind == "tflite":
         return tflite_share(src.path.read_bytes())

@@ -83,3 +83,13 @@ _FIXED = re.compile(r"input \S+ \[[^\]]*\] fixed to \[[^\]]*\]")
 
 def _few_star(fid) -> str:
     return "*" if fid.few_samples else ""
+
+
+def samples_of(c: Candidate) -> int | None:
+    """The number of test samples a candidate's quality figure stands on (its accuracy's, else its fidelity's)."""
+    m = c.metrics
+    if m is None:
+        return None
+    if m.accuracy is not None:
+        return m.accuracy.samples
+    return m.fidelity.samples if m.fidelity is not None else None

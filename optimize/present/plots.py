@@ -18,7 +18,6 @@ AXES = {
 }
 FIGSIZE = (6.4, 4.2)  # inches
 FONT = 8  # label font size, points
-_MARKS = "Orange: the Pareto front; red star: the chosen candidate; candidates at the same point share one label."
 
 
 def _points_of_accuracy(c) -> float | None:
@@ -44,17 +43,35 @@ def quality(study: Study):
     return f"Output error vs {study.baseline} (% of its range; up is better)", error
 
 
-def captions(study: Study) -> dict[str, str]:
-    """The one caption of each plot (the figure itself carries no title), for report.md and report.html."""
+def _marks(study: Study, rec) -> str:
+    """What the plots mark, as drawn (`report.make_plots`): the Pareto front in orange where it has a point, and a
+    red star only where a recommendation's choice is drawn."""
+    from optimize.decide.choose import pareto_front
+
+    drawn = {n for n, _, _ in _points(study, "size")}
+    chosen = rec.chosen if rec is not None else None
+    front = set(rec.pareto if rec is not None else pareto_front(study.candidates)) - {chosen}
+    said = ["orange: the Pareto front"] if front & drawn else []
+    if chosen in drawn:
+        said.append(f"red star: {chosen}, the choice for {rec.target}")
+    said.append("candidates at the same point share one label.")
+    text = "; ".join(said)
+    return text[0].upper() + text[1:]
+
+
+def captions(study: Study, rec=None) -> dict[str, str]:
+    """The one caption of each plot (the figure itself carries no title), for report.md and report.html: it says
+    what is drawn (a red star only when a recommendation `rec` is marked: `report --target`)."""
     what = (
         "its accuracy change from the baseline, in points"
         if labelled(study.candidates)
         else "its worst output's mean |difference| from the float32 baseline, in % of that output's range "
         "(no labels; the axis points down so that better is up)"
     )
+    marks = _marks(study, rec)
     return {
-        "size_vs_accuracy": f"Size vs accuracy: each candidate's raw .tflite size against {what}. {_MARKS}",
-        "latency_vs_accuracy": f"Latency vs accuracy: host-CPU p50 latency against {what}. {_MARKS}",
+        "size_vs_accuracy": f"Size vs accuracy: each candidate's raw .tflite size against {what}. {marks}",
+        "latency_vs_accuracy": f"Latency vs accuracy: host-CPU p50 latency against {what}. {marks}",
     }
 
 

@@ -13,7 +13,10 @@ from pathlib import Path
 
 from optimize.core.results import PHASES, Candidate, DelegateReport, Study, write_atomic
 from optimize.core.vocab import Delegate
+from optimize.decide import retrained
 from optimize.decide.choose import Recommendation, pareto_front
+from optimize.decide.explain import measured_on
+from optimize.decide.retrained import MARK
 from optimize.delegates.observe import OBSERVED
 from optimize.present.lines import conversion_line, fmt_bytes, island_cost, island_groups
 
@@ -78,7 +81,7 @@ def _rows(study: Study, rec: Recommendation | None) -> list[tuple[str, ...]]:
         scheme = c.scheme if c.io == "float" else f"{c.scheme} ({c.io} I/O)"
         rows.append(
             (
-                c.name,
+                c.name + (MARK if c.retrained else ""),
                 scheme,
                 c.backend or "",
                 fmt_bytes(size.bytes) if size else "",
@@ -114,8 +117,14 @@ def _cell_text(r: DelegateReport) -> str:
 
 
 def _reasons(r: DelegateReport) -> list[str]:
-    """Why nodes stay on the CPU: the veto, each CPU node with its reason, then the hints."""
+    """Why nodes stay on the CPU: the veto, or the node that blocks (`delegates.blocking`), each CPU node with
+    its reason, then the hints."""
+    from optimize.delegates.blocking import blocker, words
+
     out = [f"vetoed: {r.vetoed}"] if r.vetoed else []
+    node = None if r.vetoed else blocker(r)
+    if node is not None and node is not r.cpu_nodes[0]:  # the first listed is only a consequence of it
+        out.append(words(r))
     out += [f"#{n.index} {n.op} v{n.version}: {n.reason}" for n in r.cpu_nodes]
     out += [f"hint: {h}" for h in r.hints]
     return out
@@ -131,6 +140,8 @@ def _md(text: str) -> str:
 def _md_candidates(study: Study, rec: Recommendation | None) -> list[str]:
     lines = ["## Candidates", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(_md(x) for x in row) + " |" for row in _rows(study, rec)]
+    for said in (measured_on(study.candidates), retrained.legend(study.candidates)):
+        lines += ["", _md(said)] if said else []
     return lines + (["", "The study has no candidates."] if not study.candidates else [])
 
 
@@ -173,6 +184,7 @@ def _md_answer(rec: Recommendation) -> list[str]:
 
 def _md_recommendation(rec: Recommendation) -> list[str]:
     lines = [f"## Recommendation for {rec.target}", "", *_md_answer(rec)]
+    lines += [x for said in (rec.retrained, rec.measured_on) if said for x in ("", _md(said))]
     lines += ["", "Decision path (rule of thumb):", ""]
     lines += [f"{i}. {_md(q.question)} {_md(q.answer)} → {_md(q.decided)}" for i, q in enumerate(rec.advice.path, 1)]
     if rec.chosen_recipe_toml:
@@ -184,6 +196,61 @@ def _md_recommendation(rec: Recommendation) -> list[str]:
     if rec.facts:
         lines += ["", "Good to know:", ""] + [f"- {_md(f)}" for f in rec.facts]
     return lines
+
+
+def ship_rows(study: Study) -> tuple[str, list[tuple[str, str]], list[str]]:
+    """Per common target, the file to ship (what `sweep` ends with): shown whether or not --target was given."""
+    from optimize.present.report_text import ship_summary
+
+    within, answers, warnings = ship_summary(study, None)
+    return within, [(str(t), a) for t, a in answers], warnings
+
+
+def _md_ship(study: Study) -> list[str]:
+    within, answers, warnings = ship_rows(study)
+    lines = ["## What to ship", "", f"The smallest file each target runs fully, {_md(within)}; `--target` marks", ""]
+    lines[-2] += " one target's choice here, and `optimize recommend` says why."
+    lines += ["| Target | File |", "|---|---|", *(f"| {t} | {_md(a)} |" for t, a in answers)]
+    return lines + ([""] + [f"- WARNING: {_md(w)}" for w in warnings] if warnings else [])
+
+
+def contract_rows(study: Study) -> list[dict]:
+    """Per working candidate, how to feed its file and read its answers, and its TFLite metadata (read from it)."""
+    from optimize.models.contract import feed_line
+
+    return [
+        {
+            "name": c.name,
+            "inputs": [feed_line(t) for t in c.contract.inputs],
+            "outputs": [feed_line(t) for t in c.contract.outputs],
+            "metadata": c.contract.metadata or "none",
+        }
+        for c in study.candidates
+        if c.ok and c.contract is not None
+    ]
+
+
+def _md_contracts(rows: list[dict]) -> list[str]:
+    lines = ["## How to feed each file", "", CONTRACT_NOTE, ""]
+    lines += ["| Candidate | Inputs | Outputs | TFLite metadata |", "|---|---|---|---|"]
+    for r in rows:
+        ins, outs = "<br>".join(_md(x) for x in r["inputs"]), "<br>".join(_md(x) for x in r["outputs"])
+        lines.append(f"| {_md(r['name'])} | {ins} | {outs} | {_md(r['metadata'])} |")
+    return lines
+
+
+def _md_shipping(study: Study) -> list[list[str]]:
+    """What to ship per target, and how to feed each file (when the study has what they need)."""
+    out = [_md_ship(study)] if any(c.ok for c in study.candidates) else []
+    rows = contract_rows(study)
+    return out + ([_md_contracts(rows)] if rows else [])
+
+
+CONTRACT_NOTE = (
+    "Read from each file: an integer tensor is fed q = round(x / scale) + zero point and read back as "
+    "x = (q - zero point) * scale; the float range is what scale and zero point represent, or for a float "
+    "input the range of the data it was measured on."
+)
 
 
 def conversion_rows(c) -> list[tuple[str, str, str, str]]:
@@ -287,6 +354,44 @@ def _html_islands(study: Study) -> list[dict]:
     ]
 
 
+def _md_per_candidate(study: Study) -> list[list[str]]:
+    """The sections a study has only when its candidates did such work: the graph fitted to its targets, the
+    accuracy rescue's steps, the float islands, output contracts that changed."""
+    out = []
+    if any(c.ok and c.fit is not None and c.fit.kept for c in study.candidates):
+        out.append(_md_fit(study))
+    if any(c.rescue for c in study.candidates):
+        out.append(_md_rescue(study))
+    if any(c.ok and c.islands for c in study.candidates):
+        out.append(_md_islands(study))
+    if any(c.ok and c.output_contract for c in study.candidates):
+        out.append(_md_changed_outputs(study))
+    return out
+
+
+def _md_changed_outputs(study: Study) -> list[str]:
+    """The candidates whose outputs differ from float32's by design, and how to read them as before."""
+    lines = ["## Output contracts that changed", "", "| Candidate | Output | What changed |", "|---|---|---|"]
+    for c in study.candidates:
+        if c.ok and c.output_contract is not None:
+            k = c.output_contract
+            lines.append(f"| {_md(c.name)} | {_md(k.output)} | {_md(k.words)} |")
+    return lines
+
+
+def _md_fit(study: Study) -> list[str]:
+    """Which rewrite of the float graph bought which target, each with how far the outputs moved (issue 45)."""
+    fitted = [c for c in study.candidates if c.ok and c.fit is not None and c.fit.kept]
+    rec = next((c.fit for c in fitted if c.name == "fit-float32"), fitted[0].fit)
+    lines = ["## The graph fitted to its targets", "", f"Made from it: {', '.join(_md(c.name) for c in fitted)}."]
+    lines += ["", f"Targets it bought: {_md(', '.join(rec.bought) or 'none')}.", ""]
+    lines += [r"| Rewrite | Node | For | Max \|diff\| (of range) | What it did |", "|---|---|---|---|---|"]
+    for s in rec.kept:
+        moved = "-" if s.max_abs_diff is None else f"{s.max_abs_diff:.1e} ({(s.relative_diff or 0):.1e})"
+        lines.append(f"| {_md(s.rewrite)} | {_md(s.node)} | {_md(', '.join(s.targets))} | {moved} | {_md(s.detail)} |")
+    return lines
+
+
 def render_markdown(study: Study, rec: Recommendation | None = None, images: dict[str, str] | None = None) -> str:
     """The report as Markdown. `images` maps plot keys to relative file paths (write_report writes them).
     Everything that comes from a study is escaped (names, reasons, facts)."""
@@ -295,17 +400,15 @@ def render_markdown(study: Study, rec: Recommendation | None = None, images: dic
     if study.conversion is not None:
         sections.append(_md_conversion(study.conversion))
     sections.append(_md_candidates(study, rec))
+    sections += _md_shipping(study)
     if images:
         from optimize.present.plots import captions
 
-        said = captions(study)
+        said = captions(study, rec)
         figures = [f"![{PLOT_TITLES.get(k, k)}]({_md(v)})\n\n_{_md(said.get(k, k))}_" for k, v in images.items()]
         sections.append(["## Plots", "", "\n\n".join(figures)])
     sections.append(_md_matrix(study))
-    if any(c.rescue for c in study.candidates):
-        sections.append(_md_rescue(study))
-    if any(c.ok and c.islands for c in study.candidates):
-        sections.append(_md_islands(study))
+    sections += _md_per_candidate(study)
     if rec is not None:
         sections.append(_md_recommendation(rec))
     if phase_table(study)[1]:
@@ -390,10 +493,10 @@ def _html_rows(study: Study, rec: Recommendation | None) -> list[dict]:
     ]
 
 
-def _captions(study: Study) -> dict[str, str]:
+def _captions(study: Study, rec: Recommendation | None) -> dict[str, str]:
     from optimize.present.plots import captions
 
-    return captions(study)
+    return captions(study, rec)
 
 
 def _unplotted(study: Study) -> list[str]:
@@ -426,12 +529,17 @@ def render_html(study: Study, rec: Recommendation | None = None, plots: dict[str
         study=study,
         rec=rec,
         css=Markup(CSS),
-        host_note=HOST_NOTE,
+        host_note=" ".join(
+            x for x in (HOST_NOTE, measured_on(study.candidates), retrained.legend(study.candidates)) if x
+        ),
         goals=_goals_text(rec),
         headers=HEADERS,
         rows=_html_rows(study, rec),
         plots={k: Markup(v) for k, v in plots.items()},  # our own SVG, made by matplotlib from escaped text
-        plot_titles=_captions(study),
+        plot_titles=_captions(study, rec),
+        ship=ship_rows(study) if any(c.ok for c in study.candidates) else None,
+        contracts=contract_rows(study),
+        contract_note=CONTRACT_NOTE,
         unplotted=_unplotted(study),
         debug=debug,
         rescued=[c for c in study.candidates if c.rescue],

@@ -10,10 +10,16 @@ from pathlib import Path
 from optimize.core.results import FEW_SAMPLES, PHASES, Candidate, Metrics, Study, labelled
 from optimize.core.shown import clip
 from optimize.core.vocab import TARGET_DELEGATE, Delegate, Target
+from optimize.decide import retrained
 from optimize.decide.advice import describe
+from optimize.decide.explain import measured_on
 from optimize.decide.guard import has_labelled_goal, unlabelled_outputs
+from optimize.decide.retrained import MARK
+from optimize.decide.speed import SLOWER
 from optimize.delegates.observe import OBSERVED
-from optimize.present.lines import conversion_line, fmt_bytes, island_cost, island_groups
+from optimize.measure.noise import ratio
+from optimize.present.lines import conversion_line, fmt_bytes, island_cost, island_groups, samples_of
+from optimize.present.usage import contract_lines, integer_edges
 
 
 def esc(text: str) -> str:
@@ -202,7 +208,7 @@ def _kept(c: Candidate, base: _Base) -> str:
     f = c.metrics.fidelity
     det = f.detection if f is not None else None
     if det is not None and det.kept_fraction is not None:
-        return f"{det.kept_fraction * 100:.1f}%{_few(c)}"
+        return f"{det.kept_fraction * 100:.1f}%{_few(c) or ('*' if det.few else '')}"
     ious = [o.iou for o in f.outputs if o.iou is not None] if f is not None else []
     return f"{min(ious) * 100:.1f}%{_few(c)}" if ious else "-"
 
@@ -270,7 +276,7 @@ def table_columns(cands: list[Candidate], every: bool = False) -> list[_Col]:
     deciding = fidelity == 0 and has["classes"]  # agreement judges some output: it keeps its column
     gzip = (1 if deciding else 0) if has["sparse"] else 5
     cols = [
-        _Col("candidate", lambda c, b: esc(c.name), 0),
+        _Col("candidate", lambda c, b: esc(c.name) + (MARK if c.retrained else ""), 0),
         _Col("size", lambda c, b: _kb(c.metrics.size.bytes), 0),
         _Col("x", _size_x, 3, "size x"),
         _Col("gzip", lambda c, b: _kb(c.metrics.size.gzip_bytes), gzip),
@@ -281,13 +287,28 @@ def table_columns(cands: list[Candidate], every: bool = False) -> list[_Col]:
     cols += [_Col("rel err", _rel_err, fidelity)] + ([_Col("agree", _agree, fidelity)] if has["classes"] else [])
     cols += _task_columns(found)
     cols += [_Col("float", _float_ops, 4, "float ops")] if has["islands"] else []
-    cols += [
-        _Col("p50 ms", lambda c, b: "-" if c.p50_ms is None else f"{c.p50_ms:.3f}", 0),
-        _Col("x", lambda c, b: _ratio(c.p50_ms, b.p50), 6, "p50 x"),
-    ]
+    cols += _latency_columns()
     if has["memory"]:
         cols.append(_Col("mem", lambda c, b: _kb(c.metrics.memory.peak_rss_bytes) if c.metrics.memory else "-", 3))
     return cols
+
+
+def _latency_columns() -> list[_Col]:
+    """Host-CPU p50, its spread (dropped before accuracy when the terminal is narrow: the legend says its
+    range), and its ratio to float32's."""
+    return [
+        _Col("p50 ms", lambda c, b: "-" if c.p50_ms is None else f"{c.p50_ms:.3f}", 0),
+        _Col("±", _spread, 3, "p50 ±"),
+        _Col("x", lambda c, b: _ratio(c.p50_ms, b.p50), 6, "p50 x"),
+    ]
+
+
+def _spread(c: Candidate, base: _Base) -> str:
+    """The host-CPU p50's spread: `4%`, the half-width of its ~95% interval over the rounds (the legend says
+    the range when the column has no room)."""
+    lat = c.metrics.latency
+    spread = lat.spread if lat is not None else None
+    return "-" if spread is None else f"{spread * 100:.0f}%"
 
 
 def _task_columns(found: dict[str, bool]) -> list[_Col]:
@@ -422,24 +443,53 @@ def next_steps(study: Study, folder: Path | None) -> list[str]:
     """What to do after a sweep, as plain lines: the commands that go further, then the file to ship for
     every common target (the smallest candidate it runs fully, within the default guard), or what keeps
     each candidate off it; then the guard's warnings (lines that start with WARNING)."""
-    from optimize.decide.choose import recommend
-
     where = str(Path(folder) / "study.json") if folder else "study.json"
     # files by their path while it is short enough to copy from the line, else by name, the folder said once
     by_name = folder is not None and len(str(folder)) > SHORT_FOLDER
-    ship, warnings, guard = [], [], None
-    for target in SHIP_TARGETS:
-        rec = recommend(study, target, folder=folder)
-        guard = guard or rec.guard
-        ship.append(f"  {target:8} {_ship(study, target, rec, None if by_name else folder)}")
-        warnings += [w for w in rec.warnings if w not in warnings]
-    within = f"within the default guard ({guard}; no accuracy goal given)" if guard else "no accuracy goal given"
+    within, answers, warnings = ship_summary(study, None if by_name else folder, folder)
+    speed = (
+        "the cpu's no slower than float32, the others on size and quality (host-CPU latency predicts no accelerator)"
+    )
     return [
         f"Next: optimize recommend {where} --target T   (why, and what else)",
         f"      optimize report {where}   (report.md, report.html, plots)",
-        f"What to ship{f' (in {folder})' if by_name else ''}: the smallest file each target runs fully, {within}:",
-        *ship,
+        f"What to ship{f' (in {folder})' if by_name else ''}: the smallest file each target runs fully, {within}; "
+        f"{speed}:",
+        *(f"  {target:8} {answer}" for target, answer in answers),
+        *fit_lines(study),
         *(f"WARNING: {w}" for w in warnings),
+    ]
+
+
+def ship_summary(study: Study, shown: Path | None, folder: Path | None = None):
+    """What `sweep` ends with and `report` shows: (the guard in words, [(target, the file to ship and why, or
+    what keeps every candidate off it)], the guard's warnings). `shown`: the folder the files are named in."""
+    from optimize.decide.choose import recommend
+
+    answers, warnings, guard = [], [], None
+    for target in SHIP_TARGETS:
+        rec = recommend(study, target, folder=folder)
+        guard = guard or rec.guard
+        answers.append((target, _ship(study, target, rec, shown)))
+        warnings += [w for w in rec.warnings if w not in warnings]
+    within = f"within the default guard ({guard}; no accuracy goal given)" if guard else "no accuracy goal given"
+    return within, answers, warnings
+
+
+def fit_lines(study: Study) -> list[str]:
+    """Which rewrite of the float graph bought which target (`fit-*` candidates), and how far the outputs
+    moved: one line, or none when the sweep fitted nothing."""
+    fitted = [c for c in study.candidates if c.ok and c.fit is not None and c.fit.bought]
+    if not fitted:
+        return []
+    rec = next((c.fit for c in fitted if c.name == "fit-float32"), fitted[0].fit)
+    per = [f"{t} by {', '.join(f'{s.rewrite} ({s.node})' for s in rec.kept if t in s.targets)}" for t in rec.bought]
+    worst = max((s.max_abs_diff or 0.0 for s in rec.kept), default=0.0)
+    moved = "bit for bit" if worst == 0 else f"max |diff| {worst:.1e}"
+    named = f"; named option {', '.join(rec.options)}: the model's inputs change" if rec.options else ""
+    return [
+        f"  fitted   {'; '.join(per)}: the fit-* files, from the float graph rewritten for it "
+        f"(outputs as float32's, {moved}, on {rec.samples} samples{named})"
     ]
 
 
@@ -450,30 +500,72 @@ def _ship(study: Study, target: Target, rec, folder: Path | None) -> str:
         keep = rec.keep_float32 if folder is not None else Path(rec.keep_float32).name
         return f"{keep} (keep the float32 file: nothing smaller passes)"
     if rec.chosen:
-        c = study.candidate(rec.chosen)
-        base = next((b for b in study.candidates if b.name == study.baseline), None)
-        path = Path(folder) / c.artifact if folder and c.artifact else Path(c.artifact or f"{c.name}.tflite")
-        b = _Base.of(base)
-        ratio = f"{_ratio(c.metrics.size.bytes, b.size.bytes if b.size else None)}x float32's size"
-        has_labels = c.metrics.accuracy is not None
-        quality = f"Δ {_delta(c, b)}" if has_labels else f"rel err {_rel_err(c, b)}"
-        return f"{path} ({c.name}: {ratio}, {quality})"
+        return _chosen(study, rec, target, folder)
     if rec.guard and rec.warnings:
         return "none passes the default guard (see WARNING below)"
     return f"nothing runs fully on {target}: {_blocker(study, target, rec)}"
 
 
+def _chosen(study: Study, rec, target: Target, folder: Path | None) -> str:
+    """The file to ship and why in a few words: its size, its quality (a detector's detections kept) on how many
+    samples, the retrained mark, the CPU tail the target leaves, an output contract that changed, what size cost in
+    speed, and for an integer-I/O pick the scale and zero point its caller quantizes with."""
+    c = study.candidate(rec.chosen)
+    base = next((b for b in study.candidates if b.name == study.baseline), None)
+    path = Path(folder) / c.artifact if folder and c.artifact else Path(c.artifact or f"{c.name}.tflite")
+    b = _Base.of(base)
+    ratio = f"{_ratio(c.metrics.size.bytes, b.size.bytes if b.size else None)}x float32's size"
+    n = samples_of(c)
+    quality = _quality(c, b) + (f" on {n:,}" if n is not None else "")
+    mark = MARK if c.retrained else ""
+    report = c.delegates.get(TARGET_DELEGATE.get(target) or "")
+    tail = f"; {', '.join(report.cpu_tail)} on the CPU" if report is not None and report.runs_with_tail else ""
+    contract = f"; NOTE {c.output_contract.words}" if c.output_contract is not None else ""
+    feed = integer_edges(c)
+    line = f"{path} ({c.name}{mark}: {ratio}, {quality}{tail}{contract}){_speed_note(study, rec)}"
+    return line + (f"; {feed}" if feed else "")
+
+
+def _quality(c: Candidate, b: _Base) -> str:
+    """A pick's quality in a few words: Δ with labels, else a detector's detections kept, else the output error."""
+    if c.metrics.accuracy is not None:
+        return f"Δ {_delta(c, b)}"
+    det = c.metrics.fidelity.detection if c.metrics.fidelity is not None else None
+    if det is not None and det.kept_fraction is not None:
+        return f"{det.kept_fraction * 100:.1f}% of detections kept{'*' if det.few else ''}"
+    return f"rel err {_rel_err(c, b)}"
+
+
+def _speed_note(study: Study, rec) -> str:
+    """`; dynamic is smaller but 1.79x float32's p50`: what size would have cost in speed on the cpu target."""
+    chosen = study.candidate(rec.chosen)
+    slow = [study.candidate(r.candidate) for r in rec.rejected if r.reason.startswith(SLOWER)]
+    smaller = [c for c in slow if c.metrics.size.bytes < chosen.metrics.size.bytes]
+    base = study.float_reference
+    if not smaller or base is None:
+        return ""
+    c = min(smaller, key=lambda c: c.metrics.size.bytes)
+    r = ratio(c, base)
+    return f"; {c.name} is smaller but {r[0]:.2f}x float32's p50" if r else ""
+
+
 def _blocker(study: Study, target: Target, rec) -> str:
-    """Why no candidate runs fully on the target: for a delegate's target, the candidate it takes most of
-    and the first node it leaves on the CPU (or its veto); else the first rejection."""
+    """Why no candidate runs fully on the target: for a delegate's target, the candidate it would run most of
+    (a build failure counts what the delegate accepted) and the node that blocks it, a dropped partition
+    named only as that node's consequence (`delegates.blocking`); else the first rejection."""
+    from optimize.decide.choose import fitted_elsewhere
+    from optimize.delegates import blocking
+
     reasons = {r.candidate: r.reason for r in rec.rejected}
     delegate = TARGET_DELEGATE.get(target)
+    fitted = {c.name for c in study.candidates if fitted_elsewhere(c, target)}
     reports = [(c, c.delegates[delegate]) for c in study.candidates if c.ok and delegate in c.delegates]
+    reports = [(c, r) for c, r in reports if c.name not in fitted]
     if reports:
-        c, r = max(reports, key=lambda cr: cr[1].nodes_delegated / max(cr[1].nodes_total, 1))
+        c, r = max(reports, key=lambda cr: blocking.closeness(cr[1]))
         if r.verdict != "full" or c.name not in reasons:
-            first = r.vetoed or (f"{r.cpu_nodes[0].op}: {r.cpu_nodes[0].reason}" if r.cpu_nodes else r.verdict)
-            return f"{c.name} comes closest ({r.nodes_delegated}/{r.nodes_total} nodes); {first}"
+            took = "accepted" if r.veto_code == blocking.BUILD_FAILURE else "nodes"
+            return f"{c.name} comes closest ({blocking.accepted(r)}/{r.nodes_total} {took}); {blocking.words(r)}"
         return f"{c.name}: {reasons[c.name]}"
     if rec.rejected:
         return f"{rec.rejected[0].candidate}: {rec.rejected[0].reason}"
@@ -482,7 +574,8 @@ def _blocker(study: Study, target: Target, rec) -> str:
 
 def legend(cands: list[Candidate], baseline: Candidate | None) -> list[str]:
     """What the table's columns mean, in plain words (nothing in the table depends on colour)."""
-    lines = [_latency_legend(cands, baseline), _fidelity_legend(cands), _thin_legend(cands)]
+    lines = [measured_on(cands), retrained.legend(cands), _latency_legend(cands, baseline), _fidelity_legend(cands)]
+    lines += [_samples_legend(cands), _thin_legend(cands)]
     if any(c.ok and c.islands for c in cands):
         lines.append("float = ops computing on float tensors, of all ops (float islands: each listed below, with why).")
     if any(c.delegates for c in cands):
@@ -513,13 +606,46 @@ def _thin_legend(cands: list[Candidate]) -> str:
 def _latency_legend(cands: list[Candidate], baseline: Candidate | None) -> str:
     lat = baseline.metrics.latency if baseline is not None and baseline.ok else None
     if lat is not None:
+        rounds = f" in {lat.rounds} rounds" if lat.rounds else ""
         return (
-            f"Latency: {lat.runtime}, {lat.threads} threads, p50 of {lat.runs} runs after {lat.warmup_runs} "
-            f"warm-up. x = the figure to its left over {baseline.name}'s."
+            f"Latency: {lat.runtime}, {lat.threads} threads, p50 of {lat.runs} runs{rounds} after {lat.warmup_runs} "
+            f"warm-up{_spread_words(cands)}. x = the figure to its left over {baseline.name}'s." + _cached_legend(cands)
         )
     if any(c.ok and c.composition for c in cands):
         return "w x = the weights' bytes over the same weights in float32 (0.25: a quarter)."
     return ""
+
+
+def _spread_words(cands: list[Candidate]) -> str:
+    """`, ± = the half-width of each p50's ~95% interval: 1%-15%, int16x8 319% (timed in 3 rounds)`: the spread
+    of every latency, said in the legend whether or not the ± column has room; one far wider than the rest is
+    named."""
+    timed = sorted(
+        ((c, c.metrics.latency.spread) for c in cands if c.ok and c.metrics.latency is not None),
+        key=lambda cs: cs[1] if cs[1] is not None else -1.0,
+    )
+    timed = [(c, v) for c, v in timed if v is not None]
+    if not timed:
+        return ""
+    pct = [round(v * 100) for _, v in timed]
+    alone = ""
+    if len(timed) > 2 and pct[-1] > 2 * max(pct[-2], 1):
+        c = timed[-1][0]
+        rounds = f" (timed in {c.metrics.latency.rounds} rounds)" if c.metrics.latency.rounds else ""
+        alone, pct = f", {c.name} {pct[-1]}%{rounds}", pct[:-1]
+    span = f"{pct[0]}%" if pct[0] == pct[-1] else f"{pct[0]}%-{pct[-1]}%"
+    return f", ± = the half-width of each p50's ~95% interval: {span}{alone}"
+
+
+def _cached_legend(cands: list[Candidate]) -> str:
+    """Latencies replayed from the cache are said to be so, with when they were timed: never shown as fresh."""
+    cached = [c for c in cands if c.ok and c.cached and c.metrics.latency is not None]
+    if not cached:
+        return ""
+    when = sorted({c.metrics.latency.timed[:16].replace("T", " ") for c in cached if c.metrics.latency.timed})
+    at = f" (timed {when[0]}{' to ' + when[-1] if len(when) > 1 else ''} UTC)" if when else ""
+    every = "every candidate" if len(cached) == sum(c.ok for c in cands) else f"{len(cached)} cached candidate(s)"
+    return f" The p50 of {every} comes from the cache: the run that made it{at}, not re-timed (--no-cache)."
 
 
 def _fidelity_legend(cands: list[Candidate]) -> str:
@@ -548,10 +674,41 @@ def _kept_words(fid: list) -> str:
     det = next((f.detection for f in fid if f.detection is not None), None)
     if det is None:
         return ""
+    few = (
+        "; * = float32 made fewer than 20 detections: a rough figure"
+        if any(f.detection is not None and f.detection.few for f in fid)
+        else ""
+    )
     return (
         f", kept = float32's detections kept (score >= {det.score_threshold:g}, same class, IoU >= "
-        f"{det.iou_threshold:g})"
+        f"{det.iou_threshold:g}{few})"
     )
+
+
+def _samples_legend(cands: list[Candidate]) -> str:
+    """The worst samples' figure beside the pooled one: detections kept (or mask IoU) on the 5th-percentile
+    sample, per candidate (a pooled share can hide a frame that lost most of what it had)."""
+    shown = []
+    for c in cands:
+        f = c.metrics.fidelity if c.ok and c.metrics else None
+        if f is None or c.name == "float32":
+            continue
+        det = f.detection
+        low = (
+            det.sample_kept
+            if det is not None
+            else min((o.sample_iou for o in f.outputs if o.sample_iou is not None), default=None)
+        )
+        if low is not None:
+            shown.append(f"{c.name} {low * 100:.0f}%")
+    if not shown:
+        return ""
+    what = (
+        "detections kept"
+        if any(c.ok and c.metrics.fidelity and c.metrics.fidelity.detection for c in cands)
+        else "mask IoU"
+    )
+    return f"Worst samples (5th percentile of the per-sample {what}; --min-sample-kept bounds it): {', '.join(shown)}."
 
 
 def _sliced(fid: list) -> bool:
@@ -677,6 +834,10 @@ def print_candidates(
         _print_outcome(con, c)
         if c.skipped_layers:
             con.print(f"{esc(c.name)}: layers left as they were: {esc(', '.join(c.skipped_layers))}")
+        if c.ok and c.contract is not None:  # how to feed the file, read from it (issue 43)
+            con.print(f"{esc(c.name)}: how to feed it")
+            for line in contract_lines(c.contract):
+                _lines(con, line, hang=11)
         if c.artifact and folder:
             _wrote(con, f"Wrote {Path(folder) / c.artifact}")
 
@@ -691,26 +852,18 @@ def print_metrics(name: str, m: Metrics) -> None:
     say(f"  size      {m.size.bytes:,} bytes ({m.size.gzip_bytes:,} gzipped)")
     if m.accuracy:
         a = m.accuracy
+        on = _on(m, a.samples)
         if a.top1 is not None:
-            say(f"  accuracy  top-1 {_pct(a.top1)}, top-{a.k} {_pct(a.topk)} on {a.samples} samples")
+            say(f"  accuracy  top-1 {_pct(a.top1)}, top-{a.k} {_pct(a.topk)} on {on}")
         else:
-            say(f"  accuracy  MAE {a.mae:.5g} on {a.samples} samples")
+            say(f"  accuracy  MAE {a.mae:.5g} on {on}")
     if m.fidelity:
-        for o in m.fidelity.outputs:
-            rel = f", rel err {_pct(o.relative_error)}" if o.relative_error is not None else ""
-            agree = f", top-1 agreement {_pct(o.top1_agreement)}" if o.top1_agreement is not None else ""
-            agree += (
-                f", decisions at 0.5 agree {_pct(o.decision_agreement)}" if o.decision_agreement is not None else ""
-            )
-            say(
-                f"  fidelity  {o.name}: |diff| mean {o.mean_abs_diff:.4g}, std {o.std_abs_diff:.4g}, "
-                f"max {o.max_abs_diff:.4g}{rel}{agree} vs {m.fidelity.reference}"
-            )
-            for sl in o.slices:  # an output of several scales: each part over its own range
-                con.print(f"            {esc(sl.name)} (range {sl.range:.4g}): rel err {_pct(sl.relative_error)}")
+        _print_fidelity(con, say, m)
         _print_task(con, m)
         if m.fidelity.top1_agreement is not None and not any(o.top1_agreement is not None for o in m.fidelity.outputs):
             say(f"            top-1 agreement {_pct(m.fidelity.top1_agreement)}")
+        if m.accuracy is None:  # the samples the fidelity stands on (with labels, the accuracy line says them)
+            say(f"            on {_on(m, m.fidelity.samples)}")
     if m.latency:
         lt = m.latency
         say(
@@ -722,6 +875,32 @@ def print_metrics(name: str, m: Metrics) -> None:
         say(f"  memory    peak {_kb(m.memory.peak_rss_bytes)} ({m.memory.method})")
 
 
+def _print_fidelity(con, say, m: Metrics) -> None:
+    """Each output against the reference: |diff|, relative error (per slice where it has slices), agreement."""
+    for o in m.fidelity.outputs:
+        rel = f", rel err {_pct(o.relative_error)}" if o.relative_error is not None else ""
+        agree = f", top-1 agreement {_pct(o.top1_agreement)}" if o.top1_agreement is not None else ""
+        agree += f", decisions at 0.5 agree {_pct(o.decision_agreement)}" if o.decision_agreement is not None else ""
+        say(
+            f"  fidelity  {o.name}: |diff| mean {o.mean_abs_diff:.4g}, std {o.std_abs_diff:.4g}, "
+            f"max {o.max_abs_diff:.4g}{rel}{agree} vs {m.fidelity.reference}"
+        )
+        for sl in o.slices:  # an output of several scales: each part over its own range
+            con.print(f"            {esc(sl.name)} (range {sl.range:.4g}): rel err {_pct(sl.relative_error)}")
+
+
+def _on(m: Metrics, samples: int) -> str:
+    """`all 600 test samples`, or a sample of them (`TestSample.words`); an older record: `600 samples`."""
+    return m.test.words() if m.test is not None else f"{samples} samples"
+
+
+def print_contract(contract) -> None:
+    """How to feed a file and read its answers, and the TFLite metadata it carries (`optimize evaluate`)."""
+    con = _console()
+    for line in contract_lines(contract):
+        _lines(con, line, hang=11)
+
+
 def _print_task(con, m) -> None:
     """A detector's detections kept, and the figures as the GPU computes the candidate."""
     det = m.fidelity.detection
@@ -729,6 +908,7 @@ def _print_task(con, m) -> None:
         con.print(
             f"            detections kept {det.kept} of float32's {det.reference_detections} ({det.layout} head, "
             f"score >= {det.score_threshold:g}, IoU >= {det.iou_threshold:g}), {det.extra} extra"
+            + (f"; worst samples {det.sample_kept * 100:.0f}%" if det.sample_kept is not None else "")
         )
     gpu = m.on_target.gpu if m.on_target else None
     if gpu is not None and gpu.outputs:
@@ -842,7 +1022,7 @@ def _heading(rec) -> list[str]:
         if has_labelled_goal(rec.goals):
             unstated = "No goal for the outputs without labels given"
         lines.append(f"{unstated}: the default guard applies ({rec.guard}).")
-    return lines
+    return lines + [x for x in (rec.retrained, rec.measured_on) if x]
 
 
 def format_recommendation(rec, recipe: bool = False) -> str:

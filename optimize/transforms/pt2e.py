@@ -85,10 +85,10 @@ def pt2e(model: Path, params: PT2EParams, ctx: Context) -> Path:
     src = ctx.source
     if src is None or not getattr(src, "torch", False) or src.conversion is None:
         raise TechniqueFailed("pt2e quantizes a PyTorch or ONNX model's torch graph; this model is not one.")
-    from optimize.convert import pytorch
+    from optimize.convert import formats, torch_route
 
     rows = _samples(ctx, params)
-    named = pytorch.named_module(src)
+    named = torch_route.named_module(formats.source_of(src), src.conversion)
     t0 = time.perf_counter()
     content, graph_notes = _quantized(named, rows, params, src.path.name)
     content, fixes = _after(content)
@@ -138,10 +138,10 @@ def io_words(content: bytes) -> str:
 def _quantized(named, rows: list[dict], params: PT2EParams, name: str) -> bytes:
     import torch
 
-    from optimize.convert import pytorch
+    from optimize.convert import torch_export
     from optimize.core.errors import ModelError
 
-    with pytorch.quiet():  # importing torchao and litert-torch's quantizer talks (torchao's .so, absl, pytree)
+    with torch_export.quiet():  # importing torchao and litert-torch's quantizer talks (torchao's .so, absl, pytree)
         from litert_torch.quantize import pt2e_quantizer, quant_config
         from torchao.quantization.pt2e import quantize_pt2e
 
@@ -149,9 +149,9 @@ def _quantized(named, rows: list[dict], params: PT2EParams, name: str) -> bytes:
 
     plan_rows = [{k: torch.from_numpy(v.copy()) for k, v in r.items()} for r in rows]
     try:
-        ep = pytorch.export(named, plan_rows[0], name)
+        ep = torch_export.export(named, plan_rows[0], name)
         q = pt2e_quantizer.PT2EQuantizer().set_global(config)
-        with pytorch.quiet(), torch.no_grad():
+        with torch_export.quiet(), torch.no_grad():
             module = ep.module()
             floats = float_scalars(module)
             m = quantize_pt2e.prepare_pt2e(module, q)
@@ -159,7 +159,7 @@ def _quantized(named, rows: list[dict], params: PT2EParams, name: str) -> bytes:
                 m(**r)
             m = quantize_pt2e.convert_pt2e(m, fold_quantize=False)
             kept = integers_kept(m)
-        content = pytorch.to_tflite(m, plan_rows[0], name, quant_config=quant_config.QuantConfig(pt2e_quantizer=q))
+        content = torch_export.to_tflite(m, plan_rows[0], name, quant_config=quant_config.QuantConfig(pt2e_quantizer=q))
     except ModelError as e:
         raise TechniqueFailed(f"PT2E: {e.problem}") from None
     except Exception as e:  # noqa: BLE001 - torchao and the converter raise many types; each fails this candidate

@@ -28,9 +28,9 @@ from optimize.core.results import write_atomic
 from optimize.core.vocab import CALIBRATED_SCHEMES, IO, PTQ_SCHEMES, Backend, Scheme
 from optimize.models import runtime
 from optimize.models.data import take
-from optimize.models.normalize import not_float
 from optimize.models.source import FLAT_KINDS
 from optimize.models.spec import integer_io_note
+from optimize.models.tflite import not_float
 from optimize.transforms.tflite import calibrator, graphfix, islands, repair, tables
 from optimize.transforms.tflite.isolate import isolated
 from optimize.transforms.tflite.quantizer_setup import quiet as _quiet
@@ -380,7 +380,20 @@ def _prepared(content: bytes, params: QuantizeParams, ctx: Context, inputs: dict
                 f"quantize: input {', '.join(free[t] for t in pinned)} has free dimensions: calibrated at the data's "
                 f"shape {list(shapes[pinned[0]])} (the signature stays free)."
             )
-    work = _finite_masks(work, params, ctx)
+    work = _integer_forms(_finite_masks(work, params, ctx), ctx)
+    if params.io != IO.FLOAT and graphfix.shared_outputs(work):
+        work, n = graphfix.split_outputs(work)
+        if n:
+            ctx.notes.append(
+                f"quantize: {n} output(s) that the graph also reads inside given their own tensor (an identity "
+                "RESHAPE), so integer I/O quantizes them."
+            )
+    return work
+
+
+def _integer_forms(work: bytes, ctx: Context) -> bytes:
+    """Ops the int8 quantizers leave float rewritten to the same results by ops they quantize: EMBEDDING_LOOKUP
+    as GATHER (the table int8), NEG as MUL by -1."""
     work, lookups = tables.lookups_as_gather(work)
     if lookups:
         ctx.notes.append(
@@ -393,13 +406,6 @@ def _prepared(content: bytes, params: QuantizeParams, ctx: Context, inputs: dict
             f"quantize: {negs} NEG op(s) computed as MUL by -1 (the same float results), which the int8 quantizers "
             "make integer (NEG they leave float)."
         )
-    if params.io != IO.FLOAT and graphfix.shared_outputs(work):
-        work, n = graphfix.split_outputs(work)
-        if n:
-            ctx.notes.append(
-                f"quantize: {n} output(s) that the graph also reads inside given their own tensor (an identity "
-                "RESHAPE), so integer I/O quantizes them."
-            )
     return work
 
 
@@ -640,7 +646,7 @@ def _read_model(model: Path) -> bytes:
 
 def _inspect(content: bytes, model: Path) -> tuple[str | None, dict[str, dict]]:
     """The signature to calibrate and its input details; refuse models that are not float
-    (normalize.not_float, the same check a run makes up front)."""
+    (tflite.not_float, the same check a run makes up front)."""
 
     try:
         it = runtime.describe(content)

@@ -43,6 +43,7 @@ DEFAULT_DROP = 0.005  # classification: at most half a point of top-1
 DEFAULT_INCREASE = 0.10  # regression: error at most 1.10x float32
 DEFAULT_OUTPUT_ERROR = 0.01  # no labels: mean |diff| at most 1% of the output's range
 DEFAULT_DETECTIONS_KEPT = 0.95  # a detector: at most 5% of float32's detections lost
+DEFAULT_MASK_IOU = 0.9  # a segmenter: its masks' IoU with float32's (the default guard's)
 
 
 class SelectiveParams(SchemeParams):
@@ -60,6 +61,9 @@ class SelectiveParams(SchemeParams):
     )
     min_detections_kept: float | None = Field(
         None, ge=0, le=1, description="Budget for a detector: share of float32's detections kept (0.95)."
+    )
+    min_mask_iou: float | None = Field(
+        None, ge=0, le=1, description="Budget for a segmenter: its masks' IoU with float32's (0.9)."
     )
     up: Literal["auto", "float", "int16"] = Field(
         "auto", description="How an op moves up: kept float, int16 activations, or auto (whichever helps more)."
@@ -81,10 +85,17 @@ class SelectiveParams(SchemeParams):
     def _one_budget(self):
         if self.scheme != Scheme.INT8:
             raise ValueError(f"selective starts from int8, not {self.scheme}")
-        budgets = (self.max_accuracy_drop, self.max_error_increase, self.max_output_error, self.min_detections_kept)
+        budgets = (
+            self.max_accuracy_drop,
+            self.max_error_increase,
+            self.max_output_error,
+            self.min_detections_kept,
+            self.min_mask_iou,
+        )
         if len([b for b in budgets if b is not None]) > 1:
             raise ValueError(
-                "give one budget: max_accuracy_drop, max_error_increase, max_output_error or min_detections_kept"
+                "give one budget: max_accuracy_drop, max_error_increase, max_output_error, min_detections_kept or "
+                "min_mask_iou"
             )
         return self
 
@@ -93,7 +104,7 @@ class SelectiveParams(SchemeParams):
 class _Budget:
     """The metric a search drives down: the drop, the relative error increase or the output error."""
 
-    kind: Literal["drop", "increase", "output", "detections"]
+    kind: Literal["drop", "increase", "output", "detections", "masks"]
     limit: float
     xs: np.ndarray
     y: np.ndarray | None
@@ -106,6 +117,8 @@ class _Budget:
     layout: object = None  # a detector's head (measure.detection.Layout): the metric is detections lost
     cuts: dict = field(default_factory=dict)  # output index -> its slices (quantities of different scales)
     held_out: str = ""  # how the validation samples were kept from the calibration, in words
+    few: bool = False  # a detector's float32 makes too few detections on these samples to judge by
+    masks: list = field(default_factory=list)  # a segmenter's mask outputs, by index: the metric is their IoU
 
     def describe(self, value: float) -> str:
         if self.kind == "drop":
@@ -114,6 +127,8 @@ class _Budget:
             return f"error x{1 + value:.2f}"
         if self.kind == "detections":
             return f"{(1 - value) * 100:.1f}% of float32's detections kept"
+        if self.kind == "masks":
+            return f"mask IoU {(1 - value) * 100:.1f}% with float32's"
         return f"output error {value:.4f}"
 
     def meets(self, value: float) -> bool:
@@ -164,10 +179,11 @@ class Validation:
     words: str
 
 
-def held_out(ds, samples: int, eval_samples: int, seed: int) -> Validation:
+def held_out(ds, samples: int, eval_samples: int, seed: int, share: float = HOLD_OUT_SHARE) -> Validation:
     """Validation samples the calibration never saw. With a calibration split of its own, every training
     sample; else those the calibration does not draw (`ds.calibration_index(samples)`), or, where fewer than
-    MIN_HELD_OUT are left, a seeded share held out of it (at most half): the calibration then draws from the rest."""
+    MIN_HELD_OUT are left, a seeded `share` held out of it (at most half): the calibration then draws from the
+    rest."""
     from dataclasses import replace
 
     labelled = ds.x_train is not None and ds.y_train is not None
@@ -181,7 +197,7 @@ def held_out(ds, samples: int, eval_samples: int, seed: int) -> Validation:
         pick = np.sort(rng.choice(free, min(eval_samples, len(free)), replace=False))
         words = f"{len(pick)} held-out samples (calibration draws from the other {n - len(pick)})"
     elif n >= 2:
-        k = min(n // 2, max(MIN_HELD_OUT, int(np.ceil(n * HOLD_OUT_SHARE))))
+        k = min(n // 2, max(MIN_HELD_OUT, int(np.ceil(n * share))))
         pick = np.sort(rng.choice(n, min(k, eval_samples), replace=False))
         words = f"{len(pick)} samples held out of the calibration (it draws from the other {n - len(pick)})"
     else:
@@ -190,8 +206,12 @@ def held_out(ds, samples: int, eval_samples: int, seed: int) -> Validation:
     return Validation(name, pick, replace(ds, x_cal=take(ds.x_cal, rest)), words)
 
 
-def _budget(float_model: bytes, params: SelectiveParams, ctx: Context, where: Validation) -> _Budget:
-    """Validation data (held out of the calibration: `where`) and the metric the budget is about."""
+def _budget(
+    float_model: bytes, params: SelectiveParams, ctx: Context, where: Validation, judged_few: bool = False
+) -> _Budget:
+    """Validation data (held out of the calibration: `where`) and the metric the budget is about; `judged_few`:
+    these are the more samples drawn because float32 detected too little on the first ones, and a detector whose
+    float32 still detects too little is judged by its output error, said so."""
     from optimize.measure.metrics import label_index, source_names
     from optimize.models.tasks import heads
 
@@ -205,7 +225,7 @@ def _budget(float_model: bytes, params: SelectiveParams, ctx: Context, where: Va
     if not finite.all() and finite.any():  # samples the float model itself answers NaN/inf on measure nothing
         pick, xs = pick[finite], take(xs, np.flatnonzero(finite))
         reference = [r[finite] for r in reference]
-    unlabelled = _unlabelled_budget(float_model, runner, reference, xs, params, labelled, where, ds.task)
+    unlabelled = _unlabelled_budget(float_model, runner, reference, xs, params, labelled, where, ds.task, judged_few)
     if unlabelled is not None:
         return unlabelled
     i = label_index(ds, runner)
@@ -225,17 +245,56 @@ def _budget(float_model: bytes, params: SelectiveParams, ctx: Context, where: Va
     return budget
 
 
-def _unlabelled_budget(float_model, runner, reference, xs, params, labelled: bool, where, task) -> _Budget | None:
+def _unlabelled_budget(
+    float_model, runner, reference, xs, params, labelled: bool, where, task, judged_few: bool = False
+) -> _Budget | None:
     """A budget against float32: a detector's detections kept (its default without labels, or asked for), else
-    the output error (every slice of an output of several scales over its own range); None: the labels'."""
+    the output error (every slice of an output of several scales over its own range); None: the labels'. A
+    detector whose float32 makes fewer than FEW_DETECTIONS detections on the samples is a `few` budget; on the
+    more samples drawn for it (`judged_few`) its detections still judge, said to be a rough figure, unless float32
+    makes none there: then its output error judges, and the words say why (a scores slice mostly zero reads as
+    a small error while every detection is lost, so it is the last resort)."""
     layout, cuts = _detector(float_model, runner, reference, task)
+    words = where.words
+    masks = _mask_outputs(float_model, runner, reference, task)
+    if masks and layout is None and (params.min_mask_iou is not None or (not labelled and not params.max_output_error)):
+        limit = 1 - (params.min_mask_iou or DEFAULT_MASK_IOU)
+        return _Budget("masks", limit, xs, None, reference, 0.0, cuts=cuts, held_out=words, masks=masks)
     if layout is not None and params.max_output_error is None and (not labelled or params.min_detections_kept):
-        limit = 1 - (params.min_detections_kept or DEFAULT_DETECTIONS_KEPT)
-        return _Budget("detections", limit, xs, None, reference, 0.0, layout=layout, cuts=cuts, held_out=where.words)
+        found = _detections_budget(layout, cuts, reference, xs, params, words, judged_few)
+        if isinstance(found, _Budget):
+            return found
+        words = found
     if not labelled or params.max_output_error is not None:
         limit = params.max_output_error or DEFAULT_OUTPUT_ERROR
-        return _Budget("output", limit, xs, None, reference, 0.0, cuts=cuts, held_out=where.words)
+        return _Budget("output", limit, xs, None, reference, 0.0, cuts=cuts, held_out=words)
     return None
+
+
+def _detections_budget(layout, cuts, reference, xs, params, words: str, judged_few: bool) -> _Budget | str:
+    """A detector's budget on these samples, or (float32 makes no detection on the more samples drawn) the
+    words that say the output error judges instead."""
+    made = detection.compare(reference, reference, [str(i) for i in range(len(reference))], layout)
+    if made.reference_detections and judged_few and made.few:  # a rough count is still the count to judge by
+        words += f"; float32 makes only {made.reference_detections} detection(s) there: a rough figure"
+    if made.reference_detections or not judged_few:
+        limit = 1 - (params.min_detections_kept or DEFAULT_DETECTIONS_KEPT)
+        budget = _Budget("detections", limit, xs, None, reference, 0.0, layout=layout, cuts=cuts, held_out=words)
+        budget.few = made.few
+        return budget
+    return words + (
+        "; float32 makes no detection there, so detections kept cannot judge: the output error of its boxes and "
+        "scores does"
+    )
+
+
+def _mask_outputs(float_model: bytes, runner, reference: list[np.ndarray], task) -> list[int]:
+    """The outputs that are masks (a one-channel sigmoid map, or every map under --task segment): a segmenter's
+    search is judged by their IoU with float32's, as its guard is."""
+    from optimize.models.tasks import heads
+
+    hs = heads(float_model, runner)
+    return [i for i, h in enumerate(hs) if h.is_mask or (task == tasks.Task.SEGMENT and len(h.shape) >= 3)]
 
 
 def _detector(float_model: bytes, runner, reference: list[np.ndarray], task) -> tuple[object, dict]:
@@ -243,11 +302,7 @@ def _detector(float_model: bytes, runner, reference: list[np.ndarray], task) -> 
     of different scales (the head's boxes and scores): the search's error is the worst slice's."""
     from optimize.models.tasks import heads
 
-    shapes = [tuple(h.shape) for h in heads(float_model, runner)]
-    try:
-        layout = detection.recognise(shapes, reference, "" if task == tasks.Task.DETECT else None)
-    except DataError:
-        layout = None
+    layout = detection.head_of(reference, task, [h.role for h in heads(float_model, runner)])
     cuts = layout.slices([r.shape for r in reference]) if layout else {}
     for i, r in enumerate(reference):
         if i not in cuts and (found := slices.scale_slices(r)):
@@ -369,9 +424,12 @@ class _Search:
             proxy = max([proxy, *(e.relative_error for e in slices.slice_errors(outs[i], b.reference[i], cut))])
         if b.kind == "output":
             value = proxy
-        elif b.kind == "detections":
+        elif b.kind == "detections":  # float32 detecting nothing here judges nothing: never "everything kept"
             kept = detection.compare(outs, b.reference, [str(i) for i in range(len(outs))], b.layout).kept_fraction
-            value = 1.0 - (1.0 if kept is None else kept)
+            value = 1.0 - (0.0 if kept is None else kept)
+        elif b.kind == "masks":  # the worst mask output's IoU with float32's
+            ious = [tasks.segmentation_iou(outs[i], b.reference[i]) for i in b.masks]
+            value = 1.0 - min((v for v in ious if v is not None), default=1.0)
         elif b.kind == "drop":
             value = b.base - _score(b, outs)
         else:
@@ -490,6 +548,9 @@ def selective(model: Path, params: SelectiveParams, ctx: Context) -> Path:
     content = _read_model(Path(model))
     where = held_out(ctx.data, params.samples, params.eval_samples, params.seed)
     budget = _budget(content, params, ctx, where)
+    if budget.few:  # float32 detects too little on the held-out samples to judge by: hold out more (half)
+        where = held_out(ctx.data, params.samples, params.eval_samples, params.seed, share=0.5)
+        budget = _budget(content, params, ctx, where, judged_few=True)
     ctx = replace(ctx, data=where.calibration)  # calibration and the rescue's fitting never see the validation samples
     signature, inputs = _inspect(content, Path(model))
     qparams = QuantizeParams(

@@ -473,6 +473,11 @@ def _quality(c, base) -> str:
     if base.metrics.accuracy is not None and m.accuracy is not None:
         return f"{(m.accuracy.top1 - base.metrics.accuracy.top1) * 100:+.2f} pt"
     fid = m.fidelity
+    det = fid.detection if fid else None
+    if det is not None and det.kept_fraction is not None:
+        return f"{det.kept_fraction:.1%} of detections kept"
+    if fid and fid.top1_agreement is not None:
+        return f"top-1 agrees {fid.top1_agreement:.1%}"
     return f"err {fid.relative_error:.2%}" if fid and fid.relative_error is not None else "-"
 
 

@@ -24,19 +24,11 @@ import numpy as np
 
 from optimize.models.normalize import _load, _save, _schema
 from optimize.transforms.tflite.graphfix import _buffer, _codes, _name, _quant, _tensor
+from optimize.transforms.tflite.tables import _readers
 
 FLOAT32, INT16, INT8 = 0, 7, 9  # schema TensorType values
 INTEGER_TYPES = {2: "int32", 4: "int64", 6: "bool", 3: "uint8", 7: "int16", 9: "int8"}
 INT16_MAX = 32767
-
-
-def _readers(sg) -> dict[int, list]:
-    out: dict[int, list] = {}
-    for op in sg.operators:
-        for i in op.inputs:
-            if i >= 0:
-                out.setdefault(int(i), []).append(op)
-    return out
 
 
 def _producers(sg) -> dict[int, object]:

@@ -271,3 +271,27 @@ def test_constant_subgraphs_of_a_pt2_are_folded_as_the_onnx_route_folds_them(tmp
     a = runtime.Runner(runtime.load(pt2.content)).predict(ds.x_test)[0]
     b = runtime.Runner(runtime.load(onnx.content)).predict(ds.x_test)[0]
     np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_a_constant_operand_of_a_lower_rank_is_given_its_readers_rank(tmp_path):
+    """A positional table [T, C] added to [1, T, C] (Whisper's encoder through torch.export): the GPU delegate
+    refuses the broadcast, torch.onnx writes the table [1, T, C]; the .pt2 route now stores it at rank 3 too."""
+
+    class Positions(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pos = torch.nn.Parameter(torch.randn(6, 8))
+
+        def forward(self, x):
+            return torch.tanh(torch.relu(x) + self.pos)
+
+    torch.manual_seed(0)
+    _export(Positions(), tmp_path, "p", (torch.randn(1, 6, 8),))
+    np.savez(tmp_path / "d.npz", x=np.random.default_rng(0).normal(size=(8, 1, 6, 8)).astype(np.float32))
+    pt2, ds = open_inputs(tmp_path / "p.pt2", tmp_path / "d.npz", threads=1)
+    g = read_model(pt2.content).main
+    add = next(op for op in g.ops if op.name == "ADD")
+    ranks = [len(g.tensors[i].shape) for i in add.inputs]
+    assert ranks[0] == ranks[1], ranks  # no broadcast left for the GPU delegate to refuse
+    assert any("given their reader's rank" in f for f in pt2.facts), pt2.facts
+    assert max(o.max_abs_diff for o in pt2.conversion.fidelity.outputs) < 1e-5

@@ -6,7 +6,10 @@ The ONNX route folds the same values (`onnx_graph` evaluates every node whose in
 module converted from its `.pt2` kept ops its ONNX export did not: ops the GPU delegate refuses
 (BROADCAST_TO) and XNNPACK does not take, which changed the delegate verdicts between routes. `fold` evaluates
 every op whose inputs are all constant (once, in the runtime, on a zero input: none of them reads the input)
-and stores the values its other ops read as constants: the outputs are the same bits.
+and stores the values its other ops read as constants: the outputs are the same bits. A constant operand of an
+elementwise op with a lower rank than its reader's (a positional table [T, C] added to [1, T, C]: Whisper's
+encoder through torch.export; torch.onnx writes it [1, T, C]) is given leading ones: the same broadcast, which
+the GPU delegate otherwise refuses.
 
 Never folded: control flow, variables, random ops, custom ops, QUANTIZE / DEQUANTIZE (a weight stored behind a
 DEQUANTIZE is compression), and any op whose result would be bigger than MAX_BYTES (a BROADCAST_TO to a big
@@ -62,28 +65,63 @@ def _foldable(model, sg, codes) -> list[int]:
     return found
 
 
-def fold(content: bytes) -> tuple[bytes, int]:
-    """The model with its constant subgraphs (in the main graph) stored as constants, and how many ops that
-    removed; the model as it was when it has none or the runtime cannot run it."""
+#: Elementwise ops whose constant operand of a lower rank broadcasts by leading ones (numpy's rule).
+ELEMENTWISE = frozenset({"ADD", "SUB", "MUL", "DIV", "SQUARED_DIFFERENCE", "MAXIMUM", "MINIMUM"})
+
+
+def _full_rank(model, sg, codes) -> int:
+    """Constant operands of elementwise ops given their reader's rank (leading ones: the same values, the same
+    broadcast): torch.export keeps a positional table [T, C] added to [1, T, C] (Whisper's encoder), which the GPU
+    delegate refuses as broadcasting, where torch.onnx wrote it [1, T, C]. Only a constant one op reads."""
+    readers: dict[int, int] = {}
+    for op in sg.operators:
+        for i in op.inputs:
+            readers[int(i)] = readers.get(int(i), 0) + 1
+    done = 0
+    for op in sg.operators:
+        ins = [int(i) for i in op.inputs]
+        if codes[op.opcodeIndex] not in ELEMENTWISE or len(ins) != 2 or min(ins) < 0:
+            continue
+        for c, other in ((ins[0], ins[1]), (ins[1], ins[0])):
+            t, o = sg.tensors[c], sg.tensors[other]
+            rank, want = len(t.shape if t.shape is not None else []), len(o.shape if o.shape is not None else [])
+            if _is_const(model, t) and readers.get(c) == 1 and 0 < rank < want <= 4:
+                t.shape = np.array([1] * (want - rank) + [int(d) for d in t.shape], np.int32)
+                t.shapeSignature = None
+                done += 1
+    return done
+
+
+def fold(content: bytes) -> tuple[bytes, list[str]]:
+    """The model with its constant subgraphs (in the main graph) stored as constants and constant operands of
+    elementwise ops at their reader's rank, and what that did (conversion facts); the model as it was when it
+    has none or the runtime cannot run it."""
     model = _load(content)
     codes, sg = _codes(model), model.subgraphs[0]
     ops = _foldable(model, sg, codes)
     if not ops:
-        return content, 0
+        ranked = _full_rank(model, sg, codes)
+        return (_save(model), _said(0, ranked)) if ranked else (content, [])
     dropped = {id(sg.operators[k]) for k in ops}
     made = {int(o) for k in ops for o in sg.operators[k].outputs}
     read = {int(i) for op in sg.operators if id(op) not in dropped for i in op.inputs if i >= 0}
     needed = sorted(made & (read | {int(o) for o in sg.outputs}))
     values = _values(content, needed)
     if values is None:
-        return content, 0
+        return content, []
     for t, v in zip(needed, values):
         buf = _schema().BufferT()
         buf.data = np.frombuffer(np.ascontiguousarray(v).tobytes(), np.uint8)
         model.buffers.append(buf)
         sg.tensors[t].buffer = len(model.buffers) - 1
     sg.operators = [op for op in sg.operators if id(op) not in dropped]
-    return _save(model), len(ops)
+    return _save(model), _said(len(ops), _full_rank(model, sg, codes))
+
+
+def _said(folded: int, ranked: int) -> list[str]:
+    return [f"{folded} op(s) on constants computed once and stored"] * bool(folded) + [
+        f"{ranked} constant operand(s) of elementwise ops given their reader's rank (no broadcast)"
+    ] * bool(ranked)
 
 
 def _values(content: bytes, tensors: list[int]) -> list[np.ndarray] | None:

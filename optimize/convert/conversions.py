@@ -22,7 +22,8 @@ ROUTE_VERSION = "1"  # bump when a route changes what it makes (also keyed by th
 #: The modules whose text makes a conversion what it is.
 ROUTE_MODULES = (
     "onnx_ops.py", "onnx_graph.py", "names.py", "plan.py", "torch_export.py", "torch_route.py", "onnx_file.py",
-    "pt2_file.py", "torch_module.py", "graph_def.py", "route.py",
+    "pt2_file.py", "torch_module.py", "graph_def.py", "route.py", "onnx_base.py", "onnx_dense.py", "onnx_select.py",
+    "tflite_fold.py",
 )  # fmt: skip
 #: The distributions whose versions make a conversion what it is.
 ROUTE_LIBRARIES = ("torch", "litert-torch", "onnx", "onnx2torch", "ai-edge-litert", "tensorflow")

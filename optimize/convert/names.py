@@ -21,6 +21,8 @@ import re
 _LEVEL = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?:<locals>\.)?([A-Z][A-Za-z0-9]*)(?:_(.+))?$")
 #: Levels that are our own wrappers or torch.export's scaffolding, dropped with their instance names.
 _WRAPPERS = {"NamedIO", "Program", "UnflattenedModule", "ChannelLastIOWrapper"}
+#: Our own converters' class paths (`optimize.convert.onnx_dense.Linear_optimize/dense`).
+_OWN = "optimize.convert."
 
 
 def _path(location: str) -> str:
@@ -30,8 +32,8 @@ def _path(location: str) -> str:
         m = _LEVEL.match(part)
         if m is None:
             out.append(part)
-        elif m.group(1) not in _WRAPPERS and m.group(2):
-            out.append(m.group(2))
+        elif m.group(1) not in _WRAPPERS and m.group(2) and not (part.startswith(_OWN) and m.group(2) == "optimize"):
+            out.append(m.group(2))  # (onnx2torch prepends a node's domain: our fused nodes' `optimize/` dropped)
     return "/".join(p for p in out if p)
 
 
@@ -103,3 +105,41 @@ def _unique(name: str, taken: set[str]) -> str:
         new, k = f"{name}#{k}", k + 1
     taken.add(new)
     return new
+
+
+# ------------------------------------------------------------------------------------------- where a lowering failed
+def _fx_node(e: BaseException):
+    """The torch.fx node being run when `e` was raised (litert-torch's lowering interpreter or torch.fx's own
+    interpreter hold it in their `run_node` frame), the innermost one; None when no such frame is in the way."""
+    import torch
+
+    found, tb = None, e.__traceback__
+    while tb is not None:
+        f = tb.tb_frame
+        if f.f_code.co_name == "run_node":
+            n = f.f_locals.get("node", f.f_locals.get("n"))
+            found = n if isinstance(n, torch.fx.Node) else found
+        tb = tb.tb_next
+    return found
+
+
+def failed_at(e: BaseException) -> str:
+    """` at ONNX node 'TopK' (op TopK; torch op aten.topk)`: the node of the model that the converter was
+    lowering when `e` was raised, named as the user knows it (the ONNX node's name and op, or the module's
+    attribute path and class), or '' when the error does not say."""
+    n = _fx_node(e)
+    if n is None:
+        return ""
+    target = str(getattr(n, "target", "")).replace("aten::", "aten.")
+    stack = list((n.meta.get("nn_module_stack") or {}).values())
+    levels = [(path, cls) for path, cls in stack if str(cls).rsplit(".", 1)[-1] not in _WRAPPERS]
+    if not levels:
+        return f" (at torch op {target})" if target else ""
+    path, cls = levels[-1]
+    cls_name = str(cls).rsplit(".", 1)[-1]
+    onnx = str(cls).startswith(("onnx2torch.", "optimize.convert.onnx"))
+    name = path.split("inner.", 1)[-1] if onnx else path
+    if onnx:
+        op = cls_name[4:] if cls_name.startswith("Onnx") else cls_name
+        return f" (at ONNX node {name!r}, op {op}; torch op {target})"
+    return f" (at module {name!r}, {cls_name}; torch op {target})"

@@ -725,6 +725,92 @@ def _fuse_hardsigmoid(gr: _Graph, n: NodeProto, domain: str) -> str | None:
     return None
 
 
+SQRT2 = float(np.sqrt(2.0))
+
+
+def _erf_input(gr: _Graph, erf: NodeProto) -> str | None:
+    """x where `erf` reads x / sqrt(2) (a Div by sqrt(2) or a Mul by 1/sqrt(2)) that only it reads."""
+    for op_type, want in (("Div", SQRT2), ("Mul", 1 / SQRT2)):
+        scaled = gr.producer(erf.input[0], op_type, erf)
+        if scaled is None:
+            continue
+        for x, c in ((scaled.input[0], scaled.input[1]), (scaled.input[1], scaled.input[0])):
+            v = _scalar(gr.inits, c)
+            if v is not None and abs(v - want) < 1e-4 and (op_type == "Mul" or x == scaled.input[0]):
+                return x
+    return None
+
+
+def _times(gr: _Graph, mul: NodeProto, value: str) -> str | None:
+    """The other operand of a Mul that reads `value`."""
+    if mul is None or mul.op_type != "Mul" or value not in mul.input:
+        return None
+    return mul.input[1] if mul.input[0] == value else mul.input[0]
+
+
+def _gelu_end(gr: _Graph, x: str, one_plus: NodeProto) -> tuple[NodeProto, list[NodeProto]] | None:
+    """(the node that writes gelu(x), the other nodes of the pattern) after 1 + erf(x / sqrt 2): x * it * 0.5
+    in any order of the two Muls, or (x * 0.5) * it."""
+    first = gr.only_user(one_plus.output[0])
+    other = _times(gr, first, one_plus.output[0])
+    if other is None:
+        return None
+    if other == x or _scalar(gr.inits, other) == 0.5:  # x * (1 + erf) * 0.5, or 0.5 * (1 + erf) * x
+        last = gr.only_user(first.output[0])
+        rest = _times(gr, last, first.output[0])
+        want = 0.5 if other == x else None
+        if rest is not None and (_scalar(gr.inits, rest) == want if want else rest == x):
+            return last, [first]
+        return None
+    half = gr.producer(other, "Mul", first)  # (x * 0.5) * (1 + erf)
+    if half is not None and x in half.input and _scalar(gr.inits, _times(gr, half, x) or "") == 0.5:
+        return first, [half]
+    return None
+
+
+def _fuse_gelu(gr: _Graph, erf: NodeProto, domain: str) -> str | None:
+    """x * 0.5 * (1 + erf(x / sqrt 2)) -> Gelu(x) (how torch.onnx exports nn.GELU before opset 20)."""
+    x = _erf_input(gr, erf)
+    one_plus = gr.only_user(erf.output[0]) if x is not None else None
+    if one_plus is None or one_plus.op_type != "Add" or _scalar(gr.inits, _times_add(one_plus, erf)) != 1.0:
+        return None
+    found = _gelu_end(gr, x, one_plus)
+    if found is None:
+        return None
+    last, middle = found
+    gelu = helper.make_node("Gelu", [x], [last.output[0]], name=(last.name or last.output[0]) + "/gelu", domain=domain)
+    gr.remove(gr.prod[erf.input[0]], erf, one_plus, *middle)
+    gr.replace(last, gelu)
+    return "Gelu (x*0.5*(1+erf(x/sqrt2)))"
+
+
+def _times_add(add: NodeProto, erf: NodeProto) -> str:
+    """The Add's operand that is not the Erf's output."""
+    return add.input[1] if add.input[0] == erf.output[0] else add.input[0]
+
+
+def _fuse_linear(gr: _Graph, mm: NodeProto) -> str | None:
+    """MatMul(x, W) + b with a constant float matrix W (K x N) and bias (N values) -> our Linear(x, W, b), which
+    converts to one `F.linear` (a FULLY_CONNECTED with its bias, as a .pt2 of the same nn.Linear gives)."""
+    w = gr.inits.get(mm.input[1])
+    if w is None or w.ndim != 2 or w.dtype.kind != "f" or mm.input[0] in gr.inits:
+        return None
+    add = gr.only_user(mm.output[0])
+    if add is None or add.op_type != "Add":
+        return None
+    b_name = add.input[1] if add.input[0] == mm.output[0] else add.input[0]
+    b = gr.inits.get(b_name)
+    if b is None or b.size != w.shape[1] or b.ndim < 1 or b.shape[-1] != w.shape[1] or b.dtype != w.dtype:
+        return None
+    linear = helper.make_node(
+        "Linear", [mm.input[0], mm.input[1], b_name], [add.output[0]], name=mm.name or add.output[0] + "/linear",
+        domain=OWN_DOMAIN,
+    )  # fmt: skip
+    gr.remove(mm)
+    gr.replace(add, linear)
+    return "Linear (MatMul + bias Add)"
+
+
 def _fuse_pass(model: ModelProto, domain: str) -> Counter:
     """Every fusion that applies to nodes no other fusion of this pass touched, made; what each fused."""
     gr = _Graph(model)
@@ -739,20 +825,27 @@ def _fuse_pass(model: ModelProto, domain: str) -> Counter:
             done = _fuse_div6(gr, n, domain)
         elif n.op_type == "Mul":
             done = _fuse_hardsigmoid(gr, n, domain)
+        elif n.op_type == "MatMul":
+            done = _fuse_linear(gr, n)
+        elif n.op_type == "Erf":
+            done = _fuse_gelu(gr, n, "" if _opset(model) >= 20 else OWN_DOMAIN)
         if done:
             made[done] += 1
     gr.commit()
     return made
 
 
+def _opset(model: ModelProto) -> int:
+    return max((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), default=1)
+
+
 def fuse_patterns(model: ModelProto, facts: list[str]) -> None:
     """Rewrite exporter idioms into the single ops they spell (fewer ops; quantizers see whole ops), pass by
     pass until none applies (a Conv absorbs its BatchNormalization in one pass, the bias Add after it in
     the next)."""
-    opset = max((o.version for o in model.opset_import if o.domain in ONNX_DOMAINS), default=1)
-    # HardSwish is an ONNX op from opset 14; an older graph gets it in our own domain (a converter of ours
-    # takes it; raising the opset would change the meaning of other ops, e.g. Squeeze's axes)
-    domain = "" if opset >= 14 else OWN_DOMAIN
+    # HardSwish is an ONNX op from opset 14 (Gelu from 20); an older graph gets it in our own domain (a converter
+    # of ours takes it; raising the opset would change the meaning of other ops, e.g. Squeeze's axes)
+    domain = "" if _opset(model) >= 14 else OWN_DOMAIN
     counts = Counter()
     for _ in range(MAX_ROUNDS):
         made = _fuse_pass(model, domain)
@@ -760,7 +853,8 @@ def fuse_patterns(model: ModelProto, facts: list[str]) -> None:
             break
         counts.update(made)
     if counts:
-        if domain and not any(o.domain == OWN_DOMAIN for o in model.opset_import):
+        own = any(n.domain == OWN_DOMAIN for n in model.graph.node)
+        if own and not any(o.domain == OWN_DOMAIN for o in model.opset_import):
             model.opset_import.append(helper.make_opsetid(OWN_DOMAIN, 1))
         eliminate_dead(model)
         _topological(model.graph)

@@ -116,10 +116,13 @@ def to_tflite(named, kwargs: dict, name: str, quant_config=None) -> bytes:
         with quiet(), crash.doing("litert-torch", None, "converting"):
             edge = litert_torch.convert(named, sample_kwargs=kwargs, quant_config=quant_config)
             content = bytes(edge.model_content())
-    except Exception as e:  # noqa: BLE001 - a model the converter cannot lower: one line
+    except Exception as e:  # noqa: BLE001 - a model the converter cannot lower: one line, naming where
+        from optimize.convert.names import failed_at
+
         first = next((ln.strip() for ln in str(e).strip().splitlines() if ln.strip()), e.__class__.__name__)
         raise ModelError(
-            f"litert-torch could not convert {name}: {first[:240]}.", "Export the model with standard ops."
+            f"litert-torch could not convert {name}{failed_at(e)}: {first[:240]}.",
+            "Export the model with standard ops.",
         ) from None
     from optimize.convert.names import clean
 
@@ -135,6 +138,7 @@ class Made:
     channel_last_outputs: list[str] = field(default_factory=list)  # outputs made NHWC
     whole_outputs: list[str] = field(default_factory=list)  # outputs whose first axis is not a batch of 1
     seconds: dict[str, float] = field(default_factory=dict)  # export, convert
+    facts: list[str] = field(default_factory=list)  # what the conversion itself did (constants folded)
 
     def conversion(self, kind: str, file: str, route: str, plan: Plan, facts: list[str], seconds: dict) -> Conversion:
         """The record of how a `kind` source (its `file`; `route`: what came before torch.export) became this
@@ -154,7 +158,7 @@ class Made:
         return Conversion(
             source=kind, file=file, route=f"{route}torch.export + litert-torch {versions.get('litert-torch', '')}".strip(),
             layout=str(plan.layout), inputs=inputs, outputs=list(self.outputs), channel_last_outputs=self.channel_last_outputs,
-            whole_outputs=self.whole_outputs, frozen=dict(plan.frozen), facts=[*plan.facts, *facts], transposes=transposes,
+            whole_outputs=self.whole_outputs, frozen=dict(plan.frozen), facts=[*plan.facts, *facts, *self.facts], transposes=transposes,
             seconds={k: round(v, 3) for k, v in {**seconds, **self.seconds}.items()},
         )  # fmt: skip
 
@@ -180,8 +184,11 @@ def converted(inner, plan: Plan, outputs: list[str], name: str) -> Made:
     t1 = time.perf_counter()
     with steps.step("litert-torch"):
         content = to_tflite(named, kw, name)
+    from optimize.convert.tflite_fold import fold
+
+    content, facts = fold(content)  # constant subgraphs stored as constants, as the ONNX route's are
     seconds = {"export": t1 - t0, "convert": time.perf_counter() - t1}
-    return Made(content, outputs, [outputs[k] for k in last_out], [outputs[k] for k in whole_out], seconds)
+    return Made(content, outputs, [outputs[k] for k in last_out], [outputs[k] for k in whole_out], seconds, facts)
 
 
 def traced(module, plan: Plan, name: str):

@@ -533,6 +533,13 @@ class Composition(Record):
         "shipped detectors run; not counted in `float_compute_ops`.",
     )
     sparsity: float | None = Field(None, description="Share of zeros across the big weight tensors.")
+    sparsity_by_weight: dict[str, float] = Field(
+        default_factory=dict, description="Share of zeros of each of the largest weight tensors, by tensor name."
+    )
+    float_weights: list[str] = Field(
+        default_factory=list,
+        description="The ops still computing with float weights, largest weights first: `OP 'tensor' (N weights)`.",
+    )
     distinct_values: int | None = Field(
         None, description="Distinct values in the median big weight tensor (per output channel when quantized)."
     )

@@ -128,10 +128,51 @@ def integer_only(recipe) -> bool:
     return str(recipe.scheme) in (Scheme.INT8, Scheme.INT16X8) and recipe.io in ("int8", "uint8", "int16")
 
 
+def _zeros(t) -> tuple[int, int] | None:
+    """(zeros, elements) of a weight tensor: a quantized one's zeros are the values at its zero point (per
+    channel where it has one per channel: an int8 embedding table quantized like an activation has one that is
+    not 0), a float one's are 0."""
+    v = t.values()
+    if v is None:
+        return None
+    q = t.quant if t.dtype in ("int8", "uint8", "int16", "int4") else None
+    zps = q.zero_points if q is not None else np.zeros(0, np.int64)
+    if len(zps) > 1 and t.shape and q.dim < len(t.shape) and len(zps) == t.shape[q.dim]:
+        shape = [1] * len(t.shape)
+        shape[q.dim] = len(zps)
+        zero = zps.reshape(shape)
+    else:
+        zero = int(zps[0]) if len(zps) else 0
+    return int((v.reshape(t.shape) == zero).sum()) if t.shape else int((v == zero).sum()), int(v.size)
+
+
 def _sparsity(big: list) -> float | None:
-    values = [v for v in (t.values() for t in big) if v is not None]
-    total = sum(len(v) for v in values)
-    return sum(int((v == 0).sum()) for v in values) / total if total else None
+    counted = [z for z in (_zeros(t) for t in big) if z is not None]
+    total = sum(n for _, n in counted)
+    return sum(z for z, _ in counted) / total if total else None
+
+
+def _by_weight(big: list, keep: int = 12) -> dict[str, float]:
+    """Share of zeros of the `keep` largest weight tensors, by name."""
+    out = {}
+    for t in sorted(big, key=lambda t: -t.numel)[:keep]:
+        z = _zeros(t)
+        if z is not None and z[1]:
+            out[t.name] = z[0] / z[1]
+    return out
+
+
+def _float_weights(model: Model, keep: int = 5) -> list[str]:
+    """`OP 'output tensor' (N weights)` of the ops computing with float32 weights, largest first: the layers an
+    int8 candidate left float, named."""
+    found = []
+    for g in model.subgraphs:
+        for op in g.ops:
+            if not _computes_in_float(g, op):
+                continue
+            n = sum(g.tensors[i].numel for i in op.inputs if i >= 0 and g.tensors[i].is_const)
+            found.append((n, f"{op.name} {g.tensors[op.outputs[0]].name!r} ({n:,} weights)"))
+    return [text for _, text in sorted(found, key=lambda f: -f[0])[:keep]]
 
 
 def compose(content: bytes | Model) -> Composition:
@@ -152,6 +193,8 @@ def compose(content: bytes | Model) -> Composition:
         float_compute_ops=float_compute(model),
         tail_ops=tail_compute(model),
         sparsity=_sparsity(big),
+        sparsity_by_weight=_by_weight(big),
+        float_weights=_float_weights(model),
         distinct_values=int(np.median([_unique(t) for t in big])) if big else None,
         largest_weight=max((t.numel for t in sg.tensors if t.is_const and t.dtype in WEIGHT_DTYPES), default=0),
         compute_ops=compute,
@@ -164,7 +207,8 @@ def check(recipe, c: Composition) -> str | None:
     """Why the artifact is not what the recipe's name says, or None when it is."""
     techniques = [s.technique for s in recipe.steps]
     scheme = str(recipe.scheme)
-    why = f" ({', '.join(c.float_op_types[:3])} kept float)" if c.float_op_types else ""
+    kept = c.float_weights[:3] or c.float_op_types[:3]
+    why = f" ({', '.join(kept)} kept float)" if kept else ""
     problem = _missing_bits(scheme, techniques, c, why)
     if problem is None and "selective" not in techniques:
         problem = _shrink_problem(scheme, c, why)
@@ -208,7 +252,9 @@ def _shrink_problem(scheme: str, c: Composition, why: str) -> str | None:
 def _technique_problem(step, c: Composition) -> str | None:
     p = step.params
     if step.technique == "prune" and c.sparsity is not None and c.sparsity < 0.5 * p.target_sparsity:
-        return f"prune: the weights are {c.sparsity:.0%} zeros, far from the {p.target_sparsity:.0%} asked"
+        dense = [f"{n!r}" for n, share in c.sparsity_by_weight.items() if share < 0.5 * p.target_sparsity][:4]
+        where = f" (not pruned: {', '.join(dense)})" if dense else ""
+        return f"prune: the weights are {c.sparsity:.0%} zeros, far from the {p.target_sparsity:.0%} asked{where}"
     if step.technique == "cluster" and c.distinct_values is not None and c.distinct_values > p.clusters:
         return f"cluster: the big weight tensors hold {c.distinct_values} distinct values, not {p.clusters}"
     return None

@@ -90,16 +90,35 @@ def pt2e(model: Path, params: PT2EParams, ctx: Context) -> Path:
     rows = _samples(ctx, params)
     named = torch_route.named_module(formats.source_of(src), src.conversion)
     t0 = time.perf_counter()
-    content = _quantized(named, rows, params, src.path.name)
+    content, graph_notes = _quantized(named, rows, params, src.path.name)
+    content, fixes = _after(content)
     ctx.records["backend"] = Backend.PT2E
     ctx.notes.append(
         f"pt2e: litert-torch PT2E int8, {params.observer} observers, {'channel' if params.per_channel else 'tensor'}-wise "
         f"weights, calibrated on {len(rows)} samples in {time.perf_counter() - t0:.1f} s; {io_words(content)}."
     )
+    ctx.notes.extend(graph_notes + [f"pt2e: {line}." for line in fixes])
     kept = integer_io_note(content, "int8", "pt2e")
     if kept:
         ctx.notes.append(kept)
     return write_atomic(ctx.workdir / "pt2e-int8.tflite", content)
+
+
+def _after(content: bytes) -> tuple[bytes, list[str]]:
+    """PT2E's .tflite made what LiteRT runs and an int8 candidate holds: SOFTMAX / LOGISTIC outputs at the scale
+    their int8 kernels require (`kernel_params`), and the float32 embedding tables PT2E does not annotate made
+    int8 (`tables.complete`)."""
+    from optimize.transforms.tflite import kernel_params, tables
+
+    said = []
+    content, fixed = kernel_params.fixed_output_scales(content)
+    if fixed:
+        said.append(
+            f"{', '.join(fixed[:3])}{' ...' if len(fixed) > 3 else ''}: output at the scale LiteRT's int8 kernel "
+            "requires (1/256, zero point -128), requantized to the scale its readers were calibrated for"
+        )
+    content, lines = tables.complete(content)
+    return content, said + lines
 
 
 def io_words(content: bytes) -> str:
@@ -133,14 +152,98 @@ def _quantized(named, rows: list[dict], params: PT2EParams, name: str) -> bytes:
         ep = torch_export.export(named, plan_rows[0], name)
         q = pt2e_quantizer.PT2EQuantizer().set_global(config)
         with torch_export.quiet(), torch.no_grad():
-            m = quantize_pt2e.prepare_pt2e(ep.module(), q)
+            module = ep.module()
+            floats = float_scalars(module)
+            m = quantize_pt2e.prepare_pt2e(module, q)
             for r in plan_rows:
                 m(**r)
             m = quantize_pt2e.convert_pt2e(m, fold_quantize=False)
+            kept = integers_kept(m)
         content = torch_export.to_tflite(m, plan_rows[0], name, quant_config=quant_config.QuantConfig(pt2e_quantizer=q))
     except ModelError as e:
         raise TechniqueFailed(f"PT2E: {e.problem}") from None
     except Exception as e:  # noqa: BLE001 - torchao and the converter raise many types; each fails this candidate
         first = next((ln.strip() for ln in str(e).strip().splitlines() if ln.strip()), e.__class__.__name__)
         raise TechniqueFailed(f"PT2E could not quantize the model: {first[:240]}") from None
-    return content
+    return content, _graph_notes(floats, kept)
+
+
+def _graph_notes(floats: int, kept: list[str]) -> list[str]:
+    notes = []
+    if floats:
+        notes.append(
+            f"pt2e: {floats} integer constant(s) of float arithmetic written as floats before annotating (the same "
+            "values; PT2E would quantize them as int64 tensors, which its own converter refuses)."
+        )
+    if kept:
+        shown = ", ".join(kept[:4]) + (" ..." if len(kept) > 4 else "")
+        notes.append(f"pt2e: {len(kept)} integer tensor(s) kept integer, not quantized (read by {shown}).")
+    return notes
+
+
+#: aten arithmetic whose Python-number operand PT2E turns into a tensor attribute (int64 for an int) and quantizes.
+_ARITHMETIC = ("add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "rsub.Scalar", "add.Scalar", "mul.Scalar")
+
+
+def float_scalars(module) -> int:
+    """Integer Python numbers in float arithmetic (`x * 8` in a detector's head) written as floats: the same
+    result (the op's output is float either way), but PT2E makes each such number an int64 tensor attribute and
+    annotates it like an activation, and its converter then fails "Expecting input to have dtype torch.float32,
+    but got dtype: torch.int64". Returns how many were rewritten."""
+    import torch
+
+    done = 0
+    for n in module.graph.nodes:
+        if n.op != "call_function" or not any(str(n.target).endswith(a) for a in _ARITHMETIC):
+            continue
+        val = n.meta.get("val")
+        if val is None or not getattr(val, "dtype", torch.int64).is_floating_point:
+            continue
+        ints = [isinstance(a, int) and not isinstance(a, bool) for a in n.args]
+        if any(ints):
+            n.args = tuple(float(a) if i else a for a, i in zip(n.args, ints))
+            done += 1
+    if done:
+        module.recompile()
+    return done
+
+
+_QUANTIZE = ("quantize_per_tensor", "quantize_per_channel")
+
+
+def integers_kept(m) -> list[str]:
+    """Quantize -> dequantize pairs PT2E put on integer tensors (top-k indices, class ids, counts: its annotators
+    propagate through gather and cat) removed, so those tensors stay integer; a pair on an integer tensor that
+    cannot be removed is one sentence naming the op that reads it. Returns the ops that read them."""
+    import torch
+
+    kept = []
+    for q in list(m.graph.nodes):
+        if q.op != "call_function" or not any(k in str(q.target) for k in _QUANTIZE):
+            continue
+        src = q.args[0]
+        if _dtype(m, src) in (None, torch.float32, torch.float16, torch.bfloat16, torch.float64):
+            continue
+        for dq in list(q.users):
+            readers = [str(u.target).split(".")[-2] if "." in str(u.target) else str(u.target) for u in dq.users]
+            dq.replace_all_uses_with(src)
+            m.graph.erase_node(dq)
+            kept.extend(readers)
+        if q.users:
+            raise TechniqueFailed(f"PT2E quantized an integer tensor ({src.name}) that {q.name} cannot be kept off.")
+        m.graph.erase_node(q)
+    if kept:
+        m.graph.lint()
+        m.recompile()
+    return kept
+
+
+def _dtype(m, node):
+    """The dtype of a graph value: a tensor attribute's own, or the traced value's."""
+    import torch
+
+    if getattr(node, "op", None) == "get_attr":
+        v = getattr(m, node.target, None)
+        return v.dtype if isinstance(v, torch.Tensor) else None
+    val = getattr(node, "meta", {}).get("val")
+    return getattr(val, "dtype", None)

@@ -31,7 +31,7 @@ from optimize.models.data import take
 from optimize.models.source import FLAT_KINDS
 from optimize.models.spec import integer_io_note
 from optimize.models.tflite import not_float
-from optimize.transforms.tflite import calibrator, float_tail, graphfix, repair
+from optimize.transforms.tflite import calibrator, float_tail, graphfix, islands, repair, tables
 from optimize.transforms.tflite.isolate import isolated
 from optimize.transforms.tflite.quantizer_setup import quiet as _quiet
 from optimize.transforms.tflite.quantizer_setup import recipe as _recipe
@@ -393,13 +393,7 @@ def _prepared(content: bytes, params: QuantizeParams, ctx: Context, inputs: dict
                 f"quantize: input {', '.join(free[t] for t in pinned)} has free dimensions: calibrated at the data's "
                 f"shape {list(shapes[pinned[0]])} (the signature stays free)."
             )
-    work = _finite_masks(work, params, ctx)
-    work, negs = graphfix.negations_as_mul(work)
-    if negs:
-        ctx.notes.append(
-            f"quantize: {negs} NEG op(s) computed as MUL by -1 (the same float results), which the int8 quantizers "
-            "make integer (NEG they leave float)."
-        )
+    work = _integer_forms(_finite_masks(work, params, ctx), ctx)
     if params.io != IO.FLOAT and graphfix.shared_outputs(work):
         work, n = graphfix.split_outputs(work)
         if n:
@@ -407,6 +401,24 @@ def _prepared(content: bytes, params: QuantizeParams, ctx: Context, inputs: dict
                 f"quantize: {n} output(s) that the graph also reads inside given their own tensor (an identity "
                 "RESHAPE), so integer I/O quantizes them."
             )
+    return work
+
+
+def _integer_forms(work: bytes, ctx: Context) -> bytes:
+    """Ops the int8 quantizers leave float rewritten to the same results by ops they quantize: EMBEDDING_LOOKUP
+    as GATHER (the table int8), NEG as MUL by -1."""
+    work, lookups = tables.lookups_as_gather(work)
+    if lookups:
+        ctx.notes.append(
+            f"quantize: {lookups} EMBEDDING_LOOKUP op(s) computed as GATHER (the same rows), which the static "
+            "recipes quantize: the embedding table int8."
+        )
+    work, negs = graphfix.negations_as_mul(work)
+    if negs:
+        ctx.notes.append(
+            f"quantize: {negs} NEG op(s) computed as MUL by -1 (the same float results), which the int8 quantizers "
+            "make integer (NEG they leave float)."
+        )
     return work
 
 
@@ -479,10 +491,16 @@ def _litert_route(work: bytes, params: QuantizeParams, ctx: Context, calibration
             f"quantize: {calibrator.describe_flow(flow)} kept float with the subgraphs it runs ({len(base) - len(flow)} ops): "
             "the graph around it is quantized."
         )
+    said: list[str] = []
     fixer = repair.Repairer(
-        lambda ov: session.quantize({**base, **ov}), work, check, "LiteRT Quantizer", int16=params.scheme == Scheme.INT8
+        lambda ov: _completed(session.quantize({**base, **ov}), said),
+        work,
+        check,
+        "LiteRT Quantizer",
+        int16=params.scheme == Scheme.INT8,
     )
     data = fixer.run() if check is not None and params.repair else fixer.build()
+    notes += [f"quantize: {s}." for s in said]
     if flow:
         data, n = graphfix.weights_behind_dequantize(data, "int8")
         if n:
@@ -510,13 +528,16 @@ def _calibrator_route(
     cal = calibrator.Calibrated(work, params.scheme, calibration)
     per_tensor = params.granularity == "tensor"
 
+    said: list[str] = []
+
     def make(ov: dict[str, str]) -> bytes:
         deny = [t for t, p in ov.items() if p == "float"]
         made = cal.quantize(params.io, per_tensor, deny)
-        return made_by("the TFLite calibrator", graphfix.fix_signature_if_stale(made, work))
+        return _completed(made_by("the TFLite calibrator", graphfix.fix_signature_if_stale(made, work)), said)
 
     fixer = repair.Repairer(make, work, check, "the TFLite calibrator")
     data = fixer.run() if check is not None and params.repair else fixer.build()
+    notes += [f"quantize: {s}." for s in said]
     if not allow_float:
         left = _float_compute(data)
         if left:
@@ -526,6 +547,16 @@ def _calibrator_route(
     if check is None or not params.repair:
         _check_loads(data, params, ctx, source=work)
     return _Made(data, Backend.CALIBRATOR, fixer, notes)
+
+
+def _completed(data: bytes, said: list[str]) -> bytes:
+    """A quantizer's int8 model with its float32 embedding tables made int8 (`tables.complete`) and the float
+    islands that have an exact integer form made integer (`islands.complete`); `said` holds what was done to the
+    latest one."""
+    data, lines = tables.complete(data)
+    data, more = islands.complete(data)
+    said[:] = lines + more
+    return data
 
 
 def _dropped(n: int) -> str:

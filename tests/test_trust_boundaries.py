@@ -480,6 +480,26 @@ def test_a_study_from_elsewhere_is_read_defensively(study_file, tmp_path, what, 
     assert not (folder / "report.md").exists()
 
 
+def test_long_lists_of_numbers_are_judged_whole_without_a_walk_of_each():
+    """A study from elsewhere with millions of numbers in one list (a contract's shape) took a minute per ten
+    million to judge one at a time; a list is judged by its first non-finite value and its extremes, which
+    still finds the one bad value anywhere in it."""
+    from study_fixtures import full_study
+
+    from optimize.core.results import IOContract, TensorContract, _implausible, _numbers, check_plausible
+
+    assert len(list(_numbers({"shape": [7] * 100_000}))) == 2
+    for key, bad, said in (("range", float("nan"), "range.77777 is nan"), ("x_bytes", -3, "x_bytes.77777 is -3")):
+        values = [5] * 100_000
+        values[77_777] = bad
+        whys = [_implausible(w, v) for w, v in _numbers({key: values})]
+        assert [w for w in whys if w] and next(w for w in whys if w).startswith(said)
+    s = full_study()
+    wide = IOContract(inputs=[TensorContract(name="x", dtype="float32", shape=[1] * 100_000)], outputs=[])
+    cands = [c.model_copy(update={"contract": wide}) for c in s.candidates]
+    assert check_plausible(s.model_copy(update={"candidates": cands})) is None
+
+
 def test_a_megabyte_of_notes_is_reported_not_refused(study_file, tmp_path):
     folder = _edited(study_file, tmp_path / "s", lambda d: d["candidates"][1].update(notes=["a note " * 140_000]))
     r = run_limited("report", str(folder), cwd=tmp_path, cache=tmp_path / "c")

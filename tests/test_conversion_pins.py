@@ -112,7 +112,8 @@ def test_a_keras_model_keeps_its_fingerprint_and_baseline_names(folder):
     d, _ = folder
     inp = tf_keras.Input((6,), name="x")
     hidden = tf_keras.layers.Dense(5, activation="relu", name="hidden")(inp)
-    tf_keras.Model(inp, tf_keras.layers.Dense(3, activation="softmax", name="head")(hidden)).save(d / "mlp.keras")
+    head = tf_keras.layers.Dense(3, activation="softmax", name="head")(hidden)
+    tf_keras.Model(inp, head, name="model").save(d / "mlp.keras")  # named: a model built earlier would make it model_1
     src, ds = open_inputs(d / "mlp.keras", d / "vec.npz", check=True)
     assert src.kind == "keras2" and src.fingerprint == file_fingerprint(d / "mlp.keras")
     assert ds.fingerprint == "45642d57a2c62431" and src.outputs == ("head",)

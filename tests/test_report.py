@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -124,6 +126,17 @@ def test_write_report_without_recommendation(tmp_path):
 
 # ------------------------------------------------------------------------------ headless Chromium
 def _chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess:
+    # Chromium's profile and TMPDIR hold a unix socket, whose path must stay under ~100 bytes: under a long
+    # TMPDIR both go in a short folder of its own (removed after).
+    short = Path(tempfile.mkdtemp(prefix="chr-", dir="/tmp")) if len(str(tmp)) > 40 and Path("/tmp").is_dir() else tmp
+    try:
+        return _run_chromium(args, short)
+    finally:
+        if short != tmp:
+            shutil.rmtree(short, ignore_errors=True)
+
+
+def _run_chromium(args: tuple[str, ...], tmp: Path) -> subprocess.CompletedProcess:
     cmd = [
         CHROMIUM,
         "--headless",
@@ -138,7 +151,8 @@ def _chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess:
         f"--user-data-dir={tmp / 'profile'}",
         *args,
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "TMPDIR": str(tmp)}  # its singleton socket goes under TMPDIR too
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
 
 
 # Appended to a copy of the page in the test only (the report itself has no script): it writes the

@@ -17,6 +17,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
+@pytest.fixture(autouse=True)
+def _optimize_logger_restored():
+    """A CLI run in this process (typer's CliRunner) points the `optimize` logger at its own stderr, which it
+    closes after: the logger is put back as it was, so a later test's log lines never meet a closed stream."""
+    import logging
+
+    log = logging.getLogger("optimize")
+    kept = (list(log.handlers), log.propagate, log.level)
+    yield
+    log.handlers[:], log.propagate = kept[0], kept[1]
+    log.setLevel(kept[2])
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_cache(tmp_path_factory):
     """Results cached by the tests never leak into (or come from) the user's ~/.cache/optimize.

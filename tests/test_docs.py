@@ -307,6 +307,6 @@ def test_the_figures_in_the_readme_and_getting_started_are_the_generated_ones():
         page = (ROOT / mod.PAGES[name]).read_text()
         assert mod.on_page(page, name) == lines, f"{mod.PAGES[name]}'s {name} block: run {mod.COMMAND}"
     assert rec["table"][0].startswith("┃ candidate") and rec["ship"][0].startswith("What to ship")
-    shown = {r.split("│")[1].strip() for r in rec["table"][1:]}
+    shown = {r.split("│")[1].strip().rstrip("†") for r in rec["table"][1:]}  # † marks a retrained candidate
     assert set(mod.SHOWN_ROWS) <= shown, shown
     assert all(len(line) <= 80 for line in rec["table"] + rec["ship"])

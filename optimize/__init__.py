@@ -7,8 +7,8 @@ The public API (the CLI is a thin shell over these); with a Keras model and an .
     >>> [str(step.params.scheme) for step in recipe.steps]
     ['float16']
     >>> study = optimize.sweep("model.keras", data="data.npz", output="out", recipes=[recipe])
-    >>> [c.name for c in study.candidates]                  # the float32 baseline, then each recipe
-    ['float32', 'mobile-gpu']
+    >>> [c.name for c in study.candidates]  # the baseline, each recipe, then fit-* (the graph fitted to Core ML here)
+    ['float32', 'mobile-gpu', 'fit-float32', 'fit-mobile-gpu']
     >>> choice = optimize.recommend(study, target="gpu")
     >>> choice.chosen in {c.name for c in study.candidates}
     True

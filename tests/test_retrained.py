@@ -137,6 +137,6 @@ def test_the_report_marks_them_and_says_n():
 
     s = small_cnn_study()
     md = render_markdown(s, recommend(s, "gpu"))
-    assert "| prune-cluster-int8† |" in md and "† retrained: fine-tuned on your data" in md
+    assert "| `prune-cluster-int8†` |" in md and "† retrained: fine-tuned on your data" in md
     assert md.count("Accuracy and fidelity on 600 test samples.") == 2  # under the table, and the recommendation
     assert "must still answer as your model does: 98% top-1 agreement" in md

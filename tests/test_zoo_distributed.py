@@ -128,7 +128,7 @@ def test_zoo_on_ray_shares_its_cache_through_s3_and_logs_every_candidate_to_mlfl
             assert r.data.metrics["size_bytes"] == cand.metrics.size.bytes
             assert r.data.metrics["p50_ms"] == pytest.approx(cand.p50_ms)
             if cand.steps:  # a .tflite's float32 baseline is the file as given: no step
-                assert r.data.params["step0.technique"] in ("convert", "quantize")
+                assert r.data.params["step0.technique"] in ("convert", "quantize", "fit")  # fit-*: fit first
             assert r.data.params["executor"] == "ray" and r.data.params["node"] == cand.node
             assert [a.path for a in client.list_artifacts(r.info.run_id)] == [cand.artifact]
     cnn_int = [r for r in runs if r.info.run_name == "dynamic" and "delegate.gpu" in r.data.tags]

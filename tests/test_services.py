@@ -119,6 +119,20 @@ def test_an_s3_cache_whose_bucket_refuses_writes_is_one_line_before_any_work(flo
     assert not (tmp_path / "a").exists()
 
 
+def test_an_s3_cache_uses_the_endpoint_and_credentials_of_now_not_of_an_earlier_store():
+    """One process (an API caller, a notebook, a zoo) opens an s3:// cache, then the endpoint changes: the next
+    store talks to the new one. fsspec's instance cache alone would hand back the first filesystem, still aimed
+    at the old endpoint (stopped here), and every request would fail to connect."""
+    pytest.importorskip("s3fs")
+    from optimize.engine.storage import open_store
+
+    with moto_s3("first") as bucket:
+        assert open_store(f"{bucket}/c").create("k", b"one")
+    with moto_s3("second") as bucket:  # another server, on another port; the first one is gone
+        store = open_store(f"{bucket}/c")
+        assert store.create("k", b"two") and store.read("k", 10) == b"two"
+
+
 # ---- Ray ----------------------------------------------------------------------------------------------
 def test_an_unreachable_ray_address_is_one_line_in_bounded_time(float_tflite, tmp_path, cli):
     pytest.importorskip("ray")

@@ -352,10 +352,7 @@ def test_a_team_bucket_serves_its_key_holders_and_no_one_else(float_tflite, tmp_
     def sweep(out):
         return sweeps.sweep(float_tflite, None, out, recipes=recipes, delegates=False, runs=3, jobs=0, cache=url)
 
-    import s3fs
-
     with moto_s3("team") as bucket:
-        s3fs.S3FileSystem.clear_instance_cache()  # one made for an earlier test's server holds its endpoint
         url = f"{bucket}/opt"
         first = sweep(tmp_path / "a")
         assert all(c.cached for c in sweep(tmp_path / "b").candidates)  # a teammate: served

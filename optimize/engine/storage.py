@@ -102,7 +102,9 @@ class FsspecStore:
                 f"The cache {url} needs fsspec.", 'Install the distributed extra: pip install -e ".[distributed]".'
             ) from None
         try:
-            self.fs, self.root = fsspec.core.url_to_fs(url)
+            # a filesystem of its own, made from the environment as it is now: fsspec's instance cache would hand
+            # back one made earlier in this process, with that time's endpoint and credentials
+            self.fs, self.root = fsspec.core.url_to_fs(url, skip_instance_cache=True)
         except (ImportError, ValueError) as e:
             raise StorageError(
                 f"Cannot use the cache {url}: {str(e).splitlines()[0][:160]}",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import sys
 
+import encoder_fixtures
 import numpy as np
 import pytest
 
@@ -28,46 +29,15 @@ from optimize.transforms.tflite import masks  # noqa: E402
 VOCAB, T = 40, 8
 
 
-class Encoder(torch.nn.Module):
-    """Token and position embeddings, one encoder layer given a padding mask (PyTorch applies it with
-    masked_fill(-inf)), masked mean pooling, a classifier."""
-
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(VOCAB, 32)
-        self.pos = torch.nn.Parameter(torch.randn(1, T, 32) * 0.1)
-        layer = torch.nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True)
-        self.enc = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
-        self.head = torch.nn.Linear(32, 3)
-
-    def forward(self, input_ids, attention_mask):
-        h = self.enc(self.emb(input_ids) + self.pos, src_key_padding_mask=attention_mask == 0)
-        m = attention_mask.unsqueeze(-1).to(h.dtype)
-        return self.head((h * m).sum(1) / m.sum(1).clamp(min=1))
-
-
 def tokens(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids (0 pads) and the padding mask, lengths 3..T."""
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(3, T + 1, n)
-    mask = (np.arange(T)[None] < lengths[:, None]).astype(np.int64)
-    return rng.integers(1, VOCAB, (n, T)) * mask, mask
+    return encoder_fixtures.tokens(n, VOCAB, T, seed)
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("attention")
     torch.manual_seed(0)
-    net = Encoder().eval()
-    ids, mask = tokens(48)
-    np.savez(d / "tokens.npz", **{"x:input_ids": ids, "x:attention_mask": mask})
-    sample = (torch.from_numpy(ids[:1]), torch.from_numpy(mask[:1]))
-    torch.export.save(torch.export.export(net, sample), str(d / "enc.pt2"))
-    torch.onnx.export(
-        net, sample, str(d / "enc.onnx"), input_names=["input_ids", "attention_mask"], output_names=["logits"],
-        opset_version=17, dynamo=False,
-    )  # fmt: skip
-    return d
+    net = encoder_fixtures.encoder(VOCAB, 32, 64, T).eval()
+    return encoder_fixtures.save(tmp_path_factory.mktemp("attention"), net, *tokens(48))
 
 
 def _samples(ds, n: int, split: str = "x_cal") -> list[dict]:

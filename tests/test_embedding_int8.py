@@ -7,6 +7,7 @@ layer it cannot prune is named.
 
 from __future__ import annotations
 
+import encoder_fixtures
 import numpy as np
 import pytest
 
@@ -24,44 +25,15 @@ from optimize.transforms.tflite import islands, tables  # noqa: E402
 VOCAB, T, D = 600, 8, 16  # the table (9,600 weights) outweighs the rest of the model (~3,300)
 
 
-class Encoder(torch.nn.Module):
-    """Token ids -> embedding + positions -> one attention layer (padding mask) -> masked mean -> classes."""
-
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(VOCAB, D)
-        self.pos = torch.nn.Parameter(torch.randn(1, T, D) * 0.1)
-        layer = torch.nn.TransformerEncoderLayer(D, 2, 32, dropout=0.0, batch_first=True)
-        self.enc = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
-        self.head = torch.nn.Linear(D, 3)
-
-    def forward(self, input_ids, attention_mask):
-        h = self.enc(self.emb(input_ids) + self.pos, src_key_padding_mask=attention_mask == 0)
-        m = attention_mask.unsqueeze(-1).to(h.dtype)
-        return self.head((h * m).sum(1) / m.sum(1).clamp(min=1))
-
-
 def tokens(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(3, T + 1, n)
-    mask = (np.arange(T)[None] < lengths[:, None]).astype(np.int64)
-    return rng.integers(1, VOCAB, (n, T)) * mask, mask
+    return encoder_fixtures.tokens(n, VOCAB, T, seed)
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("embedding_heavy")
     torch.manual_seed(0)
-    net = Encoder().eval()
-    ids, mask = tokens(40)
-    np.savez(d / "tokens.npz", **{"x:input_ids": ids, "x:attention_mask": mask})
-    sample = (torch.from_numpy(ids[:1]), torch.from_numpy(mask[:1]))
-    torch.export.save(torch.export.export(net, sample), str(d / "enc.pt2"))
-    torch.onnx.export(
-        net, sample, str(d / "enc.onnx"), input_names=["input_ids", "attention_mask"], output_names=["logits"],
-        opset_version=17, dynamo=False,
-    )  # fmt: skip
-    return d
+    net = encoder_fixtures.encoder(VOCAB, D, 32, T).eval()
+    return encoder_fixtures.save(tmp_path_factory.mktemp("embedding_heavy"), net, *tokens(40))
 
 
 def _run(content: bytes, ds) -> np.ndarray:

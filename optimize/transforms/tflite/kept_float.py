@@ -85,7 +85,18 @@ def found(quantized: bytes, names: set[str]) -> dict[str, tuple[str, str]]:
     picked = {i: WHY_BETWEEN for i in between(sg)} | {i: WHY_ROWS for i in mixed_rows(sg)}
     out = {}
     for i, why in picked.items():
-        name = sg.tensors[sg.ops[i].outputs[0]].name
-        if name in names:
+        name = _float_name(sg, sg.ops[i].outputs[0], names)
+        if name is not None:
             out[name] = (sg.ops[i].name, why)
     return out
+
+
+def _float_name(sg, tensor: int, names: set[str]) -> str | None:
+    """The float model's name of a quantized op's output: its own, or (an output the quantizer renamed to put a
+    DEQUANTIZE behind it) that of the graph output its conversions write."""
+    if sg.tensors[tensor].name in names:
+        return sg.tensors[tensor].name
+    readers = [sg.ops[r] for r in sg.consumers.get(tensor, [])]
+    if len(readers) == 1 and readers[0].name in CONVERSIONS:
+        return _float_name(sg, readers[0].outputs[0], names)
+    return None

@@ -31,21 +31,24 @@ WHY_ROWS = "the selected rows' boxes, scores and class ids under one scale (kept
 def between(sg) -> list[int]:
     """Op indices of the integer ops whose every non-constant input is a QUANTIZE of a float op's output and
     whose every reader is a DEQUANTIZE (not a graph output)."""
-    found = []
     outputs = set(sg.outputs)
-    for op in sg.ops:
-        if op.name in CONVERSIONS or not op.outputs or op.outputs[0] < 0:
-            continue
-        out = op.outputs[0]
-        if sg.tensors[out].dtype not in INTEGER or out in outputs:
-            continue
-        readers = sg.consumers.get(out, [])
-        if not readers or any(sg.ops[r].name != "DEQUANTIZE" for r in readers):
-            continue
-        live = [i for i in op.inputs if i >= 0 and not sg.tensors[i].is_const]
-        if live and all(_from_float_op(sg, i) for i in live):
-            found.append(op.index)
-    return found
+    return [op.index for op in sg.ops if _integer_to_float(sg, op, outputs) and _from_floats(sg, op)]
+
+
+def _integer_to_float(sg, op, outputs: set[int]) -> bool:
+    """Whether op computes an integer tensor (not a graph output) that only DEQUANTIZEs read."""
+    if op.name in CONVERSIONS or not op.outputs or op.outputs[0] < 0:
+        return False
+    out = op.outputs[0]
+    if sg.tensors[out].dtype not in INTEGER or out in outputs:
+        return False
+    readers = sg.consumers.get(out, [])
+    return bool(readers) and all(sg.ops[r].name == "DEQUANTIZE" for r in readers)
+
+
+def _from_floats(sg, op) -> bool:
+    live = [i for i in op.inputs if i >= 0 and not sg.tensors[i].is_const]
+    return bool(live) and all(_from_float_op(sg, i) for i in live)
 
 
 def _from_float_op(sg, tensor: int) -> bool:

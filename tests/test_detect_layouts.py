@@ -360,3 +360,69 @@ def test_an_end_to_end_head_exported_as_pt2_is_judged_by_its_rows(tmp_path):
     study = optimize.sweep(tmp_path / "e2e.pt2", tmp_path / "d.npz", tmp_path / "o", recipes=recipes, jobs=0, runs=3)
     det = study.candidate("int8").metrics.fidelity.detection
     assert det.layout == "end2end" and det.reference_detections > 0 and det.kept_fraction is not None
+
+
+def _softplus_end2end(folder, side: int = 32, k: int = 8, classes: int = 3):
+    """A seeded end-to-end head as torch exports convert: box sizes through softplus (SELECT(x > 20, x,
+    LOG(EXP(x) + 1))), the top K cells by best score gathered, rows [x1, y1, x2, y2, score, class] in pixels."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(3)
+    w1 = tf.constant(rng.normal(0, 0.4, (3, 3, 3, 8)).astype(np.float32))
+    wb = tf.constant(rng.normal(0, 0.5, (1, 1, 8, 4)).astype(np.float32))
+    wc = tf.constant(rng.normal(0, 0.5, (1, 1, 8, classes)).astype(np.float32))
+    cells = side // 4
+    g = (np.arange(cells, dtype=np.float32) * 4 + 2)[None]
+    centres = tf.constant(np.stack(np.meshgrid(g, g), -1).reshape(1, cells * cells, 2))
+
+    @tf.function(input_signature=[tf.TensorSpec([1, side, side, 3], tf.float32)])
+    def head(x):
+        f = tf.nn.relu(tf.nn.conv2d(x, w1, 4, "SAME"))
+        d = tf.reshape(tf.nn.conv2d(f, wb, 1, "SAME") * 3, [1, -1, 4])
+        d = tf.where(d > 20.0, d, tf.math.log(tf.exp(d) + 1.0)) * 4  # softplus as converted from torch
+        p = tf.reshape(tf.sigmoid(tf.nn.conv2d(f, wc, 1, "SAME") - 1), [1, -1, classes])
+        boxes = tf.concat([centres - d[..., :2], centres + d[..., 2:]], -1)
+        top, idx = tf.math.top_k(tf.reduce_max(p, -1), k)
+        label = tf.cast(tf.gather(tf.argmax(p, -1), idx, batch_dims=1), tf.float32)
+        return tf.concat([tf.gather(boxes, idx, batch_dims=1), top[..., None], label[..., None]], -1)
+
+    module = tf.Module()
+    module.head = head
+    tf.saved_model.save(module, str(folder / "saved"), signatures=head.get_concrete_function())
+    path = folder / "softplus_e2e.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_saved_model(str(folder / "saved")).convert())
+    return path
+
+
+def _rows(content: bytes, xs: np.ndarray) -> list[np.ndarray]:
+    r = runtime.Runner(runtime.load(content))
+    return [np.stack([r.run(x[None])[0] for x in xs])]
+
+
+def test_an_end_to_end_heads_int8_keeps_its_box_sizes_and_row_scales(tmp_path):
+    """Softplus's ADD between float EXP and LOG was quantized on EXP's range (every box size read 0) and the head's
+    rows shared one scale (scores read 0 or one pixel step): int8 kept 0% of float32's detections (the routes
+    detector, benchmarks/route_models.py). Both ops are kept float now, each an island with its reason, and the
+    rows keep float32's values."""
+    from optimize.core.registry import Context
+    from optimize.models.tflite import read_model
+    from optimize.transforms.tflite import kept_float
+    from optimize.transforms.tflite.quantize import QuantizeParams, quantize
+
+    path = _softplus_end2end(tmp_path)
+    xs = photos(32, 32, 0)
+    ds = from_arrays(x_cal=xs[:16], x_test=xs[16:])
+    ctx = Context(workdir=tmp_path, data=ds)
+    made = quantize(path, QuantizeParams(scheme="int8", samples=16, integer_kernels=False), ctx)
+    made = made.read_bytes()
+    sg = read_model(made).main
+    assert not kept_float.between(sg) and not kept_float.mixed_rows(sg)
+    reasons = {i.reason for i in ctx.records["islands"]}
+    assert {kept_float.WHY_BETWEEN, kept_float.WHY_ROWS} <= reasons
+    assert {sg.ops[i].name for i in range(len(sg.ops)) if sg.tensors[sg.ops[i].outputs[0]].dtype == "float32"} >= {
+        "ADD",
+        "CONCATENATION",
+    }
+    ref, outs = _rows(path.read_bytes(), xs[16:])[0], _rows(made, xs[16:])[0]
+    assert np.median(np.abs(outs - ref)[..., :4]) < 0.5  # box corners within half a pixel (all 0 before)
+    assert np.median(np.abs(outs - ref)[..., 4]) < 0.02  # scores at their own scale (steps of ~0.2 before)

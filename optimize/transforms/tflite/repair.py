@@ -36,7 +36,7 @@ from optimize.measure.layer_error import output_error
 from optimize.models import runtime
 from optimize.models.data import Dataset, count, take
 from optimize.models.tflite import read_model
-from optimize.transforms.tflite import graphfix
+from optimize.transforms.tflite import graphfix, kept_float
 
 MAX_ROUNDS = 12
 MAX_SECONDS = 600.0  # a repair that has not made the model run by then gives up (bisecting a big model is slow)
@@ -214,7 +214,7 @@ class Repairer:
         """The variant once every failure is fixed; TechniqueFailed when one cannot be."""
         t0 = time.perf_counter()
         try:
-            current = self.build() if content is None else content
+            current = self._kept_float(self.build()) if content is None else content
             for _ in range(max_rounds):
                 failure = self.check.first_failure(current)
                 if failure is None:
@@ -243,6 +243,18 @@ class Repairer:
             failures=self.log,
             islands=self.islands,
         )
+
+    def _kept_float(self, first: bytes) -> bytes:
+        """The first variant with the ops integer only loses on kept float (`kept_float.found`), each an island
+        with its reason."""
+        keep = kept_float.found(first, set(_op_outputs(self.float_model))) if self.check is not None else {}
+        keep = {t: w for t, w in keep.items() if t not in self.overrides}
+        if not keep:
+            return first
+        for tensor, (op, why) in keep.items():
+            self.overrides[tensor] = "float"
+            self.islands.append(FloatIsland(op=op, tensor=tensor, precision="float", reason=why))
+        return self.build()
 
     # -------------------------------------------------------------------------------------- one fix
     def _fix(self, current: bytes, failure: Failure) -> bytes:

@@ -7,7 +7,9 @@ kept float before the failure rescue runs (optimize.transforms.tflite.repair), f
                  them is quantized on EXP's calibrated range (up to e^20: one int8 step of 488,024); every
                  ordinary value rounds to 0, LOG(0) is -inf, and an end-to-end detector's box sizes were lost
                  (benchmarks/route_models.py's detector kept 0% of its detections in int8 and int16x8). Kept
-                 float it costs nothing: the QUANTIZE/DEQUANTIZE pair around it goes with it.
+                 float it costs nothing: the QUANTIZE/DEQUANTIZE pair around it goes with it. A convolution or
+                 matrix product between float ops (a float island's neighbour) stays integer: its int8
+                 arithmetic pays for the conversions.
     mixed_rows   a CONCATENATION in a detector's selection tail (after TOPK_V2 or NMS,
                  optimize.models.postprocess) writing a graph output: an end-to-end head's rows [x1, y1, x2, y2,
                  score, class id] put pixel boxes, 0..1 scores and class ids under one scale (one int8 step of
@@ -23,6 +25,18 @@ from optimize.models.tflite import read_model
 
 CONVERSIONS = ("QUANTIZE", "DEQUANTIZE")
 INTEGER = ("int8", "int16")
+#: Where integer arithmetic pays for its conversions (a float island's convolution stays int8): never kept float.
+WEIGHTED = frozenset(
+    {
+        "CONV_2D",
+        "DEPTHWISE_CONV_2D",
+        "FULLY_CONNECTED",
+        "BATCH_MATMUL",
+        "TRANSPOSE_CONV",
+        "CONV_3D",
+        "CONV_3D_TRANSPOSE",
+    }
+)
 FLOAT = ("float32", "float16")
 WHY_BETWEEN = "an integer op between float ops, quantized on their range (kept float: no conversion lost)"
 WHY_ROWS = "the selected rows' boxes, scores and class ids under one scale (kept float: each keeps its own)"
@@ -30,9 +44,14 @@ WHY_ROWS = "the selected rows' boxes, scores and class ids under one scale (kept
 
 def between(sg) -> list[int]:
     """Op indices of the integer ops whose every non-constant input is a QUANTIZE of a float op's output and
-    whose every reader is a DEQUANTIZE (not a graph output)."""
+    whose every reader is a DEQUANTIZE (not a graph output); never a convolution or matrix product (`WEIGHTED`),
+    whose int8 arithmetic is worth its conversions."""
     outputs = set(sg.outputs)
-    return [op.index for op in sg.ops if _integer_to_float(sg, op, outputs) and _from_floats(sg, op)]
+    return [
+        op.index
+        for op in sg.ops
+        if op.name not in WEIGHTED and _integer_to_float(sg, op, outputs) and _from_floats(sg, op)
+    ]
 
 
 def _integer_to_float(sg, op, outputs: set[int]) -> bool:

@@ -187,10 +187,10 @@ def detections(kind: str, outs: list[np.ndarray], k: int, score: float = SCORE):
         n = int(next(o for o in one if o.size == 1).reshape(-1)[0])
         cls, sc = (flat[0], flat[1]) if np.all(np.mod(flat[0], 1) == 0) else (flat[1], flat[0])
         keep = np.flatnonzero(sc[:n] >= score)
-        return boxes[keep], cls[keep].astype(int), sc[keep]
+        return boxes[keep], np.rint(cls[keep]).astype(int), sc[keep]
     if kind.startswith("end2end"):
         rows = one[0][one[0][:, 4] >= score]
-        return rows[:, :4], rows[:, 5].astype(int), rows[:, 4]
+        return rows[:, :4], np.rint(rows[:, 5]).astype(int), rows[:, 4]
     if kind == "yolo":
         rows = one[0].T if one[0].shape[0] < one[0].shape[1] else one[0]
         cx, cy, w, h = rows[:, :4].T

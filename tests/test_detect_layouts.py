@@ -426,3 +426,6 @@ def test_an_end_to_end_heads_int8_keeps_its_box_sizes_and_row_scales(tmp_path):
     ref, outs = _rows(path.read_bytes(), xs[16:])[0], _rows(made, xs[16:])[0]
     assert np.median(np.abs(outs - ref)[..., :4]) < 0.5  # box corners within half a pixel (all 0 before)
     assert np.median(np.abs(outs - ref)[..., 4]) < 0.02  # scores at their own scale (steps of ~0.2 before)
+    lay = detection.head_of([ref])
+    fid = detection.compare([outs], [ref], ["rows"], lay)  # class ids read 0.996 are class 1 (truncated: 1/128 kept)
+    assert lay.kind == "end2end" and fid.kept >= 0.9 * fid.reference_detections > 0

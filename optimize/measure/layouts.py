@@ -170,7 +170,13 @@ def _count(outs: list[np.ndarray], lay: Layout, k: int, rows: int, at: int = 3) 
     if len(lay.outputs) <= at:
         return rows
     c = np.asarray(outs[lay.outputs[at]][k]).reshape(-1)
-    return int(np.clip(c[0], 0, rows)) if c.size and np.isfinite(c[0]) else 0
+    return int(np.clip(np.rint(c[0]), 0, rows)) if c.size and np.isfinite(c[0]) else 0
+
+
+def _ids(values: np.ndarray) -> np.ndarray:
+    """Class ids as integers, rounded: a quantized file's class column reads 1.9996 for class 2 (truncating it
+    would miscount every detection of that file)."""
+    return np.rint(np.nan_to_num(np.asarray(values, dtype=np.float64))).astype(np.int64)
 
 
 def _read_postprocessed(outs: list[np.ndarray], lay: Layout, k: int) -> Rows:
@@ -178,7 +184,7 @@ def _read_postprocessed(outs: list[np.ndarray], lay: Layout, k: int) -> Rows:
     n = _count(outs, lay, k, len(boxes))
     classes = outs[lay.outputs[1]][k].reshape(-1)[:n]
     scores = outs[lay.outputs[2]][k].reshape(-1)[:n].astype(np.float64)
-    return Rows(boxes[:n], np.nan_to_num(classes).astype(np.int64), scores)
+    return Rows(boxes[:n], _ids(classes), scores)
 
 
 def _find_scored(o: Outputs) -> Layout | None:
@@ -229,7 +235,7 @@ def _find_end2end(o: Outputs) -> Layout | None:
 
 def _read_end2end(outs: list[np.ndarray], lay: Layout, k: int) -> Rows:
     rows = outs[lay.outputs[0]][k].astype(np.float64)
-    return Rows(rows[:, :4], np.nan_to_num(rows[:, 5]).astype(np.int64), rows[:, 4])
+    return Rows(rows[:, :4], _ids(rows[:, 5]), rows[:, 4])
 
 
 # ------------------------------------------------------------------------------------------------ raw heads

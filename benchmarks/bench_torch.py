@@ -412,33 +412,7 @@ def transformer_table(out: Path) -> str:
 
 
 def transformers_main(args) -> None:
-    if args.table:
-        print(transformer_table(args.out))
-        return
-    if args.one:
-        res = run_transformer(args.one, args.out, args.jobs)
-        (args.out / "transformers" / args.one / "result.json").write_text(json.dumps(res, indent=1, default=str))
-        return
-    for name in args.only.split(",") if args.only else TRANSFORMERS:
-        t0 = time.perf_counter()
-        cmd = [
-            sys.executable,
-            __file__,
-            "--transformers",
-            "--one",
-            name,
-            "--out",
-            str(args.out),
-            "--jobs",
-            str(args.jobs),
-        ]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        print(f"{name}: exit {r.returncode}, {time.perf_counter() - t0:.0f} s", flush=True)
-        if r.returncode:
-            print(r.stderr[-3000:])
-    text = transformer_table(args.out)
-    (args.out / "bench_transformers.md").write_text(text + "\n")
-    print(text)
+    rows_main(args, "transformers", TRANSFORMERS, run_transformer, transformer_table)
 
 
 # ------------------------------------------------------------------------------------------- route rows
@@ -529,22 +503,29 @@ def routes_table(out: Path) -> str:
 
 
 def routes_main(args) -> None:
+    rows_main(args, "routes", ROUTES, run_routes, routes_table)
+
+
+def rows_main(args, kind: str, names, run_one, table) -> None:
+    """--transformers and --routes (`kind`): the last run's table again (--table), one model in this process
+    (--one), or each named model in a process of its own, then the table written to bench_<kind>.md and
+    printed."""
     if args.table:
-        print(routes_table(args.out))
+        print(table(args.out))
         return
     if args.one:
-        res = run_routes(args.one, args.out, args.jobs)
-        (args.out / "routes" / args.one / "result.json").write_text(json.dumps(res, indent=1, default=str))
+        res = run_one(args.one, args.out, args.jobs)
+        (args.out / kind / args.one / "result.json").write_text(json.dumps(res, indent=1, default=str))
         return
-    for name in args.only.split(",") if args.only else ROUTES:
+    for name in args.only.split(",") if args.only else names:
         t0 = time.perf_counter()
-        cmd = [sys.executable, __file__, "--routes", "--one", name, "--out", str(args.out), "--jobs", str(args.jobs)]
+        cmd = [sys.executable, __file__, f"--{kind}", "--one", name, "--out", str(args.out), "--jobs", str(args.jobs)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         print(f"{name}: exit {r.returncode}, {time.perf_counter() - t0:.0f} s", flush=True)
         if r.returncode:
             print(r.stderr[-3000:])
-    text = routes_table(args.out)
-    (args.out / "bench_routes.md").write_text(text + "\n")
+    text = table(args.out)
+    (args.out / f"bench_{kind}.md").write_text(text + "\n")
     print(text)
 
 

@@ -30,8 +30,8 @@ TF_BYTES = 700 * 10**6
 #: import (Keras load, the checks on test samples, the SavedModel export) and "convert" the float32 conversion
 #: of that SavedModel in a process that never loaded the Keras model, both measured with /proc's VmHWM per step
 #: (issue 44, one fresh process per step): the 8x512 encoder (165 MB) opened at 5.5x, converted at 8.2x; the
-#: 12x768 one (437 MB) at OPEN_12 and CONVERT_12. The direct route (converting in the opener, on top of the
-#: loaded model) took 19x: a model above DIRECT_BYTES never takes it (`runs.Run.export`). "train" was not measured
+#: 12x768 one (437 MB) at 4.4x and 7.5x. The direct route (converting in the opener, on top of the
+#: loaded model) took 18-19x: a model above DIRECT_BYTES never takes it (`runs.Run.export`). "train" was not measured
 #: again: a fine-tuning ends with the same conversion in its worker, so it is put above "convert".
 FACTORS = {"open": 6.0, "convert": 9.0, "train": 10.0, "quantize": 5.0, "time": 4.0}
 #: A Keras model of at most this is converted straight from the model its checks loaded (`convert.keras.

@@ -127,6 +127,49 @@ def test_the_tree_peak_and_budget_are_recorded_and_shown(float_tflite, data_npz,
     assert "Memory: the process tree peaked at" in shown and "budget 8.00 GB (--max-memory)" in shown
 
 
+def test_the_opening_is_counted_in_the_refusal():
+    """A budget that holds the conversion but not the opener (its imports, the model loaded and checked, the
+    spare worker beside it) is refused in one line before any work, as the conversion's would be."""
+    weights = 10 * MB
+    converting = budget.WORKER_BYTES + budget.need("convert", weights)
+    opening = budget.opening_need(weights)
+    assert opening > converting and opening >= budget.FACTORS["open"] * weights + budget.TF_BYTES
+    with pytest.raises(budget.TooBig, match="to open and convert"):
+        budget.refuse_if_too_big("m.keras", weights, "convert", budget.Budget(converting, stated=True))
+    budget.refuse_if_too_big("m.keras", weights, "convert", budget.Budget(opening, stated=True))
+    budget.refuse_if_too_big("m.tflite", weights, "quantize", budget.Budget(converting, stated=True))
+
+
+def test_a_big_keras_model_is_exported_for_a_worker_and_a_savedmodels_opener_leaves(tmp_path):
+    """Above DIRECT_BYTES the opener exports a SavedModel (never converting beside the loaded model: the worker
+    converts it after the opener left); for a SavedModel, with nothing to export, the opener leaves at once."""
+    from optimize.engine.runs import Run
+
+    asked = []
+    for kind, weights in (("keras3", budget.DIRECT_BYTES), ("keras3", budget.DIRECT_BYTES + 1), ("savedmodel", 1)):
+        src = ModelSource(tmp_path / "m", kind, "0" * 16)
+        run = Run(src, None, tmp_path, [], {}, None, footprint=weights)
+        run.exporter = lambda folder, direct=True: asked.append((folder is not None, direct))
+        run.export(direct=True)
+    assert asked == [(True, True), (True, False), (False, True)]
+
+
+def test_the_opener_has_left_before_any_worker_converts(keras_model, data_npz, tmp_path, monkeypatch):
+    """A model exported as a SavedModel (DIRECT_BYTES 0 here): the baseline converts it in a worker, and no task is
+    submitted while the opener lives, so loading and converting never stack (issue 44)."""
+    from optimize.engine import executors, runs, sweeps
+
+    monkeypatch.setattr(executors, "OPEN_HERE_BYTES", 0)
+    monkeypatch.setattr(runs, "DIRECT_BYTES", 0)
+    events = []
+    close, submit = executors.Opener.close, executors.ProcessExecutor.submit
+    monkeypatch.setattr(executors.Opener, "close", lambda self: close(self) or events.append("opener left"))
+    monkeypatch.setattr(executors.ProcessExecutor, "submit", lambda self, t: events.append("task") or submit(self, t))
+    study = sweeps.sweep(keras_model, data_npz, tmp_path / "o", recipes=RECIPES[:1], jobs=1, cache=False, runs=3)
+    assert [c.name for c in study.candidates][:2] == ["float32", "int8"] and all(c.ok for c in study.candidates)
+    assert "task" in events and events.index("opener left") < events.index("task")
+
+
 RECIPES = [build("int8", [{"technique": "convert", "scheme": "int8"}]), build("float16", [{"technique": "convert", "scheme": "float16"}])]  # fmt: skip
 
 

@@ -173,3 +173,21 @@ def test_the_baseline_converts_what_the_checks_loaded(keras_model, data_npz, tmp
     (again,) = run_all([run], jobs=0)
     digest = [hashlib.sha256((d / "float32.tflite").read_bytes()).hexdigest() for d in (tmp_path / "a", tmp_path / "b")]
     assert again.candidates[0].ok and digest[0] == digest[1]
+
+
+def test_a_big_keras_model_is_never_converted_beside_the_loaded_model(keras_model, data_npz, tmp_path, monkeypatch):
+    """Above DIRECT_BYTES (0 here) a worker with nothing exported for it converts the model's SavedModel, never
+    straight from the model it loads (the two stacked: 19x the model's bytes, issue 44); the baseline is made."""
+    from optimize.convert import keras as exporting
+    from optimize.engine import pipeline, runs
+    from optimize.engine.schedule import run_all
+
+    def never(*a, **kw):
+        raise AssertionError("converted straight from the loaded model")
+
+    monkeypatch.setattr(pipeline, "DIRECT_BYTES", 0)
+    monkeypatch.setattr(exporting, "float32_direct", never)
+    recipes = [build("float32", [{"technique": "convert", "scheme": "float32"}])]
+    run = runs.open_run(keras_model, data_npz, tmp_path / "o", recipes=recipes, cache=False)
+    (study,) = run_all([run], jobs=0)
+    assert study.candidates[0].ok, study.candidates[0].error

@@ -26,8 +26,18 @@ WORKER_BYTES = 600 * 10**6
 #: What importing TensorFlow and Keras adds to a process.
 TF_BYTES = 700 * 10**6
 #: A task's peak above an idle worker, per byte of the model's weights, by what it does (measured on encoders of
-#: 45-434 MB and ResNet-50: see the module's docstring).
-FACTORS = {"convert": 6.0, "train": 8.0, "quantize": 5.0, "time": 4.0}
+#: 45-434 MB and ResNet-50: see the module's docstring). "open" is the opener process's peak above TensorFlow's
+#: import (Keras load, the checks on test samples, the SavedModel export) and "convert" the float32 conversion
+#: of that SavedModel in a process that never loaded the Keras model, both measured with /proc's VmHWM per step
+#: (issue 44, one fresh process per step): the 8x512 encoder (165 MB) opened at 5.5x, converted at 8.2x; the
+#: 12x768 one (437 MB) at 4.4x and 7.5x. The direct route (converting in the opener, on top of the
+#: loaded model) took 18-19x: a model above DIRECT_BYTES never takes it (`runs.Run.export`). "train" was not measured
+#: again: a fine-tuning ends with the same conversion in its worker, so it is put above "convert".
+FACTORS = {"open": 6.0, "convert": 9.0, "train": 10.0, "quantize": 5.0, "time": 4.0}
+#: A Keras model of at most this is converted straight from the model its checks loaded (`convert.keras.
+#: float32_direct`: about 2x less work than the SavedModel round trip); a bigger one is exported as a SavedModel
+#: and converted by the baseline's worker after the opener left, so loading and converting never stack.
+DIRECT_BYTES = 64 * 10**6
 #: A worker holding more than this when it goes idle leaves (its memory goes back to the system); another starts
 #: for the next task. Below it a worker is kept: starting one costs seconds.
 RETIRE_BYTES = 1_500 * 10**6
@@ -120,13 +130,22 @@ def task_need(task) -> int:
     return need(work_of(task), task.weights, data_bytes(task.data))
 
 
+def opening_need(weights: int, data: int = 0) -> int:
+    """The opener process's estimated peak (`executors.Opener`: a worker's imports, TensorFlow, the Keras model
+    loaded, checked and exported) with the warm spare worker that starts beside it."""
+    return 2 * WORKER_BYTES + need("open", weights, data)
+
+
 def refuse_if_too_big(model, weights: int, work: str, limit: Budget, data: int = 0) -> None:
     """One line, before any work, when the model's largest task (`work`: what its first task does) cannot fit the
-    budget with the process that runs it: naming the model's size, the estimate and the budget."""
+    budget with the process that runs it: naming the model's size, the estimate and the budget. A conversion
+    counts its opening too (`opening_need`: the opener has left before the conversion starts, so the larger)."""
     total = WORKER_BYTES + need(work, weights, data)
+    if work == "convert":
+        total = max(total, opening_need(weights, data))
     if total <= limit.bytes:
         return
-    doing = {"convert": "convert", "train": "fine-tune", "quantize": "quantize and measure"}[work]
+    doing = {"convert": "open and convert", "train": "fine-tune", "quantize": "quantize and measure"}[work]
     name = Path(str(getattr(model, "path", model))).name
     raise TooBig(
         f"{name} ({footprint.gb(weights)} of weights) needs about {footprint.gb(total)} to {doing}, more than the "

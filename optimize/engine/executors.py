@@ -33,7 +33,15 @@ from multiprocessing.connection import wait
 from optimize.core.errors import ModelError, OptimizeError
 from optimize.core.results import Candidate
 from optimize.engine import stop
-from optimize.engine.budget import OPEN_HERE_BYTES, RETIRE_BYTES, Admission, Budget, task_need, weights_bytes
+from optimize.engine.budget import (
+    DIRECT_BYTES,
+    OPEN_HERE_BYTES,
+    RETIRE_BYTES,
+    Admission,
+    Budget,
+    task_need,
+    weights_bytes,
+)
 from optimize.engine.work import CRASH_SIGNALS, Task, TimingTask, Workspaces, crashed, received, run_task, time_task
 from optimize.measure import footprint
 from optimize.present.progress import Progress
@@ -301,9 +309,11 @@ def spare(kind: str, jobs: int | None, model) -> Spare | None:
     if not _tf_model(kind, jobs, model):
         return None
     p = None if model is None else Path(model)
-    # a Keras model's float32 is converted here, straight from the model the checks load (runs.Run.export):
-    # its tasks measure a .tflite; a SavedModel's baseline converts it in the worker
-    return Spare("tf" if p is not None and p.is_dir() else "measure")
+    # a small Keras model's float32 is converted by the opener, straight from the model the checks load
+    # (runs.Run.export): its tasks measure a .tflite; a SavedModel's baseline, or a big Keras model's (exported
+    # as a SavedModel), converts it in the worker
+    converts = p is not None and (p.is_dir() or weights_bytes(p) > DIRECT_BYTES)
+    return Spare("tf" if converts else "measure")
 
 
 def _opener_main(conn, open_fn, export_fn, request) -> None:
@@ -370,10 +380,12 @@ class Opener:
         if self.tmp is not None:
             paths.discard(self.tmp)
 
-    def export(self, folder, direct: bool = True):
+    def export(self, folder=None, direct: bool = True):
         """The loaded model exported for the baseline (`runs.export_keras`'s result), or None (not opened here,
-        or its export failed: the baseline's worker converts it itself)."""
-        if self.conn is None or not self.proc.is_alive():
+        or its export failed: the baseline's worker converts it itself). With no `folder`, it leaves at once
+        (nothing to export: a SavedModel), so what its checks loaded is not held while the workers convert."""
+        if folder is None or self.conn is None or not self.proc.is_alive():
+            self.close()
             return None
         try:
             self.conn.send((folder, direct))

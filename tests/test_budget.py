@@ -48,6 +48,21 @@ def test_the_tree_is_measured_and_the_sampler_keeps_its_peak():
     assert footprint.available_bytes() > 0 and footprint.rss(os.getpid()) > 0
 
 
+def test_the_sampler_reads_pss_only_where_it_could_peak_and_at_most_so_often():
+    """PSS (smaps_rollup, a walk of every mapping) cost a quarter of a core read every 0.2 s: the RSS sum is read
+    each time, PSS where due; the first and last samples read it whatever the time."""
+    with footprint.Sampler(every=3600, pss_every=3600) as s:  # the thread sleeps: samples are taken here
+        first_pss = s.peak_pss
+        block = np.ones(50 * MB // 4, dtype=np.float32)
+        s.sample()  # the RSS sum now holds the block; PSS is not due for an hour
+        assert s.peak_pss == first_pss and s.peak >= first_pss + 45 * MB
+        s.pss_every = 0.0
+        s.sample()  # due now, and the RSS sum is above the PSS peak: read
+        assert s.peak_pss >= first_pss + 45 * MB
+        del block
+    assert s.peak_pss <= s.peak
+
+
 def test_weights_and_data_are_counted_once(tmp_path):
     f = tmp_path / "m.keras"
     f.write_bytes(b"x" * 1000)

@@ -167,17 +167,21 @@ NO_VALIDATION = (
 @pytest.mark.parametrize("command", ["evaluate", "compat"])
 def test_a_native_crash_is_one_line_naming_the_step_and_the_file(corpus, tmp_path, command):
     path, _ = corpus["input scale 0 (the segfault)"]
-    env = {**os.environ, "NO_COLOR": "1", "OPTIMIZE_CACHE": str(tmp_path / "c")}
+    tmp = tmp_path / "t"
+    tmp.mkdir()
+    env = {**os.environ, "NO_COLOR": "1", "OPTIMIZE_CACHE": str(tmp_path / "c"), "TMPDIR": str(tmp)}
     r = subprocess.run(
         [sys.executable, "-c", NO_VALIDATION, command, str(path)],
         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
     )  # fmt: skip
     one_line_error(r, "the LiteRT interpreter crashed (SIGSEGV) loading", path.name)
+    assert list(tmp.iterdir()) == []  # the command's temporary folder went with the crash (the supervisor's)
     r = subprocess.run(
         [sys.executable, "-c", NO_VALIDATION, command, str(path)],
         capture_output=True, text=True, timeout=300, env={**env, "OPTIMIZE_NO_FORK": "1"}, cwd=tmp_path,
     )  # fmt: skip
-    assert r.returncode == -signal.SIGSEGV  # without the supervisor: the bare crash it replaces
+    assert r.returncode == -signal.SIGSEGV  # without the supervisor: the bare crash it replaces,
+    assert [p.name.split("-")[1] for p in tmp.iterdir()] == [command]  # and the temporary folder it leaves
 
 
 def test_the_crash_line_names_the_step_what_it_did_and_the_file():

@@ -11,7 +11,9 @@ file (`doing`, `now`); a few hundred bytes written, a microsecond. Without fork 
 The child runs in a process group of its own, so that a signal reaches it once: the terminal's Ctrl-C
 (Ctrl-Z, Ctrl-\\) reaches the parent's group and the parent hands it to the child's whole group (its workers
 included), as the terminal did before; a signal sent to the parent by a process (`kill`, `timeout`, a test)
-is handed to the child alone. The child dies with the parent (PR_SET_PDEATHSIG), as workers do.
+is handed to the child alone. The child dies with the parent (PR_SET_PDEATHSIG), as workers do. Its temporaries
+(and those of every process it starts) go in a folder the parent makes and removes once the child has ended, so a
+crash or a SIGKILL leaves no temporary folder behind.
 """
 
 from __future__ import annotations
@@ -215,18 +217,46 @@ def supervised(say: Callable[[str], None], command: str = "") -> None:
     if not hasattr(os, "fork") or os.environ.get("OPTIMIZE_NO_FORK") == "1" or isinstance(_page, mmap.mmap):
         return
     _page = mmap.mmap(-1, PAGE)  # shared with the child (MAP_SHARED | MAP_ANONYMOUS)
+    scratch = _scratch()
     sys.stdout.flush()
     sys.stderr.flush()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD, signal.SIGTSTP, signal.SIGCONT})
     pid = os.fork()
     if pid == 0:
+        if scratch is not None:
+            _temporaries_in(scratch)
         _child(mask)
         return
     try:
         os.setpgid(pid, pid)  # as the child does: whichever runs first, the group exists before a signal is handed on
     except OSError:
         pass
-    _end(_wait(pid), command, say)
+    status = _wait(pid)
+    if scratch is not None:  # whatever the child and its processes left there, however they ended
+        import shutil
+
+        shutil.rmtree(scratch, ignore_errors=True)
+    _end(status, command, say)
+
+
+def _scratch() -> str | None:
+    """A folder of the command's own in the temp folder, for every temporary its child and their processes make
+    (a temporary folder a native crash or SIGKILL left behind goes with it: the supervisor removes it when the
+    child has ended); None where none can be made (the command then uses the temp folder as it is). Its name is
+    short: Unix sockets (a local Ray's) live below it."""
+    import tempfile
+
+    try:
+        return tempfile.mkdtemp(prefix="o-")
+    except OSError:
+        return None
+
+
+def _temporaries_in(folder: str) -> None:
+    """The child's temporaries (tempfile's, and $TMPDIR for the processes it starts) in `folder`."""
+    import tempfile
+
+    os.environ["TMPDIR"] = tempfile.tempdir = folder
 
 
 def command_of(argv: list[str]) -> str:

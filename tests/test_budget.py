@@ -172,10 +172,10 @@ def test_a_big_keras_model_is_exported_for_a_worker_and_a_savedmodels_opener_lea
 def test_the_opener_has_left_before_any_worker_converts(keras_model, data_npz, tmp_path, monkeypatch):
     """A model exported as a SavedModel (DIRECT_BYTES 0 here): the baseline converts it in a worker, and no task is
     submitted while the opener lives, so loading and converting never stack (issue 44)."""
-    from optimize.engine import executors, runs, sweeps
+    from optimize.engine import executors, sweeps
 
     monkeypatch.setattr(executors, "OPEN_HERE_BYTES", 0)
-    monkeypatch.setattr(runs, "DIRECT_BYTES", 0)
+    monkeypatch.setattr(budget, "DIRECT_BYTES", 0)
     events = []
     close, submit = executors.Opener.close, executors.ProcessExecutor.submit
     monkeypatch.setattr(executors.Opener, "close", lambda self: close(self) or events.append("opener left"))

@@ -179,13 +179,13 @@ def test_a_big_keras_model_is_never_converted_beside_the_loaded_model(keras_mode
     """Above DIRECT_BYTES (0 here) a worker with nothing exported for it converts the model's SavedModel, never
     straight from the model it loads (the two stacked: 19x the model's bytes, issue 44); the baseline is made."""
     from optimize.convert import keras as exporting
-    from optimize.engine import pipeline, runs
+    from optimize.engine import budget, runs
     from optimize.engine.schedule import run_all
 
     def never(*a, **kw):
         raise AssertionError("converted straight from the loaded model")
 
-    monkeypatch.setattr(pipeline, "DIRECT_BYTES", 0)
+    monkeypatch.setattr(budget, "DIRECT_BYTES", 0)
     monkeypatch.setattr(exporting, "float32_direct", never)
     recipes = [build("float32", [{"technique": "convert", "scheme": "float32"}])]
     run = runs.open_run(keras_model, data_npz, tmp_path / "o", recipes=recipes, cache=False)

@@ -85,6 +85,14 @@ def weights_bytes(model) -> int:
     return 0
 
 
+def converts_directly(weights: int, folder: bool = False) -> bool:
+    """Whether a Keras model with `weights` bytes of weights has its float32 baseline converted straight from the
+    model its checks loaded (at most DIRECT_BYTES), not from its SavedModel in the baseline's worker: the one rule
+    the opener (`runs.Run.export`), the baseline's worker (`pipeline.Workspace`) and the warm spare
+    (`executors.spare`) follow. A SavedModel (`folder`) is never converted directly."""
+    return not folder and weights <= DIRECT_BYTES
+
+
 def data_bytes(ds) -> int:
     """Bytes of a dataset's arrays (every worker holds its own copy)."""
     if ds is None:

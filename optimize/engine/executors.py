@@ -34,11 +34,11 @@ from optimize.core.errors import ModelError, OptimizeError
 from optimize.core.results import Candidate
 from optimize.engine import stop
 from optimize.engine.budget import (
-    DIRECT_BYTES,
     OPEN_HERE_BYTES,
     RETIRE_BYTES,
     Admission,
     Budget,
+    converts_directly,
     task_need,
     weights_bytes,
 )
@@ -312,7 +312,7 @@ def spare(kind: str, jobs: int | None, model) -> Spare | None:
     # a small Keras model's float32 is converted by the opener, straight from the model the checks load
     # (runs.Run.export): its tasks measure a .tflite; a SavedModel's baseline, or a big Keras model's (exported
     # as a SavedModel), converts it in the worker
-    converts = p is not None and (p.is_dir() or weights_bytes(p) > DIRECT_BYTES)
+    converts = p is not None and not converts_directly(weights_bytes(p), p.is_dir())
     return Spare("tf" if converts else "measure")
 
 

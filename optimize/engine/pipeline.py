@@ -24,7 +24,7 @@ from optimize.core.recipe import Recipe, build
 from optimize.core.registry import Context, Stage
 from optimize.core.results import PHASES, Candidate, Composition, Metrics, Probe, Step, write_atomic
 from optimize.core.vocab import CALIBRATED_SCHEMES, Backend
-from optimize.engine.budget import DIRECT_BYTES, weights_bytes
+from optimize.engine.budget import converts_directly, weights_bytes
 from optimize.engine.plan import _key, checked, resolve
 from optimize.engine.ship import ship_out
 from optimize.measure import footprint, probe, verify
@@ -209,14 +209,16 @@ class Workspace:
     def _direct_made(self, state: _State) -> tuple[bytes, list[str]] | None:
         """(the float32 .tflite, its notes) from the sweep's process, or converted here when it made nothing
         (a warm worker, Ray, a single run); None when it exported a SavedModel, the route gives way, or the model
-        is above DIRECT_BYTES (loaded and converted at once, it peaked at 19x its bytes: `runs.Run.export`)."""
+        is above budget.DIRECT_BYTES (loaded and converted at once, it peaked at 19x its bytes: `runs.Run.export`)."""
         exported = self._exported
         if exported is not None:
             if exported.suffix != ".tflite" or not exported.is_file():
                 return None
             self._carry_export()
             return exported.read_bytes(), direct_notes(self.src.kind, exporting.export_notes(exported.parent))
-        if weights_bytes(self.src) > DIRECT_BYTES:  # a big model: its SavedModel converted, not beside it (issue 44)
+        if not converts_directly(
+            weights_bytes(self.src)
+        ):  # a big model: its SavedModel converted, not beside it (issue 44)
             return None
         keras3 = self.src.kind == "keras3"
         model = models.load_keras3(self.src) if keras3 else self._keras_model(state)

@@ -20,7 +20,7 @@ from optimize.core.recipe import Recipe, build
 from optimize.core.results import Candidate, Dropped, MemoryUse, Study
 from optimize.core.vocab import Backend, Target
 from optimize.engine import outputs
-from optimize.engine.budget import DIRECT_BYTES, weights_bytes
+from optimize.engine.budget import converts_directly, weights_bytes
 from optimize.engine.cache import ResultCache, key_for, result_cache
 from optimize.engine.plan import _is_baseline, asks_training, plan_from, resolve, tasks, with_samples
 from optimize.engine.work import Settings
@@ -89,17 +89,18 @@ class Run:
         nothing to export (a warm re-run, a .tflite, a SavedModel) or the export fails there (the worker then
         exports it itself, as before). With the seconds it took (the baseline's convert phase counts them).
 
-        A model of more than DIRECT_BYTES is exported as a SavedModel, never converted where it was loaded: the
-        baseline's worker converts that after the opener left, so loading and converting never stack (issue 44:
-        the direct route held the loaded model beside the converter's copies, 19x the model's bytes on an 8x512
-        encoder, against 5.5x to open it and 8x to convert its SavedModel in a fresh process)."""
+        A model `budget.converts_directly` refuses (more than DIRECT_BYTES) is exported as a SavedModel, never
+        converted where it was loaded: the baseline's worker converts that after the opener left, so loading and
+        converting never stack (issue 44: the direct route held the loaded model beside the converter's copies, 19x
+        the model's bytes on an 8x512 encoder, against 5.5x to open it and 8x to convert its SavedModel in a fresh
+        process)."""
         model, self.keras = self.keras, None  # exported once; the model is not kept past it
         exporter, self.exporter = self.exporter, None
         if self.src.kind not in ("keras2", "keras3"):
             if exporter is not None:
                 exporter(None)  # nothing to export (a SavedModel): the opener leaves now, not at the run's end
             return None
-        direct = direct and self.footprint <= DIRECT_BYTES
+        direct = direct and converts_directly(self.footprint)
         folder = self.out_dir / ".work" / "export" / self.src.fingerprint
         if model is not None:
             return export_keras(model, self.src, self.ds, folder, direct)

@@ -45,23 +45,11 @@ def _save_data(folder: Path, ids, mask, y, dtype) -> Path:
 
 
 def _torch_encoder():
-    import torch
+    """nn.TransformerEncoder at this module's sizes: the tests' encoder (tests/encoder_fixtures.py), one builder."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from encoder_fixtures import encoder
 
-    class Encoder(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = torch.nn.Embedding(VOCAB, D)
-            self.pos = torch.nn.Parameter(torch.randn(1, T, D) * 0.02)
-            layer = torch.nn.TransformerEncoderLayer(D, HEADS, FF, dropout=0.0, batch_first=True)
-            self.enc = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
-            self.head = torch.nn.Linear(D, 2)
-
-        def forward(self, input_ids, attention_mask):
-            h = self.enc(self.emb(input_ids) + self.pos, src_key_padding_mask=attention_mask == 0)
-            m = attention_mask.unsqueeze(-1).to(h.dtype)
-            return self.head((h * m).sum(1) / m.sum(1).clamp(min=1))
-
-    return Encoder()
+    return encoder(VOCAB, D, FF, T, heads=HEADS, layers=LAYERS, classes=2, pos_scale=0.02)
 
 
 def import_transformers():

@@ -1,5 +1,6 @@
 """A seeded PyTorch attention encoder over token ids with a padding mask, and its files (.pt2, ONNX, tokens.npz):
-shared by the attention tests and the embedding-int8 tests, each at its own sizes."""
+shared by the attention tests and the embedding-int8 tests, each at its own sizes, and by the benchmarks'
+transformer rows (benchmarks/attention_models.py)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,21 @@ from pathlib import Path
 import numpy as np
 
 
-def encoder(vocab: int, width: int, ffn: int, seq: int):
-    """Token and position embeddings, one encoder layer given a padding mask (PyTorch applies it with
-    masked_fill(-inf)), masked mean pooling, a 3-class classifier. Seed torch before calling."""
+def encoder(vocab: int, width: int, ffn: int, seq: int, heads: int = 2, layers: int = 1, classes: int = 3,
+            pos_scale: float = 0.1):  # fmt: skip
+    """Token and position embeddings, `layers` encoder layers given a padding mask (PyTorch applies it with
+    masked_fill(-inf)), masked mean pooling, a `classes`-way classifier. Seed torch before calling. (Also
+    benchmarks/attention_models.py's `encoder`, at its own sizes.)"""
     import torch
 
     class Encoder(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.emb = torch.nn.Embedding(vocab, width)
-            self.pos = torch.nn.Parameter(torch.randn(1, seq, width) * 0.1)
-            layer = torch.nn.TransformerEncoderLayer(width, 2, ffn, dropout=0.0, batch_first=True)
-            self.enc = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
-            self.head = torch.nn.Linear(width, 3)
+            self.pos = torch.nn.Parameter(torch.randn(1, seq, width) * pos_scale)
+            layer = torch.nn.TransformerEncoderLayer(width, heads, ffn, dropout=0.0, batch_first=True)
+            self.enc = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+            self.head = torch.nn.Linear(width, classes)
 
         def forward(self, input_ids, attention_mask):
             h = self.enc(self.emb(input_ids) + self.pos, src_key_padding_mask=attention_mask == 0)

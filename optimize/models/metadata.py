@@ -152,7 +152,7 @@ def embed(content: bytes, metadata: bytes, files: dict[str, bytes]) -> bytes:
     from optimize.models.normalize import _load, _save, _schema
 
     s = _schema()
-    model = _load(content)
+    model = _load(content, copy=False)  # weights only written out again: views of `content`, not a copy
     buf = s.BufferT()
     buf.data = np.frombuffer(metadata, np.uint8)
     model.buffers = list(model.buffers or [])
@@ -164,12 +164,30 @@ def embed(content: bytes, metadata: bytes, files: dict[str, bytes]) -> bytes:
     entry = s.MetadataT()
     entry.name, entry.buffer = NAME, len(model.buffers) - 1 if old is None else old
     model.metadata = [m for m in (model.metadata or []) if _text(m.name) != NAME] + [entry]
-    out = io.BytesIO(_save(model))
-    if files:
-        with zipfile.ZipFile(out, "a") as z:
-            for name, data in files.items():
-                z.writestr(name, data)
-    return out.getvalue()
+    flat = _save(model)
+    del model
+    if not files:
+        return flat
+    archive = _After(len(flat))
+    with zipfile.ZipFile(archive, "w") as z:  # as appended to `flat` ("a"), without a copy of the model to append to
+        for name, data in files.items():
+            z.writestr(name, data)
+    return flat + archive.getvalue()
+
+
+class _After(io.BytesIO):
+    """A zip archive written apart from the model it will follow: its positions (`tell`, `seek`) count from the
+    model's start, `shift` bytes before the archive's own, so its offsets are those of the joined file."""
+
+    def __init__(self, shift: int) -> None:
+        super().__init__()
+        self.shift = shift
+
+    def tell(self) -> int:
+        return super().tell() + self.shift
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        return super().seek(pos - self.shift if whence == 0 else pos, whence) + self.shift
 
 
 def _own_buffer(model) -> int | None:

@@ -32,13 +32,17 @@ def read_model(model: str | Path | bytes, where: str | None = None) -> Model:
     parsed = _read(model, where)
     if key is not None:
         _PARSED[key] = parsed
-        while len(_PARSED) > KEEP:
+        while len(_PARSED) > KEEP or (len(_PARSED) > 1 and sum(m.size_bytes for m in _PARSED.values()) > KEEP_BYTES):
             _PARSED.popitem(last=False)
     return parsed
 
 
 #: How many parsed models are remembered (a run's source, its normalised form, the artifact at hand).
 KEEP = 4
+#: And how many bytes of them beyond the newest: a parsed model holds views of its file's bytes, so four of a
+#: BERT-base-sized model kept 1.7 GB alive in a worker after it had moved on (issue 44). Parsing again costs a
+#: read of the file: the structure is read in place.
+KEEP_BYTES = 256 * 10**6
 _PARSED: OrderedDict[tuple, Model] = OrderedDict()
 
 

@@ -48,6 +48,13 @@ def _cached(folder: Path, name: str, build) -> tuple[Path, Path]:
     return model, data
 
 
+def encoder_macs(layers: int, width: int) -> int:
+    """Multiply-adds of one sequence (SEQ tokens) through an encoder: per layer the Q, K, V and output projections
+    (4 w^2 per token), the 4x-wide feed-forward (8 w^2 per token) and the attention's scores and mix (2 SEQ w per
+    token). The work per sample, which grows faster than the bytes while the embedding table is most of them."""
+    return layers * (12 * width * width * SEQ + 2 * SEQ * SEQ * width)
+
+
 def encoder(layers: int, width: int, folder: Path, name: str | None = None) -> tuple[Path, Path]:
     """A seeded Keras 3 attention encoder (`layers` x `width`) and its token data."""
     name = name or f"enc-{layers}x{width}"

@@ -100,6 +100,37 @@ def test_what_a_task_does_decides_its_estimate(tmp_path):
     assert budget.task_need(big) == budget.need("train", 400 * MB) > budget.need("quantize", 400 * MB)
 
 
+def test_a_fine_tuning_counts_its_batches_activations_and_one_that_cannot_fit_alone_never_starts(
+    float_tflite, tmp_path
+):
+    """Weights alone said 2.3 GB for ResNet-50's QAT; its worker held 7.1 GB (batch 32 x 70 MB of activations a
+    sample, held for the backward pass). Once the baseline is made, a fine-tuning's estimate counts them; one that
+    cannot fit the budget even alone fails its candidates with why, before any worker starts it (admission starts
+    the first task whatever its size when nothing else runs)."""
+    from optimize.engine.executors import ProcessExecutor
+
+    keras = ModelSource(tmp_path / "m.keras", "keras2", "0" * 16)
+    prune = build("prune-int8", [{"technique": "prune", "batch_size": 64}, {"technique": "convert", "scheme": "int8"}])
+    before = _task(keras, [prune], weights=MB)  # no baseline yet: weights only
+    after = replace(before, reference=float_tflite)
+    per_sample = budget.activation_bytes(float_tflite)
+    assert 0 < per_sample < float_tflite.stat().st_size  # a small CNN: its activations, not its weights
+    assert budget.training_activations(after) == int(budget.TRAIN_ACTIVATIONS * 64 * per_sample)
+    assert budget.task_need(after) == budget.task_need(before) + budget.training_activations(after)
+    fits_weights_only = budget.Budget(budget.WORKER_BYTES + budget.task_need(before) + 1, stated=True)
+    assert budget.cannot_train(before, fits_weights_only) is None
+    why = budget.cannot_train(after, fits_weights_only)
+    assert why is not None and "activations" in why and "--max-memory" in why
+    ex = ProcessExecutor(jobs=1, limit=fits_weights_only)
+    try:
+        ex.submit(after)
+        (tag, cand), *rest = list(ex.results())
+        assert not rest and cand.name == "prune-int8" and not cand.ok and cand.error_kind == "TooBig"
+        assert ex.spawned == 0  # no worker was started for it
+    finally:
+        ex.close()
+
+
 def test_admission_waits_for_room_and_never_starves(tmp_path):
     flat = ModelSource(tmp_path / "m.tflite", "tflite", "0" * 16, content=b"")
     int8 = build("int8", [{"technique": "quantize", "scheme": "int8"}])

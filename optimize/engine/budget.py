@@ -14,6 +14,7 @@ seeded Keras attention encoders and CNNs (benchmarks/bench_scale.py; FACTORS bel
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,8 +135,74 @@ def need(work: str, weights: int, data: int = 0) -> int:
 
 
 def task_need(task) -> int:
-    """`need` for a production task (`work.Task`), from the model and data it carries."""
-    return need(work_of(task), task.weights, data_bytes(task.data))
+    """`need` for a production task (`work.Task`), from the model and data it carries; a fine-tuning's also counts
+    its batch's activations (`training_activations`)."""
+    work = work_of(task)
+    extra = training_activations(task) if work == "train" else 0
+    return need(work, task.weights, data_bytes(task.data)) + extra
+
+
+#: A fine-tuning holds about this many times its batch's forward activations (the activations kept for the
+#: backward pass, their gradients, fake-quant copies under QAT): ResNet-50's QAT at batch 32 (70 MB of
+#: activations a sample) held 7.1 GB in its worker, where its weights alone (95 MB x FACTORS["train"]) said 2.3 GB.
+TRAIN_ACTIVATIONS = 3.0
+#: The batch a fine-tuning step uses when its parameters say none (tfmot steps' default).
+TRAIN_BATCH = 32
+
+
+def training_activations(task) -> int:
+    """What a fine-tuning task's batches add beyond its weights: TRAIN_ACTIVATIONS x the largest batch its steps use
+    x one sample's activations (`activation_bytes` of its float32 baseline, the `reference` the task carries; 0
+    before there is one)."""
+    ref = getattr(task, "reference", None)
+    if ref is None or not Path(ref).is_file():
+        return 0
+    from optimize.core.recipe import Stage
+
+    steps = [s for r in task.recipes for s in r.steps if s.stage is Stage.KERAS]
+    batch = max((getattr(s.params, "batch_size", 0) or TRAIN_BATCH for s in steps), default=TRAIN_BATCH)
+    return int(TRAIN_ACTIVATIONS * batch * activation_bytes(Path(ref)))
+
+
+def cannot_train(task, limit: Budget | None) -> str | None:
+    """Why a fine-tuning task cannot fit the budget even alone (its weights and its batches' activations, known once
+    the baseline is made), or None: such a task is never started (its candidates fail with this reason), since
+    admission starts the first task whatever its size when nothing else runs."""
+    if limit is None or work_of(task) != "train":
+        return None
+    total = WORKER_BYTES + task_need(task)
+    if total <= limit.bytes:
+        return None
+    return (
+        f"fine-tuning needs about {footprint.gb(total)} (its batches' activations "
+        f"{footprint.gb(training_activations(task))} of it), more than the memory budget of {limit.describe()}: "
+        "give it more (--max-memory) or a smaller batch_size"
+    )
+
+
+def activation_bytes(tflite: Path) -> int:
+    """One sample's activations in a float .tflite: the bytes of its main graph's non-constant tensors at batch 1
+    (a free dimension counted as 1), read from the file's structure (no interpreter)."""
+    st = tflite.stat()
+    return _activation_bytes(str(tflite), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _activation_bytes(path: str, size: int, mtime: int) -> int:
+    from optimize.models.tflite import read_model
+
+    total = 0
+    for t in read_model(path).main.tensors:
+        if t.is_const:
+            continue
+        n = 1
+        for d in t.shape or ():
+            n *= max(1, int(d))
+        total += n * _ITEM_BYTES.get(str(t.dtype), 4)
+    return total
+
+
+_ITEM_BYTES = {"float64": 8, "int64": 8, "float16": 2, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 
 
 def opening_need(weights: int, data: int = 0) -> int:

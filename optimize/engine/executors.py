@@ -38,6 +38,7 @@ from optimize.engine.budget import (
     RETIRE_BYTES,
     Admission,
     Budget,
+    cannot_train,
     converts_directly,
     task_need,
     weights_bytes,
@@ -484,8 +485,14 @@ class ProcessExecutor(_LocalTiming):
         self.spare = spare  # a warm worker started before the run: the first one taken
         self.admission = Admission(limit)  # what may start now, by memory (None: by `jobs` alone)
         self.retired: list = []  # workers told to leave (`_retire`): joined when the executor closes
+        self.refused: deque[tuple[str, Candidate]] = deque()  # failed at submission (`budget.cannot_train`)
 
     def submit(self, task: Task) -> None:
+        why = cannot_train(task, self.admission.limit)
+        if why is not None:  # never started: admission would start it alone, past the budget
+            log.warning("%s: %s.", ", ".join(r.name for r in task.recipes), why)
+            self.refused.extend((task.tag, Candidate.failed(r, why, kind="TooBig")) for r in task.recipes)
+            return
         self.queue.append(task)
 
     def expect(self, n: int, warm: str = "") -> None:
@@ -603,8 +610,15 @@ class ProcessExecutor(_LocalTiming):
 
     def results(self) -> Iterator[tuple[str, Candidate]]:
         self._dispatch()
-        while any(w.task is not None for w in self.workers) or self.queue:
+        while any(w.task is not None for w in self.workers) or self.queue or self.refused:
+            while self.refused:
+                yield self.refused.popleft()
             busy = {w.conn: w for w in self.workers if w.task is not None}
+            if not busy:  # what was submitted while the refused were read waits for a worker
+                self._dispatch()
+                if not any(w.task is not None for w in self.workers):
+                    continue
+                busy = {w.conn: w for w in self.workers if w.task is not None}
             for conn in wait(list(busy)):
                 w = busy[conn]
                 try:

@@ -287,3 +287,26 @@ def test_a_recipe_whose_work_cannot_fit_is_left_out_with_why(tmp_path):
     (dropped,) = budget.too_big(run, limit)
     assert dropped[0] is prune and "to fine-tune, more than the memory budget of" in dropped[1]
     assert "(--max-memory)" in dropped[1] and budget.too_big(run, None) == []
+
+
+def test_workers_are_started_ahead_only_where_the_budget_has_room_for_them_idle(tmp_path):
+    """A BERT-base-sized baseline converting under a 5.75 GB budget had an idle worker (1.2 GB, TensorFlow
+    imported) started beside it for the groups after it: the tree passed the budget. Ahead of their tasks,
+    workers start only where the budget holds them idle beside what runs and what is queued."""
+    from optimize.engine.executors import ProcessExecutor
+
+    keras = ModelSource(tmp_path / "m.keras", "keras2", "0" * 16)
+    convert = _task(keras, [build("float32", [{"technique": "convert"}])], weights=400 * MB)
+    held = footprint.tree_memory(os.getpid())[1]
+    tight = budget.Budget(held + budget.task_need(convert) + budget.WORKER_BYTES // 2, stated=True)
+    ample = budget.Budget(tight.bytes + budget.WORKER_BYTES + budget.TF_BYTES + 500 * MB, stated=True)
+    assert not budget.Admission(tight).room_for_worker([convert], [], warm="tf")
+    assert budget.Admission(ample).room_for_worker([convert], [], warm="tf")
+    assert budget.Admission(None).room_for_worker([convert], [], warm="tf")
+    ex = ProcessExecutor(jobs=2, limit=tight)
+    try:
+        ex.queue.append(convert)  # submitted, not yet dispatched
+        ex.expect(2, warm="")
+        assert ex.spawned == 0  # no room beside the queued conversion: started when admitted instead
+    finally:
+        ex.close()

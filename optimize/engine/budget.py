@@ -246,10 +246,25 @@ class Admission:
             return None
         if self.limit is None or not running:
             return 0
-        still = sum(max(0, est - max(0, footprint.rss(pid) - base)) for pid, est, base in running)
-        held = footprint.tree_memory(os.getpid())[1]
-        room = self.limit.bytes - held - still - (WORKER_BYTES if spawn else 0)
+        room = self.limit.bytes - self._taken(running) - (WORKER_BYTES if spawn else 0)
         return next((i for i, task in enumerate(queue) if task_need(task) <= room), None)
+
+    def room_for_worker(self, queue: list, running: list[tuple[int, int, int]], warm: str = "") -> bool:
+        """Whether a worker started ahead of its task (`ProcessExecutor.expect`) fits beside what runs and what is
+        queued (each task's estimate counted in full): idle, it holds its imports (TensorFlow's too when `warm` is
+        "tf"). A BERT-base-sized baseline's conversion leaves no room for one under a 5.75 GB budget: the tree held
+        an idle 1.2 GB worker beside the converting one."""
+        if self.limit is None:
+            return True
+        idle = WORKER_BYTES + (TF_BYTES if warm == "tf" else 0)
+        return self._taken(running) + sum(task_need(t) for t in queue) + idle <= self.limit.bytes
+
+    @staticmethod
+    def _taken(running: list[tuple[int, int, int]]) -> int:
+        """What the tree holds now (PSS) plus what each running task may still add (its estimate less what its
+        worker has grown by since it took it)."""
+        still = sum(max(0, est - max(0, footprint.rss(pid) - base)) for pid, est, base in running)
+        return footprint.tree_memory(os.getpid())[1] + still
 
 
 def recipe_work(recipe, src, baseline=None) -> str:

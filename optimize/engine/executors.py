@@ -498,10 +498,15 @@ class ProcessExecutor(_LocalTiming):
     def expect(self, n: int, warm: str = "") -> None:
         """`n` more tasks will come once a running one is done (a model's groups after its baseline): start the
         workers they will need now, so their start-up (Python, and what `warm` names, `_warm_up`: TensorFlow's
-        import takes seconds) overlaps the running task instead of following it."""
+        import takes seconds) overlaps the running task instead of following it; only those the memory budget
+        has room for beside what runs and waits (`Admission.room_for_worker`), the rest as tasks are admitted."""
         want = min(self.jobs, len(self.workers) + n)
-        while len(self.workers) < want:
+        while len(self.workers) < want and self.admission.room_for_worker(list(self.queue), self._busy(), warm):
             self._spawn(warm)
+
+    def _busy(self) -> list[tuple[int, int, int]]:
+        """(pid, estimate, RSS when it took its task) of each busy worker: what `Admission` weighs."""
+        return [(w.proc.pid, w.need, w.base) for w in self.workers if w.task is not None]
 
     def _spawn(self, warm: str = "") -> _Worker:
         w = self.spare.take() if self.spare is not None and self.spawned == 0 else None
@@ -524,8 +529,7 @@ class ProcessExecutor(_LocalTiming):
             idle = [w for w in self.workers if w.task is None and self._alive(w)]
             if not idle and len(self.workers) >= self.jobs:
                 return
-            busy = [(w.proc.pid, w.need, w.base) for w in self.workers if w.task is not None]
-            at = self.admission.first_fitting(list(self.queue), busy, spawn=not idle)
+            at = self.admission.first_fitting(list(self.queue), self._busy(), spawn=not idle)
             if at is None:
                 return  # nothing fits until a running task ends
             w = idle.pop(0) if idle else self._spawn()  # the longest-started first: the warmest

@@ -184,6 +184,21 @@ def test_a_native_crash_is_one_line_naming_the_step_and_the_file(corpus, tmp_pat
     assert [p.name.split("-")[1] for p in tmp.iterdir()] == [command]  # and the temporary folder it leaves
 
 
+def test_a_scratch_folder_whose_supervisor_was_killed_is_cleared_by_the_next_command(tmp_path):
+    """SIGKILL to the supervisor itself leaves its scratch folder (nothing of it runs to remove it): the next
+    command's supervisor removes the scratch folders of processes that are gone, and no other."""
+    from optimize.core import crash
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale, live = tmp_path / f"o-{gone.pid}-abc_12", tmp_path / f"o-{os.getpid()}-xyz"
+    other = tmp_path / "o-notapid-1"
+    for folder in (stale, live, other):
+        (folder / "sub").mkdir(parents=True)
+    crash._clear_stale(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
 def test_the_crash_line_names_the_step_what_it_did_and_the_file():
     from optimize.core import crash
 

@@ -243,13 +243,34 @@ def _scratch() -> str | None:
     """A folder of the command's own in the temp folder, for every temporary its child and their processes make
     (a temporary folder a native crash or SIGKILL left behind goes with it: the supervisor removes it when the
     child has ended); None where none can be made (the command then uses the temp folder as it is). Its name is
-    short: Unix sockets (a local Ray's) live below it."""
+    short (Unix sockets, a local Ray's, live below it) and names the supervisor's process: one whose supervisor
+    was itself killed (SIGKILL) is removed by the next command (`_clear_stale`)."""
     import tempfile
 
     try:
-        return tempfile.mkdtemp(prefix="o-")
+        _clear_stale(tempfile.gettempdir())
+        return tempfile.mkdtemp(prefix=f"o-{os.getpid()}-")
     except OSError:
         return None
+
+
+def _clear_stale(folder: str) -> None:
+    """Remove the scratch folders (`o-PID-*`) this user's supervisors left in `folder` when they were killed: those
+    whose process is gone."""
+    import re
+    import shutil
+
+    with os.scandir(folder) as entries:
+        for e in entries:
+            m = re.fullmatch(r"o-(\d+)-\w+", e.name)
+            if m is None or not e.is_dir(follow_symlinks=False) or e.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            try:
+                os.kill(int(m.group(1)), 0)
+            except ProcessLookupError:  # its supervisor is gone: nothing uses it
+                shutil.rmtree(e.path, ignore_errors=True)
+            except OSError:  # alive (another user's process of that number, say): left alone
+                pass
 
 
 def _temporaries_in(folder: str) -> None:

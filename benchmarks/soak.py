@@ -555,6 +555,8 @@ def leftovers(cfg: dict, ledger: Ledger, fs) -> tuple[int, list[str]]:
             args += ["--data", str(m["data"])] if m["data"] else []
             subprocess.run(args, env=cfg["env"], capture_output=True, timeout=cfg["hang"])  # the next run
         found += [str(p) for p in out.glob(".optimize-staging-*")] + [str(p) for p in out.glob(".work")]
+    # the next command (any: its supervisor clears the scratch folders of supervisors that were SIGKILLed)
+    subprocess.run([*CLI, "--version"], env=cfg["env"], capture_output=True, timeout=cfg["hang"])
     found += [str(p) for p in Path(cfg["tmp"]).iterdir()]
     fs.invalidate_cache()
     with contextlib.suppress(FileNotFoundError):

@@ -310,3 +310,22 @@ def test_workers_are_started_ahead_only_where_the_budget_has_room_for_them_idle(
         assert ex.spawned == 0  # no room beside the queued conversion: started when admitted instead
     finally:
         ex.close()
+
+
+def test_an_opener_killed_once_is_started_again(keras_model, data_npz, tmp_path, monkeypatch, caplog):
+    """The soak's chaos SIGKILLed an opener (a worker process to it): the sweep ended with exit 2. A killed opener
+    is started again once; the sweep goes on."""
+    import crash_fixtures
+
+    from optimize.engine import executors, runs, sweeps
+
+    marker = tmp_path / "died"
+    monkeypatch.setenv("OPTIMIZE_TEST_DIE_ONCE", str(marker))
+    monkeypatch.setattr(executors, "OPEN_HERE_BYTES", 0)
+    monkeypatch.setattr(runs, "opened_elsewhere", crash_fixtures.open_dying_once)
+    recipes = [build("float32", [{"technique": "convert"}])]
+    with caplog.at_level("WARNING", logger="optimize"):
+        study = sweeps.sweep(keras_model, data_npz, tmp_path / "o", recipes=recipes, jobs=1, cache=False, runs=3)
+    assert marker.read_text() == "died" and study.candidates[0].ok
+    said = [r.getMessage() for r in caplog.records if "Opening it again" in r.getMessage()]
+    assert said and "ended, killed by SIGKILL" in said[0], said

@@ -346,6 +346,10 @@ def _opener_main(conn, open_fn, export_fn, request) -> None:
         _send(conn, ("exported", made))
 
 
+class OpenerDied(ModelError):
+    """The opener process died (a signal) before it answered."""
+
+
 class Opener:
     """A process that opens a TensorFlow model (a Keras file, a SavedModel) in the sweep's place: it loads the model
     to check it against the data, sends back what it found (`found`, as `known` records), and later exports the
@@ -360,8 +364,19 @@ class Opener:
 
     def found(self) -> list:
         """Start the opener and wait for what its checks found; its one-line error for bad input, or one saying
-        it died (a crash, the out-of-memory killer) while it loaded the model. Its temporaries (TensorFlow's
-        traced functions) go into a folder of its own, removed when it is let go (`close`), however the run ends."""
+        it died (a crash, the out-of-memory killer) while it loaded the model, twice: an opener killed once (a
+        signal from outside, a transient shortage) is started again before the run gives up. Its temporaries
+        (TensorFlow's traced functions) go into a folder of its own, removed when it is let go (`close`), however
+        the run ends."""
+        try:
+            return self._open()
+        except OpenerDied as e:
+            log.warning("%s Opening it again.", e.problem)
+            self.close()
+            self._discard()
+            return self._open()
+
+    def _open(self) -> list:
         from optimize.core import paths
 
         request, open_fn, export_fn = self.args
@@ -403,10 +418,8 @@ class Opener:
             except (EOFError, OSError):
                 self.proc.join(timeout=5)
                 why = describe_exit(self.proc.exitcode)
-                raise ModelError(
-                    f"The process {doing} was {why.removeprefix('killed by ')}"
-                    + (" (out of memory?)" if "SIGKILL" in why else "")
-                    + ".",
+                raise OpenerDied(
+                    f"The process {doing} ended, {why}" + (" (out of memory?)" if "SIGKILL" in why else "") + ".",
                     "Free memory, or give the model to `optimize sweep --max-memory` on a larger machine.",
                 ) from None
             if got == "log":
@@ -612,17 +625,21 @@ class ProcessExecutor(_LocalTiming):
             self._retire(w)
         return None
 
+    def _busy_conns(self) -> dict:
+        """The busy workers by their pipe; when none is busy, what was queued meanwhile (while the refused were
+        read, say) is dispatched first."""
+        if not any(w.task is not None for w in self.workers):
+            self._dispatch()
+        return {w.conn: w for w in self.workers if w.task is not None}
+
     def results(self) -> Iterator[tuple[str, Candidate]]:
         self._dispatch()
         while any(w.task is not None for w in self.workers) or self.queue or self.refused:
             while self.refused:
                 yield self.refused.popleft()
-            busy = {w.conn: w for w in self.workers if w.task is not None}
-            if not busy:  # what was submitted while the refused were read waits for a worker
-                self._dispatch()
-                if not any(w.task is not None for w in self.workers):
-                    continue
-                busy = {w.conn: w for w in self.workers if w.task is not None}
+            busy = self._busy_conns()
+            if not busy:
+                continue
             for conn in wait(list(busy)):
                 w = busy[conn]
                 try:

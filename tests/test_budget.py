@@ -59,7 +59,14 @@ def test_the_sampler_reads_pss_only_where_it_could_peak_and_at_most_so_often():
         s.pss_every = 0.0
         s.sample()  # due now, and the RSS sum is above the PSS peak: read
         assert s.peak_pss >= first_pss + 45 * MB
+        seen = s.peak_pss
         del block
+        s.sample()  # the RSS sum is no higher than where PSS was read last: not read again
+        assert s.peak_pss == seen and s._pss_rss >= s.peak - 5 * MB
+        more = np.ones(80 * MB // 4, dtype=np.float32)
+        s.sample()  # a new high of the RSS sum: read
+        assert s.peak_pss >= seen + 25 * MB
+        del more
     assert s.peak_pss <= s.peak
 
 
@@ -310,6 +317,26 @@ def test_workers_are_started_ahead_only_where_the_budget_has_room_for_them_idle(
         assert ex.spawned == 0  # no room beside the queued conversion: started when admitted instead
     finally:
         ex.close()
+
+
+def test_the_workers_after_a_small_keras_baseline_start_while_it_converts(keras_model, data_npz, tmp_path, monkeypatch):
+    """A small Keras model's float32 is converted in the sweep's process (3.5 s on one core for MobileNetV2), and the
+    second worker was started only after it, its imports then on the sweep's path. Now they start first, warmed for
+    what follows (quantizing that .tflite: no TensorFlow to import), and import while it converts."""
+    from optimize.engine import sweeps
+    from optimize.engine.executors import ProcessExecutor
+    from optimize.engine.runs import Run
+
+    order = []
+    expect, export = ProcessExecutor.expect, Run.export
+    monkeypatch.setattr(
+        ProcessExecutor, "expect", lambda ex, n, warm="": order.append(("expect", warm, n)) or expect(ex, n, warm)
+    )
+    monkeypatch.setattr(Run, "export", lambda run, direct=True: order.append(("export",)) or export(run, direct))
+    recipes = [build(s, [{"technique": "convert", "scheme": s, "samples": 50}]) for s in ("float32", "dynamic", "int8")]
+    study = sweeps.sweep(keras_model, data_npz, tmp_path / "o", recipes=recipes, jobs=2, cache=False, runs=3, fit=False)
+    assert order[:2] == [("expect", "measure", 3), ("export",)], order
+    assert [c.name for c in study.candidates if c.ok] == ["float32", "dynamic", "int8"]
 
 
 def test_an_opener_killed_once_is_started_again(keras_model, data_npz, tmp_path, monkeypatch, caplog):

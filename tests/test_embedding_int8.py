@@ -49,6 +49,18 @@ def test_a_lookup_as_gather_computes_the_same_rows(files):
     np.testing.assert_array_equal(_run(made, ds), _run(src.content, ds))  # bit for bit
 
 
+def test_a_rewrite_a_model_holds_nothing_for_hands_its_bytes_back_unread(float_tflite):
+    """The int8 routes' rewrites (NEG as MUL, lookups, casts, clamps) each unpacked the whole model (0.1-0.3 s on
+    MobileNetV2) to find none of their ops: they ask the validated structure first."""
+    from optimize.transforms.tflite import graphfix, islands, tables
+
+    content = open(float_tflite, "rb").read()
+    assert graphfix._holds(content, "CONV_2D") and not graphfix._holds(content, "NEG", "CAST")
+    for rewrite in (graphfix.negations_as_mul, tables.lookups_as_gather, tables.integer_lookups, islands.integer_casts):
+        made, done = rewrite(content)
+        assert made is content and not done
+
+
 def test_hybrid_lookup_and_gather_behind_dequantize_store_the_table_int8(files):
     from optimize.measure import verify
 

@@ -26,7 +26,7 @@ from optimize.core import paths
 from optimize.core.recipe import Recipe
 from optimize.core.results import Candidate, Dropped, MemoryUse, Study
 from optimize.engine import stop
-from optimize.engine.budget import Budget, budget, too_big
+from optimize.engine.budget import Budget, budget, converts_directly, too_big
 from optimize.engine.executors import executor
 from optimize.engine.pipeline import direct_notes
 from optimize.engine.plan import _groups, expected_cost, from_baseline
@@ -142,7 +142,14 @@ def _submit_baseline(ex, pending: _Pending, first: list[Recipe], base: Recipe) -
     run = pending.run
     first, alone = _split_off(first, base)
     pending.waiting += alone
-    exported = run.export(_plain(base)) if ex.name == "local" and _converts_source(base) else None  # same disk
+    here = ex.name == "local" and _converts_source(base)  # same disk
+    if here and pending.waiting and hasattr(ex, "expect") and _plain(base) and converts_directly(run.footprint):
+        # a small Keras model's float32 is converted now, seconds on one core: the workers for what follows it
+        # start meanwhile, their imports on the other cores, not after it (what follows quantizes that .tflite)
+        ex.expect(
+            len(pending.waiting) + 1, warm="tf" if any(r.trains for g in pending.waiting for r in g) else "measure"
+        )
+    exported = run.export(_plain(base)) if here else None
     task = pending.task(first, baseline_name=base.name, exported=exported)
     made = exported is not None and exported[0].suffix == ".tflite"  # the float32 itself: nothing to convert
     if made and pending.waiting:

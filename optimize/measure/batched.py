@@ -7,7 +7,9 @@ batches wherever the model takes one: every input with a free batch axis (-1 fir
 state kept between invokes (variables, recurrent ops), every output batched along the same axis. The batched
 outputs of the first samples are checked against the one-sample path before anything is kept; a model whose
 figures a batch would move (per-tensor dynamic quantization over the batch, say) goes one sample at a time,
-as before. Either way the caller gets exactly what `Runner.predict` gives.
+as before, and so does a model this process already ran on half the samples or more (`runtime.seen_share`: the
+quantizer's failure check runs a slow int16x8 on test samples, and a batch would run them again, 0.3 s an invoke on
+MobileNetV2). Either way the caller gets exactly what `Runner.predict` gives.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def _same(batched: list[np.ndarray], single: list[np.ndarray]) -> bool:
 def _batched(model, runner: runtime.Runner, xs, threads: int) -> list[np.ndarray] | None:
     size = _size(runner, xs)
     n = count(xs)
-    if n < 2 or size < 2 or not batchable(runner):
+    if n < 2 or size < 2 or not batchable(runner) or runtime.seen_share(runner.digest, xs) >= 0.5:
         return None
     first = take(xs, slice(0, size))
     batch = runtime.Runner(runtime.load(model, threads=threads, like=first))

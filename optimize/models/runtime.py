@@ -320,8 +320,18 @@ def load(
                 ) from None
             raise LoadError(failure, f"The LiteRT runtime cannot load this model: {err}") from None
     init_ms = (time.perf_counter() - t0) * 1000
-    used_xnn = xnnpack and any(d["op_name"] == "DELEGATE" for d in it._get_ops_details())
+    used_xnn = xnnpack and any(name == "DELEGATE" for name, _ in nodes(it))
     return Loaded(it, init_ms, log, used_xnn, threads, file)
+
+
+def nodes(it) -> list[tuple[str, list[int]]]:
+    """(op name, output tensor indices) of every node of an allocated interpreter's primary subgraph: what
+    `_get_ops_details` lists, without the types of every operand it reads for each node (a tenth of a
+    MobileNetV2 interpreter's load, paid again by every runner timing builds)."""
+    raw = getattr(it, "_interpreter", None)
+    if raw is None or not hasattr(raw, "NodeName"):
+        return [(d["op_name"], list(d["outputs"])) for d in it._get_ops_details()]
+    return [(raw.NodeName(i), list(raw.NodeOutputs(i))) for i in range(raw.NumNodes())]
 
 
 def _to_input(x: np.ndarray, detail: dict) -> np.ndarray:
@@ -369,6 +379,19 @@ def _seen(key: tuple[str, str], outputs: list[np.ndarray]) -> None:
             _SEEN.popitem(last=False)
 
 
+def seen_share(digest: str | None, xs) -> float:
+    """The share of the samples `xs` (first axis) whose outputs this process kept for the model `digest` (`_SEEN`);
+    the samples are hashed only where enough are kept to reach half."""
+    from optimize.models.data import count, take
+
+    n = count(xs)
+    with _SEEN_LOCK:
+        kept = {s for d, s in _SEEN if d == digest} if digest is not None else set()
+    if not n or 2 * len(kept) < n:
+        return len(kept) / n if n else 0.0
+    return sum(_sample_digest(take(xs, slice(i, i + 1))) in kept for i in range(n)) / n
+
+
 def _seen_before(key: tuple[str, str]) -> list[np.ndarray] | None:
     with _SEEN_LOCK:
         outs = _SEEN.get(key)
@@ -398,8 +421,7 @@ class Runner:
         """The input and output details (shapes change when an input is resized), and where a detector's
         post-processing op writes among the outputs."""
         self.key, self.input_names, self.inputs, self.keys, self.outputs = io_details(self.it)
-        ops = [(d["op_name"], d["outputs"]) for d in self.it._get_ops_details()]
-        self._tails = postprocess.tails(ops, self.outputs)
+        self._tails = postprocess.tails(nodes(self.it), self.outputs)
 
     @property
     def input_shape(self) -> tuple[int, ...]:

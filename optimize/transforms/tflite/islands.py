@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from optimize.models.normalize import _load, _save, _schema
-from optimize.transforms.tflite.graphfix import _buffer, _codes, _name, _quant, _tensor
+from optimize.transforms.tflite.graphfix import _buffer, _codes, _holds, _name, _quant, _tensor
 from optimize.transforms.tflite.tables import _readers
 
 FLOAT32, INT16, INT8 = 0, 7, 9  # schema TensorType values
@@ -67,6 +67,8 @@ def integer_casts(content: bytes) -> tuple[bytes, list[str]]:
     lie within int16's: a CAST to int16 at scale 1 instead, the QUANTIZEs requantizing int16 -> int8. Returns the
     model and the casts made integer (their output tensors' names)."""
     s = _schema()
+    if not _holds(content, "CAST"):
+        return content, []
     model = _load(content)
     codes, sg = _codes(model), model.subgraphs[0]
     readers = _readers(sg)
@@ -124,6 +126,8 @@ def integer_clamps(content: bytes) -> tuple[bytes, list[str]]:
     after: the int8 op on the activation itself, the constant at the activation's scale and zero point, and a
     QUANTIZE (int8 -> int8) to the scale the float island's QUANTIZE had. Returns the model and the ops made
     integer (their output tensors' names)."""
+    if not _holds(content, "MINIMUM", "MAXIMUM"):
+        return content, []
     model = _load(content)
     codes, sg = _codes(model), model.subgraphs[0]
     producers, readers = _producers(sg), _readers(sg)

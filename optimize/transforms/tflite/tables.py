@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from optimize.models.normalize import _load, _save, _schema
-from optimize.transforms.tflite.graphfix import _buffer, _codes, _name, _op, _opcode, _quant, _tensor
+from optimize.transforms.tflite.graphfix import _buffer, _codes, _holds, _name, _op, _opcode, _quant, _tensor
 
 INT8, FLOAT32 = 9, 0  # schema TensorType values
 LOOKUPS = ("EMBEDDING_LOOKUP", "GATHER", "GATHER_ND")
@@ -89,6 +89,8 @@ def lookups_as_gather(content: bytes) -> tuple[bytes, int]:
     """Every EMBEDDING_LOOKUP of a constant float32 table computed as GATHER(table, ids, axis 0) instead: the
     same rows, bit for bit, in an op the static int8 and int16x8 recipes quantize. Returns the model and how
     many lookups were rewritten."""
+    if not _holds(content, "EMBEDDING_LOOKUP"):
+        return content, 0
     model = _load(content)
     codes, sg = _codes(model), model.subgraphs[0]
     done = 0
@@ -144,6 +146,8 @@ def integer_lookups(content: bytes) -> tuple[bytes, list[str]]:
     """Each lookup of a constant float32 table whose rows only a QUANTIZE to int8 reads: a GATHER of the table
     quantized at that QUANTIZE's scale and zero point, writing the QUANTIZE's output (the QUANTIZE removed).
     Exact: quantizing looked-up rows is looking up quantized rows. Returns the model and the tables made int8."""
+    if not _holds(content, *LOOKUPS):
+        return content, []
     model = _load(content)
     codes, sg = _codes(model), model.subgraphs[0]
     readers = _readers(sg)
@@ -194,6 +198,8 @@ def hybrid_lookups(content: bytes, min_elements: int = 1024) -> tuple[bytes, lis
     stored int8, symmetric, one scale per row, which the runtime's hybrid EMBEDDING_LOOKUP dequantizes as it
     looks rows up (the rows move by at most half a step of their own row's scale). GATHER and GATHER_ND tables
     are left to `graphfix.weights_behind_dequantize`. Returns the model and the tables made int8."""
+    if not _holds(content, "EMBEDDING_LOOKUP"):
+        return content, []
     model = _load(content)
     codes, sg = _codes(model), model.subgraphs[0]
     done, replaced = [], []
@@ -239,6 +245,8 @@ def gathers_behind_dequantize(content: bytes, min_elements: int = 1024) -> tuple
     """Each GATHER / GATHER_ND of a constant float32 table (of `min_elements`+) whose rows stay float reads an
     int8 copy of it (one scale per row) through a DEQUANTIZE: weight-only int8 behind the lookup. Returns the
     model and the tables made int8."""
+    if not _holds(content, "GATHER", "GATHER_ND"):
+        return content, []
     model = _load(content)
     codes, sg = _codes(model), model.subgraphs[0]
     done, replaced, new_ops = [], [], []

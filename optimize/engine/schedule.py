@@ -143,12 +143,8 @@ def _submit_baseline(ex, pending: _Pending, first: list[Recipe], base: Recipe) -
     first, alone = _split_off(first, base)
     pending.waiting += alone
     here = ex.name == "local" and _converts_source(base)  # same disk
-    if here and pending.waiting and hasattr(ex, "expect") and _plain(base) and converts_directly(run.footprint):
-        # a small Keras model's float32 is converted now, seconds on one core: the workers for what follows it
-        # start meanwhile, their imports on the other cores, not after it (what follows quantizes that .tflite)
-        ex.expect(
-            len(pending.waiting) + 1, warm="tf" if any(r.trains for g in pending.waiting for r in g) else "measure"
-        )
+    if here and _plain(base) and converts_directly(run.footprint):
+        _expect(ex, pending, "tf" if any(r.trains for g in pending.waiting for r in g) else "measure")
     exported = run.export(_plain(base)) if here else None
     task = pending.task(first, baseline_name=base.name, exported=exported)
     made = exported is not None and exported[0].suffix == ".tflite"  # the float32 itself: nothing to convert
@@ -156,8 +152,15 @@ def _submit_baseline(ex, pending: _Pending, first: list[Recipe], base: Recipe) -
         pending.release_made(ex, base, exported[0], task)  # no wait for its measuring either
     else:
         ex.submit(task)
-    if pending.waiting and hasattr(ex, "expect"):  # workers for what follows the baseline, started now
-        ex.expect(len(pending.waiting) + 1, warm="tf" if run.src.kind in TF_KINDS else "measure")
+    _expect(ex, pending, "tf" if run.src.kind in TF_KINDS else "measure")  # those not started yet, started now
+
+
+def _expect(ex, pending: _Pending, warm: str) -> None:
+    """Workers for what follows the baseline started ahead of its tasks (`ProcessExecutor.expect`). Before a small
+    Keras model's float32 is converted here (seconds on one core), so they import on the other cores meanwhile,
+    warmed for what follows (quantizing that .tflite), not after it; again once it is submitted."""
+    if pending.waiting and hasattr(ex, "expect"):
+        ex.expect(len(pending.waiting) + 1, warm=warm)
 
 
 def _gpu_delta(m, accuracy):

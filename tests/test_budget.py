@@ -277,8 +277,8 @@ def test_tasks_wait_for_memory_and_big_workers_leave(float_tflite, data_npz, tmp
         dispatch(self)
         seen.append(sum(w.task is not None for w in self.workers))
 
-    def counted_retire(self, w):
-        retire(self, w)
+    def counted_retire(self, w, heavy=False):
+        retire(self, w, heavy)
         retired.append(w not in self.workers)
 
     monkeypatch.setattr(executors.ProcessExecutor, "_dispatch", counted)
@@ -289,6 +289,23 @@ def test_tasks_wait_for_memory_and_big_workers_leave(float_tflite, data_npz, tmp
     assert all(c.ok for c in study.candidates) and all(c.p50_ms is not None for c in study.candidates)
     assert max(seen) == 1 and len(seen) >= 4  # one at a time, though two workers were allowed
     assert retired and all(retired)
+
+
+def test_a_worker_that_converted_a_big_model_leaves_when_idle(tmp_path):
+    """The BERT-base-sized baseline's worker, under RETIRE_BYTES once its heap was given back, stayed for the
+    quantizations with TensorFlow imported, and its quantizer's forks counted those pages again (the tree's RSS sum
+    6.2 GB). A worker that converted or fine-tuned a model above DIRECT_BYTES leaves when idle; a small model's
+    stays (starting one costs seconds)."""
+    from optimize.engine import executors
+
+    keras = ModelSource(tmp_path / "m.keras", "keras2", "0" * 16)
+    flat = ModelSource(tmp_path / "m.tflite", "tflite", "0" * 16, content=b"")
+    float32 = build("float32", [{"technique": "convert"}])
+    int8 = build("int8", [{"technique": "quantize", "scheme": "int8"}])
+    assert executors._converted_big(_task(keras, [float32], weights=400 * MB))
+    assert not executors._converted_big(_task(keras, [float32], weights=budget.DIRECT_BYTES))
+    assert not executors._converted_big(_task(flat, [int8], weights=400 * MB))
+    assert not executors._converted_big(None)
 
 
 def test_a_recipe_whose_work_cannot_fit_is_left_out_with_why(tmp_path):
@@ -350,6 +367,24 @@ def test_the_workers_after_a_small_keras_baseline_start_while_it_converts(keras_
     study = sweeps.sweep(keras_model, data_npz, tmp_path / "o", recipes=recipes, jobs=2, cache=False, runs=3, fit=False)
     assert order[:2] == [("expect", "measure", 3), ("export",)], order
     assert [c.name for c in study.candidates if c.ok] == ["float32", "dynamic", "int8"]
+
+
+def test_workers_ahead_of_tasks_that_only_quantize_do_not_import_tensorflow():
+    """Workers started ahead for the groups after a Keras baseline imported TensorFlow (about 1.2 GB each, idle) even
+    where every group quantizes the baseline's .tflite; only a group that fine-tunes or converts the source needs
+    it ahead."""
+    from types import SimpleNamespace
+
+    from optimize.engine import schedule
+
+    base = build("float32", [{"technique": "convert"}])
+    int8 = build("int8", [{"technique": "convert"}, {"technique": "quantize", "scheme": "int8"}])
+    prune = build("prune-int8", [{"technique": "prune"}, {"technique": "convert", "scheme": "int8"}])
+    run = SimpleNamespace(src=SimpleNamespace(kind="keras2"), baseline=base)
+    assert schedule._warm_for(schedule._Pending(run, [[int8]])) == "measure"
+    assert schedule._warm_for(schedule._Pending(run, [[int8], [prune]])) == "tf"
+    run.src.kind = "tflite"
+    assert schedule._warm_for(schedule._Pending(run, [[int8], [prune]])) == "measure"
 
 
 def test_an_opener_killed_once_is_started_again(keras_model, data_npz, tmp_path, monkeypatch, caplog):

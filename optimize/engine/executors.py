@@ -277,6 +277,13 @@ class Spare:
             self.conn.close()
 
 
+def _converted_big(task) -> bool:
+    """The task converted or fine-tuned (TensorFlow in its worker) a model above DIRECT_BYTES."""
+    from optimize.engine.budget import work_of
+
+    return task is not None and not converts_directly(task.weights) and work_of(task) in ("convert", "train")
+
+
 def _tf_model(kind: str, jobs: int | None, model) -> bool:
     """A local run with worker processes on a model TensorFlow opens (a Keras file, a SavedModel; None is the
     built-in Keras demo)."""
@@ -557,11 +564,14 @@ class ProcessExecutor(_LocalTiming):
             w.task, w.current, w.done = task, None, set()
             w.need, w.base = task_need(task), footprint.rss(w.proc.pid)
 
-    def _retire(self, w: _Worker) -> None:
-        """A worker that went idle holding more than RETIRE_BYTES leaves now: what its task took (a TensorFlow
-        conversion, a big model's interpreters) goes back to the system instead of staying with it until the
-        run ends; the next task starts a fresh worker."""
-        if footprint.rss(w.proc.pid) <= RETIRE_BYTES:
+    def _retire(self, w: _Worker, heavy: bool = False) -> None:
+        """A worker that went idle holding more than RETIRE_BYTES leaves now, as does one that converted or
+        fine-tuned a model above DIRECT_BYTES (`heavy`): what its task took (TensorFlow, a conversion's heap, a big
+        model's interpreters) goes back to the system instead of staying with it until the run ends; the next task
+        starts a fresh worker that imports only what it needs. The BERT-base-sized baseline's worker, kept once a
+        phase gave its heap back, took the quantizations with TensorFlow still imported, and each of its quantizer's
+        forks counted those pages again."""
+        if footprint.rss(w.proc.pid) <= RETIRE_BYTES and not heavy:
             return
         log.debug("worker %s holds %s idle: it leaves", w.proc.pid, footprint.gb(footprint.rss(w.proc.pid)))
         with contextlib.suppress(OSError, ValueError):
@@ -621,8 +631,9 @@ class ProcessExecutor(_LocalTiming):
             cls, problem, fix = payload
             raise getattr(errors, cls, OptimizeError)(problem, fix)
         elif kind == "idle":
+            heavy = _converted_big(w.task)
             w.task, w.need = None, 0
-            self._retire(w)
+            self._retire(w, heavy)
         return None
 
     def _busy_conns(self) -> dict:

@@ -144,7 +144,7 @@ def _submit_baseline(ex, pending: _Pending, first: list[Recipe], base: Recipe) -
     pending.waiting += alone
     here = ex.name == "local" and _converts_source(base)  # same disk
     if here and _plain(base) and converts_directly(run.footprint):
-        _expect(ex, pending, "tf" if any(r.trains for g in pending.waiting for r in g) else "measure")
+        _expect(ex, pending)
     exported = run.export(_plain(base)) if here else None
     task = pending.task(first, baseline_name=base.name, exported=exported)
     made = exported is not None and exported[0].suffix == ".tflite"  # the float32 itself: nothing to convert
@@ -152,15 +152,27 @@ def _submit_baseline(ex, pending: _Pending, first: list[Recipe], base: Recipe) -
         pending.release_made(ex, base, exported[0], task)  # no wait for its measuring either
     else:
         ex.submit(task)
-    _expect(ex, pending, "tf" if run.src.kind in TF_KINDS else "measure")  # those not started yet, started now
+    _expect(ex, pending)  # those not started yet, started now
 
 
-def _expect(ex, pending: _Pending, warm: str) -> None:
-    """Workers for what follows the baseline started ahead of its tasks (`ProcessExecutor.expect`). Before a small
-    Keras model's float32 is converted here (seconds on one core), so they import on the other cores meanwhile,
-    warmed for what follows (quantizing that .tflite), not after it; again once it is submitted."""
+def _expect(ex, pending: _Pending) -> None:
+    """Workers for what follows the baseline started ahead of its tasks (`ProcessExecutor.expect`), warmed for it
+    (`_warm_for`). Before a small Keras model's float32 is converted here (seconds on one core), so they import on
+    the other cores meanwhile, not after it; again once it is submitted."""
     if pending.waiting and hasattr(ex, "expect"):
-        ex.expect(len(pending.waiting) + 1, warm=warm)
+        ex.expect(len(pending.waiting) + 1, warm=_warm_for(pending))
+
+
+def _warm_for(pending: _Pending) -> str:
+    """What the workers for the groups after the baseline import ahead: TensorFlow ("tf") only where one of them
+    fine-tunes or converts the source itself; those that start from the baseline's .tflite quantize and measure it
+    ("measure": no TensorFlow; a converter fallback imports it when it happens). An idle worker with TensorFlow
+    imported holds about 1.2 GB: the BERT-base-sized sweep's tree counted such workers beside its conversion."""
+    run, base = pending.run, pending.run.baseline
+    if run.src.kind not in TF_KINDS:
+        return "measure"
+    tf = any(r.trains or base is None or not from_baseline(r, base) for g in pending.waiting for r in g)
+    return "tf" if tf else "measure"
 
 
 def _gpu_delta(m, accuracy):

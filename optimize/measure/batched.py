@@ -56,7 +56,7 @@ def batchable(runner: runtime.Runner) -> bool:
     sigs = [[int(v) for v in d.get("shape_signature", d["shape"])] for d in runner.inputs]
     if not sigs or any(not s or s[0] != -1 for s in sigs):
         return False
-    ops = {d.get("op_name", "") for d in runner.it._get_ops_details()}
+    ops = {name for name, _ in runtime.nodes(runner.it)}
     return not ops & STATEFUL
 
 

@@ -95,7 +95,7 @@ class Sampler:
         self.peak_pss = 0
         self.samples = 0
         self._pss_at = float("-inf")  # when PSS was last read (time.monotonic)
-        self._pss_rss = 0  # the highest RSS sum PSS was read at
+        self._pss_rss = 0  # the highest RSS sum PSS was read at (never below the PSS peak: PSS <= RSS)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="optimize-footprint")
 
@@ -114,7 +114,7 @@ class Sampler:
         now = tree_memory(os.getpid(), pss=False)[0]
         self.peak = max(self.peak, now)
         due = time.monotonic() - self._pss_at >= self.pss_every
-        if force or (now > max(self.peak_pss, self._pss_rss) and due):
+        if force or (now > self._pss_rss and due):  # above it, above the PSS peak too
             self._pss_at = time.monotonic()
             full, pss = tree_memory(os.getpid())  # both in one pass: the PSS peak never above the RSS one
             self._pss_rss = max(self._pss_rss, full)

@@ -380,8 +380,9 @@ def _seen(key: tuple[str, str], outputs: list[np.ndarray]) -> None:
 
 
 def seen_share(digest: str | None, xs) -> float:
-    """The share of the samples `xs` (first axis) whose outputs this process kept for the model `digest` (`_SEEN`);
-    the samples are hashed only where enough are kept to reach half."""
+    """The share of the samples `xs` (first axis) whose outputs this process kept for the model `digest` (`_SEEN`).
+    The samples are hashed only where enough are kept to reach half; below that, what is returned is the share the
+    kept outputs could at most cover (under one half either way)."""
     from optimize.models.data import count, take
 
     n = count(xs)

@@ -66,9 +66,9 @@ def integer_casts(content: bytes) -> tuple[bytes, list[str]]:
     """Each CAST from an integer (or bool) tensor to float32 that only QUANTIZE ops to int8 read, whose ranges
     lie within int16's: a CAST to int16 at scale 1 instead, the QUANTIZEs requantizing int16 -> int8. Returns the
     model and the casts made integer (their output tensors' names)."""
-    s = _schema()
     if not _holds(content, "CAST"):
         return content, []
+    s = _schema()
     model = _load(content)
     codes, sg = _codes(model), model.subgraphs[0]
     readers = _readers(sg)
